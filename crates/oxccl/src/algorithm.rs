@@ -1,0 +1,226 @@
+//! Algorithm names and how users force them (per call, or with `OXCCL_ALGO`).
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::error::Error;
+use crate::fingerprint::OpKind;
+
+/// A collective algorithm. Which ones apply depends on the operation
+/// (see [`Algorithm::applies_to`]); [`Algorithm::Auto`] lets oxccl choose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[repr(u8)]
+pub enum Algorithm {
+    /// Let the selector choose by message size and world size.
+    #[default]
+    Auto = 0,
+    /// Ring: bandwidth-optimal for large messages (all_reduce, all_gather, reduce_scatter).
+    Ring = 1,
+    /// Recursive doubling: log(n) rounds exchanging whole buffers (all_reduce).
+    RecursiveDoubling = 2,
+    /// Rabenseifner: recursive-halving reduce-scatter then recursive-doubling all-gather.
+    Rabenseifner = 3,
+    /// Binomial tree (broadcast, reduce; all_reduce as reduce then broadcast).
+    BinomialTree = 4,
+    /// Bruck's all-gather: log(n) rounds for any world size.
+    Bruck = 5,
+    /// Recursive halving reduce-scatter.
+    RecursiveHalving = 6,
+    /// Pairwise exchange (all_to_all).
+    Pairwise = 7,
+    /// Dissemination (barrier).
+    Dissemination = 8,
+    /// Direct exchange with the root (gather, scatter) or between the pair (send/recv).
+    Linear = 9,
+}
+
+impl Algorithm {
+    /// Every algorithm, in tag order.
+    pub const ALL: [Algorithm; 10] = [
+        Algorithm::Auto,
+        Algorithm::Ring,
+        Algorithm::RecursiveDoubling,
+        Algorithm::Rabenseifner,
+        Algorithm::BinomialTree,
+        Algorithm::Bruck,
+        Algorithm::RecursiveHalving,
+        Algorithm::Pairwise,
+        Algorithm::Dissemination,
+        Algorithm::Linear,
+    ];
+
+    /// The snake_case name used by `OXCCL_ALGO` (`ring`, `recursive_doubling`, ...).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Algorithm::Auto => "auto",
+            Algorithm::Ring => "ring",
+            Algorithm::RecursiveDoubling => "recursive_doubling",
+            Algorithm::Rabenseifner => "rabenseifner",
+            Algorithm::BinomialTree => "binomial_tree",
+            Algorithm::Bruck => "bruck",
+            Algorithm::RecursiveHalving => "recursive_halving",
+            Algorithm::Pairwise => "pairwise",
+            Algorithm::Dissemination => "dissemination",
+            Algorithm::Linear => "linear",
+        }
+    }
+
+    /// The algorithm with wire tag `tag`, if any.
+    pub fn from_tag(tag: u8) -> Option<Algorithm> {
+        Algorithm::ALL.get(tag as usize).copied()
+    }
+
+    /// The algorithms the CPU backends implement for `op` (never includes `Auto`).
+    pub fn for_op(op: OpKind) -> &'static [Algorithm] {
+        use Algorithm::*;
+        match op {
+            OpKind::AllReduce => &[Ring, RecursiveDoubling, Rabenseifner, BinomialTree],
+            OpKind::AllGather => &[Ring, Bruck],
+            OpKind::AllGatherV => &[Ring],
+            OpKind::ReduceScatter => &[Ring, RecursiveHalving],
+            OpKind::Broadcast | OpKind::Reduce => &[BinomialTree],
+            OpKind::AllToAll | OpKind::AllToAllV => &[Pairwise],
+            OpKind::Gather | OpKind::Scatter => &[Linear],
+            OpKind::Barrier => &[Dissemination],
+            OpKind::Send | OpKind::Recv | OpKind::Batch => &[Linear],
+            OpKind::Split => &[Ring],
+        }
+    }
+
+    /// Whether this algorithm can run `op` (`Auto` applies to everything).
+    pub fn applies_to(self, op: OpKind) -> bool {
+        self == Algorithm::Auto || Algorithm::for_op(op).contains(&self)
+    }
+}
+
+impl fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Algorithm {
+    type Err = Error;
+
+    /// Parses an algorithm name (case-insensitive; `-` and `_` are interchangeable;
+    /// `tree` is accepted for `binomial_tree`).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] listing the accepted names.
+    fn from_str(s: &str) -> Result<Self, Error> {
+        let norm = s.trim().to_ascii_lowercase().replace('-', "_");
+        if norm == "tree" {
+            return Ok(Algorithm::BinomialTree);
+        }
+        Algorithm::ALL.into_iter().find(|a| a.name() == norm).ok_or_else(|| {
+            let names: Vec<_> = Algorithm::ALL.iter().map(|a| a.name()).collect();
+            Error::invalid(format!("unknown algorithm `{s}`; expected one of {}", names.join(", ")))
+        })
+    }
+}
+
+/// Algorithm overrides: one for every operation, and/or one per operation.
+///
+/// Parsed from `OXCCL_ALGO`, either a single name (`ring`: used by every operation it applies
+/// to, the others keep choosing automatically) or a comma-separated list of `op:algorithm`
+/// pairs (`all_reduce:rabenseifner,all_gather:bruck`), optionally mixed with one bare name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AlgorithmOverrides {
+    global: Option<Algorithm>,
+    per_op: Vec<(OpKind, Algorithm)>,
+}
+
+impl AlgorithmOverrides {
+    /// No overrides: every operation chooses automatically.
+    pub fn none() -> Self {
+        Self::default()
+    }
+
+    /// Use `algo` for every operation it applies to.
+    pub fn global(algo: Algorithm) -> Self {
+        AlgorithmOverrides { global: Some(algo), per_op: Vec::new() }
+    }
+
+    /// Use `algo` for `op`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `algo` cannot run `op`.
+    pub fn set(&mut self, op: OpKind, algo: Algorithm) -> Result<(), Error> {
+        if !algo.applies_to(op) {
+            return Err(not_applicable(op, algo));
+        }
+        self.per_op.retain(|(o, _)| *o != op);
+        self.per_op.push((op, algo));
+        Ok(())
+    }
+
+    /// The override in force for `op` (`Auto` when there is none).
+    pub fn for_op(&self, op: OpKind) -> Algorithm {
+        if let Some((_, a)) = self.per_op.iter().find(|(o, _)| *o == op) {
+            return *a;
+        }
+        match self.global {
+            Some(a) if a.applies_to(op) => a,
+            _ => Algorithm::Auto,
+        }
+    }
+
+    /// Parses the `OXCCL_ALGO` syntax described on the type.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the unknown operation or algorithm, or the pair that does not apply.
+    pub fn parse(s: &str) -> Result<Self, Error> {
+        let mut out = AlgorithmOverrides::default();
+        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            match part.split_once(':') {
+                None => {
+                    let a = part.parse::<Algorithm>().map_err(|e| Error::Config(format!("OXCCL_ALGO: {e}")))?;
+                    out.global = Some(a);
+                }
+                Some((op, algo)) => {
+                    let op_norm = op.trim().to_ascii_lowercase().replace('-', "_");
+                    let kind = OpKind::ALL
+                        .into_iter()
+                        .find(|k| k.name() == op_norm)
+                        .ok_or_else(|| Error::Config(format!("OXCCL_ALGO: unknown operation `{op}` in `{part}`")))?;
+                    let a = algo.parse::<Algorithm>().map_err(|e| Error::Config(format!("OXCCL_ALGO: {e}")))?;
+                    out.set(kind, a).map_err(|e| Error::Config(format!("OXCCL_ALGO: {e}")))?;
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+pub(crate) fn not_applicable(op: OpKind, algo: Algorithm) -> Error {
+    let names: Vec<_> = Algorithm::for_op(op).iter().map(|a| a.name()).collect();
+    Error::invalid(format!("algorithm `{algo}` cannot run {op}; {op} supports: auto, {}", names.join(", ")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_global_and_per_op() {
+        let o = AlgorithmOverrides::parse("ring").unwrap();
+        assert_eq!(o.for_op(OpKind::AllReduce), Algorithm::Ring);
+        assert_eq!(o.for_op(OpKind::Broadcast), Algorithm::Auto, "ring does not apply to broadcast");
+
+        let o = AlgorithmOverrides::parse("all_reduce:rabenseifner, all-gather:bruck,tree").unwrap();
+        assert_eq!(o.for_op(OpKind::AllReduce), Algorithm::Rabenseifner);
+        assert_eq!(o.for_op(OpKind::AllGather), Algorithm::Bruck);
+        assert_eq!(o.for_op(OpKind::Reduce), Algorithm::BinomialTree);
+        assert_eq!(o.for_op(OpKind::ReduceScatter), Algorithm::Auto);
+    }
+
+    #[test]
+    fn parse_errors_name_the_problem() {
+        let e = AlgorithmOverrides::parse("all_reduce:bruck").unwrap_err().to_string();
+        assert!(e.contains("bruck") && e.contains("all_reduce"), "{e}");
+        let e = AlgorithmOverrides::parse("warp_drive").unwrap_err().to_string();
+        assert!(e.contains("warp_drive"), "{e}");
+        let e = AlgorithmOverrides::parse("allreduce2:ring").unwrap_err().to_string();
+        assert!(e.contains("allreduce2"), "{e}");
+    }
+}

@@ -1,0 +1,3 @@
+//! all_reduce: every rank ends with the element-wise reduction of all inputs.
+
+pub mod ring;

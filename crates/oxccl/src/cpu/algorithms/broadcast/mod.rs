@@ -1,0 +1,3 @@
+//! broadcast: every rank ends with the root's buffer.
+
+pub mod binomial_tree;

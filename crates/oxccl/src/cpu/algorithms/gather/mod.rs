@@ -1,0 +1,3 @@
+//! gather: the root ends with every rank's block, in rank order.
+
+pub mod linear;

@@ -1,0 +1,260 @@
+//! Collective algorithms, written once over a [`Transport`] so that every CPU transport
+//! (in-memory, shared memory, TCP) runs the same code. One folder per operation, one file
+//! per algorithm.
+//!
+//! Every algorithm works on byte buffers whose element boundaries it respects (block
+//! boundaries come from [`block`], in elements). Reductions go through a [`Kernel`].
+//! Algorithms address peers by their rank in the communicator; [`Ctx`] translates to
+//! transport ranks, stamps every frame with the collective's fingerprint and checks every
+//! frame it receives against it.
+
+pub mod all_gather;
+pub mod all_reduce;
+pub mod all_to_all;
+pub mod barrier;
+pub mod broadcast;
+pub mod gather;
+pub mod reduce;
+pub mod reduce_scatter;
+pub mod scatter;
+
+use std::ops::Range;
+use std::time::Instant;
+
+use super::transport::{Channel, Header, Transport, TransportError};
+use crate::cpu::reduce as kernels;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::fingerprint::Fingerprint;
+use crate::reduce_op::ReduceOp;
+
+/// The context of one running collective: who we are, who the peers are, what we run.
+pub struct Ctx<'a> {
+    pub(crate) transport: &'a dyn Transport,
+    pub(crate) comm_id: u64,
+    /// Communicator rank -> transport rank.
+    pub(crate) ranks: &'a [usize],
+    pub(crate) rank: usize,
+    pub(crate) fp: Fingerprint,
+    pub(crate) started: Instant,
+    pub(crate) deadline: Instant,
+}
+
+impl Ctx<'_> {
+    /// This rank in the communicator.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// The number of ranks in the communicator.
+    pub fn size(&self) -> usize {
+        self.ranks.len()
+    }
+
+    fn header(&self) -> Header {
+        Header { comm_id: self.comm_id, channel: Channel::Collective, fingerprint: self.fp }
+    }
+
+    fn transport_rank(&self, peer: usize) -> Result<usize> {
+        self.ranks.get(peer).copied().ok_or_else(|| {
+            Error::invalid(format!("algorithm addressed rank {peer} in a communicator of {}", self.ranks.len()))
+        })
+    }
+
+    /// Sends `data` to `peer`.
+    ///
+    /// # Errors
+    /// The transport's errors, with this collective's context.
+    pub fn send(&self, peer: usize, data: &[u8]) -> Result<()> {
+        let t = self.transport_rank(peer)?;
+        self.transport.send(t, &self.header(), data, self.deadline).map_err(|e| self.map_err(e))
+    }
+
+    /// Receives exactly `buf.len()` bytes from `peer`, checking that the frame belongs to
+    /// this collective.
+    ///
+    /// # Errors
+    /// [`Error::Mismatch`] when the frame's fingerprint or length differs from ours; the
+    /// transport's errors (timeout, lost peer, abort) with this collective's context.
+    pub fn recv(&self, peer: usize, buf: &mut [u8]) -> Result<()> {
+        let t = self.transport_rank(peer)?;
+        let got = self
+            .transport
+            .recv(t, self.comm_id, Channel::Collective, buf, self.deadline)
+            .map_err(|e| self.map_err(e))?;
+        if got.header.fingerprint != self.fp {
+            return Err(Error::Mismatch { peer, ours: self.fp, theirs: got.header.fingerprint });
+        }
+        if got.len != buf.len() {
+            let es = self.fp.dtype.size().max(1) as u64;
+            let mut ours = self.fp;
+            let mut theirs = self.fp;
+            ours.count = buf.len() as u64 / es;
+            theirs.count = got.len as u64 / es;
+            return Err(Error::Mismatch { peer, ours, theirs });
+        }
+        Ok(())
+    }
+
+    /// Sends `data` to `to` and receives `buf.len()` bytes from `from`; the two may proceed
+    /// together, so rings and pairwise exchanges cannot deadlock on bounded transports.
+    ///
+    /// # Errors
+    /// As [`Ctx::send`] and [`Ctx::recv`].
+    pub fn send_recv(&self, to: usize, data: &[u8], from: usize, buf: &mut [u8]) -> Result<()> {
+        self.send(to, data)?;
+        self.recv(from, buf)
+    }
+
+    /// Turns a transport error into the user-facing error of this collective.
+    pub(crate) fn map_err(&self, e: TransportError) -> Error {
+        map_transport_error(e, self.ranks, self.rank, self.fp, self.started)
+    }
+}
+
+/// Turns a transport error into the user-facing error, translating transport ranks back to
+/// communicator ranks and adding the operation's fingerprint and elapsed time.
+pub(crate) fn map_transport_error(
+    e: TransportError,
+    ranks: &[usize],
+    my_rank: usize,
+    fp: Fingerprint,
+    started: Instant,
+) -> Error {
+    let local = |t: usize| ranks.iter().position(|&r| r == t).unwrap_or(t);
+    match e {
+        TransportError::Timeout { peer } => {
+            Error::Timeout { op: fp.op, seq: fp.seq, peer: Some(local(peer)), waited: started.elapsed() }
+        }
+        TransportError::PeerLost { peer, detail } => Error::PeerLost { rank: local(peer), detail },
+        TransportError::Aborted(reason) => Error::Aborted { reason },
+        TransportError::PeerFailed { peer, error } => {
+            let p = local(peer);
+            match error {
+                // The peer found that we disagree: report the same mismatch from our side.
+                Error::Mismatch { peer: q, ours, theirs } if q == my_rank => {
+                    Error::Mismatch { peer: p, ours: theirs, theirs: ours }
+                }
+                other => Error::Aborted { reason: format!("rank {p} failed: {other}") },
+            }
+        }
+        TransportError::Other(e) => e,
+    }
+}
+
+/// How values are combined: a dtype and an op (`Avg` combines as `Sum`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Kernel {
+    /// Element type of the working buffers.
+    pub dtype: DType,
+    /// The reduction.
+    pub op: ReduceOp,
+}
+
+impl Kernel {
+    /// `acc = acc (op) src`, element-wise.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] on length or alignment problems (internal bugs).
+    pub fn combine(&self, acc: &mut [u8], src: &[u8]) -> Result<()> {
+        kernels::combine(self.dtype, self.op, acc, src)
+    }
+
+    /// Bytes per element.
+    pub fn elem(&self) -> usize {
+        self.dtype.size()
+    }
+}
+
+/// The `i`-th of `n` near-equal blocks of `count` elements: the first `count % n` blocks
+/// have one element more. Blocks may be empty when `count < n`.
+pub fn block(count: usize, n: usize, i: usize) -> Range<usize> {
+    let base = count / n;
+    let extra = count % n;
+    let start = i * base + i.min(extra);
+    let len = base + usize::from(i < extra);
+    start..start + len
+}
+
+/// [`block`] in bytes for elements of `elem` bytes.
+pub fn block_bytes(count: usize, n: usize, i: usize, elem: usize) -> Range<usize> {
+    let r = block(count, n, i);
+    r.start * elem..r.end * elem
+}
+
+/// A zeroed scratch buffer aligned for every dtype (8 bytes).
+pub struct Scratch {
+    words: Vec<u64>,
+    len: usize,
+}
+
+impl Scratch {
+    /// `len` zeroed bytes.
+    pub fn new(len: usize) -> Scratch {
+        Scratch { words: vec![0u64; len.div_ceil(8)], len }
+    }
+
+    /// The bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &bytemuck::cast_slice(&self.words)[..self.len]
+    }
+
+    /// The bytes, writable.
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut bytemuck::cast_slice_mut(&mut self.words)[..self.len]
+    }
+
+    /// A copy of `src` in aligned memory.
+    pub fn copy_of(src: &[u8]) -> Scratch {
+        let mut s = Scratch::new(src.len());
+        s.bytes_mut().copy_from_slice(src);
+        s
+    }
+}
+
+/// Two disjoint byte ranges of one buffer: the first to read, the second to write.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] when the ranges overlap or leave the buffer (internal bugs).
+pub fn split_pair(buf: &mut [u8], read: Range<usize>, write: Range<usize>) -> Result<(&[u8], &mut [u8])> {
+    let ok = read.end <= buf.len() && write.end <= buf.len() && (read.end <= write.start || write.end <= read.start);
+    if !(ok || read.is_empty() || write.is_empty()) {
+        return Err(Error::invalid(format!("overlapping blocks {read:?} and {write:?} in {} bytes", buf.len())));
+    }
+    if read.is_empty() {
+        let w = buf.get_mut(write.clone()).ok_or_else(|| Error::invalid(format!("block {write:?} out of range")))?;
+        return Ok((&[], w));
+    }
+    if write.is_empty() {
+        let r = buf.get(read.clone()).ok_or_else(|| Error::invalid(format!("block {read:?} out of range")))?;
+        return Ok((r, &mut []));
+    }
+    if read.start < write.start {
+        let (lo, hi) = buf.split_at_mut(write.start);
+        Ok((&lo[read], &mut hi[..write.len()]))
+    } else {
+        let (lo, hi) = buf.split_at_mut(read.start);
+        Ok((&hi[..read.len()], &mut lo[write]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocks_cover_exactly() {
+        for count in [0usize, 1, 2, 7, 8, 13, 100] {
+            for n in 1..=9 {
+                let mut next = 0;
+                for i in 0..n {
+                    let b = block(count, n, i);
+                    assert_eq!(b.start, next);
+                    assert!(b.len() == count / n || b.len() == count / n + 1);
+                    next = b.end;
+                }
+                assert_eq!(next, count);
+            }
+        }
+    }
+}

@@ -1,0 +1,3 @@
+//! reduce: the root ends with the element-wise reduction of all inputs.
+
+pub mod binomial_tree;

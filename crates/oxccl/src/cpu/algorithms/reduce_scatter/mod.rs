@@ -1,0 +1,3 @@
+//! reduce_scatter: rank i ends with block i of the element-wise reduction of all inputs.
+
+pub mod ring;

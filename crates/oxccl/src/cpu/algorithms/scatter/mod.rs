@@ -1,0 +1,3 @@
+//! scatter: rank i ends with block i of the root's buffer.
+
+pub mod linear;

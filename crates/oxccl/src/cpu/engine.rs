@@ -1,0 +1,413 @@
+//! The executor of the CPU backends: one communicator's operations run one at a time, in
+//! submission order, like a CUDA stream. Blocking calls run on the caller's thread when
+//! nothing is queued (no thread hand-off on the latency path); async calls run on a worker
+//! thread started on first use. Any failure poisons the communicator and is reported to the
+//! peers so that they fail fast instead of waiting for their deadlines.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::algorithms::{all_gather, Ctx};
+use super::dispatch;
+use super::point_to_point::P2pCtx;
+use super::selector;
+use super::transport::Transport;
+use crate::algorithm::{not_applicable, Algorithm};
+use crate::backend::{Backend, Completion, MessageInfo, Mode, Op, Pending};
+use crate::config::{CallOptions, ResolvedConfig};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::fingerprint::{Fingerprint, OpKind};
+
+/// The id of a world's first communicator; sub-communicators derive theirs from it.
+pub const WORLD_COMM_ID: u64 = 1;
+
+/// One rank's membership in one communicator of a CPU backend (`local`, later `cpu`).
+pub struct CpuBackend {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    name: &'static str,
+    transport: Arc<dyn Transport>,
+    comm_id: u64,
+    /// Communicator rank -> transport rank.
+    ranks: Arc<[usize]>,
+    rank: usize,
+    cfg: ResolvedConfig,
+    exec: Mutex<ExecState>,
+    exec_cv: Condvar,
+    state: Mutex<CommState>,
+}
+
+#[derive(Default)]
+struct ExecState {
+    queue: VecDeque<Job>,
+    busy: bool,
+    shutdown: bool,
+    worker: Option<JoinHandle<()>>,
+}
+
+#[derive(Default)]
+struct CommState {
+    seq: u64,
+    poisoned: Option<Error>,
+}
+
+struct Job {
+    op: Op,
+    opts: CallOptions,
+    slot: Arc<Slot>,
+}
+
+/// The completion of one operation.
+#[derive(Default)]
+struct Slot {
+    result: Mutex<Option<Result<Completion>>>,
+    cv: Condvar,
+}
+
+fn relock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every critical section here is a few field updates that cannot be left half done,
+    // so the data behind a poisoned lock is consistent.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Slot {
+    fn done(r: Result<Completion>) -> Arc<Slot> {
+        Arc::new(Slot { result: Mutex::new(Some(r)), cv: Condvar::new() })
+    }
+
+    fn complete(&self, r: Result<Completion>) {
+        *relock(&self.result) = Some(r);
+        self.cv.notify_all();
+    }
+}
+
+impl Pending for Slot {
+    fn wait(&self, timeout: Option<Duration>) -> Option<Result<Completion>> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut g = relock(&self.result);
+        loop {
+            if let Some(r) = g.as_ref() {
+                return Some(r.clone());
+            }
+            match deadline {
+                None => g = self.cv.wait(g).unwrap_or_else(|p| p.into_inner()),
+                Some(d) => {
+                    let now = Instant::now();
+                    if now >= d {
+                        return None;
+                    }
+                    g = self.cv.wait_timeout(g, d - now).unwrap_or_else(|p| p.into_inner()).0;
+                }
+            }
+        }
+    }
+
+    fn is_completed(&self) -> bool {
+        relock(&self.result).is_some()
+    }
+}
+
+/// Mixes a parent id, a sequence number and a color into a new communicator id.
+fn derive_comm_id(parent: u64, seq: u64, color: u64) -> u64 {
+    let mut x = parent ^ seq.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ color.rotate_left(32);
+    // splitmix64 finaliser
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    // Setting bit 1 keeps derived ids away from 0 and WORLD_COMM_ID.
+    (x ^ (x >> 31)) | 2
+}
+
+impl CpuBackend {
+    /// A communicator over `transport` with id `comm_id` whose rank i is transport rank
+    /// `ranks[i]`; this endpoint is rank `rank`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `rank` is out of range or `ranks[rank]` is not this
+    /// transport's rank.
+    pub fn new(
+        name: &'static str,
+        transport: Arc<dyn Transport>,
+        comm_id: u64,
+        ranks: Arc<[usize]>,
+        rank: usize,
+        cfg: ResolvedConfig,
+    ) -> Result<CpuBackend> {
+        if ranks.get(rank) != Some(&transport.rank()) {
+            return Err(Error::invalid(format!(
+                "rank {rank} of {:?} is not transport rank {}",
+                ranks,
+                transport.rank()
+            )));
+        }
+        Ok(CpuBackend {
+            inner: Arc::new(Inner {
+                name,
+                transport,
+                comm_id,
+                ranks,
+                rank,
+                cfg,
+                exec: Mutex::new(ExecState::default()),
+                exec_cv: Condvar::new(),
+                state: Mutex::new(CommState::default()),
+            }),
+        })
+    }
+}
+
+impl Inner {
+    fn timeout(&self, opts: &CallOptions) -> Duration {
+        opts.timeout.unwrap_or(self.cfg.timeout)
+    }
+
+    fn check_poisoned(&self) -> Result<()> {
+        match &relock(&self.state).poisoned {
+            None => Ok(()),
+            Some(Error::Aborted { reason }) => Err(Error::Aborted { reason: reason.clone() }),
+            Some(e) => Err(Error::Aborted { reason: format!("an earlier operation failed: {e}") }),
+        }
+    }
+
+    fn next_seq(&self) -> Result<u64> {
+        self.check_poisoned()?;
+        let mut st = relock(&self.state);
+        let s = st.seq;
+        st.seq += 1;
+        Ok(s)
+    }
+
+    fn peers(&self) -> Vec<usize> {
+        self.ranks.iter().copied().filter(|&r| r != self.ranks[self.rank]).collect()
+    }
+
+    /// Marks the communicator failed with `e` and tells the peers.
+    fn poison(&self, e: &Error) {
+        {
+            let mut st = relock(&self.state);
+            if st.poisoned.is_some() {
+                return;
+            }
+            st.poisoned = Some(e.clone());
+        }
+        self.transport.notify_failure(self.comm_id, &self.peers(), e);
+    }
+
+    fn ctx(&self, fp: Fingerprint, opts: &CallOptions) -> Ctx<'_> {
+        let started = Instant::now();
+        Ctx {
+            transport: &*self.transport,
+            comm_id: self.comm_id,
+            ranks: &self.ranks,
+            rank: self.rank,
+            fp,
+            started,
+            deadline: started + self.timeout(opts),
+        }
+    }
+
+    /// Runs one operation on the calling thread.
+    fn execute(&self, op: &Op, opts: &CallOptions) -> Result<Completion> {
+        let kind = op.kind();
+        let forced = if opts.algorithm != Algorithm::Auto { opts.algorithm } else { self.cfg.algorithms.for_op(kind) };
+        if !forced.applies_to(kind) {
+            // Refused before a sequence number is taken: the communicator stays in step.
+            return Err(not_applicable(kind, forced));
+        }
+        let seq = self.next_seq()?;
+        let result = if let Op::Batch(ops) = op {
+            let started = Instant::now();
+            let p = P2pCtx {
+                transport: &*self.transport,
+                comm_id: self.comm_id,
+                ranks: &self.ranks,
+                rank: self.rank,
+                seq,
+                started,
+                deadline: started + self.timeout(opts),
+            };
+            // SAFETY: `op` came through `Backend::submit`, whose contract the submitter upholds.
+            unsafe { p.run(ops) }
+        } else {
+            let algo = selector::choose(kind, dispatch::message_bytes(op), self.ranks.len(), forced);
+            let ctx = self.ctx(dispatch::fingerprint(op, seq, algo), opts);
+            // SAFETY: `op` came through `Backend::submit`, whose contract the submitter upholds.
+            unsafe { dispatch::run(&ctx, op, algo) }.map(|()| Completion::default())
+        };
+        if let Err(e) = &result {
+            self.poison(e);
+        }
+        result
+    }
+
+    /// Waits until no operation runs or is queued, then marks the executor busy.
+    fn acquire(&self) -> MutexGuard<'_, ExecState> {
+        let mut ex = relock(&self.exec);
+        while ex.busy || !ex.queue.is_empty() {
+            ex = self.exec_cv.wait(ex).unwrap_or_else(|p| p.into_inner());
+        }
+        ex.busy = true;
+        ex
+    }
+
+    fn release_exec(&self) {
+        relock(&self.exec).busy = false;
+        self.exec_cv.notify_all();
+    }
+
+    /// Runs `f` on this thread once every earlier operation has finished.
+    fn run_inline<R>(&self, f: impl FnOnce() -> R) -> R {
+        drop(self.acquire());
+        let r = f();
+        self.release_exec();
+        r
+    }
+
+    fn worker_loop(self: Arc<Self>) {
+        let mut ex = relock(&self.exec);
+        loop {
+            if !ex.busy {
+                if let Some(job) = ex.queue.pop_front() {
+                    ex.busy = true;
+                    drop(ex);
+                    let r = self.execute(&job.op, &job.opts);
+                    job.slot.complete(r);
+                    ex = relock(&self.exec);
+                    ex.busy = false;
+                    self.exec_cv.notify_all();
+                    continue;
+                }
+                if ex.shutdown {
+                    return;
+                }
+            }
+            ex = self.exec_cv.wait(ex).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    fn split(&self, color: Option<u32>, key: i64, opts: &CallOptions) -> Result<Option<CpuBackend>> {
+        let seq = self.next_seq()?;
+        let n = self.ranks.len();
+        let fp = Fingerprint {
+            seq,
+            op: OpKind::Split,
+            dtype: DType::I64,
+            count: 2,
+            root: None,
+            reduce: None,
+            algorithm: Algorithm::Ring,
+        };
+        let ctx = self.ctx(fp, opts);
+        let mut table = vec![0i64; 2 * n];
+        table[2 * self.rank] = color.map_or(-1, i64::from);
+        table[2 * self.rank + 1] = key;
+        let r = all_gather::ring::run(&ctx, bytemuck::cast_slice_mut(&mut table), 16);
+        if let Err(e) = r {
+            self.poison(&e);
+            return Err(e);
+        }
+        let Some(color) = color else { return Ok(None) };
+        let mut members: Vec<(i64, usize)> =
+            (0..n).filter(|&i| table[2 * i] == i64::from(color)).map(|i| (table[2 * i + 1], i)).collect();
+        members.sort_unstable();
+        let ranks: Arc<[usize]> = members.iter().map(|&(_, i)| self.ranks[i]).collect();
+        let rank = members
+            .iter()
+            .position(|&(_, i)| i == self.rank)
+            .ok_or_else(|| Error::invalid("split: this rank is missing from its own color group (internal error)"))?;
+        let id = derive_comm_id(self.comm_id, seq, u64::from(color));
+        CpuBackend::new(self.name, Arc::clone(&self.transport), id, ranks, rank, self.cfg.clone()).map(Some)
+    }
+}
+
+impl Backend for CpuBackend {
+    fn name(&self) -> &'static str {
+        self.inner.name
+    }
+
+    fn rank(&self) -> usize {
+        self.inner.rank
+    }
+
+    fn world_size(&self) -> usize {
+        self.inner.ranks.len()
+    }
+
+    fn timeout(&self) -> Duration {
+        self.inner.cfg.timeout
+    }
+
+    unsafe fn submit(&self, op: Op, mode: Mode, opts: &CallOptions) -> Result<Arc<dyn Pending>> {
+        self.inner.check_poisoned()?;
+        match mode {
+            Mode::Blocking => {
+                let r = self.inner.run_inline(|| self.inner.execute(&op, opts));
+                Ok(Slot::done(r))
+            }
+            Mode::Async => {
+                let slot = Arc::new(Slot::default());
+                let mut ex = relock(&self.inner.exec);
+                if ex.worker.is_none() {
+                    let inner = Arc::clone(&self.inner);
+                    let handle = std::thread::Builder::new()
+                        .name(format!("oxccl-{}-r{}", self.inner.name, self.inner.rank))
+                        .spawn(move || inner.worker_loop())
+                        .map_err(|e| Error::io("starting the communicator's worker thread", &e))?;
+                    ex.worker = Some(handle);
+                }
+                ex.queue.push_back(Job { op, opts: *opts, slot: Arc::clone(&slot) });
+                drop(ex);
+                self.inner.exec_cv.notify_all();
+                Ok(slot)
+            }
+        }
+    }
+
+    fn probe(&self, peer: usize, tag: u32) -> Result<Option<MessageInfo>> {
+        self.inner.check_poisoned()?;
+        let started = Instant::now();
+        let p = P2pCtx {
+            transport: &*self.inner.transport,
+            comm_id: self.inner.comm_id,
+            ranks: &self.inner.ranks,
+            rank: self.inner.rank,
+            seq: 0,
+            started,
+            deadline: started,
+        };
+        p.probe(peer, tag)
+    }
+
+    fn split(&self, color: Option<u32>, key: i64, opts: &CallOptions) -> Result<Option<Arc<dyn Backend>>> {
+        self.inner.check_poisoned()?;
+        let r = self.inner.run_inline(|| self.inner.split(color, key, opts))?;
+        Ok(r.map(|b| Arc::new(b) as Arc<dyn Backend>))
+    }
+
+    fn abort(&self, reason: &str) {
+        let e = Error::Aborted { reason: format!("rank {} called abort: {reason}", self.inner.rank) };
+        self.inner.poison(&e);
+        self.inner.transport.abort(self.inner.comm_id, reason);
+    }
+}
+
+impl Drop for CpuBackend {
+    fn drop(&mut self) {
+        let worker = {
+            let mut ex = relock(&self.inner.exec);
+            ex.shutdown = true;
+            ex.worker.take()
+        };
+        self.inner.exec_cv.notify_all();
+        if let Some(w) = worker {
+            // The worker drains its queue (every operation has a deadline) and exits; a
+            // panic inside it has already been reported through the operation's slot.
+            let _ = w.join();
+        }
+        self.inner.transport.release(self.inner.comm_id, &self.inner.peers());
+    }
+}

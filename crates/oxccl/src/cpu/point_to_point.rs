@@ -1,0 +1,108 @@
+//! Point-to-point send/recv, probe and batches over a [`Transport`]: tagged messages,
+//! matched per (source, tag) in order, like MPI.
+//!
+//! Sends are eager (the transport buffers them), so a batch posts every send first and then
+//! completes every receive: no order of sends and receives across ranks can deadlock.
+
+use std::time::Instant;
+
+use super::algorithms::map_transport_error;
+use super::transport::{Channel, Header, Transport};
+use crate::algorithm::Algorithm;
+use crate::backend::{Completion, MessageInfo, P2p};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::fingerprint::{Fingerprint, OpKind};
+
+/// The communicator a batch runs in.
+pub struct P2pCtx<'a> {
+    pub(crate) transport: &'a dyn Transport,
+    pub(crate) comm_id: u64,
+    pub(crate) ranks: &'a [usize],
+    pub(crate) rank: usize,
+    pub(crate) seq: u64,
+    pub(crate) started: Instant,
+    pub(crate) deadline: Instant,
+}
+
+fn fp(op: OpKind, seq: u64, dtype: DType, count: usize) -> Fingerprint {
+    Fingerprint { seq, op, dtype, count: count as u64, root: None, reduce: None, algorithm: Algorithm::Linear }
+}
+
+impl P2pCtx<'_> {
+    fn peer(&self, p: usize) -> Result<usize> {
+        self.ranks.get(p).copied().ok_or_else(|| Error::invalid(format!("rank {p} is not in this communicator")))
+    }
+
+    /// Runs a batch: all sends, then all receives in order.
+    ///
+    /// # Safety
+    /// The buffers in `ops` must satisfy the `Backend::submit` contract.
+    ///
+    /// # Errors
+    /// Transport errors; [`Error::Mismatch`] when a message has another dtype than the
+    /// receive buffer or does not fit in it.
+    pub unsafe fn run(&self, ops: &[P2p]) -> Result<Completion> {
+        let map = |e, op, dtype, count| {
+            map_transport_error(e, self.ranks, self.rank, fp(op, self.seq, dtype, count), self.started)
+        };
+        for op in ops {
+            if let P2p::Send { buf, peer, tag } = op {
+                let data: &[u8] = if buf.count == 0 {
+                    &[]
+                } else {
+                    // SAFETY: the submit contract keeps `buf` valid and unchanged until completion.
+                    unsafe { std::slice::from_raw_parts(buf.ptr, buf.bytes()) }
+                };
+                let h = Header {
+                    comm_id: self.comm_id,
+                    channel: Channel::PointToPoint(*tag),
+                    fingerprint: fp(OpKind::Send, self.seq, buf.dtype, buf.count),
+                };
+                self.transport
+                    .send(self.peer(*peer)?, &h, data, self.deadline)
+                    .map_err(|e| map(e, OpKind::Send, buf.dtype, buf.count))?;
+            }
+        }
+        let mut received = Vec::new();
+        for op in ops {
+            if let P2p::Recv { buf, peer, tag } = op {
+                let dst: &mut [u8] = if buf.count == 0 {
+                    &mut []
+                } else {
+                    // SAFETY: the submit contract gives this operation sole use of `buf`.
+                    unsafe { std::slice::from_raw_parts_mut(buf.ptr, buf.bytes()) }
+                };
+                let got = self
+                    .transport
+                    .recv(self.peer(*peer)?, self.comm_id, Channel::PointToPoint(*tag), dst, self.deadline)
+                    .map_err(|e| map(e, OpKind::Recv, buf.dtype, buf.count))?;
+                let theirs = got.header.fingerprint;
+                let es = buf.dtype.size();
+                if theirs.dtype != buf.dtype || got.len > dst.len() || got.len % es != 0 {
+                    return Err(Error::Mismatch {
+                        peer: *peer,
+                        ours: fp(OpKind::Recv, self.seq, buf.dtype, buf.count),
+                        theirs,
+                    });
+                }
+                received.push(got.len / es);
+            }
+        }
+        Ok(Completion { received })
+    }
+
+    /// The first unreceived message from `peer` with `tag`, if any.
+    ///
+    /// # Errors
+    /// Transport errors (abort, failure, lost peer with nothing queued).
+    pub fn probe(&self, peer: usize, tag: u32) -> Result<Option<MessageInfo>> {
+        let got = self.transport.probe(self.peer(peer)?, self.comm_id, Channel::PointToPoint(tag)).map_err(|e| {
+            map_transport_error(e, self.ranks, self.rank, fp(OpKind::Recv, self.seq, DType::U8, 0), self.started)
+        })?;
+        Ok(got.map(|r| {
+            let dtype = r.header.fingerprint.dtype;
+            MessageInfo { source: peer, tag, dtype, count: r.len / dtype.size() }
+        }))
+    }
+}

@@ -1,0 +1,225 @@
+//! Reduction kernels: combine two buffers element-wise for every dtype × op.
+//!
+//! Loops are written so the compiler vectorizes them (one tight loop per dtype and op, the
+//! op chosen outside the loop). `f16`/`bf16` collectives do not reduce in half precision:
+//! the dispatcher widens them to `f32` working buffers ([`widen`]), reduces there, and rounds
+//! once at the end ([`narrow`]), so a sum over many ranks is as exact as the type allows.
+
+use half::{bf16, f16};
+
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::reduce_op::ReduceOp;
+
+/// Arithmetic the kernels need, per element type.
+trait Arith: bytemuck::Pod {
+    fn add(a: Self, b: Self) -> Self;
+    fn mul(a: Self, b: Self) -> Self;
+    fn min(a: Self, b: Self) -> Self;
+    fn max(a: Self, b: Self) -> Self;
+    fn div_count(a: Self, n: usize) -> Self;
+}
+
+macro_rules! int_arith {
+    ($($t:ty),*) => {$(
+        impl Arith for $t {
+            #[inline(always)] fn add(a: Self, b: Self) -> Self { a.wrapping_add(b) }
+            #[inline(always)] fn mul(a: Self, b: Self) -> Self { a.wrapping_mul(b) }
+            #[inline(always)] fn min(a: Self, b: Self) -> Self { Ord::min(a, b) }
+            #[inline(always)] fn max(a: Self, b: Self) -> Self { Ord::max(a, b) }
+            // Truncates toward zero; `n` is a world size, so it fits every integer type we
+            // divide (world sizes above 127 with i8 saturate the divisor, giving 0 or -1/+1).
+            #[inline(always)] fn div_count(a: Self, n: usize) -> Self {
+                match <$t>::try_from(n) { Ok(d) if d != 0 => a.wrapping_div(d), _ => 0 }
+            }
+        }
+    )*};
+}
+int_arith!(i8, u8, i32, u32, i64, u64);
+
+macro_rules! float_arith {
+    ($($t:ty),*) => {$(
+        impl Arith for $t {
+            #[inline(always)] fn add(a: Self, b: Self) -> Self { a + b }
+            #[inline(always)] fn mul(a: Self, b: Self) -> Self { a * b }
+            #[inline(always)] fn min(a: Self, b: Self) -> Self { a.min(b) }
+            #[inline(always)] fn max(a: Self, b: Self) -> Self { a.max(b) }
+            #[inline(always)] fn div_count(a: Self, n: usize) -> Self { a / n as $t }
+        }
+    )*};
+}
+float_arith!(f32, f64);
+
+macro_rules! half_arith {
+    ($($t:ty),*) => {$(
+        impl Arith for $t {
+            #[inline(always)] fn add(a: Self, b: Self) -> Self { <$t>::from_f32(a.to_f32() + b.to_f32()) }
+            #[inline(always)] fn mul(a: Self, b: Self) -> Self { <$t>::from_f32(a.to_f32() * b.to_f32()) }
+            #[inline(always)] fn min(a: Self, b: Self) -> Self { <$t>::from_f32(a.to_f32().min(b.to_f32())) }
+            #[inline(always)] fn max(a: Self, b: Self) -> Self { <$t>::from_f32(a.to_f32().max(b.to_f32())) }
+            #[inline(always)] fn div_count(a: Self, n: usize) -> Self { <$t>::from_f32(a.to_f32() / n as f32) }
+        }
+    )*};
+}
+half_arith!(f16, bf16);
+
+#[inline(always)]
+fn zip_apply<T: Arith>(acc: &mut [T], src: &[T], f: impl Fn(T, T) -> T) {
+    for (a, b) in acc.iter_mut().zip(src) {
+        *a = f(*a, *b);
+    }
+}
+
+fn combine_typed<T: Arith>(op: ReduceOp, acc: &mut [u8], src: &[u8]) -> Result<()> {
+    let acc: &mut [T] = bytemuck::try_cast_slice_mut(acc).map_err(misaligned)?;
+    let src: &[T] = bytemuck::try_cast_slice(src).map_err(misaligned)?;
+    match op {
+        ReduceOp::Sum | ReduceOp::Avg => zip_apply(acc, src, T::add),
+        ReduceOp::Prod => zip_apply(acc, src, T::mul),
+        ReduceOp::Min => zip_apply(acc, src, T::min),
+        ReduceOp::Max => zip_apply(acc, src, T::max),
+    }
+    Ok(())
+}
+
+fn misaligned(e: bytemuck::PodCastError) -> Error {
+    Error::invalid(format!("buffer is not aligned for its element type ({e:?})"))
+}
+
+macro_rules! by_dtype {
+    ($dtype:expr, $f:ident, $($args:expr),*) => {
+        match $dtype {
+            DType::I8 => $f::<i8>($($args),*),
+            DType::U8 => $f::<u8>($($args),*),
+            DType::I32 => $f::<i32>($($args),*),
+            DType::U32 => $f::<u32>($($args),*),
+            DType::I64 => $f::<i64>($($args),*),
+            DType::U64 => $f::<u64>($($args),*),
+            DType::F16 => $f::<f16>($($args),*),
+            DType::BF16 => $f::<bf16>($($args),*),
+            DType::F32 => $f::<f32>($($args),*),
+            DType::F64 => $f::<f64>($($args),*),
+        }
+    };
+}
+
+/// `acc[i] = acc[i] (op) src[i]` for every element. `Avg` combines as `Sum`
+/// (the division happens once, in [`divide`]).
+///
+/// # Errors
+/// [`Error::InvalidArgument`] when the lengths differ or a buffer is misaligned for `dtype`.
+pub fn combine(dtype: DType, op: ReduceOp, acc: &mut [u8], src: &[u8]) -> Result<()> {
+    if acc.len() != src.len() || !acc.len().is_multiple_of(dtype.size()) {
+        return Err(Error::invalid(format!("reduction of {} bytes with {} bytes of {dtype}", acc.len(), src.len())));
+    }
+    by_dtype!(dtype, combine_typed, op, acc, src)
+}
+
+fn divide_typed<T: Arith>(buf: &mut [u8], n: usize) -> Result<()> {
+    let buf: &mut [T] = bytemuck::try_cast_slice_mut(buf).map_err(misaligned)?;
+    for x in buf {
+        *x = T::div_count(*x, n);
+    }
+    Ok(())
+}
+
+/// Divides every element by `n` (the last step of `Avg`): exact division for floats,
+/// truncation toward zero for integers.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] when the buffer is misaligned for `dtype`.
+pub fn divide(dtype: DType, buf: &mut [u8], n: usize) -> Result<()> {
+    by_dtype!(dtype, divide_typed, buf, n)
+}
+
+/// Converts `f16`/`bf16` elements to `f32` (`dtype` must be one of the two).
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for another dtype or a misaligned buffer.
+pub fn widen(dtype: DType, src: &[u8], dst: &mut [f32]) -> Result<()> {
+    match dtype {
+        DType::F16 => {
+            let s: &[f16] = bytemuck::try_cast_slice(src).map_err(misaligned)?;
+            for (d, x) in dst.iter_mut().zip(s) {
+                *d = x.to_f32();
+            }
+        }
+        DType::BF16 => {
+            let s: &[bf16] = bytemuck::try_cast_slice(src).map_err(misaligned)?;
+            for (d, x) in dst.iter_mut().zip(s) {
+                *d = x.to_f32();
+            }
+        }
+        other => return Err(Error::invalid(format!("widen expects f16 or bf16, not {other}"))),
+    }
+    Ok(())
+}
+
+/// Rounds `f32` values to `f16`/`bf16` (round to nearest even), the inverse of [`widen`].
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for another dtype or a misaligned buffer.
+pub fn narrow(dtype: DType, src: &[f32], dst: &mut [u8]) -> Result<()> {
+    match dtype {
+        DType::F16 => {
+            let d: &mut [f16] = bytemuck::try_cast_slice_mut(dst).map_err(misaligned)?;
+            for (o, x) in d.iter_mut().zip(src) {
+                *o = f16::from_f32(*x);
+            }
+        }
+        DType::BF16 => {
+            let d: &mut [bf16] = bytemuck::try_cast_slice_mut(dst).map_err(misaligned)?;
+            for (o, x) in d.iter_mut().zip(src) {
+                *o = bf16::from_f32(*x);
+            }
+        }
+        other => return Err(Error::invalid(format!("narrow expects f16 or bf16, not {other}"))),
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bytes<T: bytemuck::Pod>(v: &[T]) -> Vec<u8> {
+        bytemuck::cast_slice(v).to_vec()
+    }
+
+    #[test]
+    fn integer_ops_wrap_and_truncate() {
+        let mut a = bytes(&[i32::MAX, -7, 3, 10]);
+        combine(DType::I32, ReduceOp::Sum, &mut a, &bytes(&[1, 2, -5, 10])).unwrap();
+        assert_eq!(bytemuck::cast_slice::<u8, i32>(&a), &[i32::MIN, -5, -2, 20]);
+        divide(DType::I32, &mut a[4..], 2).unwrap();
+        assert_eq!(&bytemuck::cast_slice::<u8, i32>(&a)[1..], &[-2, -1, 10]);
+
+        let mut m = bytes(&[5u8, 200, 0]);
+        combine(DType::U8, ReduceOp::Max, &mut m, &bytes(&[7u8, 100, 0])).unwrap();
+        assert_eq!(m, vec![7, 200, 0]);
+        combine(DType::U8, ReduceOp::Prod, &mut m, &bytes(&[2u8, 2, 9])).unwrap();
+        assert_eq!(m, vec![14, 144, 0]);
+    }
+
+    #[test]
+    fn float_min_and_half_widening() {
+        let mut a = bytes(&[1.5f64, -2.0]);
+        combine(DType::F64, ReduceOp::Min, &mut a, &bytes(&[0.5f64, 3.0])).unwrap();
+        assert_eq!(bytemuck::cast_slice::<u8, f64>(&a), &[0.5, -2.0]);
+
+        let h = [bf16::from_f32(1.0), bf16::from_f32(-3.5)];
+        let mut w = [0f32; 2];
+        widen(DType::BF16, bytemuck::cast_slice(&h), &mut w).unwrap();
+        assert_eq!(w, [1.0, -3.5]);
+        let mut back = [bf16::ZERO; 2];
+        narrow(DType::BF16, &w, bytemuck::cast_slice_mut(&mut back)).unwrap();
+        assert_eq!(back, h);
+        assert!(widen(DType::F32, &[], &mut []).is_err());
+    }
+
+    #[test]
+    fn length_mismatch_is_an_error() {
+        let mut a = vec![0u8; 8];
+        assert!(combine(DType::F32, ReduceOp::Sum, &mut a, &[0u8; 4]).is_err());
+    }
+}

@@ -1,0 +1,121 @@
+//! Transports: how bytes move between ranks, under the algorithms.
+//!
+//! A transport delivers ordered, reliable, framed messages between the ranks of one job.
+//! Messages are multiplexed by communicator id (so sub-communicators reuse the parent's
+//! connections, as MPI's context ids do) and by [`Channel`] (collective traffic never
+//! matches point-to-point traffic). Within one (communicator, channel, source) messages
+//! arrive in the order they were sent.
+
+pub mod memory;
+
+use std::time::Instant;
+
+use crate::error::Error;
+use crate::fingerprint::Fingerprint;
+
+/// Which stream of messages a frame belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Channel {
+    /// Collective traffic: received strictly in order.
+    Collective,
+    /// Point-to-point traffic with a tag: received in order per tag.
+    PointToPoint(u32),
+}
+
+/// The header of every frame. Every field is checked by the receiver before use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    /// The communicator the frame belongs to.
+    pub comm_id: u64,
+    /// The stream within that communicator.
+    pub channel: Channel,
+    /// What the sender is running.
+    pub fingerprint: Fingerprint,
+}
+
+/// A frame that arrived: its header and payload length in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Received {
+    /// The frame's header.
+    pub header: Header,
+    /// Payload length in bytes.
+    pub len: usize,
+}
+
+/// Why a transport operation failed. Ranks are transport ranks; the algorithm layer
+/// translates them and adds the operation's context.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TransportError {
+    /// The deadline passed while waiting on `peer`.
+    Timeout {
+        /// The transport rank waited on.
+        peer: usize,
+    },
+    /// `peer` is gone.
+    PeerLost {
+        /// The transport rank lost.
+        peer: usize,
+        /// What was observed.
+        detail: String,
+    },
+    /// This rank aborted the communicator.
+    Aborted(String),
+    /// `peer` failed this communicator and told us why.
+    PeerFailed {
+        /// The transport rank that failed.
+        peer: usize,
+        /// Its error.
+        error: Error,
+    },
+    /// Anything else (I/O, a malformed frame).
+    Other(Error),
+}
+
+/// Ordered, reliable, framed point-to-point messages between the ranks of a job.
+pub trait Transport: Send + Sync + 'static {
+    /// This endpoint's rank among the transport's ranks.
+    fn rank(&self) -> usize;
+
+    /// The number of endpoints.
+    fn world_size(&self) -> usize;
+
+    /// Sends one frame to `peer`. May return before the peer received it, but the frame
+    /// will be delivered unless the peer or the communicator fails.
+    ///
+    /// # Errors
+    /// [`TransportError`] when the communicator is aborted or the peer is gone.
+    fn send(&self, peer: usize, header: &Header, payload: &[u8], deadline: Instant) -> Result<(), TransportError>;
+
+    /// Receives the next frame on `(comm_id, channel)` from `peer`. The payload is copied
+    /// into `buf` when it fits (`len <= buf.len()`); a longer frame is consumed and dropped,
+    /// and the caller sees its length.
+    ///
+    /// # Errors
+    /// [`TransportError::Timeout`] at `deadline`; the others as their names say.
+    fn recv(
+        &self,
+        peer: usize,
+        comm_id: u64,
+        channel: Channel,
+        buf: &mut [u8],
+        deadline: Instant,
+    ) -> Result<Received, TransportError>;
+
+    /// The next frame on `(comm_id, channel)` from `peer`, if one has arrived, left queued.
+    ///
+    /// # Errors
+    /// As for `recv`, when the communicator failed or the peer is gone with nothing queued.
+    fn probe(&self, peer: usize, comm_id: u64, channel: Channel) -> Result<Option<Received>, TransportError>;
+
+    /// Wakes every wait on `comm_id` at this endpoint with [`TransportError::Aborted`],
+    /// now and from now on.
+    fn abort(&self, comm_id: u64, reason: &str);
+
+    /// Tells `peers` that `comm_id` failed at this endpoint with `error`, so their waits on
+    /// it end with [`TransportError::PeerFailed`]. Best effort.
+    fn notify_failure(&self, comm_id: u64, peers: &[usize], error: &Error);
+
+    /// This endpoint is done with `comm_id`: its state is freed, and peers still waiting on
+    /// this endpoint for it (with nothing queued) get [`TransportError::PeerLost`].
+    fn release(&self, comm_id: u64, peers: &[usize]);
+}

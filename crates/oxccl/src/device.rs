@@ -1,0 +1,25 @@
+//! Where a buffer lives.
+
+use std::fmt;
+
+/// The memory a buffer lives in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Device {
+    /// Host memory.
+    #[default]
+    Cpu,
+    /// CUDA device memory on the GPU with this ordinal.
+    Cuda(u32),
+    /// ROCm/HIP device memory on the GPU with this ordinal.
+    Rocm(u32),
+}
+
+impl fmt::Display for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Device::Cpu => f.write_str("cpu"),
+            Device::Cuda(n) => write!(f, "cuda:{n}"),
+            Device::Rocm(n) => write!(f, "rocm:{n}"),
+        }
+    }
+}
