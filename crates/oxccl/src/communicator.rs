@@ -198,6 +198,20 @@ impl Communicator {
         Ok(Op::AllGather { input, output })
     }
 
+    /// In-place all_gather: this rank's input is its block of `buf`.
+    fn op_all_gather_in_place(&self, buf: RawBufMut) -> Result<Op> {
+        let c = self.block_count("all_gather_in_place", buf.count)?;
+        let input = RawBuf { ptr: buf.ptr.wrapping_add(self.rank() * c * buf.dtype.size()), count: c, ..buf.as_const() };
+        self.op_all_gather(input, buf)
+    }
+
+    /// In-place reduce_scatter: the output is this rank's block of `buf`.
+    fn op_reduce_scatter_in_place(&self, buf: RawBufMut, op: ReduceOp) -> Result<Op> {
+        let c = self.block_count("reduce_scatter_in_place", buf.count)?;
+        let output = RawBufMut { ptr: buf.ptr.wrapping_add(self.rank() * c * buf.dtype.size()), count: c, ..buf };
+        self.op_reduce_scatter(buf.as_const(), output, op)
+    }
+
     fn op_reduce_scatter(&self, input: RawBuf, output: RawBufMut, op: ReduceOp) -> Result<Op> {
         check_len("reduce_scatter", "input", input.count, output.count.saturating_mul(self.world_size()))?;
         Ok(Op::ReduceScatter { input, output, op })
@@ -346,10 +360,7 @@ impl Communicator {
     /// # Errors
     /// [`Error::InvalidArgument`] when `buf.len()` does not divide by the world size.
     pub fn all_gather_in_place<T: Element>(&self, buf: &mut [T]) -> Result<()> {
-        let c = self.block_count("all_gather_in_place", buf.len())?;
-        let o = raw_mut(buf);
-        let input = RawBuf { ptr: o.ptr.wrapping_add(self.rank() * c * o.dtype.size()), count: c, ..o.as_const() };
-        self.run(self.op_all_gather(input, o)?).map(drop)
+        self.run(self.op_all_gather_in_place(raw_mut(buf))?).map(drop)
     }
 
     /// All-gather with per-rank counts: rank i contributes `counts[i]` elements; `output`
@@ -376,10 +387,7 @@ impl Communicator {
     /// # Errors
     /// [`Error::InvalidArgument`] when `buf.len()` does not divide by the world size.
     pub fn reduce_scatter_in_place<T: Element>(&self, buf: &mut [T], op: ReduceOp) -> Result<()> {
-        let c = self.block_count("reduce_scatter_in_place", buf.len())?;
-        let whole = raw_mut(buf);
-        let output = RawBufMut { ptr: whole.ptr.wrapping_add(self.rank() * c * whole.dtype.size()), count: c, ..whole };
-        self.run(self.op_reduce_scatter(whole.as_const(), output, op)?).map(drop)
+        self.run(self.op_reduce_scatter_in_place(raw_mut(buf), op)?).map(drop)
     }
 
     /// All-to-all: `input` and `output` are world_size equal blocks; block j of this rank's
@@ -686,6 +694,123 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     ) -> Result<Work<'scope, &'scope mut [T]>> {
         let o = raw_mut(output);
         self.start(self.comm.op_all_to_all(raw(input), o)?, move |_| unsafe { rebuild(o) })
+    }
+
+    /// Async [`Communicator::reduce_into`]; `wait()` returns the output (`None` off the root).
+    ///
+    /// # Errors
+    /// Argument errors now; communication errors from [`Work::wait`].
+    pub fn reduce_into<T: Element>(
+        &self,
+        input: &'scope [T],
+        output: Option<&'scope mut [T]>,
+        op: ReduceOp,
+        root: usize,
+    ) -> Result<Work<'scope, Option<&'scope mut [T]>>> {
+        let o = output.map(raw_mut);
+        self.start(self.comm.op_reduce(raw(input), o, op, root)?, move |_| o.map(|o| unsafe { rebuild(o) }))
+    }
+
+    /// Async [`Communicator::broadcast_into`].
+    ///
+    /// # Errors
+    /// Argument errors now; communication errors from [`Work::wait`].
+    pub fn broadcast_into<T: Element>(
+        &self,
+        input: Option<&'scope [T]>,
+        output: &'scope mut [T],
+        root: usize,
+    ) -> Result<Work<'scope, &'scope mut [T]>> {
+        let o = raw_mut(output);
+        self.start(self.comm.op_broadcast(input.map(raw), o, root)?, move |_| unsafe { rebuild(o) })
+    }
+
+    /// Async [`Communicator::all_gather_in_place`].
+    ///
+    /// # Errors
+    /// Argument errors now; communication errors from [`Work::wait`].
+    pub fn all_gather_in_place<T: Element>(&self, buf: &'scope mut [T]) -> Result<Work<'scope, &'scope mut [T]>> {
+        let o = raw_mut(buf);
+        self.start(self.comm.op_all_gather_in_place(o)?, move |_| unsafe { rebuild(o) })
+    }
+
+    /// Async [`Communicator::all_gather_v`].
+    ///
+    /// # Errors
+    /// Argument errors now; communication errors from [`Work::wait`].
+    pub fn all_gather_v<T: Element>(
+        &self,
+        input: &'scope [T],
+        output: &'scope mut [T],
+        counts: &[usize],
+    ) -> Result<Work<'scope, &'scope mut [T]>> {
+        let o = raw_mut(output);
+        self.start(self.comm.op_all_gather_v(raw(input), o, counts)?, move |_| unsafe { rebuild(o) })
+    }
+
+    /// Async [`Communicator::reduce_scatter_in_place`].
+    ///
+    /// # Errors
+    /// Argument errors now; communication errors from [`Work::wait`].
+    pub fn reduce_scatter_in_place<T: Element>(
+        &self,
+        buf: &'scope mut [T],
+        op: ReduceOp,
+    ) -> Result<Work<'scope, &'scope mut [T]>> {
+        let o = raw_mut(buf);
+        self.start(self.comm.op_reduce_scatter_in_place(o, op)?, move |_| unsafe { rebuild(o) })
+    }
+
+    /// Async [`Communicator::all_to_all_in_place`].
+    ///
+    /// # Errors
+    /// Argument errors now; communication errors from [`Work::wait`].
+    pub fn all_to_all_in_place<T: Element>(&self, buf: &'scope mut [T]) -> Result<Work<'scope, &'scope mut [T]>> {
+        let o = raw_mut(buf);
+        self.start(self.comm.op_all_to_all(o.as_const(), o)?, move |_| unsafe { rebuild(o) })
+    }
+
+    /// Async [`Communicator::all_to_all_v`].
+    ///
+    /// # Errors
+    /// Argument errors now; communication errors from [`Work::wait`].
+    pub fn all_to_all_v<T: Element>(
+        &self,
+        input: &'scope [T],
+        send_counts: &[usize],
+        output: &'scope mut [T],
+        recv_counts: &[usize],
+    ) -> Result<Work<'scope, &'scope mut [T]>> {
+        let o = raw_mut(output);
+        self.start(self.comm.op_all_to_all_v(raw(input), send_counts, o, recv_counts)?, move |_| unsafe { rebuild(o) })
+    }
+
+    /// Async [`Communicator::gather`]; `wait()` returns the output (`None` off the root).
+    ///
+    /// # Errors
+    /// Argument errors now; communication errors from [`Work::wait`].
+    pub fn gather<T: Element>(
+        &self,
+        input: &'scope [T],
+        output: Option<&'scope mut [T]>,
+        root: usize,
+    ) -> Result<Work<'scope, Option<&'scope mut [T]>>> {
+        let o = output.map(raw_mut);
+        self.start(self.comm.op_gather(raw(input), o, root)?, move |_| o.map(|o| unsafe { rebuild(o) }))
+    }
+
+    /// Async [`Communicator::scatter`].
+    ///
+    /// # Errors
+    /// Argument errors now; communication errors from [`Work::wait`].
+    pub fn scatter<T: Element>(
+        &self,
+        input: Option<&'scope [T]>,
+        output: &'scope mut [T],
+        root: usize,
+    ) -> Result<Work<'scope, &'scope mut [T]>> {
+        let o = raw_mut(output);
+        self.start(self.comm.op_scatter(input.map(raw), o, root)?, move |_| unsafe { rebuild(o) })
     }
 
     /// Async [`Communicator::barrier`].

@@ -24,6 +24,34 @@
 //! })
 //! .unwrap();
 //! ```
+//!
+//! The borrow checker enforces the rules. Touching a buffer while its operation is in flight
+//! does not compile:
+//!
+//! ```compile_fail
+//! # use oxccl::{local, ReduceOp};
+//! # local::run(1, |comm| {
+//! let mut grads = vec![1.0f32; 8];
+//! comm.scope(|s| {
+//!     let w = s.all_reduce(&mut grads, ReduceOp::Sum)?;
+//!     grads[0] = 0.0; // error: `grads` is borrowed by the operation
+//!     w.wait().map(drop)
+//! })
+//! # }).unwrap();
+//! ```
+//!
+//! Nor does lending an async operation a buffer that dies before the scope ends:
+//!
+//! ```compile_fail
+//! # use oxccl::{local, ReduceOp};
+//! # local::run(1, |comm| {
+//! comm.scope(|s| {
+//!     let mut short_lived = vec![1.0f32; 8];
+//!     s.all_reduce(&mut short_lived, ReduceOp::Sum)?; // error: does not live long enough
+//!     Ok(())
+//! })
+//! # }).unwrap();
+//! ```
 
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};

@@ -121,6 +121,9 @@ fn prefix_blocks(counts: &[usize], elem: usize) -> Vec<Range<usize>> {
 fn run_all_reduce(ctx: &Ctx, buf: &mut [u8], k: &Kernel, algo: Algorithm) -> Result<()> {
     match algo {
         Algorithm::Ring => all_reduce::ring::run(ctx, buf, k),
+        Algorithm::RecursiveDoubling => all_reduce::recursive_doubling::run(ctx, buf, k),
+        Algorithm::Rabenseifner => all_reduce::rabenseifner::run(ctx, buf, k),
+        Algorithm::BinomialTree => all_reduce::binomial_tree::run(ctx, buf, k),
         other => Err(not_applicable(OpKind::AllReduce, other)),
     }
 }
@@ -128,6 +131,7 @@ fn run_all_reduce(ctx: &Ctx, buf: &mut [u8], k: &Kernel, algo: Algorithm) -> Res
 fn run_reduce_scatter(ctx: &Ctx, buf: &mut [u8], k: &Kernel, algo: Algorithm) -> Result<()> {
     match algo {
         Algorithm::Ring => reduce_scatter::ring::run(ctx, buf, k),
+        Algorithm::RecursiveHalving => reduce_scatter::recursive_halving::run(ctx, buf, k),
         other => Err(not_applicable(OpKind::ReduceScatter, other)),
     }
 }
@@ -135,6 +139,7 @@ fn run_reduce_scatter(ctx: &Ctx, buf: &mut [u8], k: &Kernel, algo: Algorithm) ->
 fn run_all_gather(ctx: &Ctx, buf: &mut [u8], block: usize, algo: Algorithm) -> Result<()> {
     match algo {
         Algorithm::Ring => all_gather::ring::run(ctx, buf, block),
+        Algorithm::Bruck => all_gather::bruck::run(ctx, buf, block),
         other => Err(not_applicable(OpKind::AllGather, other)),
     }
 }

@@ -82,6 +82,9 @@ fn combine_typed<T: Arith>(op: ReduceOp, acc: &mut [u8], src: &[u8]) -> Result<(
     Ok(())
 }
 
+// Empty slices need no work, and may be dangling `&mut []`s that are not aligned for the
+// dtype (which bytemuck would reject): every entry point below returns early on them.
+
 fn misaligned(e: bytemuck::PodCastError) -> Error {
     Error::invalid(format!("buffer is not aligned for its element type ({e:?})"))
 }
@@ -112,6 +115,9 @@ pub fn combine(dtype: DType, op: ReduceOp, acc: &mut [u8], src: &[u8]) -> Result
     if acc.len() != src.len() || !acc.len().is_multiple_of(dtype.size()) {
         return Err(Error::invalid(format!("reduction of {} bytes with {} bytes of {dtype}", acc.len(), src.len())));
     }
+    if acc.is_empty() {
+        return Ok(());
+    }
     by_dtype!(dtype, combine_typed, op, acc, src)
 }
 
@@ -129,6 +135,9 @@ fn divide_typed<T: Arith>(buf: &mut [u8], n: usize) -> Result<()> {
 /// # Errors
 /// [`Error::InvalidArgument`] when the buffer is misaligned for `dtype`.
 pub fn divide(dtype: DType, buf: &mut [u8], n: usize) -> Result<()> {
+    if buf.is_empty() {
+        return Ok(());
+    }
     by_dtype!(dtype, divide_typed, buf, n)
 }
 
@@ -137,6 +146,9 @@ pub fn divide(dtype: DType, buf: &mut [u8], n: usize) -> Result<()> {
 /// # Errors
 /// [`Error::InvalidArgument`] for another dtype or a misaligned buffer.
 pub fn widen(dtype: DType, src: &[u8], dst: &mut [f32]) -> Result<()> {
+    if src.is_empty() && matches!(dtype, DType::F16 | DType::BF16) {
+        return Ok(());
+    }
     match dtype {
         DType::F16 => {
             let s: &[f16] = bytemuck::try_cast_slice(src).map_err(misaligned)?;
@@ -160,6 +172,9 @@ pub fn widen(dtype: DType, src: &[u8], dst: &mut [f32]) -> Result<()> {
 /// # Errors
 /// [`Error::InvalidArgument`] for another dtype or a misaligned buffer.
 pub fn narrow(dtype: DType, src: &[f32], dst: &mut [u8]) -> Result<()> {
+    if dst.is_empty() && matches!(dtype, DType::F16 | DType::BF16) {
+        return Ok(());
+    }
     match dtype {
         DType::F16 => {
             let d: &mut [f16] = bytemuck::try_cast_slice_mut(dst).map_err(misaligned)?;
@@ -215,6 +230,16 @@ mod tests {
         narrow(DType::BF16, &w, bytemuck::cast_slice_mut(&mut back)).unwrap();
         assert_eq!(back, h);
         assert!(widen(DType::F32, &[], &mut []).is_err());
+    }
+
+    #[test]
+    fn empty_unaligned_buffers_are_fine() {
+        // A dangling empty slice is only 1-byte aligned.
+        let empty: &mut [u8] = &mut [];
+        combine(DType::F64, ReduceOp::Sum, empty, &[]).unwrap();
+        divide(DType::I64, empty, 3).unwrap();
+        narrow(DType::BF16, &[], empty).unwrap();
+        widen(DType::F16, &[], &mut []).unwrap();
     }
 
     #[test]

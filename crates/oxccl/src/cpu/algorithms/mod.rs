@@ -14,6 +14,7 @@ pub mod all_to_all;
 pub mod barrier;
 pub mod broadcast;
 pub mod gather;
+pub mod halving_doubling;
 pub mod reduce;
 pub mod reduce_scatter;
 pub mod scatter;
