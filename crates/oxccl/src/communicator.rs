@@ -201,7 +201,8 @@ impl Communicator {
     /// In-place all_gather: this rank's input is its block of `buf`.
     fn op_all_gather_in_place(&self, buf: RawBufMut) -> Result<Op> {
         let c = self.block_count("all_gather_in_place", buf.count)?;
-        let input = RawBuf { ptr: buf.ptr.wrapping_add(self.rank() * c * buf.dtype.size()), count: c, ..buf.as_const() };
+        let input =
+            RawBuf { ptr: buf.ptr.wrapping_add(self.rank() * c * buf.dtype.size()), count: c, ..buf.as_const() };
         self.op_all_gather(input, buf)
     }
 

@@ -87,6 +87,9 @@ pub enum Error {
     },
     /// A configuration value (environment variable or builder setting) is not usable.
     Config(String),
+    /// An invariant of oxccl itself was broken while an operation ran: a bug in oxccl.
+    /// The communicator is poisoned; please report the message.
+    Internal(String),
 }
 
 impl Error {
@@ -135,6 +138,7 @@ impl fmt::Display for Error {
             Error::Io { context, message, .. } => write!(f, "I/O error while {context}: {message}"),
             Error::Backend { code, message } => write!(f, "backend error {code}: {message}"),
             Error::Config(m) => write!(f, "configuration: {m}"),
+            Error::Internal(m) => write!(f, "internal error in oxccl (please report it): {m}"),
         }
     }
 }

@@ -29,7 +29,9 @@ pub mod device;
 pub mod dtype;
 pub mod error;
 pub mod fingerprint;
+pub mod mesh;
 pub mod reduce_op;
+pub mod tensor;
 pub mod work;
 
 pub use algorithm::Algorithm;
@@ -42,7 +44,9 @@ pub use dtype::{DType, Element};
 pub use error::{Error, Result};
 pub use fingerprint::{Fingerprint, OpKind};
 pub use half::{bf16, f16};
+pub use mesh::DeviceMesh;
 pub use reduce_op::ReduceOp;
+pub use tensor::Tensor;
 pub use work::{Scope, Work};
 
 /// Creates this process's communicator from the environment (`OXCCL_*` variables and the
@@ -53,3 +57,8 @@ pub use work::{Scope, Work};
 pub fn init() -> Result<Communicator> {
     Config::new().init()
 }
+
+/// The README's code, compiled and run as a doc test so the tour cannot go stale.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeTour;

@@ -238,6 +238,12 @@ impl Inner {
             // SAFETY: `op` came through `Backend::submit`, whose contract the submitter upholds.
             unsafe { dispatch::run(&ctx, op, algo) }.map(|()| Completion::default())
         };
+        // Arguments were checked before the sequence number was taken; an argument error from
+        // inside a running operation is a broken invariant, and the ranks are out of step.
+        let result = result.map_err(|e| match e {
+            Error::InvalidArgument(m) => Error::Internal(m),
+            e => e,
+        });
         if let Err(e) = &result {
             self.poison(e);
         }

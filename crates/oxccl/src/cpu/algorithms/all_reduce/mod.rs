@@ -123,7 +123,7 @@ mod tests {
             // And the sums are close to the exact ones.
             let mut cases = out[0].iter();
             for _ in Algorithm::for_op(OpKind::AllReduce) {
-                for count in COUNTS {
+                for _count in COUNTS {
                     for op in FLOAT_OPS {
                         let got = cases.next().unwrap();
                         for (i, &bits) in got.iter().enumerate() {
