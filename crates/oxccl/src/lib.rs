@@ -22,6 +22,7 @@
 
 pub mod algorithm;
 pub mod backend;
+pub mod bootstrap;
 pub mod communicator;
 pub mod config;
 pub mod cpu;

@@ -6,6 +6,8 @@
 //! matches point-to-point traffic). Within one (communicator, channel, source) messages
 //! arrive in the order they were sent.
 
+pub mod frame;
+pub mod mailbox;
 pub mod memory;
 
 use std::time::Instant;
