@@ -9,6 +9,7 @@
 pub mod frame;
 pub mod mailbox;
 pub mod memory;
+pub mod routed;
 
 use std::time::Instant;
 

@@ -1,0 +1,153 @@
+//! A transport assembled from per-peer [`Link`]s: sends go out through the link that reaches
+//! the peer (shared memory on this host, TCP to other hosts); everything that arrives, by
+//! any link, lands in one [`Mailbox`], where receives find it.
+//!
+//! Failure notices and release notices travel as frames of their own kinds, so a peer learns
+//! that a communicator failed or ended here through the same ordered stream as the data.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::frame::{encode_error, FrameKind};
+use super::mailbox::Mailbox;
+use super::{Channel, Header, Received, Transport, TransportError};
+use crate::error::Error;
+
+/// Moves frames from this endpoint to peers. Implementations deliver what arrives from
+/// their peers into the endpoint's [`Mailbox`] (data with `deliver`, failure notices with
+/// `fail`, release notices with `close`, a broken connection with `lose`).
+pub trait Link: Send + Sync {
+    /// Sends one frame to `peer`, in order with every earlier frame to `peer`.
+    ///
+    /// # Errors
+    /// [`TransportError::PeerLost`] when the peer is unreachable; `Timeout` at `deadline`.
+    fn send_frame(
+        &self,
+        peer: usize,
+        kind: FrameKind,
+        header: &Header,
+        payload: &[u8],
+        deadline: Instant,
+    ) -> Result<(), TransportError>;
+}
+
+/// A [`Transport`] that routes each peer to a [`Link`] and receives through one [`Mailbox`].
+pub struct RoutedTransport {
+    rank: usize,
+    mailbox: Arc<Mailbox>,
+    routes: Vec<Option<Arc<dyn Link>>>,
+}
+
+impl RoutedTransport {
+    /// `routes[p]` reaches transport rank `p` (`None` for this rank: frames to self are
+    /// delivered directly).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when a peer other than `rank` has no route.
+    pub fn new(rank: usize, mailbox: Arc<Mailbox>, routes: Vec<Option<Arc<dyn Link>>>) -> Result<Self, Error> {
+        if let Some(p) = (0..routes.len()).find(|&p| p != rank && routes[p].is_none()) {
+            return Err(Error::invalid(format!("no link reaches rank {p}")));
+        }
+        if rank >= routes.len() {
+            return Err(Error::invalid(format!("rank {rank} of a world of {}", routes.len())));
+        }
+        Ok(RoutedTransport { rank, mailbox, routes })
+    }
+
+    /// The mailbox every link delivers into.
+    pub fn mailbox(&self) -> &Arc<Mailbox> {
+        &self.mailbox
+    }
+
+    fn link(&self, peer: usize) -> Result<&Arc<dyn Link>, TransportError> {
+        self.routes.get(peer).and_then(Option::as_ref).ok_or_else(|| {
+            TransportError::Other(Error::invalid(format!("rank {peer} is not reachable from rank {}", self.rank)))
+        })
+    }
+
+    fn check_peer(&self, peer: usize) -> Result<(), TransportError> {
+        if peer < self.routes.len() {
+            Ok(())
+        } else {
+            Err(TransportError::Other(Error::invalid(format!(
+                "rank {peer} is not in this world of {}",
+                self.routes.len()
+            ))))
+        }
+    }
+
+    fn notice(&self, peers: &[usize], kind: FrameKind, comm_id: u64, payload: &[u8]) {
+        let header = Header {
+            comm_id,
+            channel: Channel::Collective,
+            fingerprint: crate::fingerprint::Fingerprint {
+                seq: 0,
+                op: crate::fingerprint::OpKind::Barrier,
+                dtype: crate::dtype::DType::U8,
+                count: 0,
+                root: None,
+                reduce: None,
+                algorithm: crate::algorithm::Algorithm::Auto,
+            },
+        };
+        // Notices are best effort and must not hang a failing rank: a short deadline.
+        let deadline = Instant::now() + std::time::Duration::from_secs(2);
+        for &p in peers.iter().filter(|&&p| p != self.rank) {
+            if let Ok(link) = self.link(p) {
+                let _ = link.send_frame(p, kind, &header, payload, deadline);
+            }
+        }
+    }
+}
+
+impl Transport for RoutedTransport {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn world_size(&self) -> usize {
+        self.routes.len()
+    }
+
+    fn send(&self, peer: usize, header: &Header, payload: &[u8], deadline: Instant) -> Result<(), TransportError> {
+        if let Some(reason) = self.mailbox.aborted(header.comm_id) {
+            return Err(TransportError::Aborted(reason));
+        }
+        self.check_peer(peer)?;
+        if peer == self.rank {
+            self.mailbox.deliver(peer, *header, payload.to_vec());
+            return Ok(());
+        }
+        self.link(peer)?.send_frame(peer, FrameKind::Data, header, payload, deadline)
+    }
+
+    fn recv(
+        &self,
+        peer: usize,
+        comm_id: u64,
+        channel: Channel,
+        buf: &mut [u8],
+        deadline: Instant,
+    ) -> Result<Received, TransportError> {
+        self.check_peer(peer)?;
+        self.mailbox.recv(peer, comm_id, channel, buf, deadline)
+    }
+
+    fn probe(&self, peer: usize, comm_id: u64, channel: Channel) -> Result<Option<Received>, TransportError> {
+        self.check_peer(peer)?;
+        self.mailbox.probe(peer, comm_id, channel)
+    }
+
+    fn abort(&self, comm_id: u64, reason: &str) {
+        self.mailbox.abort(comm_id, reason);
+    }
+
+    fn notify_failure(&self, comm_id: u64, peers: &[usize], error: &Error) {
+        self.notice(peers, FrameKind::Failure, comm_id, &encode_error(error));
+    }
+
+    fn release(&self, comm_id: u64, peers: &[usize]) {
+        self.mailbox.forget(comm_id);
+        self.notice(peers, FrameKind::Release, comm_id, &[]);
+    }
+}
