@@ -23,3 +23,33 @@ pub trait Rendezvous: Send + Sync {
     /// [`Error::Store`](crate::Error::Store) when it does not appear in time or the store fails.
     fn lookup(&self, key: &str, timeout: Duration) -> Result<Vec<u8>>;
 }
+
+/// A [`Rendezvous`] inside one process (for worlds of threads and for tests).
+#[derive(Debug, Default)]
+pub struct MemoryRendezvous {
+    map: std::sync::Mutex<std::collections::HashMap<String, Vec<u8>>>,
+    changed: std::sync::Condvar,
+}
+
+impl Rendezvous for MemoryRendezvous {
+    fn publish(&self, key: &str, value: &[u8]) -> Result<()> {
+        self.map.lock().unwrap_or_else(|e| e.into_inner()).insert(key.to_string(), value.to_vec());
+        self.changed.notify_all();
+        Ok(())
+    }
+
+    fn lookup(&self, key: &str, timeout: Duration) -> Result<Vec<u8>> {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(v) = map.get(key) {
+                return Ok(v.clone());
+            }
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                return Err(crate::Error::Store(format!("`{key}` was not published within {timeout:?}")));
+            }
+            map = self.changed.wait_timeout(map, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
+        }
+    }
+}

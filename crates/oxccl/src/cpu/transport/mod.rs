@@ -10,6 +10,7 @@ pub mod frame;
 pub mod mailbox;
 pub mod memory;
 pub mod routed;
+pub mod shm;
 
 use std::time::Instant;
 

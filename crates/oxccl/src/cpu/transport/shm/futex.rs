@@ -1,0 +1,126 @@
+//! Waiting on a 32-bit word in shared memory: spin briefly (the fast path, no system call),
+//! then sleep in the kernel with `futex(2)` until a writer wakes us. Writers only make the
+//! wake system call when a waiter has announced itself, so an uncontended hand-off between
+//! two busy processes costs no system call at all.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// Sleeps while `word == expected`, at most `timeout`. Spurious wake-ups are possible:
+/// callers re-check their condition.
+pub fn wait(word: &AtomicU32, expected: u32, timeout: Duration) {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs().min(i64::MAX as u64) as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: FUTEX_WAIT on a valid, aligned 32-bit word that lives as long as this call;
+    // the kernel only reads it. Shared (not PRIVATE) because other processes wake it.
+    unsafe {
+        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAIT, expected, &ts as *const libc::timespec);
+    }
+}
+
+/// Wakes every process sleeping on `word`.
+pub fn wake_all(word: &AtomicU32) {
+    // SAFETY: FUTEX_WAKE on a valid, aligned 32-bit word; the kernel does not access memory.
+    unsafe {
+        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX);
+    }
+}
+
+/// How long to spin before sleeping.
+const SPIN: Duration = Duration::from_micros(50);
+
+/// Waits until `ready()` holds, spinning first, then sleeping on `doorbell` (whose value
+/// writers change, then wake, after making `ready()` true). `sleepers` counts waiters so
+/// writers can skip the wake call. Every `check_every`, `check()` may end the wait with an
+/// error (deadline, abort, dead peer).
+pub fn wait_until<E>(
+    doorbell: &AtomicU32,
+    sleepers: &AtomicU32,
+    mut ready: impl FnMut() -> bool,
+    check_every: Duration,
+    mut check: impl FnMut() -> Result<(), E>,
+) -> Result<(), E> {
+    let start = Instant::now();
+    let mut spins = 0u32;
+    while start.elapsed() < SPIN {
+        if ready() {
+            return Ok(());
+        }
+        spins = spins.wrapping_add(1);
+        if spins % 64 == 0 {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+    let mut last_check = Instant::now();
+    loop {
+        let bell = doorbell.load(Ordering::Acquire);
+        if ready() {
+            return Ok(());
+        }
+        if last_check.elapsed() >= check_every {
+            check()?;
+            last_check = Instant::now();
+        }
+        sleepers.fetch_add(1, Ordering::SeqCst);
+        if !ready() {
+            wait(doorbell, bell, check_every);
+        }
+        sleepers.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Rings `doorbell` after making a waiter's condition true: bumps it and wakes sleepers.
+pub fn ring(doorbell: &AtomicU32, sleepers: &AtomicU32) {
+    doorbell.fetch_add(1, Ordering::SeqCst);
+    if sleepers.load(Ordering::SeqCst) != 0 {
+        wake_all(doorbell);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+
+    #[test]
+    fn a_sleeping_waiter_is_woken() {
+        let bell = Arc::new(AtomicU32::new(0));
+        let sleepers = Arc::new(AtomicU32::new(0));
+        let flag = Arc::new(AtomicBool::new(false));
+        let (b, s, f) = (bell.clone(), sleepers.clone(), flag.clone());
+        let t = std::thread::spawn(move || {
+            wait_until(&b, &s, || f.load(Ordering::Acquire), Duration::from_secs(5), || Ok::<(), ()>(()))
+        });
+        std::thread::sleep(Duration::from_millis(20)); // past the spin phase
+        flag.store(true, Ordering::Release);
+        ring(&bell, &sleepers);
+        assert_eq!(t.join().unwrap(), Ok(()));
+    }
+
+    #[test]
+    fn the_check_ends_a_hopeless_wait() {
+        let bell = AtomicU32::new(0);
+        let sleepers = AtomicU32::new(0);
+        let start = Instant::now();
+        let r = wait_until(
+            &bell,
+            &sleepers,
+            || false,
+            Duration::from_millis(10),
+            || {
+                if start.elapsed() > Duration::from_millis(50) {
+                    Err("gave up")
+                } else {
+                    Ok(())
+                }
+            },
+        );
+        assert_eq!(r, Err("gave up"));
+        assert!(start.elapsed() < Duration::from_secs(2));
+    }
+}

@@ -1,0 +1,455 @@
+//! Shared-memory links between the ranks of one host: one SPSC [`Ring`] per ordered pair in
+//! a segment shared by the host's ranks, and one progress thread per process that drains
+//! its incoming rings into the [`Mailbox`].
+//!
+//! Because the progress thread always drains, a sender never waits on the receiver's
+//! application thread, so no pattern of sends and receives can deadlock, whatever the ring
+//! size. Senders wake the progress thread only when it sleeps (no system call while it is
+//! spinning). Every peer's process id is in the segment: waits check that the peer is still
+//! alive, so a killed rank becomes `PeerLost` within [`LIVENESS_CHECK`].
+//!
+//! Layout: a 64-byte header (magic, rank count, ring size), one 64-byte line per local rank
+//! (pid, doorbell, sleepers), then the rings, `ring[src * n + dst]`.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::futex;
+use super::ring::Ring;
+use super::segment::{unique_name, Segment};
+use crate::bootstrap::Rendezvous;
+use crate::cpu::transport::frame::{decode_error, decode_header, encode_header, FrameHeader, FrameKind, HEADER_LEN};
+use crate::cpu::transport::mailbox::Mailbox;
+use crate::cpu::transport::routed::Link;
+use crate::cpu::transport::{Header, TransportError};
+use crate::error::{Error, Result};
+
+/// How often waits check that peers are alive.
+pub const LIVENESS_CHECK: Duration = Duration::from_millis(100);
+const MAGIC: u64 = u64::from_le_bytes(*b"OXSHMLK1");
+
+/// Settings of the shared-memory links.
+#[derive(Debug, Clone)]
+pub struct ShmOptions {
+    /// Bytes per ring (`OXCCL_SHM_RING_BYTES`).
+    pub ring_bytes: usize,
+    /// Largest frame accepted.
+    pub max_frame: usize,
+    /// How long setup waits for the other local ranks.
+    pub setup_timeout: Duration,
+}
+
+impl Default for ShmOptions {
+    fn default() -> Self {
+        ShmOptions { ring_bytes: 1 << 20, max_frame: 1 << 34, setup_timeout: Duration::from_secs(60) }
+    }
+}
+
+fn align64(x: usize) -> usize {
+    x.div_ceil(64) * 64
+}
+
+/// The shared view of a links segment.
+struct Shared {
+    seg: Segment,
+    n: usize,
+    cap: usize,
+}
+
+impl Shared {
+    fn size(n: usize, cap: usize) -> usize {
+        64 + 64 * n + n * n * align64(Ring::footprint(cap))
+    }
+
+    fn word(&self, at: usize) -> &AtomicU32 {
+        debug_assert!(at + 4 <= self.seg.len() && at % 4 == 0);
+        // SAFETY: `at` is a 4-aligned offset inside the mapping (layout computed by `size`).
+        unsafe { &*(self.seg.ptr().add(at) as *const AtomicU32) }
+    }
+
+    fn pid(&self, i: usize) -> &AtomicU32 {
+        self.word(64 + 64 * i)
+    }
+
+    fn doorbell(&self, i: usize) -> &AtomicU32 {
+        self.word(64 + 64 * i + 4)
+    }
+
+    fn sleepers(&self, i: usize) -> &AtomicU32 {
+        self.word(64 + 64 * i + 8)
+    }
+
+    fn ring(&self, src: usize, dst: usize) -> Ring {
+        let at = 64 + 64 * self.n + (src * self.n + dst) * align64(Ring::footprint(self.cap));
+        // SAFETY: the ring lies inside the mapping, 64-byte aligned; `src` produces and
+        // `dst` consumes, one process each.
+        unsafe { Ring::at(self.seg.ptr().add(at), self.cap) }
+    }
+
+    fn header(&self) -> (&AtomicU64, &AtomicU64, &AtomicU64) {
+        // SAFETY: three 8-aligned u64s at the start of the mapping.
+        unsafe {
+            let p = self.seg.ptr() as *const AtomicU64;
+            (&*p, &*p.add(1), &*p.add(2))
+        }
+    }
+}
+
+/// Whether process `pid` exists (0 means "not attached yet", treated as alive).
+pub fn process_alive(pid: u32) -> bool {
+    if pid == 0 {
+        return true;
+    }
+    // SAFETY: signal 0 only checks for existence and permission; it sends nothing.
+    let rc = unsafe { libc::kill(pid as libc::pid_t, 0) };
+    rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+/// The shared-memory [`Link`] of one rank to the other ranks of its host.
+pub struct ShmLinks {
+    shared: Arc<Shared>,
+    /// Local index -> transport rank.
+    local: Vec<usize>,
+    me: usize,
+    out: Vec<Mutex<()>>,
+    stop: Arc<AtomicBool>,
+    progress: Option<JoinHandle<()>>,
+}
+
+impl ShmLinks {
+    /// Sets up the links of transport rank `rank` to the other ranks of `local` (the transport
+    /// ranks on this host, ascending; it must contain `rank`). The lowest creates the
+    /// segment, publishes its name under `{prefix}/shm/...`, and unlinks it once every local
+    /// rank has mapped it. Frames that arrive are delivered into `mailbox`.
+    ///
+    /// # Errors
+    /// [`Error::Io`] for segment problems (including a /dev/shm that is too small);
+    /// [`Error::Store`] when a local rank does not show up within the setup timeout.
+    pub fn establish(
+        rank: usize,
+        local: &[usize],
+        rdv: &dyn Rendezvous,
+        prefix: &str,
+        opts: &ShmOptions,
+        mailbox: Arc<Mailbox>,
+    ) -> Result<ShmLinks> {
+        let me =
+            local.iter().position(|&r| r == rank).ok_or_else(|| Error::invalid("rank is not in its host group"))?;
+        let n = local.len();
+        let cap = opts.ring_bytes.max(4096);
+        let size = Shared::size(n, cap);
+        let key = format!("{prefix}/shm/{}", local[0]);
+        let seg = if me == 0 {
+            let name = unique_name("links")?;
+            let seg = Segment::create(&name, size)?;
+            let shared = Shared { seg, n, cap };
+            let (m, nn, c) = shared.header();
+            nn.store(n as u64, Ordering::Relaxed);
+            c.store(cap as u64, Ordering::Relaxed);
+            m.store(MAGIC, Ordering::Release);
+            shared.pid(0).store(std::process::id(), Ordering::Release);
+            if let Err(e) = rdv.publish(&format!("{key}/name"), name.as_bytes()) {
+                shared.seg.unlink();
+                return Err(e);
+            }
+            // Every local rank maps the segment, then its name goes away.
+            let waited = (1..n)
+                .try_for_each(|i| rdv.lookup(&format!("{key}/attached/{}", local[i]), opts.setup_timeout).map(drop));
+            shared.seg.unlink();
+            waited?;
+            rdv.publish(&format!("{key}/unlinked"), b"1")?;
+            shared
+        } else {
+            let name = rdv.lookup(&format!("{key}/name"), opts.setup_timeout)?;
+            let name = String::from_utf8(name).map_err(|_| Error::Store("segment name is not UTF-8".into()))?;
+            let seg = Segment::open(&name, size)?;
+            let shared = Shared { seg, n, cap };
+            let (m, nn, c) = shared.header();
+            if m.load(Ordering::Acquire) != MAGIC
+                || nn.load(Ordering::Relaxed) != n as u64
+                || c.load(Ordering::Relaxed) != cap as u64
+            {
+                return Err(Error::invalid(format!(
+                    "shared-memory segment {name} does not match this job (different rank count or OXCCL_SHM_RING_BYTES?)"
+                )));
+            }
+            shared.pid(me).store(std::process::id(), Ordering::Release);
+            rdv.publish(&format!("{key}/attached/{rank}"), b"1")?;
+            rdv.lookup(&format!("{key}/unlinked"), opts.setup_timeout)?;
+            shared
+        };
+        let shared = Arc::new(seg);
+        let stop = Arc::new(AtomicBool::new(false));
+        let progress = {
+            let (shared, stop, local) = (Arc::clone(&shared), Arc::clone(&stop), local.to_vec());
+            let max_frame = opts.max_frame;
+            std::thread::Builder::new()
+                .name(format!("oxccl-shm-r{rank}"))
+                .spawn(move || progress_loop(&shared, me, &local, max_frame, &mailbox, &stop))
+                .map_err(|e| Error::io("starting the shared-memory progress thread", &e))?
+        };
+        Ok(ShmLinks {
+            shared,
+            local: local.to_vec(),
+            me,
+            out: (0..n).map(|_| Mutex::new(())).collect(),
+            stop,
+            progress: Some(progress),
+        })
+    }
+
+    fn local_index(&self, peer: usize) -> Result<usize, TransportError> {
+        self.local.iter().position(|&r| r == peer).ok_or_else(|| {
+            TransportError::Other(Error::invalid(format!("rank {peer} is not on this host's shared-memory links")))
+        })
+    }
+}
+
+impl Link for ShmLinks {
+    fn send_frame(
+        &self,
+        peer: usize,
+        kind: FrameKind,
+        header: &Header,
+        payload: &[u8],
+        deadline: Instant,
+    ) -> Result<(), TransportError> {
+        let p = self.local_index(peer)?;
+        let ring = self.shared.ring(self.me, p);
+        let hdr = encode_header(kind, header, payload.len());
+        let _guard = self.out[p].lock().unwrap_or_else(|e| e.into_inner());
+        for part in [&hdr[..], payload] {
+            let mut done = 0;
+            while done < part.len() {
+                let n = ring.write(&part[done..]);
+                done += n;
+                if n > 0 {
+                    futex::ring(self.shared.doorbell(p), self.shared.sleepers(p));
+                    continue;
+                }
+                futex::wait_until(
+                    ring.space_bell(),
+                    ring.space_sleepers(),
+                    || ring.writable() > 0,
+                    LIVENESS_CHECK,
+                    || {
+                        if !process_alive(self.shared.pid(p).load(Ordering::Acquire)) {
+                            return Err(TransportError::PeerLost { peer, detail: "its process exited".into() });
+                        }
+                        if Instant::now() >= deadline {
+                            return Err(TransportError::Timeout { peer });
+                        }
+                        Ok(())
+                    },
+                )?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for ShmLinks {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        futex::ring(self.shared.doorbell(self.me), self.shared.sleepers(self.me));
+        if let Some(t) = self.progress.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Where the progress thread is in one incoming ring's stream.
+enum Reading {
+    Header {
+        buf: [u8; HEADER_LEN],
+        have: usize,
+    },
+    Payload {
+        frame: FrameHeader,
+        buf: Vec<u8>,
+        have: usize,
+    },
+    /// The stream is unusable (malformed frame or dead peer).
+    Dead,
+}
+
+struct Incoming {
+    ring: Ring,
+    local: usize,
+    rank: usize,
+    state: Reading,
+}
+
+fn deliver(mailbox: &Mailbox, src: usize, frame: FrameHeader, payload: Vec<u8>) {
+    match frame.kind {
+        FrameKind::Data => mailbox.deliver(src, frame.header, payload),
+        FrameKind::Release => mailbox.close(frame.header.comm_id, src),
+        FrameKind::Failure => match decode_error(&payload) {
+            Ok(e) => mailbox.fail(frame.header.comm_id, src, e),
+            Err(e) => mailbox.lose(src, &e.to_string()),
+        },
+    }
+}
+
+/// Reads what `inc`'s ring holds; returns whether anything was consumed.
+fn pump(inc: &mut Incoming, max_frame: usize, mailbox: &Mailbox) -> bool {
+    let mut any = false;
+    loop {
+        let n = match &mut inc.state {
+            Reading::Dead => return any,
+            Reading::Header { buf, have } => {
+                let n = inc.ring.read(&mut buf[*have..]);
+                *have += n;
+                if *have == HEADER_LEN {
+                    inc.state = match decode_header(buf, max_frame) {
+                        Ok(frame) => Reading::Payload { frame, buf: vec![0; frame.payload_len], have: 0 },
+                        Err(e) => {
+                            mailbox.lose(inc.rank, &e.to_string());
+                            Reading::Dead
+                        }
+                    };
+                }
+                n
+            }
+            Reading::Payload { buf, have, .. } => {
+                let n = inc.ring.read(&mut buf[*have..]);
+                *have += n;
+                n
+            }
+        };
+        if let Reading::Payload { frame, buf, have } = &mut inc.state {
+            if *have == buf.len() {
+                let (frame, payload) = (*frame, std::mem::take(buf));
+                inc.state = Reading::Header { buf: [0; HEADER_LEN], have: 0 };
+                deliver(mailbox, inc.rank, frame, payload);
+                any = true;
+                continue;
+            }
+        }
+        if n == 0 {
+            return any;
+        }
+        any = true;
+    }
+}
+
+fn progress_loop(shared: &Shared, me: usize, local: &[usize], max_frame: usize, mailbox: &Mailbox, stop: &AtomicBool) {
+    let mut incoming: Vec<Incoming> = (0..local.len())
+        .filter(|&i| i != me)
+        .map(|i| Incoming {
+            ring: shared.ring(i, me),
+            local: i,
+            rank: local[i],
+            state: Reading::Header { buf: [0; HEADER_LEN], have: 0 },
+        })
+        .collect();
+    let mut lost = vec![false; local.len()];
+    while !stop.load(Ordering::Acquire) {
+        let mut progressed = false;
+        for inc in &mut incoming {
+            if pump(inc, max_frame, mailbox) {
+                progressed = true;
+                let r = inc.ring;
+                if r.space_sleepers().load(Ordering::SeqCst) != 0 {
+                    futex::ring(r.space_bell(), r.space_sleepers());
+                }
+            }
+        }
+        if progressed {
+            continue;
+        }
+        let _ = futex::wait_until(
+            shared.doorbell(me),
+            shared.sleepers(me),
+            || stop.load(Ordering::Acquire) || incoming.iter().any(|i| i.ring.readable() > 0),
+            LIVENESS_CHECK,
+            || {
+                for inc in &incoming {
+                    if !lost[inc.local] && !process_alive(shared.pid(inc.local).load(Ordering::Acquire)) {
+                        // Frames it sent before dying are still delivered first.
+                        if inc.ring.readable() == 0 {
+                            lost[inc.local] = true;
+                            mailbox.lose(inc.rank, "its process exited (seen through shared memory)");
+                        }
+                    }
+                }
+                Ok::<(), ()>(())
+            },
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bootstrap::MemoryRendezvous;
+    use crate::cpu::engine::{CpuBackend, WORLD_COMM_ID};
+    use crate::cpu::transport::routed::RoutedTransport;
+    use crate::{Algorithm, Communicator, Config, ReduceOp};
+
+    /// A world of `n` ranks (threads) over shared-memory links with tiny rings.
+    fn world(n: usize, ring_bytes: usize, f: impl Fn(Communicator) + Sync) {
+        let rdv = MemoryRendezvous::default();
+        let cfg = Config::new().timeout(Duration::from_secs(20)).resolve_with(|_| None).unwrap();
+        let local: Vec<usize> = (0..n).collect();
+        std::thread::scope(|s| {
+            for r in 0..n {
+                let (rdv, cfg, local, f) = (&rdv, cfg.clone(), local.clone(), &f);
+                s.spawn(move || {
+                    let mb = Arc::new(Mailbox::new());
+                    let opts = ShmOptions { ring_bytes, ..ShmOptions::default() };
+                    let links: Arc<dyn Link> =
+                        Arc::new(ShmLinks::establish(r, &local, rdv, "t", &opts, Arc::clone(&mb)).unwrap());
+                    let routes = (0..n).map(|p| (p != r).then(|| Arc::clone(&links))).collect();
+                    let t = Arc::new(RoutedTransport::new(r, mb, routes).unwrap());
+                    let ranks: Arc<[usize]> = (0..n).collect();
+                    let b = CpuBackend::new("shm-test", t, WORLD_COMM_ID, ranks, r, cfg).unwrap();
+                    f(Communicator::from_backend(Arc::new(b)));
+                });
+            }
+        });
+    }
+
+    #[test]
+    fn collectives_over_small_rings() {
+        for n in [2, 3, 5] {
+            world(n, 4096, |comm| {
+                let r = comm.rank();
+                for algo in [Algorithm::Ring, Algorithm::RecursiveDoubling, Algorithm::Rabenseifner] {
+                    let mut x: Vec<i64> = (0..50_001).map(|i| i * (r as i64 + 1)).collect();
+                    comm.with_algorithm(algo).all_reduce(&mut x, ReduceOp::Sum).unwrap();
+                    let k = (n * (n + 1) / 2) as i64;
+                    assert!(x.iter().enumerate().all(|(i, v)| *v == i as i64 * k), "{algo}");
+                }
+                let mut g = vec![0u8; 3 * n];
+                comm.all_gather(&[r as u8; 3], &mut g).unwrap();
+                assert_eq!(g, (0..n).flat_map(|i| [i as u8; 3]).collect::<Vec<_>>());
+                comm.barrier().unwrap();
+            });
+        }
+    }
+
+    #[test]
+    fn large_sends_to_everyone_do_not_deadlock() {
+        // Every rank sends 1 MiB to every other rank before receiving anything, through
+        // 4 KiB rings: only possible because progress threads drain the rings.
+        world(4, 4096, |comm| {
+            let (r, n) = (comm.rank(), comm.world_size());
+            let out: Vec<Vec<u32>> = (0..n).map(|p| vec![(r * 10 + p) as u32; 1 << 18]).collect();
+            let mut inb: Vec<Vec<u32>> = (0..n).map(|_| vec![0u32; 1 << 18]).collect();
+            let mut batch = comm.batch();
+            for (p, buf) in out.iter().enumerate().filter(|(p, _)| *p != r) {
+                batch.send(buf, p, 5).unwrap();
+            }
+            for (p, buf) in inb.iter_mut().enumerate().filter(|(p, _)| *p != r) {
+                batch.recv(buf, p, 5).unwrap();
+            }
+            comm.run_batch(batch).unwrap();
+            for (p, buf) in inb.iter().enumerate().filter(|(p, _)| *p != r) {
+                assert!(buf.iter().all(|&v| v == (p * 10 + r) as u32));
+            }
+        });
+    }
+}

@@ -1,0 +1,137 @@
+//! A single-producer single-consumer byte ring in shared memory.
+//!
+//! `head` and `tail` are monotonically increasing byte counters on their own cache lines:
+//! the producer owns `head`, the consumer owns `tail`, and the bytes between them belong to
+//! the consumer. Publishing is a release store of the counter; observing is an acquire load.
+//! A frame longer than the ring streams through it in pieces.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+/// Bytes of a ring's control block (two cache lines, padded).
+pub const CONTROL: usize = 128;
+
+/// A view of one ring inside a mapped segment.
+#[derive(Clone, Copy)]
+pub struct Ring {
+    control: *mut u8,
+    data: *mut u8,
+    cap: usize,
+}
+
+// SAFETY: a Ring points into a segment kept mapped by its owner; the head/tail protocol gives
+// each byte range to exactly one side at a time.
+unsafe impl Send for Ring {}
+// SAFETY: as above.
+unsafe impl Sync for Ring {}
+
+impl Ring {
+    /// The ring whose control block is at `base` and whose `cap` data bytes follow it.
+    ///
+    /// # Safety
+    /// `base` must point to `CONTROL + cap` mapped bytes, 64-byte aligned, that stay mapped
+    /// while the ring is used, and only one process may produce and one consume.
+    pub unsafe fn at(base: *mut u8, cap: usize) -> Ring {
+        // SAFETY: within the mapping, per the contract.
+        Ring { control: base, data: unsafe { base.add(CONTROL) }, cap }
+    }
+
+    /// Bytes needed for a ring of `cap` data bytes.
+    pub const fn footprint(cap: usize) -> usize {
+        CONTROL + cap
+    }
+
+    fn head(&self) -> &AtomicU64 {
+        // SAFETY: 64-byte aligned u64 inside the control block; shared memory accessed atomically.
+        unsafe { &*(self.control as *const AtomicU64) }
+    }
+
+    fn tail(&self) -> &AtomicU64 {
+        // SAFETY: as above, second cache line.
+        unsafe { &*(self.control.add(64) as *const AtomicU64) }
+    }
+
+    /// Producers waiting for space (the consumer wakes them through [`Ring::space_bell`]).
+    pub fn space_sleepers(&self) -> &AtomicU32 {
+        // SAFETY: 4-byte aligned u32 inside the control block.
+        unsafe { &*(self.control.add(72) as *const AtomicU32) }
+    }
+
+    /// Rung by the consumer when it frees space.
+    pub fn space_bell(&self) -> &AtomicU32 {
+        // SAFETY: as above.
+        unsafe { &*(self.control.add(76) as *const AtomicU32) }
+    }
+
+    /// Bytes the consumer may read now.
+    pub fn readable(&self) -> usize {
+        (self.head().load(Ordering::Acquire) - self.tail().load(Ordering::Relaxed)) as usize
+    }
+
+    /// Bytes the producer may write now.
+    pub fn writable(&self) -> usize {
+        self.cap - (self.head().load(Ordering::Relaxed) - self.tail().load(Ordering::Acquire)) as usize
+    }
+
+    /// Producer: copies as much of `src` as fits; returns the number of bytes written.
+    pub fn write(&self, src: &[u8]) -> usize {
+        let n = src.len().min(self.writable());
+        if n == 0 {
+            return 0;
+        }
+        let head = self.head().load(Ordering::Relaxed);
+        let at = (head % self.cap as u64) as usize;
+        let first = n.min(self.cap - at);
+        // SAFETY: [at, at+first) and [0, n-first) lie in the data area and are free space
+        // owned by the producer until `head` is published below.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src.as_ptr(), self.data.add(at), first);
+            std::ptr::copy_nonoverlapping(src.as_ptr().add(first), self.data, n - first);
+        }
+        self.head().store(head + n as u64, Ordering::Release);
+        n
+    }
+
+    /// Consumer: copies up to `dst.len()` readable bytes; returns the number read.
+    pub fn read(&self, dst: &mut [u8]) -> usize {
+        let n = dst.len().min(self.readable());
+        if n == 0 {
+            return 0;
+        }
+        let tail = self.tail().load(Ordering::Relaxed);
+        let at = (tail % self.cap as u64) as usize;
+        let first = n.min(self.cap - at);
+        // SAFETY: the bytes [tail, tail+n) were published by the producer (acquire in
+        // `readable`) and belong to the consumer until `tail` is published below.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.data.add(at), dst.as_mut_ptr(), first);
+            std::ptr::copy_nonoverlapping(self.data, dst.as_mut_ptr().add(first), n - first);
+        }
+        self.tail().store(tail + n as u64, Ordering::Release);
+        n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn streams_more_than_its_capacity_in_order() {
+        let mut mem = vec![0u64; (Ring::footprint(64) + 63) / 8];
+        // SAFETY: `mem` is 8-aligned, large enough, and lives for the whole test; the test
+        // plays both sides one after the other. (64-byte alignment matters for speed only.)
+        let ring = unsafe { Ring::at(mem.as_mut_ptr().cast(), 64) };
+        let src: Vec<u8> = (0..1000u32).map(|i| (i * 7 % 251) as u8).collect();
+        let mut out = Vec::new();
+        let mut sent = 0;
+        let mut buf = [0u8; 37];
+        while out.len() < src.len() {
+            sent += ring.write(&src[sent..]);
+            let n = ring.read(&mut buf);
+            out.extend_from_slice(&buf[..n]);
+        }
+        assert_eq!(out, src);
+        assert_eq!(ring.readable(), 0);
+        assert_eq!(ring.writable(), 64);
+    }
+}

@@ -1,0 +1,195 @@
+//! Shared-memory segments: files in `/dev/shm`, mapped by every process of a host.
+//!
+//! A segment is created by one process, opened by the others, and *unlinked as soon as all
+//! of them have mapped it*: the memory lives on while mapped, no name is left in /dev/shm
+//! even if a process is killed later, and the kernel frees it when the last mapping goes.
+//! The space is reserved up front (`posix_fallocate`), so a /dev/shm that is too small (a
+//! classic container pitfall: Docker's default is 64 MiB) is an error that says so instead
+//! of a SIGBUS in the middle of a collective.
+
+use std::ffi::CString;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+
+/// Where segments live.
+pub const SHM_DIR: &str = "/dev/shm";
+
+/// A mapped shared-memory segment.
+#[derive(Debug)]
+pub struct Segment {
+    ptr: *mut u8,
+    len: usize,
+    path: PathBuf,
+}
+
+// SAFETY: the segment is plain shared memory; every access to it goes through atomics or
+// through ranges whose ownership the protocols on top of it hand over with atomics.
+unsafe impl Send for Segment {}
+// SAFETY: as above.
+unsafe impl Sync for Segment {}
+
+fn errno_error(context: String) -> Error {
+    Error::io(context, &std::io::Error::last_os_error())
+}
+
+/// Bytes free in the filesystem holding `dir`, if it can be asked.
+fn free_bytes(dir: &Path) -> Option<u64> {
+    let c = CString::new(dir.as_os_str().as_encoded_bytes()).ok()?;
+    // SAFETY: an all-zero statvfs is a valid value for the kernel to overwrite.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a valid NUL-terminated path and `st` a valid out-pointer.
+    let rc = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
+    (rc == 0).then(|| st.f_bavail as u64 * st.f_frsize as u64)
+}
+
+impl Segment {
+    /// Creates a new segment file `name` in /dev/shm of `len` bytes (zeroed) and maps it.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the file exists or cannot be created; an error naming the sizes
+    /// when /dev/shm has not enough space.
+    pub fn create(name: &str, len: usize) -> Result<Segment> {
+        let path = Path::new(SHM_DIR).join(name);
+        let c = CString::new(path.as_os_str().as_encoded_bytes())
+            .map_err(|_| Error::invalid(format!("segment name {name:?} contains NUL")))?;
+        // SAFETY: `c` is a valid NUL-terminated path; flags and mode are plain integers.
+        let fd =
+            unsafe { libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC, 0o600) };
+        if fd < 0 {
+            return Err(errno_error(format!("creating the shared-memory segment {}", path.display())));
+        }
+        // SAFETY: `fd` is the descriptor just opened; the range is the segment's size.
+        let rc = unsafe { libc::posix_fallocate(fd, 0, len as libc::off_t) };
+        if rc != 0 {
+            // SAFETY: closing and unlinking what we just created.
+            unsafe {
+                libc::close(fd);
+                libc::unlink(c.as_ptr());
+            }
+            let free = free_bytes(Path::new(SHM_DIR)).map_or("unknown".to_string(), |f| format!("{f}"));
+            return Err(Error::Io {
+                context: format!("reserving {len} bytes of shared memory in {SHM_DIR}"),
+                kind: std::io::ErrorKind::StorageFull,
+                message: format!(
+                    "{} ({free} bytes free); {SHM_DIR} is too small: enlarge it (docker run --shm-size=1g, \
+                     or mount -o remount,size=1G {SHM_DIR}), use fewer local ranks, or set OXCCL_TRANSPORT=tcp",
+                    std::io::Error::from_raw_os_error(rc)
+                ),
+            });
+        }
+        Self::map(fd, len, path)
+    }
+
+    /// Opens and maps the existing segment `name` of `len` bytes.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when it does not exist, is smaller than `len`, or cannot be mapped.
+    pub fn open(name: &str, len: usize) -> Result<Segment> {
+        let path = Path::new(SHM_DIR).join(name);
+        let c = CString::new(path.as_os_str().as_encoded_bytes())
+            .map_err(|_| Error::invalid(format!("segment name {name:?} contains NUL")))?;
+        // SAFETY: `c` is a valid NUL-terminated path.
+        let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+        if fd < 0 {
+            return Err(errno_error(format!("opening the shared-memory segment {}", path.display())));
+        }
+        // SAFETY: an all-zero stat is a valid value for the kernel to overwrite.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: `fd` is open and `st` a valid out-pointer.
+        if unsafe { libc::fstat(fd, &mut st) } != 0 || (st.st_size as u64) < len as u64 {
+            // SAFETY: closing the descriptor we opened.
+            unsafe { libc::close(fd) };
+            return Err(Error::invalid(format!(
+                "shared-memory segment {} is smaller than the {len} bytes expected (another job's file?)",
+                path.display()
+            )));
+        }
+        Self::map(fd, len, path)
+    }
+
+    fn map(fd: libc::c_int, len: usize, path: PathBuf) -> Result<Segment> {
+        // SAFETY: mapping `len` bytes of an open file we own; the kernel picks the address.
+        let ptr = unsafe {
+            libc::mmap(std::ptr::null_mut(), len.max(1), libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0)
+        };
+        // SAFETY: the mapping keeps the file alive; the descriptor is no longer needed.
+        unsafe { libc::close(fd) };
+        if ptr == libc::MAP_FAILED {
+            return Err(errno_error(format!("mapping the shared-memory segment {}", path.display())));
+        }
+        Ok(Segment { ptr: ptr.cast(), len, path })
+    }
+
+    /// Removes the segment's name from /dev/shm (the memory stays mapped). Idempotent.
+    pub fn unlink(&self) {
+        if let Ok(c) = CString::new(self.path.as_os_str().as_encoded_bytes()) {
+            // SAFETY: `c` is a valid NUL-terminated path; a missing file is fine.
+            unsafe { libc::unlink(c.as_ptr()) };
+        }
+    }
+
+    /// First byte of the mapping.
+    pub fn ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
+    /// Size in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the segment has no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for Segment {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly the mapping created in `map`; nothing uses it after drop.
+        unsafe { libc::munmap(self.ptr.cast(), self.len.max(1)) };
+    }
+}
+
+/// A name for a new segment that no other job on this host uses.
+pub fn unique_name(kind: &str) -> Result<String> {
+    let mut r = [0u8; 8];
+    getrandom::getrandom(&mut r).map_err(|e| Error::Io {
+        context: "naming a shared-memory segment".into(),
+        kind: std::io::ErrorKind::Other,
+        message: e.to_string(),
+    })?;
+    Ok(format!("oxccl-{kind}-{}-{}", std::process::id(), u64::from_le_bytes(r)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn create_open_unlink() {
+        let name = unique_name("test").unwrap();
+        let a = Segment::create(&name, 4096).unwrap();
+        let b = Segment::open(&name, 4096).unwrap();
+        // SAFETY: both map the same 4096 bytes; this test is their only user.
+        unsafe {
+            *a.ptr().add(100) = 42;
+            assert_eq!(*b.ptr().add(100), 42);
+        }
+        assert!(Segment::open(&name, 8192).is_err(), "a larger size than the file must be refused");
+        a.unlink();
+        assert!(!Path::new(SHM_DIR).join(&name).exists());
+        assert!(Segment::open(&name, 4096).is_err());
+        // SAFETY: still mapped after unlink.
+        unsafe { assert_eq!(*b.ptr().add(100), 42) };
+    }
+
+    #[test]
+    fn too_large_a_segment_says_why() {
+        let name = unique_name("huge").unwrap();
+        let e = Segment::create(&name, usize::MAX / 4).unwrap_err().to_string();
+        assert!(e.contains("shared memory") || e.contains("/dev/shm"), "{e}");
+        assert!(!Path::new(SHM_DIR).join(&name).exists(), "a failed create must not leave a file");
+    }
+}
