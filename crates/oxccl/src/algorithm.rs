@@ -32,11 +32,14 @@ pub enum Algorithm {
     Dissemination = 8,
     /// Direct exchange with the root (gather, scatter) or between the pair (send/recv).
     Linear = 9,
+    /// Directly in shared memory (all_reduce, broadcast, all_gather, barrier), on `cpu`
+    /// communicators whose ranks are all on one host; chosen automatically there.
+    SharedMemory = 10,
 }
 
 impl Algorithm {
     /// Every algorithm, in tag order.
-    pub const ALL: [Algorithm; 10] = [
+    pub const ALL: [Algorithm; 11] = [
         Algorithm::Auto,
         Algorithm::Ring,
         Algorithm::RecursiveDoubling,
@@ -47,6 +50,7 @@ impl Algorithm {
         Algorithm::Pairwise,
         Algorithm::Dissemination,
         Algorithm::Linear,
+        Algorithm::SharedMemory,
     ];
 
     /// The snake_case name used by `OXCCL_ALGO` (`ring`, `recursive_doubling`, ...).
@@ -62,6 +66,7 @@ impl Algorithm {
             Algorithm::Pairwise => "pairwise",
             Algorithm::Dissemination => "dissemination",
             Algorithm::Linear => "linear",
+            Algorithm::SharedMemory => "shared_memory",
         }
     }
 
@@ -70,7 +75,8 @@ impl Algorithm {
         Algorithm::ALL.get(tag as usize).copied()
     }
 
-    /// The algorithms the CPU backends implement for `op` (never includes `Auto`).
+    /// The portable algorithms the CPU backends implement for `op` over any transport
+    /// (never includes `Auto`, nor [`Algorithm::SharedMemory`], which needs a single host).
     pub fn for_op(op: OpKind) -> &'static [Algorithm] {
         use Algorithm::*;
         match op {
@@ -89,7 +95,13 @@ impl Algorithm {
 
     /// Whether this algorithm can run `op` (`Auto` applies to everything).
     pub fn applies_to(self, op: OpKind) -> bool {
-        self == Algorithm::Auto || Algorithm::for_op(op).contains(&self)
+        match self {
+            Algorithm::Auto => true,
+            Algorithm::SharedMemory => {
+                matches!(op, OpKind::AllReduce | OpKind::Broadcast | OpKind::AllGather | OpKind::Barrier)
+            }
+            a => Algorithm::for_op(op).contains(&a),
+        }
     }
 }
 
@@ -111,6 +123,9 @@ impl FromStr for Algorithm {
         let norm = s.trim().to_ascii_lowercase().replace('-', "_");
         if norm == "tree" {
             return Ok(Algorithm::BinomialTree);
+        }
+        if norm == "shm" {
+            return Ok(Algorithm::SharedMemory);
         }
         Algorithm::ALL.into_iter().find(|a| a.name() == norm).ok_or_else(|| {
             let names: Vec<_> = Algorithm::ALL.iter().map(|a| a.name()).collect();
@@ -193,7 +208,10 @@ impl AlgorithmOverrides {
 }
 
 pub(crate) fn not_applicable(op: OpKind, algo: Algorithm) -> Error {
-    let names: Vec<_> = Algorithm::for_op(op).iter().map(|a| a.name()).collect();
+    let mut names: Vec<_> = Algorithm::for_op(op).iter().map(|a| a.name()).collect();
+    if Algorithm::SharedMemory.applies_to(op) {
+        names.push("shared_memory (cpu backend, one host)");
+    }
     Error::invalid(format!("algorithm `{algo}` cannot run {op}; {op} supports: auto, {}", names.join(", ")))
 }
 

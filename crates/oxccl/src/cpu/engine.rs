@@ -5,7 +5,7 @@
 //! peers so that they fail fast instead of waiting for their deadlines.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -13,6 +13,7 @@ use super::algorithms::{all_gather, Ctx};
 use super::dispatch;
 use super::point_to_point::P2pCtx;
 use super::selector;
+use super::transport::shm::collectives::ShmCollectives;
 use super::transport::Transport;
 use crate::algorithm::{not_applicable, Algorithm};
 use crate::backend::{Backend, Completion, MessageInfo, Mode, Op, Pending};
@@ -40,6 +41,10 @@ struct Inner {
     exec: Mutex<ExecState>,
     exec_cv: Condvar,
     state: Mutex<CommState>,
+    /// Collectives in shared memory, when every rank is on this host.
+    native: OnceLock<ShmCollectives>,
+    /// Slot size for the native collectives of this communicator and its splits.
+    native_slot: OnceLock<usize>,
 }
 
 #[derive(Default)]
@@ -155,8 +160,20 @@ impl CpuBackend {
                 exec: Mutex::new(ExecState::default()),
                 exec_cv: Condvar::new(),
                 state: Mutex::new(CommState::default()),
+                native: OnceLock::new(),
+                native_slot: OnceLock::new(),
             }),
         })
+    }
+
+    /// Sets up collectives in shared memory (a collective: every rank of the communicator
+    /// calls it, and they must all be on this host). Communicators split from this one get
+    /// them too.
+    ///
+    /// # Errors
+    /// Segment errors (e.g. a /dev/shm that is too small) and communication errors.
+    pub fn enable_shared_memory(&self, slot_bytes: usize) -> Result<()> {
+        self.inner.run_inline(|| self.inner.setup_native(slot_bytes))
     }
 }
 
@@ -210,6 +227,31 @@ impl Inner {
         }
     }
 
+    fn setup_native(&self, slot_bytes: usize) -> Result<()> {
+        let seq = self.next_seq()?;
+        let fp = Fingerprint {
+            seq,
+            op: OpKind::Split,
+            dtype: DType::U8,
+            count: slot_bytes as u64,
+            root: None,
+            reduce: None,
+            algorithm: Algorithm::SharedMemory,
+        };
+        let ctx = self.ctx(fp, &CallOptions::default());
+        match ShmCollectives::establish(&ctx, slot_bytes) {
+            Ok(n) => {
+                let _ = self.native.set(n);
+                let _ = self.native_slot.set(slot_bytes);
+                Ok(())
+            }
+            Err(e) => {
+                self.poison(&e);
+                Err(e)
+            }
+        }
+    }
+
     /// Runs one operation on the calling thread.
     fn execute(&self, op: &Op, opts: &CallOptions) -> Result<Completion> {
         let kind = op.kind();
@@ -217,6 +259,14 @@ impl Inner {
         if !forced.applies_to(kind) {
             // Refused before a sequence number is taken: the communicator stays in step.
             return Err(not_applicable(kind, forced));
+        }
+        let native = self.native.get().filter(|n| n.supports(op));
+        if forced == Algorithm::SharedMemory && native.is_none() {
+            return Err(Error::invalid(format!(
+                "algorithm `shared_memory` needs a `cpu` communicator whose ranks are all on one host; \
+                 this `{}` communicator has none",
+                self.name
+            )));
         }
         let seq = self.next_seq()?;
         let result = if let Op::Batch(ops) = op {
@@ -233,10 +283,17 @@ impl Inner {
             // SAFETY: `op` came through `Backend::submit`, whose contract the submitter upholds.
             unsafe { p.run(ops) }
         } else {
-            let algo = selector::choose(kind, dispatch::message_bytes(op), self.ranks.len(), forced);
+            let algo = match native {
+                Some(_) if forced == Algorithm::Auto => Algorithm::SharedMemory,
+                _ => selector::choose(kind, dispatch::message_bytes(op), self.ranks.len(), forced),
+            };
             let ctx = self.ctx(dispatch::fingerprint(op, seq, algo), opts);
             // SAFETY: `op` came through `Backend::submit`, whose contract the submitter upholds.
-            unsafe { dispatch::run(&ctx, op, algo) }.map(|()| Completion::default())
+            let r = match native {
+                Some(n) if algo == Algorithm::SharedMemory => unsafe { n.run(&ctx, op) },
+                _ => unsafe { dispatch::run(&ctx, op, algo) },
+            };
+            r.map(|()| Completion::default())
         };
         // Arguments were checked before the sequence number was taken; an argument error from
         // inside a running operation is a broken invariant, and the ranks are out of step.
@@ -326,7 +383,12 @@ impl Inner {
             .position(|&(_, i)| i == self.rank)
             .ok_or_else(|| Error::invalid("split: this rank is missing from its own color group (internal error)"))?;
         let id = derive_comm_id(self.comm_id, seq, u64::from(color));
-        CpuBackend::new(self.name, Arc::clone(&self.transport), id, ranks, rank, self.cfg.clone()).map(Some)
+        let child = CpuBackend::new(self.name, Arc::clone(&self.transport), id, ranks, rank, self.cfg.clone())?;
+        if let Some(&slot) = self.native_slot.get() {
+            // A communicator on one host splits into communicators on one host.
+            child.inner.setup_native(slot)?;
+        }
+        Ok(Some(child))
     }
 }
 

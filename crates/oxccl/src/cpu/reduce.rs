@@ -193,6 +193,101 @@ pub fn narrow(dtype: DType, src: &[f32], dst: &mut [u8]) -> Result<()> {
     Ok(())
 }
 
+fn combine3_typed<T: Arith>(op: ReduceOp, dst: &mut [u8], a: &[u8], b: &[u8]) -> Result<()> {
+    let dst: &mut [T] = bytemuck::try_cast_slice_mut(dst).map_err(misaligned)?;
+    let a: &[T] = bytemuck::try_cast_slice(a).map_err(misaligned)?;
+    let b: &[T] = bytemuck::try_cast_slice(b).map_err(misaligned)?;
+    let mut f = |g: fn(T, T) -> T| {
+        for ((d, x), y) in dst.iter_mut().zip(a).zip(b) {
+            *d = g(*x, *y);
+        }
+    };
+    match op {
+        ReduceOp::Sum | ReduceOp::Avg => f(T::add),
+        ReduceOp::Prod => f(T::mul),
+        ReduceOp::Min => f(T::min),
+        ReduceOp::Max => f(T::max),
+    }
+    Ok(())
+}
+
+/// Tile of half-precision elements accumulated in f32 registers/stack at a time.
+const TILE: usize = 512;
+
+fn reduce_half<H: bytemuck::Pod>(
+    op: ReduceOp,
+    srcs: &[&[u8]],
+    dst: &mut [u8],
+    to: fn(H) -> f32,
+    from: fn(f32) -> H,
+) -> Result<()> {
+    let dst: &mut [H] = bytemuck::try_cast_slice_mut(dst).map_err(misaligned)?;
+    let srcs: Vec<&[H]> =
+        srcs.iter().map(|s| bytemuck::try_cast_slice(s).map_err(misaligned)).collect::<Result<_>>()?;
+    let g: fn(f32, f32) -> f32 = match op {
+        ReduceOp::Sum | ReduceOp::Avg => |a, b| a + b,
+        ReduceOp::Prod => |a, b| a * b,
+        ReduceOp::Min => f32::min,
+        ReduceOp::Max => f32::max,
+    };
+    let mut acc = [0f32; TILE];
+    for (t, out) in dst.chunks_mut(TILE).enumerate() {
+        let base = t * TILE;
+        let acc = &mut acc[..out.len()];
+        for (a, x) in acc.iter_mut().zip(&srcs[0][base..base + out.len()]) {
+            *a = to(*x);
+        }
+        for s in &srcs[1..] {
+            for (a, x) in acc.iter_mut().zip(&s[base..base + out.len()]) {
+                *a = g(*a, to(*x));
+            }
+        }
+        if op == ReduceOp::Avg {
+            let n = srcs.len() as f32;
+            for a in acc.iter_mut() {
+                *a /= n;
+            }
+        }
+        for (o, a) in out.iter_mut().zip(acc.iter()) {
+            *o = from(*a);
+        }
+    }
+    Ok(())
+}
+
+/// `dst = srcs[0] (op) srcs[1] (op) ...`, combining in source order (so every caller that
+/// passes the sources in the same order gets bitwise the same result). `f16`/`bf16`
+/// accumulate in `f32` and round once. `Avg` is the sum divided by the number of sources.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] when there is no source, the lengths differ, or a buffer is
+/// misaligned for `dtype`.
+pub fn reduce_sources(dtype: DType, op: ReduceOp, srcs: &[&[u8]], dst: &mut [u8]) -> Result<()> {
+    if srcs.is_empty() || srcs.iter().any(|s| s.len() != dst.len()) || !dst.len().is_multiple_of(dtype.size()) {
+        return Err(Error::invalid(format!("reduction of {} sources into {} bytes of {dtype}", srcs.len(), dst.len())));
+    }
+    if dst.is_empty() {
+        return Ok(());
+    }
+    match dtype {
+        DType::F16 => return reduce_half::<f16>(op, srcs, dst, f16::to_f32, f16::from_f32),
+        DType::BF16 => return reduce_half::<bf16>(op, srcs, dst, bf16::to_f32, bf16::from_f32),
+        _ => {}
+    }
+    match srcs {
+        [] => {}
+        [one] => dst.copy_from_slice(one),
+        [a, b, ..] => by_dtype!(dtype, combine3_typed, op, dst, a, b)?,
+    }
+    for s in srcs.iter().skip(2) {
+        by_dtype!(dtype, combine_typed, op, dst, s)?;
+    }
+    if op == ReduceOp::Avg {
+        divide(dtype, dst, srcs.len())?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -240,6 +335,24 @@ mod tests {
         divide(DType::I64, empty, 3).unwrap();
         narrow(DType::BF16, &[], empty).unwrap();
         widen(DType::F16, &[], &mut []).unwrap();
+    }
+
+    #[test]
+    fn multi_source_reduction_matches_pairwise_and_rounds_halves_once() {
+        let a = bytes(&[1i32, -5, 7]);
+        let b = bytes(&[2i32, 9, -1]);
+        let c = bytes(&[3i32, 3, 3]);
+        let mut d = vec![0u8; 12];
+        reduce_sources(DType::I32, ReduceOp::Max, &[&a, &b, &c], &mut d).unwrap();
+        assert_eq!(bytemuck::cast_slice::<u8, i32>(&d), &[3, 9, 7]);
+        // 1 + 2^-11 (not representable in f16) added 8 times: f32 accumulation then one
+        // rounding gives 8 + 2^-8, exactly representable; pairwise f16 sums would lose it.
+        let x = [half::f16::from_f32(1.0 + 1.0 / 1024.0); 1];
+        let eight: Vec<&[u8]> = (0..8).map(|_| bytemuck::cast_slice(&x)).collect();
+        let mut out = [half::f16::ZERO; 1];
+        reduce_sources(DType::F16, ReduceOp::Sum, &eight, bytemuck::cast_slice_mut(&mut out)).unwrap();
+        assert_eq!(out[0].to_f32(), 8.0 + 8.0 / 1024.0);
+        assert!(reduce_sources(DType::F32, ReduceOp::Sum, &[], &mut []).is_err());
     }
 
     #[test]

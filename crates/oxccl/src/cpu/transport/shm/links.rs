@@ -64,7 +64,7 @@ impl Shared {
     }
 
     fn word(&self, at: usize) -> &AtomicU32 {
-        debug_assert!(at + 4 <= self.seg.len() && at % 4 == 0);
+        debug_assert!(at + 4 <= self.seg.len() && at.is_multiple_of(4));
         // SAFETY: `at` is a 4-aligned offset inside the mapping (layout computed by `size`).
         unsafe { &*(self.seg.ptr().add(at) as *const AtomicU32) }
     }
@@ -382,7 +382,7 @@ fn progress_loop(shared: &Shared, me: usize, local: &[usize], max_frame: usize, 
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::bootstrap::MemoryRendezvous;
     use crate::cpu::engine::{CpuBackend, WORLD_COMM_ID};
@@ -391,6 +391,12 @@ mod tests {
 
     /// A world of `n` ranks (threads) over shared-memory links with tiny rings.
     fn world(n: usize, ring_bytes: usize, f: impl Fn(Communicator) + Sync) {
+        world_with(n, ring_bytes, None, f)
+    }
+
+    /// A world of `n` ranks over shared-memory links, with shared-memory collectives of
+    /// `native_slot` bytes per slot when given.
+    pub(crate) fn world_with(n: usize, ring_bytes: usize, native_slot: Option<usize>, f: impl Fn(Communicator) + Sync) {
         let rdv = MemoryRendezvous::default();
         let cfg = Config::new().timeout(Duration::from_secs(20)).resolve_with(|_| None).unwrap();
         let local: Vec<usize> = (0..n).collect();
@@ -406,6 +412,9 @@ mod tests {
                     let t = Arc::new(RoutedTransport::new(r, mb, routes).unwrap());
                     let ranks: Arc<[usize]> = (0..n).collect();
                     let b = CpuBackend::new("shm-test", t, WORLD_COMM_ID, ranks, r, cfg).unwrap();
+                    if let Some(slot) = native_slot {
+                        b.enable_shared_memory(slot).unwrap();
+                    }
                     f(Communicator::from_backend(Arc::new(b)));
                 });
             }

@@ -6,6 +6,7 @@
 //! - [`ring`]: the single-producer single-consumer byte ring.
 //! - [`links`]: the [`Link`](super::routed::Link) between the ranks of a host.
 
+pub mod collectives;
 pub mod futex;
 pub mod links;
 pub mod ring;
