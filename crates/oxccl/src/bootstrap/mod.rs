@@ -1,8 +1,12 @@
 //! Bootstrap: who the ranks are and how they find each other.
 //!
 //! - [`auth`]: the job secret and the handshake every connection starts with.
+//! - [`env`](mod@env): rank and world from the launcher's environment variables (torchrun, MPI, Slurm).
+//! - [`store`]: the authenticated TCP key-value store ranks rendezvous through.
 
 pub mod auth;
+pub mod env;
+pub mod store;
 
 use std::time::Duration;
 

@@ -1,0 +1,356 @@
+//! The store server: an accept thread, one thread per connection, one map behind a mutex.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::io::{self, Write};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use super::protocol::{read_frame, FrameError, Request, Response};
+use super::AUTH_CONTEXT;
+use crate::bootstrap::auth::{self, Secret};
+use crate::error::{Error, Result};
+
+/// How long a new connection may take to authenticate before it is dropped.
+const AUTH_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long writing a response may block on a client that does not read.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A TCP key-value store for rendezvous, serving in background threads.
+///
+/// See the [module documentation](super) for the protocol and the threading model.
+pub struct StoreServer {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    accept: Option<JoinHandle<()>>,
+}
+
+impl fmt::Debug for StoreServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StoreServer").field("addr", &self.addr).field("serving", &self.accept.is_some()).finish()
+    }
+}
+
+/// What the accept thread and the connection threads share.
+struct Shared {
+    secret: Secret,
+    auth_timeout: Duration,
+    data: Mutex<Data>,
+    /// Signalled whenever a key is added or changed, and at shutdown.
+    changed: Condvar,
+    conns: Mutex<Conns>,
+}
+
+struct Data {
+    map: HashMap<String, Vec<u8>>,
+    stopping: bool,
+}
+
+/// The live connections, so that shutdown can close them and wait for their threads.
+struct Conns {
+    stopping: bool,
+    next_id: u64,
+    live: HashMap<u64, (TcpStream, Option<JoinHandle<()>>)>,
+}
+
+/// Locks a mutex, ignoring poisoning: every critical section here leaves its data
+/// consistent (no code in them can panic halfway through an update).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl StoreServer {
+    /// Binds (e.g. `"0.0.0.0:29500"` or `"127.0.0.1:0"`) and serves in background threads.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the address cannot be bound (in use, not local, malformed) or the
+    /// accept thread cannot be started.
+    pub fn bind(addr: &str, secret: Secret) -> Result<StoreServer> {
+        Self::bind_with(addr, secret, AUTH_TIMEOUT)
+    }
+
+    /// [`bind`](Self::bind) with another authentication timeout (tests use a short one).
+    pub(crate) fn bind_with(addr: &str, secret: Secret, auth_timeout: Duration) -> Result<StoreServer> {
+        let listener = TcpListener::bind(addr).map_err(|e| {
+            let hint = if e.kind() == io::ErrorKind::AddrInUse {
+                " (is another job's store using this port? choose another MASTER_PORT)"
+            } else {
+                ""
+            };
+            Error::io(format!("binding the store to {addr}{hint}"), &e)
+        })?;
+        let local = listener.local_addr().map_err(|e| Error::io("reading the store's bound address", &e))?;
+        let shared = Arc::new(Shared {
+            secret,
+            auth_timeout,
+            data: Mutex::new(Data { map: HashMap::new(), stopping: false }),
+            changed: Condvar::new(),
+            conns: Mutex::new(Conns { stopping: false, next_id: 0, live: HashMap::new() }),
+        });
+        let sh = Arc::clone(&shared);
+        let accept = thread::Builder::new()
+            .name("oxccl-store-accept".into())
+            .spawn(move || accept_loop(&sh, &listener))
+            .map_err(|e| Error::io("starting the store's accept thread", &e))?;
+        Ok(StoreServer { addr: local, shared, accept: Some(accept) })
+    }
+
+    /// The address the server listens on (with the real port when bound to port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops serving (also on drop): closes the listener and every connection, wakes every
+    /// waiting request, and waits for the server's threads. Connected clients then see
+    /// errors.
+    pub fn shutdown(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        let Some(accept) = self.accept.take() else { return };
+        lock(&self.shared.data).stopping = true;
+        self.shared.changed.notify_all();
+        let live = {
+            let mut c = lock(&self.shared.conns);
+            c.stopping = true;
+            std::mem::take(&mut c.live)
+        };
+        for (stream, _) in live.values() {
+            let _ = stream.shutdown(Shutdown::Both);
+        }
+        // The accept thread blocks in accept(): a connection of our own wakes it, it sees
+        // `stopping` and exits, closing the listener. If even that connection fails, it
+        // stays parked until the next connection arrives, which it drops.
+        if TcpStream::connect_timeout(&wake_address(self.addr), Duration::from_secs(2)).is_ok() {
+            let _ = accept.join();
+        }
+        for (_, handle) in live.into_values() {
+            if let Some(h) = handle {
+                let _ = h.join();
+            }
+        }
+    }
+}
+
+impl Drop for StoreServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Where to connect to reach a listener bound to `addr` from this host.
+fn wake_address(addr: SocketAddr) -> SocketAddr {
+    match addr.ip() {
+        IpAddr::V4(ip) if ip.is_unspecified() => SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), addr.port()),
+        IpAddr::V6(ip) if ip.is_unspecified() => SocketAddr::new(IpAddr::V6(Ipv6Addr::LOCALHOST), addr.port()),
+        _ => addr,
+    }
+}
+
+fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
+    loop {
+        let (stream, peer) = match listener.accept() {
+            Ok(c) => c,
+            Err(e) => {
+                if lock(&shared.conns).stopping {
+                    return;
+                }
+                // Out of descriptors and the like: say so, back off, keep serving.
+                eprintln!("oxccl store: accept failed: {e}");
+                thread::sleep(Duration::from_millis(50));
+                continue;
+            }
+        };
+        let id = {
+            let mut c = lock(&shared.conns);
+            if c.stopping {
+                return;
+            }
+            let Ok(clone) = stream.try_clone() else {
+                eprintln!("oxccl store: refused {peer}: cannot track the connection");
+                continue;
+            };
+            let id = c.next_id;
+            c.next_id += 1;
+            c.live.insert(id, (clone, None));
+            id
+        };
+        let sh = Arc::clone(shared);
+        let spawned = thread::Builder::new().name("oxccl-store-conn".into()).spawn(move || {
+            serve(&sh, stream, peer);
+            lock(&sh.conns).live.remove(&id);
+        });
+        let mut c = lock(&shared.conns);
+        match spawned {
+            // If the thread already finished, its entry is gone and the handle is dropped.
+            Ok(h) => {
+                if let Some(entry) = c.live.get_mut(&id) {
+                    entry.1 = Some(h);
+                }
+            }
+            Err(e) => {
+                c.live.remove(&id);
+                eprintln!("oxccl store: refused {peer}: cannot start a thread for it: {e}");
+            }
+        }
+    }
+}
+
+/// The line logged when a connection is refused during authentication.
+pub(crate) fn refusal_line(peer: SocketAddr, reason: &dyn fmt::Display) -> String {
+    format!("oxccl store: refused {peer}: {reason}")
+}
+
+fn stopping(shared: &Shared) -> bool {
+    lock(&shared.conns).stopping
+}
+
+/// One connection: authenticate, then answer requests until the client leaves.
+fn serve(shared: &Shared, mut stream: TcpStream, peer: SocketAddr) {
+    let _ = stream.set_nodelay(true);
+    // A client that connects and stays silent is dropped after the timeout.
+    if let Err(e) = stream
+        .set_read_timeout(Some(shared.auth_timeout))
+        .and_then(|()| stream.set_write_timeout(Some(shared.auth_timeout)))
+    {
+        eprintln!("{}", refusal_line(peer, &e));
+        return;
+    }
+    if let Err(e) = auth::accept(&mut stream, &shared.secret, AUTH_CONTEXT) {
+        if !stopping(shared) {
+            match e {
+                auth::AuthError::Io(io) if matches!(io.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
+                    let why = format!("no handshake within {:.1}s", shared.auth_timeout.as_secs_f64());
+                    eprintln!("{}", refusal_line(peer, &why));
+                }
+                e => eprintln!("{}", refusal_line(peer, &e)),
+            }
+        }
+        return;
+    }
+    // An authenticated client may stay idle as long as it likes (clients pool connections).
+    if stream.set_read_timeout(None).and_then(|()| stream.set_write_timeout(Some(WRITE_TIMEOUT))).is_err() {
+        return;
+    }
+    loop {
+        let body = match read_frame(&mut stream) {
+            Ok(Some(b)) => b,
+            Ok(None) => return,
+            Err(FrameError::Io(e)) => {
+                let normal = matches!(
+                    e.kind(),
+                    io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionAborted | io::ErrorKind::BrokenPipe
+                );
+                if !normal && !stopping(shared) {
+                    eprintln!("oxccl store: closed {peer}: {e}");
+                }
+                return;
+            }
+            Err(e @ FrameError::Truncated { .. }) => {
+                if !stopping(shared) {
+                    eprintln!("oxccl store: closed {peer}: {e}");
+                }
+                return;
+            }
+            Err(e @ FrameError::TooLarge(_)) => {
+                eprintln!("oxccl store: closed {peer}: {e}");
+                let _ = send(&mut stream, &Response::Error(format!("malformed frame: {e}")));
+                return;
+            }
+        };
+        let response = match Request::decode(&body) {
+            Ok(req) => handle(shared, req),
+            Err(e) => {
+                eprintln!("oxccl store: closed {peer}: malformed request: {e}");
+                let _ = send(&mut stream, &Response::Error(format!("malformed request: {e}")));
+                return;
+            }
+        };
+        if send(&mut stream, &response).is_err() {
+            return;
+        }
+    }
+}
+
+fn send(stream: &mut TcpStream, response: &Response) -> io::Result<()> {
+    let frame = match response.encode() {
+        Ok(f) => f,
+        // Cannot happen for values the store accepted; answer with an error rather than nothing.
+        Err(e) => Response::Error(format!("cannot encode the response: {e}")).encode().map_err(io::Error::other)?,
+    };
+    stream.write_all(&frame)
+}
+
+/// Carries out one request against the shared map.
+fn handle(shared: &Shared, req: Request) -> Response {
+    let mut data = lock(&shared.data);
+    match req {
+        Request::Set { key, value } => {
+            data.map.insert(key, value);
+            shared.changed.notify_all();
+            Response::Done
+        }
+        Request::Get { key } => Response::Value(data.map.get(&key).cloned()),
+        Request::Add { key, delta } => {
+            let current = match data.map.get(&key) {
+                None => 0,
+                Some(v) => match std::str::from_utf8(v).ok().and_then(|s| s.parse::<i64>().ok()) {
+                    Some(n) => n,
+                    None => {
+                        return Response::Error(format!(
+                            "add on key `{key}`: its value is not a decimal integer (it was set with set or \
+                             compare_set); use a separate key for counters"
+                        ))
+                    }
+                },
+            };
+            let Some(new) = current.checked_add(delta) else {
+                return Response::Error(format!("add on key `{key}`: {current} + {delta} overflows a 64-bit integer"));
+            };
+            data.map.insert(key, new.to_string().into_bytes());
+            shared.changed.notify_all();
+            Response::Int(new)
+        }
+        Request::CompareSet { key, expected, new } => {
+            let matches = match (&expected, data.map.get(&key)) {
+                (None, None) => true,
+                (Some(e), Some(cur)) => e == cur,
+                _ => false,
+            };
+            if matches {
+                data.map.insert(key, new.clone());
+                shared.changed.notify_all();
+                Response::Bytes(new)
+            } else {
+                Response::Bytes(data.map.get(&key).cloned().unwrap_or_default())
+            }
+        }
+        Request::Delete { key } => Response::Bool(data.map.remove(&key).is_some()),
+        Request::Wait { keys, timeout_ms } => {
+            // None: a deadline too far away to represent; wait without one.
+            let deadline = Instant::now().checked_add(Duration::from_millis(timeout_ms));
+            loop {
+                if data.stopping {
+                    return Response::Error("the store is shutting down".into());
+                }
+                let missing: Vec<String> = keys.iter().filter(|k| !data.map.contains_key(*k)).cloned().collect();
+                if missing.is_empty() {
+                    return Response::Done;
+                }
+                data = match deadline {
+                    None => shared.changed.wait(data).unwrap_or_else(|p| p.into_inner()),
+                    Some(d) => {
+                        let now = Instant::now();
+                        if now >= d {
+                            return Response::Missing(missing);
+                        }
+                        shared.changed.wait_timeout(data, d - now).unwrap_or_else(|p| p.into_inner()).0
+                    }
+                };
+            }
+        }
+    }
+}
