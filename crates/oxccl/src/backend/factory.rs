@@ -1,7 +1,7 @@
 //! Choosing a backend: by name, or on `auto` the available one with the highest priority,
 //! with the reason each skipped backend was unavailable.
 
-use crate::backend::local;
+use crate::backend::{cpu, local};
 use crate::communicator::Communicator;
 use crate::config::{BackendChoice, ResolvedConfig};
 use crate::error::{Error, Result};
@@ -72,7 +72,31 @@ impl BackendFactory for LocalFactory {
     }
 }
 
-static FACTORIES: [&dyn BackendFactory; 1] = [&LocalFactory];
+struct CpuFactory;
+
+impl BackendFactory for CpuFactory {
+    fn name(&self) -> &'static str {
+        cpu::NAME
+    }
+
+    fn priority(&self) -> u32 {
+        50
+    }
+
+    fn availability(&self) -> std::result::Result<(), String> {
+        Ok(())
+    }
+
+    fn create_world(&self, cfg: &ResolvedConfig, n: usize) -> Result<Vec<Communicator>> {
+        cpu::init_world(cfg, n)
+    }
+
+    fn create_process(&self, cfg: &ResolvedConfig) -> Result<Communicator> {
+        cpu::init_process(cfg)
+    }
+}
+
+static FACTORIES: [&dyn BackendFactory; 2] = [&CpuFactory, &LocalFactory];
 
 /// The backends built into this binary, highest priority first.
 pub fn factories() -> Vec<&'static dyn BackendFactory> {
@@ -165,10 +189,12 @@ mod tests {
     }
 
     #[test]
-    fn auto_picks_local_for_an_in_process_world() {
+    fn auto_picks_the_highest_priority_backend() {
         let comms = Config::new().backend("auto").init_world(3).unwrap();
         assert_eq!(comms.len(), 3);
-        assert!(comms.iter().enumerate().all(|(i, c)| c.rank() == i && c.backend() == "local"));
+        assert!(comms.iter().enumerate().all(|(i, c)| c.rank() == i && c.backend() == "cpu"));
+        let comms = Config::new().backend("local").init_world(2).unwrap();
+        assert!(comms.iter().all(|c| c.backend() == "local"));
         assert!(Config::new().backend("local").init_world(0).is_err());
     }
 

@@ -5,6 +5,7 @@
 //! sees raw pointers, element counts and dtypes, so the same trait serves host memory
 //! (`local`, `cpu`, `mpi`) and device memory (`nccl`, `rccl`).
 
+pub mod cpu;
 pub mod factory;
 pub mod local;
 

@@ -53,6 +53,8 @@ struct ExecState {
     busy: bool,
     shutdown: bool,
     worker: Option<JoinHandle<()>>,
+    /// Threads blocked in `acquire` (so releasing wakes nobody when there is nobody).
+    waiting: usize,
 }
 
 #[derive(Default)]
@@ -311,15 +313,23 @@ impl Inner {
     fn acquire(&self) -> MutexGuard<'_, ExecState> {
         let mut ex = relock(&self.exec);
         while ex.busy || !ex.queue.is_empty() {
+            ex.waiting += 1;
             ex = self.exec_cv.wait(ex).unwrap_or_else(|p| p.into_inner());
+            ex.waiting -= 1;
         }
         ex.busy = true;
         ex
     }
 
     fn release_exec(&self) {
-        relock(&self.exec).busy = false;
-        self.exec_cv.notify_all();
+        let mut ex = relock(&self.exec);
+        ex.busy = false;
+        // Notifying costs a system call even with no waiter: only when someone waits.
+        let wake = ex.waiting > 0 || ex.worker.is_some();
+        drop(ex);
+        if wake {
+            self.exec_cv.notify_all();
+        }
     }
 
     /// Runs `f` on this thread once every earlier operation has finished.

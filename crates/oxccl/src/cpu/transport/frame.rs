@@ -354,3 +354,157 @@ mod tests {
         assert!(decode_error(&[9]).is_err());
     }
 }
+
+/// Property tests: the decoders take any bytes without panicking, valid frames and notices
+/// round-trip, and no header is accepted whose payload length exceeds the limit. The
+/// strategies are shared with the transports' tests.
+#[cfg(test)]
+pub(crate) mod fuzz {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// Any fingerprint that survives encoding (a root of `u32::MAX` means "none" on the wire).
+    pub(crate) fn fingerprint() -> impl Strategy<Value = Fingerprint> {
+        (
+            any::<u64>(),
+            prop::sample::select(OpKind::ALL.to_vec()),
+            prop::sample::select(DType::ALL.to_vec()),
+            any::<u64>(),
+            prop::option::of(0..u32::MAX),
+            prop::option::of(prop::sample::select(ReduceOp::ALL.to_vec())),
+            prop::sample::select(Algorithm::ALL.to_vec()),
+        )
+            .prop_map(|(seq, op, dtype, count, root, reduce, algorithm)| Fingerprint {
+                seq,
+                op,
+                dtype,
+                count,
+                root,
+                reduce,
+                algorithm,
+            })
+    }
+
+    /// Any header.
+    pub(crate) fn header() -> impl Strategy<Value = Header> {
+        let channel = prop_oneof![Just(Channel::Collective), any::<u32>().prop_map(Channel::PointToPoint)];
+        (any::<u64>(), channel, fingerprint()).prop_map(|(comm_id, channel, fingerprint)| Header {
+            comm_id,
+            channel,
+            fingerprint,
+        })
+    }
+
+    /// Any frame kind.
+    pub(crate) fn kind() -> impl Strategy<Value = FrameKind> {
+        prop::sample::select(vec![FrameKind::Data, FrameKind::Failure, FrameKind::Release])
+    }
+
+    /// Any error that a failure notice carries with its structure (short texts, whole
+    /// milliseconds: what survives encoding).
+    pub(crate) fn notice() -> impl Strategy<Value = Error> {
+        let peer = 0..usize::MAX;
+        prop_oneof![
+            (peer.clone(), fingerprint(), fingerprint()).prop_map(|(peer, ours, theirs)| Error::Mismatch {
+                peer,
+                ours,
+                theirs
+            }),
+            (prop::sample::select(OpKind::ALL.to_vec()), any::<u64>(), prop::option::of(peer.clone()), any::<u64>())
+                .prop_map(|(op, seq, peer, ms)| Error::Timeout { op, seq, peer, waited: Duration::from_millis(ms) }),
+            (peer, ".{0,40}").prop_map(|(rank, detail)| Error::PeerLost { rank, detail }),
+            ".{0,40}".prop_map(|reason| Error::Aborted { reason }),
+        ]
+    }
+
+    /// An encoded header with some of its bytes replaced: mostly almost-valid input.
+    fn mangled_header() -> impl Strategy<Value = Vec<u8>> {
+        (kind(), header(), any::<u64>(), prop::collection::vec((0..HEADER_LEN, any::<u8>()), 0..4)).prop_map(
+            |(k, h, len, edits)| {
+                let mut b = encode_header(k, &h, 0).to_vec();
+                b[48..56].copy_from_slice(&len.to_le_bytes());
+                for (at, v) in edits {
+                    b[at] = v;
+                }
+                b
+            },
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn random_bytes_never_panic_the_header_decoder(
+            b in prop::collection::vec(any::<u8>(), 0..2 * HEADER_LEN),
+            max in any::<usize>(),
+        ) {
+            if let Ok(f) = decode_header(&b, max) {
+                prop_assert!(f.payload_len <= max);
+            }
+        }
+
+        #[test]
+        fn mangled_headers_never_exceed_the_limit(b in mangled_header(), max in 0usize..(1 << 20), cut in 0..=HEADER_LEN) {
+            match decode_header(&b, max) {
+                Ok(f) => prop_assert!(f.payload_len <= max),
+                Err(e) => prop_assert!(!e.0.is_empty()),
+            }
+            prop_assert!(decode_header(&b[..cut], max).is_err() || cut == HEADER_LEN);
+        }
+
+        #[test]
+        fn valid_headers_round_trip(k in kind(), h in header(), len in any::<u32>(), slack in 0usize..16) {
+            let len = len as usize;
+            let b = encode_header(k, &h, len);
+            prop_assert_eq!(decode_header(&b, len + slack), Ok(FrameHeader { kind: k, header: h, payload_len: len }));
+            if len > 0 {
+                let refused = decode_header(&b, len - 1);
+                prop_assert!(refused.is_err());
+            }
+            for cut in 0..HEADER_LEN {
+                prop_assert!(decode_header(&b[..cut], usize::MAX).is_err());
+            }
+        }
+
+        #[test]
+        fn random_bytes_never_panic_the_notice_decoder(
+            tag in 0u8..6,
+            rest in prop::collection::vec(any::<u8>(), 0..120),
+        ) {
+            let mut b = vec![tag];
+            b.extend_from_slice(&rest);
+            let _ = decode_error(&b);
+            let _ = decode_error(&rest);
+        }
+
+        #[test]
+        fn notices_round_trip_and_truncations_are_refused_or_shorter(e in notice()) {
+            let b = encode_error(&e);
+            prop_assert!(b.len() <= MAX_NOTICE_LEN);
+            prop_assert_eq!(decode_error(&b), Ok(e.clone()));
+            for cut in 0..b.len() {
+                // A cut notice is refused, or (cut in its free-text tail) decodes to the same kind.
+                if let Ok(d) = decode_error(&b[..cut]) {
+                    prop_assert_eq!(std::mem::discriminant(&d), std::mem::discriminant(&e));
+                }
+            }
+        }
+
+        #[test]
+        fn other_errors_travel_as_their_message(m in ".{0,40}") {
+            for e in [Error::invalid(m.clone()), Error::Store(m.clone()), Error::Config(m.clone())] {
+                prop_assert_eq!(decode_error(&encode_error(&e)), Ok(Error::Aborted { reason: e.to_string() }));
+            }
+        }
+    }
+
+    #[test]
+    fn long_notices_are_cut_to_the_limit() {
+        let e = Error::Aborted { reason: "x".repeat(2 * MAX_NOTICE_LEN) };
+        let b = encode_error(&e);
+        assert_eq!(b.len(), MAX_NOTICE_LEN);
+        assert!(matches!(decode_error(&b), Ok(Error::Aborted { reason }) if reason.len() == MAX_NOTICE_LEN - 1));
+    }
+}

@@ -11,6 +11,7 @@ pub mod mailbox;
 pub mod memory;
 pub mod routed;
 pub mod shm;
+pub mod tcp;
 
 use std::time::Instant;
 

@@ -49,7 +49,7 @@ pub fn wait_until<E>(
             return Ok(());
         }
         spins = spins.wrapping_add(1);
-        if spins.is_multiple_of(64) {
+        if spins.is_multiple_of(256) {
             std::thread::yield_now();
         } else {
             std::hint::spin_loop();

@@ -1,0 +1,375 @@
+//! The `cpu` backend: ranks in separate processes, on one host or many, running the CPU
+//! algorithms over shared memory (ranks on the same host) and TCP (ranks on other hosts).
+//!
+//! Setup of a process (`oxccl::init()`):
+//! 1. rank and world from the launcher's environment ([`LaunchInfo`]);
+//! 2. the rendezvous store: `OXCCL_STORE_ADDR` when the launcher hosts it (`oxccl run`);
+//!    otherwise rank 0 hosts it at `MASTER_ADDR:(OXCCL_STORE_PORT or MASTER_PORT+1)`
+//!    (MASTER_PORT itself belongs to torchrun's own store); every connection authenticates
+//!    with `OXCCL_SECRET`;
+//! 3. every rank publishes its host identity (hostname and network namespace, or
+//!    `OXCCL_HOST_ID`) and learns everyone's;
+//! 4. shared-memory links to the ranks of its host, TCP links to the others
+//!    (`OXCCL_TRANSPORT=tcp` forces TCP everywhere, `shm` refuses to run across hosts);
+//! 5. when every rank is on this host, collectives directly in shared memory;
+//! 6. a barrier: when `init` returns, every link works.
+
+use std::any::Any;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::bootstrap::auth::Secret;
+use crate::bootstrap::env::LaunchInfo;
+use crate::bootstrap::store::{StoreClient, StoreServer};
+use crate::bootstrap::{MemoryRendezvous, Rendezvous};
+use crate::communicator::Communicator;
+use crate::config::ResolvedConfig;
+use crate::cpu::engine::{CpuBackend, WORLD_COMM_ID};
+use crate::cpu::transport::mailbox::Mailbox;
+use crate::cpu::transport::routed::{Link, RoutedTransport};
+use crate::cpu::transport::shm::links::{ShmLinks, ShmOptions};
+use crate::cpu::transport::tcp::{TcpLinks, TcpOptions};
+use crate::error::{Error, Result};
+
+/// The backend's name.
+pub const NAME: &str = "cpu";
+/// Default bytes per slot of the shared-memory collectives (`OXCCL_SHM_SLOT_BYTES`).
+pub const DEFAULT_SLOT: usize = 256 * 1024;
+
+/// Which transports carry the traffic (`OXCCL_TRANSPORT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransportChoice {
+    /// Shared memory within a host, TCP across hosts.
+    Auto,
+    /// Shared memory only (every rank must be on one host).
+    Shm,
+    /// TCP for everything, also within a host (for testing).
+    Tcp,
+}
+
+/// Settings of the `cpu` backend read from the environment.
+#[derive(Debug, Clone)]
+pub struct CpuOptions {
+    /// Which transports to use.
+    pub transport: TransportChoice,
+    /// Shared-memory link settings.
+    pub shm: ShmOptions,
+    /// Bytes per slot of the shared-memory collectives.
+    pub slot_bytes: usize,
+    /// TCP settings.
+    pub tcp: TcpOptions,
+    /// How long setup waits for the other ranks.
+    pub setup_timeout: Duration,
+}
+
+fn parse_bytes(var: &str, v: &str) -> Result<usize> {
+    let t = v.trim();
+    let (num, mul) = match t.chars().last() {
+        Some('K' | 'k') => (&t[..t.len() - 1], 1usize << 10),
+        Some('M' | 'm') => (&t[..t.len() - 1], 1 << 20),
+        Some('G' | 'g') => (&t[..t.len() - 1], 1 << 30),
+        _ => (t, 1),
+    };
+    num.parse::<usize>()
+        .ok()
+        .and_then(|n| n.checked_mul(mul))
+        .filter(|&n| n > 0)
+        .ok_or_else(|| Error::Config(format!("{var}={v:?} is not a size; use e.g. 262144, 256K, 1M")))
+}
+
+impl CpuOptions {
+    /// Reads `OXCCL_TRANSPORT`, `OXCCL_SHM_RING_BYTES`, `OXCCL_SHM_SLOT_BYTES`,
+    /// `OXCCL_SOCKET_IFNAME`, `OXCCL_MAX_FRAME` through `env`.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the variable that cannot be used.
+    pub fn from_env_with(env: impl Fn(&str) -> Option<String>, timeout: Duration) -> Result<CpuOptions> {
+        let transport = match env("OXCCL_TRANSPORT").as_deref().map(str::trim) {
+            None | Some("" | "auto") => TransportChoice::Auto,
+            Some("shm") => TransportChoice::Shm,
+            Some("tcp") => TransportChoice::Tcp,
+            Some(v) => return Err(Error::Config(format!("OXCCL_TRANSPORT={v:?}: expected auto, shm or tcp"))),
+        };
+        let mut shm = ShmOptions { setup_timeout: timeout, ..ShmOptions::default() };
+        if let Some(v) = env("OXCCL_SHM_RING_BYTES") {
+            shm.ring_bytes = parse_bytes("OXCCL_SHM_RING_BYTES", &v)?;
+        }
+        let slot_bytes = match env("OXCCL_SHM_SLOT_BYTES") {
+            Some(v) => parse_bytes("OXCCL_SHM_SLOT_BYTES", &v)?,
+            None => DEFAULT_SLOT,
+        };
+        let mut tcp = TcpOptions::from_env_with(&env)?;
+        tcp.connect_timeout = timeout;
+        shm.max_frame = tcp.max_frame;
+        Ok(CpuOptions { transport, shm, slot_bytes, tcp, setup_timeout: timeout })
+    }
+}
+
+/// This process's host identity: `OXCCL_HOST_ID`, else the hostname and the network
+/// namespace (processes in different network namespaces count as different hosts, which is
+/// what they are to a network).
+pub fn host_id() -> String {
+    if let Ok(id) = std::env::var("OXCCL_HOST_ID") {
+        return id;
+    }
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default();
+    let netns = std::fs::read_link("/proc/self/ns/net").map(|p| p.display().to_string()).unwrap_or_default();
+    format!("{host}/{netns}")
+}
+
+/// Builds rank `rank` of a world of `n` over `rdv` (a collective: every rank calls it).
+#[allow(clippy::too_many_arguments)]
+fn build(
+    rank: usize,
+    n: usize,
+    rdv: &dyn Rendezvous,
+    prefix: &str,
+    secret: &Secret,
+    host: &str,
+    opts: &CpuOptions,
+    cfg: &ResolvedConfig,
+) -> Result<CpuBackend> {
+    rdv.publish(&format!("{prefix}/host/{rank}"), host.as_bytes())?;
+    let hosts: Vec<Vec<u8>> =
+        (0..n).map(|r| rdv.lookup(&format!("{prefix}/host/{r}"), opts.setup_timeout)).collect::<Result<_>>()?;
+    let mine = hosts[rank].clone();
+    let local: Vec<usize> = (0..n).filter(|&r| hosts[r] == mine).collect();
+    let single_host = local.len() == n;
+    if opts.transport == TransportChoice::Shm && !single_host {
+        return Err(Error::Config("OXCCL_TRANSPORT=shm, but the ranks are on several hosts; use auto or tcp".into()));
+    }
+    let use_shm = opts.transport != TransportChoice::Tcp && local.len() > 1;
+    let mailbox = Arc::new(Mailbox::new());
+    let mut routes: Vec<Option<Arc<dyn Link>>> = vec![None; n];
+    if use_shm {
+        let shm: Arc<dyn Link> =
+            Arc::new(ShmLinks::establish(rank, &local, rdv, prefix, &opts.shm, Arc::clone(&mailbox))?);
+        for &p in local.iter().filter(|&&p| p != rank) {
+            routes[p] = Some(Arc::clone(&shm));
+        }
+    }
+    let remote: Vec<usize> = (0..n).filter(|&p| p != rank && routes[p].is_none()).collect();
+    // Every rank builds TCP links when any rank needs them, so the address exchange matches.
+    let anyone_remote = opts.transport == TransportChoice::Tcp || !single_host;
+    if anyone_remote && n > 1 {
+        let tcp: Arc<dyn Link> =
+            Arc::new(TcpLinks::establish(rank, n, &remote, rdv, prefix, secret, &opts.tcp, Arc::clone(&mailbox))?);
+        for &p in &remote {
+            routes[p] = Some(Arc::clone(&tcp));
+        }
+    }
+    let transport = Arc::new(RoutedTransport::new(rank, mailbox, routes)?);
+    let backend = CpuBackend::new(NAME, transport, WORLD_COMM_ID, (0..n).collect(), rank, cfg.clone())?;
+    if use_shm && single_host {
+        backend.enable_shared_memory(opts.slot_bytes)?;
+    }
+    Ok(backend)
+}
+
+/// Counts this process's worlds so that each gets its own keys in a shared store.
+static GENERATION: AtomicU64 = AtomicU64::new(0);
+
+/// A backend together with what must live as long as it (the store it hosts).
+struct Hosted {
+    backend: CpuBackend,
+    _keep: Vec<Box<dyn Any + Send + Sync>>,
+}
+
+impl crate::backend::Backend for Hosted {
+    fn name(&self) -> &'static str {
+        self.backend.name()
+    }
+    fn rank(&self) -> usize {
+        self.backend.rank()
+    }
+    fn world_size(&self) -> usize {
+        self.backend.world_size()
+    }
+    fn timeout(&self) -> Duration {
+        self.backend.timeout()
+    }
+    unsafe fn submit(
+        &self,
+        op: crate::backend::Op,
+        mode: crate::backend::Mode,
+        opts: &crate::config::CallOptions,
+    ) -> Result<Arc<dyn crate::backend::Pending>> {
+        // SAFETY: forwarded from the caller, who upholds the same contract.
+        unsafe { self.backend.submit(op, mode, opts) }
+    }
+    fn probe(&self, peer: usize, tag: u32) -> Result<Option<crate::backend::MessageInfo>> {
+        self.backend.probe(peer, tag)
+    }
+    fn split(
+        &self,
+        color: Option<u32>,
+        key: i64,
+        opts: &crate::config::CallOptions,
+    ) -> Result<Option<Arc<dyn crate::backend::Backend>>> {
+        self.backend.split(color, key, opts)
+    }
+    fn abort(&self, reason: &str) {
+        self.backend.abort(reason)
+    }
+}
+
+fn secret_required() -> Error {
+    Error::Config(
+        "OXCCL_SECRET is not set: every rank must know the job's secret to join. Launch with \
+         `oxccl run`, which sets it, or export the same OXCCL_SECRET (e.g. `openssl rand -hex 32`) \
+         for every rank"
+            .into(),
+    )
+}
+
+/// Creates this process's communicator from the launcher's environment.
+///
+/// # Errors
+/// [`Error::Config`] for missing or contradictory variables (named in the message);
+/// [`Error::Store`] when the store cannot be reached or a rank does not show up in time;
+/// transport setup errors.
+pub fn init_process(cfg: &ResolvedConfig) -> Result<Communicator> {
+    let env = |k: &str| std::env::var(k).ok();
+    let info = LaunchInfo::from_env()?;
+    let opts = CpuOptions::from_env_with(env, cfg.timeout)?;
+    let (rank, n) = (info.rank, info.world_size);
+    if n == 1 {
+        let mailbox = Arc::new(Mailbox::new());
+        let transport = Arc::new(RoutedTransport::new(0, mailbox, vec![None])?);
+        let b = CpuBackend::new(NAME, transport, WORLD_COMM_ID, Arc::from([0usize]), 0, cfg.clone())?;
+        return Ok(Communicator::from_backend(Arc::new(b)));
+    }
+    let secret = Secret::from_env()?.ok_or_else(secret_required)?;
+    let mut keep: Vec<Box<dyn Any + Send + Sync>> = Vec::new();
+    let addr = match env("OXCCL_STORE_ADDR") {
+        Some(a) => a,
+        None => {
+            let host = info.master_addr.clone().ok_or_else(|| {
+                Error::Config(
+                    "no rendezvous store: set OXCCL_STORE_ADDR (host:port of a running store), or \
+                     MASTER_ADDR and MASTER_PORT (rank 0 then hosts the store), or launch with `oxccl run`"
+                        .into(),
+                )
+            })?;
+            let port = match env("OXCCL_STORE_PORT") {
+                Some(p) => p
+                    .trim()
+                    .parse::<u16>()
+                    .map_err(|_| Error::Config(format!("OXCCL_STORE_PORT={p:?} is not a port")))?,
+                None => info.master_port.and_then(|p| p.checked_add(1)).ok_or_else(|| {
+                    Error::Config(
+                        "MASTER_PORT is not set (rank 0 hosts the store on MASTER_PORT+1, or set OXCCL_STORE_PORT)"
+                            .into(),
+                    )
+                })?,
+            };
+            if rank == 0 {
+                keep.push(Box::new(StoreServer::bind(&format!("0.0.0.0:{port}"), secret.clone())?));
+            }
+            format!("{host}:{port}")
+        }
+    };
+    let store = StoreClient::connect(&addr, &secret, opts.setup_timeout)?;
+    let prefix = format!("oxccl/g{}", GENERATION.fetch_add(1, Ordering::Relaxed));
+    let backend = build(rank, n, &store, &prefix, &secret, &host_id(), &opts, cfg)?;
+    let comm = Communicator::from_backend(Arc::new(Hosted { backend, _keep: keep }));
+    comm.barrier()?;
+    Ok(comm)
+}
+
+/// Creates the `n` communicators of a world of threads in this process over the real
+/// transports (shared memory, or TCP on loopback with `OXCCL_TRANSPORT=tcp`).
+///
+/// # Errors
+/// As [`init_process`], without the store.
+pub fn init_world(cfg: &ResolvedConfig, n: usize) -> Result<Vec<Communicator>> {
+    if n == 0 {
+        return Err(Error::invalid("a world needs at least one rank"));
+    }
+    let opts = CpuOptions::from_env_with(|k| std::env::var(k).ok(), cfg.timeout)?;
+    init_world_with(cfg, n, &opts)
+}
+
+/// [`init_world`] with explicit options.
+///
+/// # Errors
+/// As [`init_world`].
+pub fn init_world_with(cfg: &ResolvedConfig, n: usize, opts: &CpuOptions) -> Result<Vec<Communicator>> {
+    if n == 0 {
+        return Err(Error::invalid("a world needs at least one rank"));
+    }
+    let mut opts_local = opts.clone();
+    if opts.tcp.bind_addr.is_none() {
+        opts_local.tcp.bind_addr = Some(std::net::IpAddr::from([127, 0, 0, 1]));
+    }
+    let secret = Secret::generate()?;
+    let rdv = MemoryRendezvous::default();
+    let host = host_id();
+    let results: Vec<Result<CpuBackend>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..n)
+            .map(|r| {
+                let (rdv, secret, host, opts, cfg) = (&rdv, &secret, &host, &opts_local, cfg);
+                s.spawn(move || build(r, n, rdv, "oxccl/world", secret, host, opts, cfg))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(Error::Internal("a setup thread panicked".into()))))
+            .collect()
+    });
+    results.into_iter().map(|b| b.map(|b| Communicator::from_backend(Arc::new(b)))).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Algorithm, Config, ReduceOp};
+
+    fn run_world(transport: TransportChoice, n: usize) {
+        let cfg = Config::new().timeout(Duration::from_secs(30)).resolve_with(|_| None).unwrap();
+        let mut opts = CpuOptions::from_env_with(|_| None, cfg.timeout).unwrap();
+        opts.transport = transport;
+        let comms = init_world_with(&cfg, n, &opts).unwrap();
+        std::thread::scope(|s| {
+            for comm in &comms {
+                s.spawn(move || {
+                    let r = comm.rank();
+                    for algo in [Algorithm::Auto, Algorithm::Ring, Algorithm::Rabenseifner] {
+                        let mut x: Vec<f64> = (0..3001).map(|i| (i + r) as f64).collect();
+                        comm.with_algorithm(algo).all_reduce(&mut x, ReduceOp::Sum).unwrap();
+                        let sum_r = (n * (n - 1) / 2) as f64;
+                        assert!(x.iter().enumerate().all(|(i, v)| *v == (i * n) as f64 + sum_r), "{algo}");
+                    }
+                    let mut y = vec![0u8; 4 * n];
+                    comm.all_to_all(&vec![r as u8; 4 * n], &mut y).unwrap();
+                    assert!(y.chunks(4).enumerate().all(|(p, c)| c.iter().all(|v| *v as usize == p)));
+                });
+            }
+        });
+        assert!(comms.iter().all(|c| c.backend() == NAME));
+    }
+
+    #[test]
+    fn a_world_of_threads_over_shared_memory() {
+        run_world(TransportChoice::Auto, 3);
+    }
+
+    #[test]
+    fn a_world_of_threads_over_tcp() {
+        run_world(TransportChoice::Tcp, 3);
+    }
+
+    #[test]
+    fn options_name_bad_variables() {
+        let e = CpuOptions::from_env_with(
+            |k| (k == "OXCCL_TRANSPORT").then(|| "carrier-pigeon".into()),
+            Duration::from_secs(1),
+        );
+        assert!(e.unwrap_err().to_string().contains("OXCCL_TRANSPORT"));
+        let e =
+            CpuOptions::from_env_with(|k| (k == "OXCCL_SHM_SLOT_BYTES").then(|| "lots".into()), Duration::from_secs(1));
+        assert!(e.unwrap_err().to_string().contains("OXCCL_SHM_SLOT_BYTES"));
+        assert_eq!(parse_bytes("X", "256K").unwrap(), 256 * 1024);
+    }
+}
