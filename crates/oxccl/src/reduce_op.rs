@@ -10,7 +10,8 @@ use crate::error::Error;
 /// Integer `Sum` and `Prod` wrap on overflow (two's complement), as in NCCL and MPI.
 /// Floating-point `Min`/`Max` follow IEEE 754 minNum/maxNum: a NaN loses against a number.
 /// `Avg` is `Sum` divided by the number of ranks; on integers the division truncates
-/// toward zero (as NCCL does) and the intermediate sum wraps like `Sum`.
+/// toward zero (as NCCL does), the intermediate sum wraps like `Sum`, and a world larger
+/// than the type's maximum (128 ranks for `i8`) gives 0.
 /// For `f16` and `bf16` every reduction accumulates in `f32` and rounds once at the end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]

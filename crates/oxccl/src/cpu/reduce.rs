@@ -27,8 +27,8 @@ macro_rules! int_arith {
             #[inline(always)] fn mul(a: Self, b: Self) -> Self { a.wrapping_mul(b) }
             #[inline(always)] fn min(a: Self, b: Self) -> Self { Ord::min(a, b) }
             #[inline(always)] fn max(a: Self, b: Self) -> Self { Ord::max(a, b) }
-            // Truncates toward zero; `n` is a world size, so it fits every integer type we
-            // divide (world sizes above 127 with i8 saturate the divisor, giving 0 or -1/+1).
+            // Truncates toward zero. A world size that does not fit the type (above 127 for
+            // i8, 255 for u8) gives 0: no value of the type can be that many times larger.
             #[inline(always)] fn div_count(a: Self, n: usize) -> Self {
                 match <$t>::try_from(n) { Ok(d) if d != 0 => a.wrapping_div(d), _ => 0 }
             }

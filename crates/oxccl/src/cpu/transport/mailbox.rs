@@ -23,6 +23,9 @@ pub struct Mailbox {
 #[derive(Debug, Default)]
 struct State {
     comms: HashMap<u64, CommBox>,
+    /// Communicators this endpoint released: late notices and frames for them are dropped
+    /// instead of re-creating their state (which would leak one entry per communicator).
+    released: HashSet<u64>,
     /// Sources whose connection is gone for every communicator, with what was observed.
     lost: HashMap<usize, String>,
 }
@@ -64,6 +67,9 @@ impl Mailbox {
     /// Queues a frame from `src`.
     pub fn deliver(&self, src: usize, header: Header, payload: Vec<u8>) {
         self.update(|st| {
+            if st.released.contains(&header.comm_id) {
+                return;
+            }
             let cb = st.comms.entry(header.comm_id).or_default();
             cb.queues.entry(src).or_default().push_back(Frame { header, payload });
         });
@@ -72,6 +78,9 @@ impl Mailbox {
     /// `src` released `comm_id`: waits on it with nothing queued end with `PeerLost`.
     pub fn close(&self, comm_id: u64, src: usize) {
         self.update(|st| {
+            if st.released.contains(&comm_id) {
+                return;
+            }
             st.comms.entry(comm_id).or_default().closed.insert(src);
         });
     }
@@ -79,6 +88,9 @@ impl Mailbox {
     /// `src` failed `comm_id` with `error`: waits on `comm_id` end with `PeerFailed`.
     pub fn fail(&self, comm_id: u64, src: usize, error: Error) {
         self.update(|st| {
+            if st.released.contains(&comm_id) {
+                return;
+            }
             let cb = st.comms.entry(comm_id).or_default();
             if cb.failed.is_none() {
                 cb.failed = Some((src, error));
@@ -110,7 +122,9 @@ impl Mailbox {
 
     /// Forgets `comm_id` (this endpoint released it).
     pub fn forget(&self, comm_id: u64) {
-        self.lock().comms.remove(&comm_id);
+        let mut st = self.lock();
+        st.comms.remove(&comm_id);
+        st.released.insert(comm_id);
     }
 
     /// Checks the failure states for a wait on `peer`, then finds the first frame from
