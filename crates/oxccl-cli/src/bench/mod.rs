@@ -1,0 +1,350 @@
+//! `oxccl bench`: measures collectives like nccl-tests and prints its table.
+//!
+//! For each operation and size, every rank runs warmup iterations, meets at a barrier, then
+//! times `iters` iterations out of place and `iters` in place (where the operation has an
+//! in-place form). The time reported is the maximum over ranks of the average time per
+//! iteration (gathered with an all_reduce); with `-c 1` one more run on fresh inputs is
+//! checked element by element against a sequential reference ([`check`]).
+//!
+//! - [`ops`]: the operations, their buffers and one function per operation;
+//! - [`sizes`]: `64K`-style sizes and the sweep;
+//! - [`check`]: inputs and expected results;
+//! - [`table`]: the nccl-tests table;
+//! - [`json`]: `--json` output;
+//! - [`progress`]: the progress indicator.
+
+pub mod check;
+pub mod json;
+pub mod ops;
+pub mod progress;
+pub mod sizes;
+pub mod table;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use half::{bf16, f16};
+use oxccl::{Communicator, DType, ReduceOp};
+
+use check::{BenchElem, CheckCtx};
+use ops::{BenchOp, OpArgs, Place};
+use progress::{Progress, ProgressMode};
+use table::{Measurement, Memcpy, Row};
+
+/// What to measure and how.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// Operations, in order.
+    pub ops: Vec<BenchOp>,
+    /// Sizes in bytes, in order.
+    pub sizes: Vec<usize>,
+    /// Element type.
+    pub dtype: DType,
+    /// Reduce op of the reductions.
+    pub redop: ReduceOp,
+    /// Root of the rooted operations.
+    pub root: usize,
+    /// Timed iterations per measurement.
+    pub iters: usize,
+    /// Untimed iterations before them.
+    pub warmup: usize,
+    /// Whether to check results.
+    pub check: bool,
+    /// Whether to add the memcpy reference column.
+    pub memcpy: bool,
+    /// Where rank 0 writes the JSON results.
+    pub json: Option<PathBuf>,
+    /// How rank 0 shows progress.
+    pub progress: ProgressMode,
+}
+
+impl Plan {
+    /// The sizes measured for `op` (barrier: one row).
+    fn sizes_of(&self, op: BenchOp) -> Vec<usize> {
+        if op == BenchOp::Barrier {
+            vec![0]
+        } else {
+            self.sizes.clone()
+        }
+    }
+}
+
+/// Runs `plan` on `n` ranks as threads of this process, on an in-process `backend` (`local`).
+/// Returns the number of wrong values.
+///
+/// # Errors
+/// When the world cannot be created, or a rank fails (each failed rank's error).
+pub fn run_threads(backend: &str, n: usize, plan: &Plan) -> Result<u64, String> {
+    let comms = oxccl::Config::new()
+        .backend(backend)
+        .init_world(n)
+        .map_err(|e| format!("could not create {n} in-process ranks on backend `{backend}`: {e}"))?;
+    let results: Vec<Result<u64, String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = comms
+            .into_iter()
+            .enumerate()
+            .map(|(r, comm)| {
+                (
+                    r,
+                    std::thread::Builder::new()
+                        .name(format!("bench-rank{r}"))
+                        .spawn_scoped(s, move || run_rank(&comm, plan)),
+                )
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|(r, h)| match h {
+                Ok(h) => {
+                    h.join().unwrap_or_else(|_| Err(format!("rank {r} panicked (a bug in oxccl; please report it)")))
+                }
+                Err(e) => Err(format!("could not start the thread of rank {r}: {e}")),
+            })
+            .collect()
+    });
+    let mut errors: Vec<String> = results.iter().filter_map(|r| r.as_ref().err().cloned()).collect();
+    // Every rank refuses bad options with the same message: say it once.
+    errors.dedup();
+    if !errors.is_empty() {
+        return Err(errors.join("\n"));
+    }
+    // Every rank knows the total (it is summed over ranks); rank 0's is as good as any.
+    results.into_iter().next().unwrap_or(Ok(0))
+}
+
+/// Runs `plan` as one rank of a job launched by `oxccl run`, torchrun or mpirun (or alone, as
+/// a world of one), on `backend` or the one the environment chooses. Returns the number of
+/// wrong values.
+///
+/// # Errors
+/// When this process cannot join the job, or an operation fails.
+pub fn run_process(backend: Option<&str>, plan: &Plan) -> Result<u64, String> {
+    let cfg = match backend {
+        Some(b) => oxccl::Config::new().backend(b),
+        None => oxccl::Config::new(),
+    };
+    let comm = cfg.init().map_err(|e| {
+        format!(
+            "could not join the job: {e}. Start oxccl bench with `--ranks N`, or under `oxccl run -n N`, \
+             torchrun or mpirun"
+        )
+    })?;
+    run_rank(&comm, plan)
+}
+
+/// Runs `plan` as this rank of `comm`; rank 0 prints. Returns the number of wrong values
+/// (summed over ranks, so every rank returns the same).
+///
+/// # Errors
+/// An operation's error, prefixed with the rank; a JSON file that cannot be written.
+pub fn run_rank(comm: &Communicator, plan: &Plan) -> Result<u64, String> {
+    match plan.dtype {
+        DType::I8 => run_typed::<i8>(comm, plan),
+        DType::U8 => run_typed::<u8>(comm, plan),
+        DType::I32 => run_typed::<i32>(comm, plan),
+        DType::U32 => run_typed::<u32>(comm, plan),
+        DType::I64 => run_typed::<i64>(comm, plan),
+        DType::U64 => run_typed::<u64>(comm, plan),
+        DType::F16 => run_typed::<f16>(comm, plan),
+        DType::BF16 => run_typed::<bf16>(comm, plan),
+        DType::F32 => run_typed::<f32>(comm, plan),
+        DType::F64 => run_typed::<f64>(comm, plan),
+    }
+}
+
+/// Prints to stdout and flushes, ignoring a closed stdout (`| head`).
+fn out(text: &str) {
+    if cfg!(test) {
+        // Through the test harness's capture, so unit tests stay quiet.
+        print!("{text}");
+        return;
+    }
+    let mut o = std::io::stdout().lock();
+    let _ = o.write_all(text.as_bytes());
+    let _ = o.flush();
+}
+
+fn run_typed<T: BenchElem>(comm: &Communicator, plan: &Plan) -> Result<u64, String> {
+    let (rank, n) = (comm.rank(), comm.world_size());
+    let printer = rank == 0;
+    if plan.root >= n && plan.ops.iter().any(|op| op.is_rooted()) {
+        let ranks = if n == 1 { "rank" } else { "ranks" };
+        return Err(format!("--root {} is out of range for {n} {ranks}: use 0 to {}", plan.root, n - 1));
+    }
+    let steps = plan.ops.iter().map(|&op| plan.sizes_of(op).len()).sum();
+    let mut progress = Progress::new(if printer { plan.progress } else { ProgressMode::Off }, steps);
+    if printer {
+        out(&format!(
+            "# oxccl bench: {n} rank{} on backend {}  minBytes {} maxBytes {}  warmup iters: {}  iters: {}  validation: {}\n",
+            if n == 1 { "" } else { "s" },
+            comm.backend(),
+            plan.sizes.first().copied().unwrap_or(0),
+            plan.sizes.last().copied().unwrap_or(0),
+            plan.warmup,
+            plan.iters,
+            u8::from(plan.check),
+        ));
+    }
+    let mut all_rows = Vec::new();
+    let mut wrong = 0;
+    for &op in &plan.ops {
+        if printer {
+            out(&format!("#\n# {op}\n{}", table::header(plan.memcpy)));
+        }
+        let mut rows = Vec::new();
+        for size in plan.sizes_of(op) {
+            progress.step(&format!("{op} {}", sizes::format_size(size)));
+            let row =
+                measure::<T>(comm, op, size, plan).map_err(|e| format!("rank {rank}: {op} of {size} bytes: {e}"))?;
+            if printer {
+                progress.clear();
+                out(&format!("{}\n", table::format_row(&row, plan.memcpy)));
+            }
+            rows.push(row);
+        }
+        if printer {
+            out(&table::footer(&rows));
+        }
+        wrong += table::total_wrong(&rows).unwrap_or(0);
+        all_rows.extend(rows);
+    }
+    progress.clear();
+    if printer {
+        if let Some(path) = &plan.json {
+            let report = json::Report {
+                tool: "oxccl bench",
+                version: env!("CARGO_PKG_VERSION"),
+                backend: comm.backend().to_string(),
+                world_size: n,
+                iters: plan.iters,
+                warmup: plan.warmup,
+                check: plan.check,
+                rows: json::records(&all_rows),
+            };
+            json::write(path, &report)?;
+        }
+    }
+    Ok(wrong)
+}
+
+/// Measures `op` at `size` bytes: one table row, agreed on by every rank.
+fn measure<T: BenchElem>(comm: &Communicator, op: BenchOp, size: usize, plan: &Plan) -> oxccl::Result<Row> {
+    let (rank, n) = (comm.rank(), comm.world_size());
+    let elem = T::DTYPE.size();
+    let count = op.count_for(size, elem, n);
+    let bytes = count * elem;
+    let places: &[Place] = if op.has_in_place() { &[Place::OutOfPlace, Place::InPlace] } else { &[Place::OutOfPlace] };
+    // Out-of-place time, in-place time, memcpy time (µs); wrong values per placement.
+    let mut times = [0.0f64; 3];
+    let mut wrong = [0u64; 2];
+    for (k, &place) in places.iter().enumerate() {
+        let a = OpArgs { place, redop: plan.redop, root: plan.root };
+        let mut b = ops::prepare::<T>(comm, op, count, &a);
+        for _ in 0..plan.warmup {
+            ops::run(comm, op, &mut b, &a)?;
+        }
+        comm.barrier()?;
+        let t0 = Instant::now();
+        for _ in 0..plan.iters {
+            ops::run(comm, op, &mut b, &a)?;
+        }
+        times[k] = t0.elapsed().as_secs_f64() * 1e6 / plan.iters.max(1) as f64;
+        if plan.check {
+            ops::refill(comm, op, count, &a, &mut b);
+            ops::run(comm, op, &mut b, &a)?;
+            let ctx = CheckCtx { op, redop: plan.redop, root: plan.root, rank, n, count };
+            wrong[k] = check::count_wrong(&ctx, &b, place);
+        }
+    }
+    let with_memcpy = plan.memcpy && op != BenchOp::Barrier;
+    if with_memcpy && rank == 0 {
+        times[2] = memcpy_time(bytes, plan.warmup, plan.iters);
+    }
+    comm.all_reduce(&mut times, ReduceOp::Max)?;
+    if plan.check {
+        comm.all_reduce(&mut wrong, ReduceOp::Sum)?;
+    }
+    let checked = |w: u64| plan.check.then_some(w);
+    let barrier = op == BenchOp::Barrier;
+    Ok(Row {
+        op,
+        bytes,
+        count,
+        dtype: (!barrier).then_some(T::DTYPE),
+        redop: op.is_reduction().then_some(plan.redop),
+        root: op.is_rooted().then_some(plan.root),
+        out_of_place: Measurement::new(op, bytes, n, times[0], checked(wrong[0])),
+        in_place: op.has_in_place().then(|| Measurement::new(op, bytes, n, times[1], checked(wrong[1]))),
+        memcpy: with_memcpy.then(|| Memcpy { time_us: times[2], gbps: table::gbps(bytes, times[2]) }),
+    })
+}
+
+/// The average time in µs of a single-threaded `copy_from_slice` of `bytes` bytes.
+fn memcpy_time(bytes: usize, warmup: usize, iters: usize) -> f64 {
+    let src = vec![1u8; bytes];
+    let mut dst = vec![0u8; bytes];
+    for _ in 0..warmup {
+        dst.copy_from_slice(std::hint::black_box(&src));
+        std::hint::black_box(&mut dst);
+    }
+    let t0 = Instant::now();
+    for _ in 0..iters {
+        dst.copy_from_slice(std::hint::black_box(&src));
+        std::hint::black_box(&mut dst);
+    }
+    t0.elapsed().as_secs_f64() * 1e6 / iters.max(1) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(ops: Vec<BenchOp>, dtype: DType, redop: ReduceOp) -> Plan {
+        Plan {
+            ops,
+            sizes: vec![0, 8, 96, 1000],
+            dtype,
+            redop,
+            root: 1,
+            iters: 1,
+            warmup: 0,
+            check: true,
+            memcpy: true,
+            json: None,
+            progress: ProgressMode::Off,
+        }
+    }
+
+    #[test]
+    fn every_dtype_and_redop_checks_clean() {
+        for dtype in DType::ALL {
+            for redop in ReduceOp::ALL {
+                let p = plan(vec![BenchOp::AllReduce, BenchOp::ReduceScatter], dtype, redop);
+                assert_eq!(run_threads("local", 3, &p), Ok(0), "{dtype} {redop}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_op_on_odd_and_even_worlds() {
+        for n in [1, 2, 5] {
+            let mut p = plan(BenchOp::ALL.to_vec(), DType::BF16, ReduceOp::Sum);
+            p.root = n - 1;
+            assert_eq!(run_threads("local", n, &p), Ok(0), "{n} ranks");
+        }
+    }
+
+    #[test]
+    fn a_root_out_of_range_is_refused_on_every_rank() {
+        let mut p = plan(vec![BenchOp::Broadcast], DType::F32, ReduceOp::Sum);
+        p.root = 7;
+        let e = run_threads("local", 2, &p).unwrap_err();
+        assert!(e.contains("--root 7"), "{e}");
+    }
+
+    #[test]
+    fn memcpy_reference_measures_something() {
+        assert!(memcpy_time(1 << 16, 1, 3) > 0.0);
+    }
+}

@@ -1,0 +1,436 @@
+//! `oxccl`: the command-line companion of the oxccl library.
+//!
+//! - `oxccl run`: start the ranks of a program on this node, like torchrun ([`run`]);
+//! - `oxccl bench`: measure collectives like nccl-tests ([`mod@bench`]).
+//!
+//! This file holds the command-line definitions and dispatches to those modules.
+
+mod bench;
+mod run;
+
+use std::ffi::OsString;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use oxccl::{DType, ReduceOp};
+
+use bench::ops::BenchOp;
+use bench::progress::ProgressMode;
+use bench::sizes::parse_size;
+use run::spawn::Output;
+use run::LaunchSpec;
+
+/// Collective communications for distributed machine learning: launcher and benchmarks.
+#[derive(Debug, Parser)]
+#[command(name = "oxccl", version, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Start N ranks of a program on this node, like torchrun.
+    ///
+    /// Each rank gets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
+    /// MASTER_PORT, OXCCL_STORE_ADDR, OXCCL_SECRET, OXCCL_NODE_RANK and OXCCL_LAUNCHER=oxccl;
+    /// node 0 hosts the rendezvous store at MASTER_ADDR:MASTER_PORT. Output lines are prefixed
+    /// with `[rank R] `. When a rank fails, the others get SIGTERM and, after the grace
+    /// period, SIGKILL; a summary per rank is printed and oxccl exits with the failed rank's
+    /// code (128+N for signal N, 124 after --timeout). SIGINT/SIGTERM/SIGHUP/SIGQUIT are
+    /// forwarded to every rank (a second one kills them at once).
+    #[command(after_help = RUN_EXAMPLES)]
+    Run(RunArgs),
+    /// Measure collectives and print the nccl-tests table.
+    ///
+    /// With --ranks N, starts N ranks itself: threads of this process with --backend local,
+    /// otherwise N processes (the default backend is then `cpu`), launched as `oxccl run`
+    /// would. Without --ranks, this process is one rank of a job started by `oxccl run`,
+    /// torchrun or mpirun (backend from --backend, else OXCCL_BACKEND, else the best
+    /// available), or a world of one when started alone.
+    ///
+    /// Sizes are per-rank buffer bytes as nccl-tests defines them (all_gather: the output;
+    /// reduce_scatter: the input). algbw = size / time; busbw = algbw × 2(n−1)/n for
+    /// all_reduce, × (n−1)/n for all_gather, reduce_scatter and all_to_all, × 1 otherwise.
+    /// Times are the maximum over ranks of the average per iteration.
+    #[command(after_help = BENCH_EXAMPLES)]
+    Bench(BenchArgs),
+}
+
+const RUN_EXAMPLES: &str = "\
+Examples:
+  oxccl run -n 4 -- python train.py --epochs 3
+  oxccl run -n 8 --timeout 10m -- ./my_job
+  # two nodes (the same secret on both; node 0 is 10.0.0.1):
+  export OXCCL_SECRET=$(openssl rand -hex 32)
+  oxccl run -n 8 --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 --master-port 29500 -- ./my_job
+  oxccl run -n 8 --nnodes 2 --node-rank 1 --master-addr 10.0.0.1 --master-port 29500 -- ./my_job";
+
+const BENCH_EXAMPLES: &str = "\
+Examples:
+  oxccl bench --ranks 4                          all_reduce, 8 B to 8 MiB, cpu backend
+  oxccl bench all --ranks 4 --backend local -e 1M
+  oxccl bench all_gather -b 1K -e 256M -f 2 -d bfloat16 --ranks 8 --json ag.json --memcpy
+  oxccl run -n 4 -- oxccl bench reduce_scatter -o max";
+
+/// Parses a duration in seconds (`30`, `1.5`) or with a unit (`250ms`, `2m`).
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    oxccl::config::parse_duration(s)
+}
+
+/// Parses a duration that must be longer than zero.
+fn parse_timeout(s: &str) -> Result<Duration, String> {
+    match parse_duration(s)? {
+        d if d.is_zero() => Err("the timeout must be longer than zero; leave --timeout out for none".into()),
+        d => Ok(d),
+    }
+}
+
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// Ranks to start on this node.
+    #[arg(
+        short = 'n',
+        long = "nproc-per-node",
+        visible_alias = "nproc",
+        alias = "nproc_per_node",
+        value_name = "N",
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    nproc: u32,
+
+    /// Number of nodes in the job (run the same command on each, with its --node-rank).
+    #[arg(long, default_value_t = 1, value_name = "M", value_parser = clap::value_parser!(u32).range(1..))]
+    nnodes: u32,
+
+    /// This node's index in 0..M; node 0 hosts the rendezvous store.
+    #[arg(long, alias = "node_rank", default_value_t = 0, value_name = "K")]
+    node_rank: u32,
+
+    /// Address of node 0, where the store runs [default on one node: 127.0.0.1].
+    #[arg(long, alias = "master_addr", value_name = "HOST")]
+    master_addr: Option<String>,
+
+    /// Port of the store on node 0 [default on one node: a free port].
+    #[arg(long, alias = "master_port", value_name = "PORT")]
+    master_port: Option<u16>,
+
+    /// Stop the job after this long (seconds, or 90s, 10m, 2h); exit code 124.
+    #[arg(long, value_name = "SECS", value_parser = parse_timeout)]
+    timeout: Option<Duration>,
+
+    /// Time between SIGTERM and SIGKILL when stopping ranks.
+    #[arg(long, value_name = "SECS", default_value = "3", value_parser = parse_duration)]
+    grace: Duration,
+
+    /// The job secret, the same on every node (required with --nnodes > 1; prefer the
+    /// environment variable: command lines are visible to other users). Generated when absent.
+    #[arg(long, env = "OXCCL_SECRET", hide_env_values = true, value_name = "TEXT")]
+    secret: Option<String>,
+
+    /// The program each rank runs, and its arguments (after `--`).
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROGRAM")]
+    command: Vec<OsString>,
+}
+
+impl RunArgs {
+    fn spec(self) -> LaunchSpec {
+        let mut command = self.command.into_iter();
+        let program = command.next().unwrap_or_default();
+        LaunchSpec {
+            nproc: self.nproc as usize,
+            nnodes: self.nnodes as usize,
+            node_rank: self.node_rank as usize,
+            master_addr: self.master_addr,
+            master_port: self.master_port,
+            secret: self.secret,
+            timeout: self.timeout,
+            grace: self.grace,
+            program,
+            args: command.collect(),
+            rank0_output: Output::Prefixed,
+            extra_env: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+struct BenchArgs {
+    /// Operations: all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all,
+    /// gather, scatter, send_recv, barrier, or all.
+    #[arg(value_name = "OP", default_value = "all_reduce")]
+    ops: Vec<String>,
+
+    /// Ranks to start (threads with --backend local, processes otherwise).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    ranks: Option<u32>,
+
+    /// Backend: local, cpu, nccl, rccl, mpi or auto [default: cpu with --ranks, else from the
+    /// environment].
+    #[arg(long, value_name = "B")]
+    backend: Option<String>,
+
+    /// Smallest size in bytes (K, M, G suffixes: binary).
+    #[arg(short = 'b', long = "minbytes", default_value = "8", value_name = "MIN", value_parser = parse_size)]
+    min: usize,
+
+    /// Largest size in bytes.
+    #[arg(short = 'e', long = "maxbytes", default_value = "8M", value_name = "MAX", value_parser = parse_size)]
+    max: usize,
+
+    /// Multiply the size by this between rows.
+    #[arg(short = 'f', long = "stepfactor", default_value_t = 4, value_name = "FACTOR")]
+    factor: usize,
+
+    /// Element type: float, half, bfloat16, double, int8, uint8, int32, uint32, int64, uint64
+    /// (or f32, f16, bf16, ...).
+    #[arg(short = 'd', long = "datatype", default_value = "float", value_name = "DTYPE", value_parser = parse_dtype)]
+    dtype: DType,
+
+    /// Reduce op of all_reduce, reduce and reduce_scatter: sum, prod, min, max, avg.
+    #[arg(short = 'o', long = "op", default_value = "sum", value_name = "REDOP", value_parser = parse_redop)]
+    redop: ReduceOp,
+
+    /// Root of broadcast, reduce, gather and scatter.
+    #[arg(short = 'r', long = "root", default_value_t = 0, value_name = "ROOT")]
+    root: usize,
+
+    /// Timed iterations per size (each out of place and in place).
+    #[arg(short = 'n', long = "iters", default_value_t = 20, value_name = "ITERS",
+          value_parser = clap::value_parser!(u32).range(1..))]
+    iters: u32,
+
+    /// Untimed iterations before timing.
+    #[arg(short = 'w', long = "warmup_iters", alias = "warmup", default_value_t = 5, value_name = "WARMUP")]
+    warmup: u32,
+
+    /// Check results (1) or not (0); wrong values make the exit code 1.
+    #[arg(short = 'c', long = "check", default_value_t = 1, value_name = "0|1",
+          value_parser = clap::value_parser!(u8).range(0..=1))]
+    check: u8,
+
+    /// Also write every measurement to FILE as JSON (rank 0).
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+
+    /// Add a reference column: single-threaded memcpy bandwidth of the same bytes on rank 0.
+    #[arg(long)]
+    memcpy: bool,
+}
+
+fn parse_dtype(s: &str) -> Result<DType, String> {
+    s.parse::<DType>().map_err(|e| e.to_string())
+}
+
+fn parse_redop(s: &str) -> Result<ReduceOp, String> {
+    s.parse::<ReduceOp>().map_err(|e| e.to_string())
+}
+
+impl BenchArgs {
+    fn plan(&self) -> Result<bench::Plan, String> {
+        let mut ops = Vec::new();
+        for s in self.ops.iter().flat_map(|s| s.split(',')).filter(|s| !s.trim().is_empty()) {
+            for op in BenchOp::parse_list(s)? {
+                if !ops.contains(&op) {
+                    ops.push(op);
+                }
+            }
+        }
+        if ops.is_empty() {
+            ops.push(BenchOp::AllReduce);
+        }
+        let progress = if std::io::stderr().is_terminal() { ProgressMode::Terminal } else { ProgressMode::Lines };
+        Ok(bench::Plan {
+            ops,
+            sizes: bench::sizes::sweep(self.min, self.max, self.factor)?,
+            dtype: self.dtype,
+            redop: self.redop,
+            root: self.root,
+            iters: self.iters as usize,
+            warmup: self.warmup as usize,
+            check: self.check == 1,
+            memcpy: self.memcpy,
+            json: self.json.clone(),
+            progress,
+        })
+    }
+
+    /// The arguments of the `oxccl bench` each launched rank runs: these, without --ranks.
+    fn child_args(&self, backend: &str) -> Vec<OsString> {
+        let mut a: Vec<OsString> = vec!["bench".into()];
+        a.extend(self.ops.iter().map(OsString::from));
+        let pairs = [
+            ("--backend", backend.to_string()),
+            ("-b", self.min.to_string()),
+            ("-e", self.max.to_string()),
+            ("-f", self.factor.to_string()),
+            ("-d", self.dtype.name().to_string()),
+            ("-o", self.redop.name().to_string()),
+            ("-r", self.root.to_string()),
+            ("-n", self.iters.to_string()),
+            ("-w", self.warmup.to_string()),
+            ("-c", self.check.to_string()),
+        ];
+        for (k, v) in pairs {
+            a.push(k.into());
+            a.push(v.into());
+        }
+        if let Some(j) = &self.json {
+            a.push("--json".into());
+            a.push(j.clone().into_os_string());
+        }
+        if self.memcpy {
+            a.push("--memcpy".into());
+        }
+        a
+    }
+}
+
+fn known_backend(b: &str) -> Result<(), String> {
+    let b = b.trim().to_ascii_lowercase();
+    if b == "auto" || oxccl::backend::factory::KNOWN.contains(&b.as_str()) {
+        Ok(())
+    } else {
+        Err(format!("unknown backend `{b}`; expected auto or one of {}", oxccl::backend::factory::KNOWN.join(", ")))
+    }
+}
+
+fn exit(code: i32) -> ExitCode {
+    ExitCode::from(u8::try_from(code.clamp(0, 255)).unwrap_or(1))
+}
+
+fn run_command(args: RunArgs) -> ExitCode {
+    match run::launch(&args.spec()) {
+        Ok(report) => {
+            run::print_summary(&report);
+            exit(report.exit_code())
+        }
+        Err(e) => {
+            eprintln!("oxccl run: error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn bench_command(args: BenchArgs) -> ExitCode {
+    let result = bench_dispatch(&args);
+    match result {
+        Ok(BenchEnd::Wrong(0)) => ExitCode::SUCCESS,
+        Ok(BenchEnd::Wrong(w)) => {
+            eprintln!("oxccl bench: {w} value{} differed from the expected results", if w == 1 { "" } else { "s" });
+            ExitCode::from(1)
+        }
+        Ok(BenchEnd::Job(code)) => exit(code),
+        Err(e) => {
+            eprintln!("oxccl bench: error: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// How a benchmark ended.
+enum BenchEnd {
+    /// Ran here: this many wrong values.
+    Wrong(u64),
+    /// Ran as launched processes: the launcher's exit code (the summary is printed).
+    Job(i32),
+}
+
+fn bench_dispatch(args: &BenchArgs) -> Result<BenchEnd, String> {
+    if let Some(b) = &args.backend {
+        known_backend(b)?;
+    }
+    let plan = args.plan()?;
+    match (args.ranks, args.backend.as_deref()) {
+        (Some(n), Some(b)) if b.eq_ignore_ascii_case("local") => {
+            bench::run_threads("local", n as usize, &plan).map(BenchEnd::Wrong)
+        }
+        (Some(n), backend) => {
+            let backend = backend.unwrap_or("cpu");
+            let exe = std::env::current_exe()
+                .map_err(|e| format!("could not find this program's path to start its ranks: {e}"))?;
+            let mut spec = LaunchSpec::local(n as usize, exe.into_os_string(), args.child_args(backend));
+            // Rank 0 prints the table (and progress on a terminal) itself.
+            spec.rank0_output = Output::Inherited;
+            let report = run::launch(&spec)?;
+            run::print_summary(&report);
+            Ok(BenchEnd::Job(report.exit_code()))
+        }
+        (None, backend) => bench::run_process(backend, &plan).map(BenchEnd::Wrong),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Run(args) => run_command(args),
+        Command::Bench(args) => bench_command(args),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn run_takes_the_program_after_the_options() {
+        let cli = Cli::try_parse_from(["oxccl", "run", "-n", "3", "--", "sh", "-c", "echo $RANK"]).unwrap();
+        let Command::Run(args) = cli.command else { panic!("not run") };
+        let spec = args.spec();
+        assert_eq!(spec.nproc, 3);
+        assert_eq!(spec.program, "sh");
+        assert_eq!(spec.args, vec![OsString::from("-c"), OsString::from("echo $RANK")]);
+        let cli = Cli::try_parse_from(["oxccl", "run", "--nproc", "2", "python", "-u", "x.py"]).unwrap();
+        let Command::Run(args) = cli.command else { panic!("not run") };
+        assert_eq!(args.command, vec![OsString::from("python"), "-u".into(), "x.py".into()]);
+        assert!(Cli::try_parse_from(["oxccl", "run", "-n", "0", "--", "true"]).is_err());
+        assert!(Cli::try_parse_from(["oxccl", "run", "-n", "2"]).is_err());
+        assert!(Cli::try_parse_from(["oxccl", "run", "-n", "2", "--timeout", "0", "--", "true"]).is_err());
+        assert!(Cli::try_parse_from(["oxccl", "run", "-n", "2", "--timeout", "1.5m", "--", "true"]).is_ok());
+    }
+
+    #[test]
+    fn bench_defaults_and_child_arguments_round_trip() {
+        let cli =
+            Cli::try_parse_from(["oxccl", "bench", "--ranks", "4", "-e", "64K", "-d", "bf16", "--memcpy"]).unwrap();
+        let Command::Bench(args) = cli.command else { panic!("not bench") };
+        let plan = args.plan().unwrap();
+        assert_eq!(plan.ops, vec![BenchOp::AllReduce]);
+        assert_eq!(plan.sizes, vec![8, 32, 128, 512, 2048, 8192, 32768]);
+        assert_eq!((plan.iters, plan.warmup, plan.check), (20, 5, true));
+        let child = args.child_args("cpu");
+        let reparsed = Cli::try_parse_from(std::iter::once(OsString::from("oxccl")).chain(child)).unwrap();
+        let Command::Bench(again) = reparsed.command else { panic!("not bench") };
+        assert_eq!(again.ranks, None);
+        assert_eq!(again.backend.as_deref(), Some("cpu"));
+        let p2 = again.plan().unwrap();
+        assert_eq!((p2.sizes, p2.dtype, p2.redop, p2.memcpy), (plan.sizes, DType::BF16, ReduceOp::Sum, true));
+    }
+
+    #[test]
+    fn bench_rejects_bad_values_with_advice() {
+        for bad in [
+            vec!["oxccl", "bench", "-b", "1.5K"],
+            vec!["oxccl", "bench", "-d", "float128"],
+            vec!["oxccl", "bench", "-o", "mean"],
+            vec!["oxccl", "bench", "-c", "2"],
+            vec!["oxccl", "bench", "-n", "0"],
+        ] {
+            assert!(Cli::try_parse_from(&bad).is_err(), "{bad:?}");
+        }
+        let cli = Cli::try_parse_from(["oxccl", "bench", "allreduse"]).unwrap();
+        let Command::Bench(args) = cli.command else { panic!("not bench") };
+        assert!(args.plan().unwrap_err().contains("all_reduce"));
+        assert!(known_backend("warp").unwrap_err().contains("local"));
+        assert!(known_backend("LOCAL").is_ok());
+    }
+}

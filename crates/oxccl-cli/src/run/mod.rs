@@ -1,0 +1,333 @@
+//! `oxccl run`: the launcher (like torchrun). It hosts the rendezvous store on node 0,
+//! starts this node's ranks with the environment oxccl (and torch) read, prefixes their
+//! output, forwards signals, and fails fast: when one rank fails, the others are stopped
+//! (SIGTERM, then SIGKILL after a grace period) and a one-line summary per rank is printed.
+//!
+//! - [`rendezvous`]: the job secret and the store;
+//! - [`spawn`]: each rank's environment and process;
+//! - [`output`]: forwarding output with `[rank R] ` prefixes;
+//! - [`signals`]: catching and sending signals;
+//! - [`summary`]: how the job ended, as lines and an exit code.
+
+pub mod output;
+pub mod rendezvous;
+pub mod signals;
+pub mod spawn;
+pub mod summary;
+
+use std::ffi::OsString;
+use std::process::Child;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use spawn::{Output, Placement};
+use summary::{Cause, End, JobReport, RankEnd, Stop};
+
+/// The default grace period between SIGTERM and SIGKILL.
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(3);
+
+/// How often the launcher looks at its ranks, signals and deadlines.
+const POLL: Duration = Duration::from_millis(10);
+
+/// How long the launcher waits, once every rank has exited, for their last output.
+const OUTPUT_DRAIN: Duration = Duration::from_secs(2);
+
+/// Everything `oxccl run` needs to start a job on this node.
+#[derive(Debug, Clone)]
+pub struct LaunchSpec {
+    /// Ranks to start on this node.
+    pub nproc: usize,
+    /// Number of nodes in the job.
+    pub nnodes: usize,
+    /// This node's index, in `0..nnodes`.
+    pub node_rank: usize,
+    /// The store's host; default 127.0.0.1 on a single node, required on several.
+    pub master_addr: Option<String>,
+    /// The store's port; default a free port on a single node, required on several.
+    pub master_port: Option<u16>,
+    /// The job secret's text; generated when absent on a single node, required on several.
+    pub secret: Option<String>,
+    /// Stop the job after this long.
+    pub timeout: Option<Duration>,
+    /// Time between SIGTERM and SIGKILL when stopping ranks.
+    pub grace: Duration,
+    /// The program each rank runs.
+    pub program: OsString,
+    /// Its arguments.
+    pub args: Vec<OsString>,
+    /// How rank 0's output reaches the user (the others' is always prefixed).
+    pub rank0_output: Output,
+    /// More environment variables for every rank.
+    pub extra_env: Vec<(String, String)>,
+}
+
+impl LaunchSpec {
+    /// A single-node spec running `program args…` on `nproc` ranks with every default.
+    pub fn local(nproc: usize, program: OsString, args: Vec<OsString>) -> LaunchSpec {
+        LaunchSpec {
+            nproc,
+            nnodes: 1,
+            node_rank: 0,
+            master_addr: None,
+            master_port: None,
+            secret: None,
+            timeout: None,
+            grace: DEFAULT_GRACE,
+            program,
+            args,
+            rank0_output: Output::Prefixed,
+            extra_env: Vec::new(),
+        }
+    }
+
+    fn check(&self) -> Result<(), String> {
+        if self.nproc == 0 {
+            return Err("-n must be at least 1 (the number of ranks to start on this node)".into());
+        }
+        if self.nnodes == 0 {
+            return Err("--nnodes must be at least 1".into());
+        }
+        if self.node_rank >= self.nnodes {
+            return Err(format!(
+                "--node-rank {} is out of range for --nnodes {}: number the nodes 0 to {}",
+                self.node_rank,
+                self.nnodes,
+                self.nnodes - 1
+            ));
+        }
+        if self.nnodes > 1 {
+            if self.master_addr.is_none() {
+                return Err("a job on several nodes needs --master-addr: the address of node 0, where the \
+                            rendezvous store runs, reachable from every node"
+                    .into());
+            }
+            if self.master_port.is_none_or(|p| p == 0) {
+                return Err("a job on several nodes needs --master-port: a free port on node 0, the same \
+                            on every node (e.g. 29500)"
+                    .into());
+            }
+        }
+        if self.program.is_empty() {
+            return Err("no program to run: put it after `--`, e.g. `oxccl run -n 2 -- python train.py`".into());
+        }
+        Ok(())
+    }
+}
+
+/// One running rank.
+struct Proc {
+    /// Its global rank.
+    rank: usize,
+    /// Its process (the leader of its own process group).
+    child: Child,
+    /// How it ended, once reaped.
+    end: Option<End>,
+    /// The strongest signal the launcher sent it.
+    stopped: Option<Stop>,
+}
+
+impl Proc {
+    /// Signals the rank's process group, unless the rank has already exited (a rank that
+    /// finished on its own is not reported as stopped by the launcher).
+    fn signal(&mut self, sig: i32, stop: Stop) {
+        if self.end.is_none() {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                self.end = Some(End::from_status(status));
+                return;
+            }
+            if signals::signal_group(self.child.id(), sig) {
+                self.stopped = self.stopped.max(Some(stop));
+            }
+        }
+    }
+}
+
+/// Runs the job described by `spec` on this node and reports how it ended. Prints nothing
+/// itself except the ranks' output; the caller prints the summary.
+///
+/// # Errors
+/// When the job cannot start: invalid options, no secret for a multi-node job, the store
+/// cannot be hosted, the signal handlers cannot be installed, or the program cannot be
+/// started (ranks already started are then killed).
+pub fn launch(spec: &LaunchSpec) -> Result<JobReport, String> {
+    spec.check()?;
+    let secret = rendezvous::secret(spec.secret.as_deref(), spec.nnodes)?;
+    let host = spec.master_addr.clone().unwrap_or_else(|| "127.0.0.1".to_string());
+    let store = if spec.node_rank == 0 {
+        Some(rendezvous::HostedStore::bind(&host, spec.master_port.unwrap_or(0), &secret)?)
+    } else {
+        None
+    };
+    let port = store.as_ref().map(|s| s.port()).or(spec.master_port).unwrap_or(0);
+    let placement = Placement {
+        nproc: spec.nproc,
+        nnodes: spec.nnodes,
+        node_rank: spec.node_rank,
+        master_addr: host,
+        master_port: port,
+    };
+
+    // Catch signals before any rank exists, so none can be orphaned by an early Ctrl-C.
+    let mut catcher =
+        signals::Catcher::install().map_err(|e| format!("could not install the launcher's signal handlers: {e}"))?;
+    let (done_tx, done_rx) = mpsc::channel();
+    let mut procs: Vec<Proc> = Vec::with_capacity(spec.nproc);
+    let mut forwarders = Vec::new();
+    for local in 0..spec.nproc {
+        let rank = placement.rank(local);
+        let mut env: Vec<(String, String)> =
+            placement.env(local, secret.text()).into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+        env.extend(spec.extra_env.iter().cloned());
+        let how = if rank == 0 { spec.rank0_output } else { Output::Prefixed };
+        let mut child = match spawn::spawn(&spec.program, &spec.args, &env, how) {
+            Ok(c) => c,
+            Err(e) => {
+                abandon(&mut procs);
+                return Err(format!(
+                    "could not start `{}` for rank {rank}: {e}; check the program's name, your PATH and its permissions",
+                    spec.program.to_string_lossy()
+                ));
+            }
+        };
+        let prefix = output::prefix(rank);
+        let pipes = [
+            child.stdout.take().map(|p| output::spawn(p, output::Sink::Stdout, prefix.clone(), done_tx.clone())),
+            child.stderr.take().map(|p| output::spawn(p, output::Sink::Stderr, prefix.clone(), done_tx.clone())),
+        ];
+        procs.push(Proc { rank, child, end: None, stopped: None });
+        for p in pipes.into_iter().flatten() {
+            match p {
+                Ok(f) => forwarders.push(f),
+                Err(e) => {
+                    abandon(&mut procs);
+                    return Err(format!("could not start a thread to forward rank {rank}'s output: {e}"));
+                }
+            }
+        }
+    }
+    drop(done_tx);
+
+    let report = supervise(&mut procs, &mut catcher, spec.timeout, spec.grace);
+    drop(catcher);
+    output::finish(forwarders, &done_rx, Instant::now() + OUTPUT_DRAIN);
+    if let Some(s) = store {
+        s.shutdown();
+    }
+    Ok(report)
+}
+
+/// Kills and reaps ranks started before a failure to start the others.
+fn abandon(procs: &mut [Proc]) {
+    for p in procs.iter_mut() {
+        signals::signal_group(p.child.id(), signal_hook::consts::SIGKILL);
+        let _ = p.child.wait();
+    }
+}
+
+/// Watches the ranks until all have exited, stopping them all on the first failure, a
+/// signal to the launcher or the timeout.
+fn supervise(
+    procs: &mut [Proc],
+    catcher: &mut signals::Catcher,
+    timeout: Option<Duration>,
+    grace: Duration,
+) -> JobReport {
+    use signal_hook::consts::{SIGKILL, SIGTERM};
+    let start = Instant::now();
+    let mut cause: Option<Cause> = None;
+    // When the ranks still running get SIGKILL, and how that is reported; set once the stop begins.
+    let mut kill_at: Option<Instant> = None;
+    let mut kill_as = Stop::Kill;
+    let mut killed = false;
+    loop {
+        for p in procs.iter_mut().filter(|p| p.end.is_none()) {
+            let end = match p.child.try_wait() {
+                Ok(Some(status)) => End::from_status(status),
+                Ok(None) => continue,
+                // The child cannot be waited for (should not happen): count it as failed.
+                Err(_) => End::Code(-1),
+            };
+            p.end = Some(end);
+            if !end.ok() && cause.is_none() && p.stopped.is_none() {
+                cause = Some(Cause::RankFailed { rank: p.rank, end });
+            }
+        }
+        if procs.iter().all(|p| p.end.is_some()) {
+            break;
+        }
+        let now = Instant::now();
+        for sig in catcher.pending() {
+            if kill_at.is_none() {
+                // The first signal is forwarded as is; the ranks get the grace period.
+                cause.get_or_insert(Cause::Signal(sig));
+                procs.iter_mut().for_each(|p| p.signal(sig, Stop::Forwarded(sig)));
+                kill_at = Some(now + grace);
+            } else {
+                // Another signal while stopping: the user is impatient, kill now.
+                kill_at = Some(now);
+                kill_as = Stop::KillNow;
+            }
+        }
+        if cause.is_none() && timeout.is_some_and(|t| now.duration_since(start) >= t) {
+            cause = timeout.map(Cause::Timeout);
+        }
+        if cause.is_some() && kill_at.is_none() {
+            procs.iter_mut().for_each(|p| p.signal(SIGTERM, Stop::Term));
+            kill_at = Some(now + grace);
+        }
+        if !killed && kill_at.is_some_and(|k| now >= k) {
+            procs.iter_mut().for_each(|p| p.signal(SIGKILL, kill_as));
+            killed = true;
+        }
+        std::thread::sleep(POLL);
+    }
+    let ranks = procs
+        .iter()
+        .map(|p| RankEnd { rank: p.rank, end: p.end.unwrap_or(End::Code(-1)), stopped: p.stopped })
+        .collect();
+    JobReport { ranks, cause, grace }
+}
+
+/// Prints the summary of a failed job to stderr (nothing on success).
+pub fn print_summary(report: &JobReport) {
+    if let Some(h) = report.headline() {
+        eprintln!("{h}");
+        for line in report.lines() {
+            eprintln!("  {line}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_are_checked_with_advice() {
+        let base = LaunchSpec::local(2, "true".into(), vec![]);
+        assert!(base.check().is_ok());
+        let e = LaunchSpec { nproc: 0, ..base.clone() }.check().unwrap_err();
+        assert!(e.contains("-n"), "{e}");
+        let e = LaunchSpec { nnodes: 2, node_rank: 2, ..base.clone() }.check().unwrap_err();
+        assert!(e.contains("--node-rank"), "{e}");
+        let e = LaunchSpec { nnodes: 2, ..base.clone() }.check().unwrap_err();
+        assert!(e.contains("--master-addr"), "{e}");
+        let e = LaunchSpec { nnodes: 2, master_addr: Some("10.0.0.1".into()), ..base.clone() }.check().unwrap_err();
+        assert!(e.contains("--master-port"), "{e}");
+        let e = LaunchSpec { program: OsString::new(), ..base }.check().unwrap_err();
+        assert!(e.contains("--"), "{e}");
+    }
+
+    #[test]
+    fn a_short_job_runs_and_succeeds() {
+        let r = launch(&LaunchSpec::local(2, "true".into(), vec![])).unwrap();
+        assert!(r.succeeded(), "{r:?}");
+        assert_eq!(r.ranks.len(), 2);
+    }
+
+    #[test]
+    fn a_program_that_does_not_exist_is_reported() {
+        let e = launch(&LaunchSpec::local(2, "/nonexistent/program".into(), vec![])).unwrap_err();
+        assert!(e.contains("rank 0") && e.contains("PATH"), "{e}");
+    }
+}

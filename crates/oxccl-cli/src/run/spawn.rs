@@ -1,0 +1,132 @@
+//! Starting the ranks of this node: the environment each one gets (torchrun's variables plus
+//! oxccl's) and the process itself, in its own process group, stdin closed, output piped.
+
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+
+/// Where this node's ranks sit in the job, and how they find the rendezvous store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    /// Ranks per node (`LOCAL_WORLD_SIZE`).
+    pub nproc: usize,
+    /// Number of nodes.
+    pub nnodes: usize,
+    /// This node's index.
+    pub node_rank: usize,
+    /// The store's host (`MASTER_ADDR`).
+    pub master_addr: String,
+    /// The store's port (`MASTER_PORT`).
+    pub master_port: u16,
+}
+
+impl Placement {
+    /// `WORLD_SIZE`: ranks on all nodes.
+    pub fn world_size(&self) -> usize {
+        self.nnodes * self.nproc
+    }
+
+    /// The global rank of local rank `local`.
+    pub fn rank(&self, local: usize) -> usize {
+        self.node_rank * self.nproc + local
+    }
+
+    /// `host:port` of the store, with IPv6 hosts in brackets.
+    pub fn store_addr(&self) -> String {
+        super::rendezvous::join_host_port(&self.master_addr, self.master_port)
+    }
+
+    /// The environment of local rank `local`: `RANK`, `WORLD_SIZE`, `LOCAL_RANK`,
+    /// `LOCAL_WORLD_SIZE`, `MASTER_ADDR`, `MASTER_PORT`, `OXCCL_STORE_ADDR`, `OXCCL_SECRET`,
+    /// `OXCCL_LAUNCHER=oxccl`, `OXCCL_NODE_RANK`, `GROUP_RANK`, `NODE_RANK`.
+    pub fn env(&self, local: usize, secret: &str) -> Vec<(&'static str, String)> {
+        vec![
+            ("RANK", self.rank(local).to_string()),
+            ("WORLD_SIZE", self.world_size().to_string()),
+            ("LOCAL_RANK", local.to_string()),
+            ("LOCAL_WORLD_SIZE", self.nproc.to_string()),
+            ("GROUP_RANK", self.node_rank.to_string()),
+            ("NODE_RANK", self.node_rank.to_string()),
+            ("MASTER_ADDR", self.master_addr.clone()),
+            ("MASTER_PORT", self.master_port.to_string()),
+            ("OXCCL_STORE_ADDR", self.store_addr()),
+            ("OXCCL_SECRET", secret.to_string()),
+            ("OXCCL_LAUNCHER", "oxccl".to_string()),
+            ("OXCCL_NODE_RANK", self.node_rank.to_string()),
+        ]
+    }
+}
+
+/// How a rank's stdout and stderr reach the user.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Output {
+    /// Piped to the launcher, which prefixes each line with the rank.
+    Prefixed,
+    /// The launcher's own stdout and stderr, unchanged (e.g. a terminal, for progress bars).
+    Inherited,
+}
+
+/// Starts one rank: `program args…` with `env` added to the launcher's environment, stdin
+/// from /dev/null, in a new process group (so signals to the group reach whatever it starts,
+/// and a Ctrl-C in the terminal reaches only the launcher, which forwards it).
+///
+/// # Errors
+/// When the program cannot be started (not found, not executable).
+pub fn spawn(
+    program: &OsString,
+    args: &[OsString],
+    env: &[(impl AsRef<str>, String)],
+    output: Output,
+) -> std::io::Result<Child> {
+    let mut cmd = Command::new(program);
+    cmd.args(args).stdin(Stdio::null()).process_group(0);
+    for (k, v) in env {
+        cmd.env(k.as_ref(), v);
+    }
+    match output {
+        Output::Prefixed => cmd.stdout(Stdio::piped()).stderr(Stdio::piped()),
+        Output::Inherited => cmd.stdout(Stdio::inherit()).stderr(Stdio::inherit()),
+    };
+    cmd.spawn()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn placement(node_rank: usize) -> Placement {
+        Placement { nproc: 4, nnodes: 2, node_rank, master_addr: "10.1.2.3".into(), master_port: 29500 }
+    }
+
+    #[test]
+    fn ranks_count_across_nodes() {
+        let p = placement(1);
+        assert_eq!(p.world_size(), 8);
+        assert_eq!(p.rank(0), 4);
+        assert_eq!(p.rank(3), 7);
+        let env = p.env(2, "s3cret");
+        let get = |k: &str| env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("RANK"), Some("6"));
+        assert_eq!(get("WORLD_SIZE"), Some("8"));
+        assert_eq!(get("LOCAL_RANK"), Some("2"));
+        assert_eq!(get("LOCAL_WORLD_SIZE"), Some("4"));
+        assert_eq!(get("MASTER_ADDR"), Some("10.1.2.3"));
+        assert_eq!(get("MASTER_PORT"), Some("29500"));
+        assert_eq!(get("OXCCL_STORE_ADDR"), Some("10.1.2.3:29500"));
+        assert_eq!(get("OXCCL_SECRET"), Some("s3cret"));
+        assert_eq!(get("OXCCL_LAUNCHER"), Some("oxccl"));
+        assert_eq!(get("OXCCL_NODE_RANK"), Some("1"));
+    }
+
+    #[test]
+    fn ipv6_store_addresses_get_brackets() {
+        let p = Placement { master_addr: "::1".into(), ..placement(0) };
+        assert_eq!(p.store_addr(), "[::1]:29500");
+    }
+
+    #[test]
+    fn a_missing_program_is_an_error_not_a_panic() {
+        let e = spawn(&"/nonexistent/oxccl-test".into(), &[], &[("A", "b".to_string())], Output::Prefixed);
+        assert!(e.is_err());
+    }
+}

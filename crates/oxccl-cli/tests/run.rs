@@ -1,0 +1,144 @@
+//! `oxccl run`, the launcher: environment, output prefixes, fail-fast, signals, timeouts.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::time::Duration;
+
+use common::{oxccl, run, wait};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+const LIMIT: Duration = Duration::from_secs(20);
+
+#[test]
+fn every_rank_gets_its_environment_and_a_prefix() {
+    let f = run(
+        oxccl([
+            "run",
+            "-n",
+            "3",
+            "--",
+            "sh",
+            "-c",
+            "echo hi from $RANK of $WORLD_SIZE local $LOCAL_RANK/$LOCAL_WORLD_SIZE via $OXCCL_LAUNCHER \
+             node $OXCCL_NODE_RANK store $OXCCL_STORE_ADDR master $MASTER_ADDR:$MASTER_PORT; echo oops >&2",
+        ]),
+        LIMIT,
+    );
+    assert_eq!(f.code(), Some(0), "{}", f.all());
+    let lines: Vec<&str> = f.stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{}", f.all());
+    for r in 0..3 {
+        let line =
+            lines.iter().find(|l| l.starts_with(&format!("[rank {r}] "))).unwrap_or_else(|| panic!("{}", f.all()));
+        assert!(line.contains(&format!("hi from {r} of 3 local {r}/3 via oxccl node 0 store 127.0.0.1:")), "{line}");
+        // The store is where MASTER_ADDR:MASTER_PORT say.
+        let store = line.split(" store ").nth(1).and_then(|s| s.split(' ').next()).unwrap_or_default();
+        assert!(line.ends_with(&format!("master {store}")), "{line}");
+        assert!(f.stderr.contains(&format!("[rank {r}] oops")), "{}", f.all());
+    }
+    assert!(!f.stderr.contains("oxccl run:"), "no summary on success: {}", f.all());
+}
+
+#[test]
+fn a_failing_rank_stops_the_others_fast() {
+    let f = run(oxccl(["run", "-n", "3", "--", "sh", "-c", r#"if [ "$RANK" = 1 ]; then exit 3; fi; sleep 30"#]), LIMIT);
+    assert_eq!(f.code(), Some(3), "{}", f.all());
+    assert!(f.elapsed < Duration::from_secs(10), "took {:?}", f.elapsed);
+    assert!(f.stderr.contains("rank 1: exit code 3"), "{}", f.all());
+    for r in [0, 2] {
+        assert!(f.stderr.contains(&format!("rank {r}: terminated by the launcher after rank 1 failed")), "{}", f.all());
+    }
+}
+
+#[test]
+fn a_rank_killed_by_a_signal_is_named() {
+    let f =
+        run(oxccl(["run", "-n", "2", "--", "sh", "-c", r#"if [ "$RANK" = 1 ]; then kill -9 $$; fi; sleep 30"#]), LIMIT);
+    assert_eq!(f.code(), Some(128 + 9), "{}", f.all());
+    assert!(f.elapsed < Duration::from_secs(10), "took {:?}", f.elapsed);
+    assert!(f.stderr.contains("rank 1: killed by signal 9 (SIGKILL)"), "{}", f.all());
+    assert!(f.stderr.contains("rank 0: terminated by the launcher"), "{}", f.all());
+}
+
+#[test]
+fn sigterm_to_the_launcher_stops_every_rank() {
+    let mut child = oxccl(["run", "-n", "2", "--", "sh", "-c", "echo ready $$; exec sleep 30"]).spawn().expect("start");
+    // Wait until both ranks run (each prints its pid), then signal the launcher.
+    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut pids = Vec::new();
+    let mut line = String::new();
+    while pids.len() < 2 && out.read_line(&mut line).unwrap_or(0) > 0 {
+        if let Some(pid) = line.trim().rsplit(' ').next().and_then(|p| p.parse::<i32>().ok()) {
+            pids.push(pid);
+        }
+        line.clear();
+    }
+    assert_eq!(pids.len(), 2, "both ranks should report ready");
+    let launcher = Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+    kill(launcher, Signal::SIGTERM).expect("signal the launcher");
+    child.stdout = Some(out.into_inner());
+    let f = wait(child, LIMIT);
+    assert_eq!(f.code(), Some(128 + 15), "{}", f.all());
+    assert!(f.elapsed < Duration::from_secs(5), "took {:?}", f.elapsed);
+    assert!(f.stderr.contains("received SIGTERM"), "{}", f.all());
+    for pid in pids {
+        // Reaped by the launcher: the process no longer exists.
+        assert!(kill(Pid::from_raw(pid), None).is_err(), "rank process {pid} still exists");
+    }
+}
+
+#[test]
+fn the_timeout_stops_the_job() {
+    let f = run(oxccl(["run", "-n", "2", "--timeout", "0.3", "--", "sleep", "30"]), LIMIT);
+    assert_eq!(f.code(), Some(124), "{}", f.all());
+    assert!(f.elapsed < Duration::from_secs(5), "took {:?}", f.elapsed);
+    assert!(f.stderr.contains("timeout of 0.3s"), "{}", f.all());
+}
+
+#[test]
+fn ranks_that_ignore_sigterm_are_killed_after_the_grace_period() {
+    // Rank 0 fails once rank 1 has had time to ignore SIGTERM (sleep inherits that).
+    let f = run(
+        oxccl([
+            "run",
+            "-n",
+            "2",
+            "--grace",
+            "0.5",
+            "--",
+            "sh",
+            "-c",
+            r#"trap "" TERM; [ "$RANK" = 0 ] && sleep 0.5 && exit 1; sleep 30"#,
+        ]),
+        LIMIT,
+    );
+    assert_eq!(f.code(), Some(1), "{}", f.all());
+    assert!(f.elapsed < Duration::from_secs(5), "took {:?}", f.elapsed);
+    assert!(f.stderr.contains("rank 1: terminated by the launcher after rank 0 failed (SIGKILL"), "{}", f.all());
+}
+
+#[test]
+fn stdin_is_closed() {
+    // `cat` would wait forever on an inherited terminal or pipe.
+    let f = run(oxccl(["run", "-n", "2", "--", "cat"]), LIMIT);
+    assert_eq!(f.code(), Some(0), "{}", f.all());
+}
+
+#[test]
+fn errors_say_what_to_do() {
+    let f = run(oxccl(["run", "-n", "2", "--", "/nonexistent/program"]), LIMIT);
+    assert_eq!(f.code(), Some(2), "{}", f.all());
+    assert!(f.stderr.contains("could not start") && f.stderr.contains("PATH"), "{}", f.all());
+
+    let f = run(
+        oxccl(["run", "-n", "1", "--nnodes", "2", "--master-addr", "127.0.0.1", "--master-port", "1", "--", "true"]),
+        LIMIT,
+    );
+    assert_eq!(f.code(), Some(2), "{}", f.all());
+    assert!(f.stderr.contains("OXCCL_SECRET"), "{}", f.all());
+
+    let f = run(oxccl(["run", "-n", "2"]), LIMIT);
+    assert_eq!(f.code(), Some(2), "{}", f.all());
+}
