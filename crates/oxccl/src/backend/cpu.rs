@@ -35,7 +35,7 @@ use crate::error::{Error, Result};
 /// The backend's name.
 pub const NAME: &str = "cpu";
 /// Default bytes per slot of the shared-memory collectives (`OXCCL_SHM_SLOT_BYTES`).
-pub const DEFAULT_SLOT: usize = 256 * 1024;
+pub const DEFAULT_SLOT: usize = 1 << 20;
 
 /// Which transports carry the traffic (`OXCCL_TRANSPORT`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

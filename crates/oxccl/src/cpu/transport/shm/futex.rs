@@ -28,8 +28,19 @@ pub fn wake_all(word: &AtomicU32) {
     }
 }
 
-/// How long to spin before sleeping.
-const SPIN: Duration = Duration::from_micros(50);
+/// How long a wait spins before it sleeps, unless `OXCCL_SPIN_US` says otherwise. Spinning
+/// costs a core but no system call; long enough to cover a peer that is a chunk behind.
+const DEFAULT_SPIN_US: u64 = 200;
+
+/// The spin time in force (read once from `OXCCL_SPIN_US`; 0 sleeps at once, which suits
+/// hosts with many more ranks than cores).
+fn spin_time() -> Duration {
+    static SPIN: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *SPIN.get_or_init(|| {
+        let us = std::env::var("OXCCL_SPIN_US").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(DEFAULT_SPIN_US);
+        Duration::from_micros(us)
+    })
+}
 
 /// Waits until `ready()` holds, spinning first, then sleeping on `doorbell` (whose value
 /// writers change, then wake, after making `ready()` true). `sleepers` counts waiters so
@@ -43,17 +54,14 @@ pub fn wait_until<E>(
     mut check: impl FnMut() -> Result<(), E>,
 ) -> Result<(), E> {
     let start = Instant::now();
-    let mut spins = 0u32;
-    while start.elapsed() < SPIN {
+    let spin = spin_time();
+    // No sched_yield here: on a busy host it hands the core to another process for a whole
+    // time slice; after the spin the wait sleeps in the kernel instead.
+    while start.elapsed() < spin {
         if ready() {
             return Ok(());
         }
-        spins = spins.wrapping_add(1);
-        if spins.is_multiple_of(256) {
-            std::thread::yield_now();
-        } else {
-            std::hint::spin_loop();
-        }
+        std::hint::spin_loop();
     }
     let mut last_check = Instant::now();
     loop {

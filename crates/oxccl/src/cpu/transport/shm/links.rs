@@ -43,7 +43,7 @@ pub struct ShmOptions {
 
 impl Default for ShmOptions {
     fn default() -> Self {
-        ShmOptions { ring_bytes: 1 << 20, max_frame: 1 << 34, setup_timeout: Duration::from_secs(60) }
+        ShmOptions { ring_bytes: 256 << 10, max_frame: 1 << 34, setup_timeout: Duration::from_secs(60) }
     }
 }
 
