@@ -214,6 +214,43 @@ impl crate::backend::Backend for Hosted {
     }
 }
 
+/// The launcher's job identity, for launches without `OXCCL_SECRET`: torchrun's run id,
+/// Open MPI's / PMIx's job, SLURM's job and step, Hydra's KVS name.
+fn launcher_job_id(env: &impl Fn(&str) -> Option<String>) -> Option<String> {
+    let one = |k: &str| env(k).filter(|v| !v.is_empty()).map(|v| format!("{k}={v}"));
+    one("TORCHELASTIC_RUN_ID")
+        .or_else(|| one("OMPI_MCA_ess_base_jobid"))
+        .or_else(|| one("PMIX_NAMESPACE"))
+        .or_else(|| {
+            let job = one("SLURM_JOB_ID")?;
+            Some(format!("{job},{}", one("SLURM_STEP_ID").or_else(|| one("SLURM_STEPID")).unwrap_or_default()))
+        })
+        .or_else(|| one("PMI_KVSNAME"))
+}
+
+/// The job secret: `OXCCL_SECRET`, else one derived from the launcher's job id (with a
+/// warning on rank 0: anyone who knows the id can derive it).
+fn job_secret(env: &impl Fn(&str) -> Option<String>, rank: usize) -> Result<Secret> {
+    if let Some(s) = Secret::from_env()? {
+        return Ok(s);
+    }
+    let id = launcher_job_id(env).ok_or_else(secret_required)?;
+    if rank == 0 {
+        eprintln!(
+            "oxccl: OXCCL_SECRET is not set; using a secret derived from the launcher's job id ({id}), \
+             which anyone who knows that id can derive. Export the same random OXCCL_SECRET to every rank \
+             (or launch with `oxccl run`) for real authentication."
+        );
+    }
+    Secret::from_text(&format!("oxccl-job-id:{id}"))
+}
+
+/// A port for a store on loopback that every rank of this job computes alike.
+fn derived_port(id: &str) -> u16 {
+    let h = id.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+    20000 + (h % 20000) as u16
+}
+
 fn secret_required() -> Error {
     Error::Config(
         "OXCCL_SECRET is not set: every rank must know the job's secret to join. Launch with \
@@ -240,24 +277,32 @@ pub fn init_process(cfg: &ResolvedConfig) -> Result<Communicator> {
         let b = CpuBackend::new(NAME, transport, WORLD_COMM_ID, Arc::from([0usize]), 0, cfg.clone())?;
         return Ok(Communicator::from_backend(Arc::new(b)));
     }
-    let secret = Secret::from_env()?.ok_or_else(secret_required)?;
+    let secret = job_secret(&env, rank)?;
     let mut keep: Vec<Box<dyn Any + Send + Sync>> = Vec::new();
+    // Without MASTER_ADDR, a job whose ranks are all on this host (mpirun/srun on one node)
+    // meets on loopback, at a port derived from the launcher's job id.
+    let single_host_fallback = (info.master_addr.is_none() && info.local_world_size == n)
+        .then(|| launcher_job_id(&env))
+        .flatten()
+        .map(|id| ("127.0.0.1".to_string(), derived_port(&id)));
     let addr = match env("OXCCL_STORE_ADDR") {
         Some(a) => a,
         None => {
-            let host = info.master_addr.clone().ok_or_else(|| {
+            let host = info.master_addr.clone().or_else(|| single_host_fallback.as_ref().map(|f| f.0.clone()));
+            let host = host.ok_or_else(|| {
                 Error::Config(
                     "no rendezvous store: set OXCCL_STORE_ADDR (host:port of a running store), or \
                      MASTER_ADDR and MASTER_PORT (rank 0 then hosts the store), or launch with `oxccl run`"
                         .into(),
                 )
             })?;
+            let fallback_port = single_host_fallback.as_ref().map(|f| f.1);
             let port = match env("OXCCL_STORE_PORT") {
                 Some(p) => p
                     .trim()
                     .parse::<u16>()
                     .map_err(|_| Error::Config(format!("OXCCL_STORE_PORT={p:?} is not a port")))?,
-                None => info.master_port.and_then(|p| p.checked_add(1)).ok_or_else(|| {
+                None => info.master_port.and_then(|p| p.checked_add(1)).or(fallback_port).ok_or_else(|| {
                     Error::Config(
                         "MASTER_PORT is not set (rank 0 hosts the store on MASTER_PORT+1, or set OXCCL_STORE_PORT)"
                             .into(),
@@ -358,6 +403,25 @@ mod tests {
     #[test]
     fn a_world_of_threads_over_tcp() {
         run_world(TransportChoice::Tcp, 3);
+    }
+
+    #[test]
+    fn launcher_job_ids_give_a_secret_and_a_port() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+        };
+        assert_eq!(
+            launcher_job_id(&env(&[("TORCHELASTIC_RUN_ID", "abc")])).as_deref(),
+            Some("TORCHELASTIC_RUN_ID=abc")
+        );
+        assert_eq!(
+            launcher_job_id(&env(&[("SLURM_JOB_ID", "7"), ("SLURM_STEP_ID", "0")])).as_deref(),
+            Some("SLURM_JOB_ID=7,SLURM_STEP_ID=0")
+        );
+        assert_eq!(launcher_job_id(&env(&[("RANK", "0")])), None);
+        let p = derived_port("OMPI_MCA_ess_base_jobid=123");
+        assert!((20000..40000).contains(&p));
+        assert_eq!(p, derived_port("OMPI_MCA_ess_base_jobid=123"));
     }
 
     #[test]

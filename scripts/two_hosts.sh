@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# Two "hosts" on one machine: network namespaces joined by a veth pair, 2 ranks on each.
+# Ranks talk over TCP between the hosts and over shared memory within each (their host
+# identity includes the network namespace).
+#
+#   1. the conformance suite runs across the two hosts (rank 0 hosts the store, torchrun
+#      style: MASTER_ADDR/MASTER_PORT);
+#   2. the link between the hosts is cut in the middle of an all_reduce loop, and every
+#      rank must end with an error within a bounded time, none may hang.
+#
+# Usage: scripts/two_hosts.sh [BIN_DIR]   (BIN_DIR holds oxccl-conformance and
+# oxccl-failure-probe; default target/release). Needs root (ip netns); where network
+# namespaces are not permitted it prints SKIP and exits 0.
+set -euo pipefail
+
+BIN_DIR=${1:-target/release}
+CONF="$BIN_DIR/oxccl-conformance"
+PROBE="$BIN_DIR/oxccl-failure-probe"
+say() { echo "two-hosts: $*"; }
+skip() { say "SKIP: $*"; exit 0; }
+
+[ "$(id -u)" = 0 ] || skip "needs root to create network namespaces"
+command -v ip >/dev/null 2>&1 || skip "ip (iproute2) is not installed"
+[ -x "$CONF" ] || { say "missing $CONF (cargo build --release -p oxccl-conformance)"; exit 1; }
+
+TAG=$$
+NS_A="oxccl-a-$TAG"
+NS_B="oxccl-b-$TAG"
+VA="oxa$TAG"
+VB="oxb$TAG"
+ADDR_A=10.231.$((TAG % 250)).1
+ADDR_B=10.231.$((TAG % 250)).2
+WORK=$(mktemp -d)
+PIDS=()
+
+cleanup() {
+  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  ip netns del "$NS_A" 2>/dev/null || true
+  ip netns del "$NS_B" 2>/dev/null || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+ip netns add "$NS_A" 2>/dev/null || skip "ip netns is not permitted here (no CAP_SYS_ADMIN?)"
+ip netns add "$NS_B"
+ip link add "$VA" type veth peer name "$VB" || skip "veth devices are not permitted here"
+ip link set "$VA" netns "$NS_A"
+ip link set "$VB" netns "$NS_B"
+ip -n "$NS_A" addr add "$ADDR_A/24" dev "$VA"
+ip -n "$NS_B" addr add "$ADDR_B/24" dev "$VB"
+for ns in "$NS_A" "$NS_B"; do ip -n "$ns" link set lo up; done
+ip -n "$NS_A" link set "$VA" up
+ip -n "$NS_B" link set "$VB" up
+ip netns exec "$NS_A" ping -c 1 -W 2 "$ADDR_B" >/dev/null 2>&1 || say "note: ping failed (no ping binary?); continuing"
+
+SECRET=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
+PORT=$((29000 + TAG % 1000))
+
+# start_world NAME PROGRAM ARGS... : 4 ranks, 0-1 on host A, 2-3 on host B, outputs in $WORK.
+start_world() {
+  local name=$1; shift
+  PIDS=()
+  for rank in 0 1 2 3; do
+    local ns=$NS_A; [ $rank -ge 2 ] && ns=$NS_B
+    ip netns exec "$ns" env RANK=$rank WORLD_SIZE=4 LOCAL_RANK=$((rank % 2)) LOCAL_WORLD_SIZE=2 \
+      MASTER_ADDR="$ADDR_A" MASTER_PORT=$PORT OXCCL_SECRET="$SECRET" \
+      OXCCL_TIMEOUT="${OXCCL_TIMEOUT:-60s}" "${EXTRA_ENV[@]}" "$@" >"$WORK/$name.$rank.log" 2>&1 &
+    PIDS+=($!)
+  done
+}
+
+# wait_world NAME LIMIT_SECONDS : waits for every rank; prints the exit codes; fails on a hang.
+wait_world() {
+  local name=$1 limit=$2 start=$SECONDS codes=()
+  for i in 0 1 2 3; do
+    local pid=${PIDS[$i]}
+    while kill -0 "$pid" 2>/dev/null; do
+      if [ $((SECONDS - start)) -ge "$limit" ]; then
+        say "FAIL: $name: rank $i still running after ${limit}s (a hang)"
+        for j in 0 1 2 3; do echo "--- rank $j"; tail -n 20 "$WORK/$name.$j.log"; done
+        exit 1
+      fi
+      sleep 0.2
+    done
+    set +e; wait "$pid"; codes+=($?); set -e
+  done
+  ELAPSED=$((SECONDS - start))
+  CODES=("${codes[@]}")
+  say "$name: exit codes ${CODES[*]} after ${ELAPSED}s"
+}
+
+# 1. The conformance suite across two hosts.
+EXTRA_ENV=(OXCCL_CONFORMANCE_QUICK=1)
+start_world conformance "$CONF"
+wait_world conformance 600
+for i in 0 1 2 3; do
+  if [ "${CODES[$i]}" != 0 ]; then
+    say "FAIL: conformance: rank $i exited ${CODES[$i]}"
+    for j in 0 1 2 3; do echo "--- rank $j"; tail -n 30 "$WORK/conformance.$j.log"; done
+    exit 1
+  fi
+done
+grep -h "conformance:" "$WORK/conformance.0.log" | sed 's/^/two-hosts: /'
+
+# 2. Cut the link in the middle of an all_reduce loop.
+if [ -x "$PROBE" ]; then
+  EXTRA_ENV=(OXCCL_TIMEOUT=5s)
+  start_world cut "$PROBE" loop
+  # Wait until every rank has completed a few iterations.
+  for _ in $(seq 1 300); do
+    n=$(grep -l "iteration" "$WORK"/cut.*.log 2>/dev/null | wc -l)
+    [ "$n" -ge 4 ] && break
+    sleep 0.1
+  done
+  ip -n "$NS_A" link set "$VA" down
+  say "link cut"
+  wait_world cut 60
+  for i in 0 1 2 3; do
+    if [ "${CODES[$i]}" = 0 ]; then
+      say "FAIL: rank $i finished successfully although the link was cut"
+      exit 1
+    fi
+    say "rank $i: $(grep -h -m1 -E 'error|Error' "$WORK/cut.$i.log" || echo '(no error line)')"
+  done
+else
+  say "note: $PROBE not built; link-cut phase not run"
+fi
+say "PASS"
