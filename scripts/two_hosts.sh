@@ -102,26 +102,33 @@ for i in 0 1 2 3; do
 done
 grep -h "conformance:" "$WORK/conformance.0.log" | sed 's/^/two-hosts: /'
 
-# 2. Cut the link in the middle of an all_reduce loop.
+# 2. Cut the link in the middle of an all_reduce loop. The deadline (OXCCL_TIMEOUT=5s) is
+# what ends the waits across the cut link (a cut cable sends no FIN); ranks on the same
+# host then learn of the failure through shared memory and fail fast too.
 if [ -x "$PROBE" ]; then
-  EXTRA_ENV=(OXCCL_TIMEOUT=5s)
+  EXTRA_ENV=(OXCCL_TIMEOUT=5s PROBE_SECONDS=120 PROBE_BYTES=1048576)
   start_world cut "$PROBE" loop
-  # Wait until every rank has completed a few iterations.
-  for _ in $(seq 1 300); do
-    n=$(grep -l "iteration" "$WORK"/cut.*.log 2>/dev/null | wc -l)
+  for _ in $(seq 1 600); do
+    n=$( (grep -l "PROBE-READY" "$WORK"/cut.*.log 2>/dev/null || true) | wc -l)
     [ "$n" -ge 4 ] && break
     sleep 0.1
   done
   ip -n "$NS_A" link set "$VA" down
-  say "link cut"
+  say "link cut while every rank was in its all_reduce loop"
   wait_world cut 60
   for i in 0 1 2 3; do
-    if [ "${CODES[$i]}" = 0 ]; then
-      say "FAIL: rank $i finished successfully although the link was cut"
+    line=$(grep -h -m1 "PROBE-ERROR" "$WORK/cut.$i.log" || true)
+    if [ "${CODES[$i]}" = 0 ] || [ -z "$line" ]; then
+      say "FAIL: rank $i did not report an error after the cut (exit ${CODES[$i]})"
+      tail -n 20 "$WORK/cut.$i.log"
       exit 1
     fi
-    say "rank $i: $(grep -h -m1 -E 'error|Error' "$WORK/cut.$i.log" || echo '(no error line)')"
+    say "rank $i: $(echo "$line" | cut -c1-200)"
   done
+  if [ "$ELAPSED" -gt 30 ]; then
+    say "FAIL: the ranks took ${ELAPSED}s to fail (bound: 30s)"
+    exit 1
+  fi
 else
   say "note: $PROBE not built; link-cut phase not run"
 fi

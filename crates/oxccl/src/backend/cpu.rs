@@ -318,9 +318,9 @@ pub fn init_process(cfg: &ResolvedConfig) -> Result<Communicator> {
     let store = StoreClient::connect(&addr, &secret, opts.setup_timeout)?;
     let prefix = format!("oxccl/g{}", GENERATION.fetch_add(1, Ordering::Relaxed));
     let backend = build(rank, n, &store, &prefix, &secret, &host_id(), &opts, cfg)?;
-    let comm = Communicator::from_backend(Arc::new(Hosted { backend, _keep: keep }));
-    comm.barrier()?;
-    Ok(comm)
+    // Every link is up when `build` returns (TCP and shared-memory setup wait for all their
+    // peers), so no extra barrier, which would take a sequence number the user sees.
+    Ok(Communicator::from_backend(Arc::new(Hosted { backend, _keep: keep })))
 }
 
 /// Creates the `n` communicators of a world of threads in this process over the real

@@ -175,7 +175,7 @@ impl CpuBackend {
     /// # Errors
     /// Segment errors (e.g. a /dev/shm that is too small) and communication errors.
     pub fn enable_shared_memory(&self, slot_bytes: usize) -> Result<()> {
-        self.inner.run_inline(|| self.inner.setup_native(slot_bytes))
+        self.inner.run_inline(|| self.inner.setup_native(slot_bytes, true))
     }
 }
 
@@ -229,10 +229,14 @@ impl Inner {
         }
     }
 
-    fn setup_native(&self, slot_bytes: usize) -> Result<()> {
-        let seq = self.next_seq()?;
+    /// Sets up the shared-memory collectives. Internal: it takes no sequence number the
+    /// user would see (its frames carry the reserved sequence number `u64::MAX`). With
+    /// `required`, failing to create the segment is an error; otherwise every rank goes on
+    /// with the ordinary algorithms and rank 0 says why once.
+    fn setup_native(&self, slot_bytes: usize, required: bool) -> Result<()> {
+        self.check_poisoned()?;
         let fp = Fingerprint {
-            seq,
+            seq: u64::MAX,
             op: OpKind::Split,
             dtype: DType::U8,
             count: slot_bytes as u64,
@@ -242,9 +246,28 @@ impl Inner {
         };
         let ctx = self.ctx(fp, &CallOptions::default());
         match ShmCollectives::establish(&ctx, slot_bytes) {
-            Ok(n) => {
+            Ok(Some(n)) => {
                 let _ = self.native.set(n);
                 let _ = self.native_slot.set(slot_bytes);
+                Ok(())
+            }
+            Ok(None) if !required => {
+                // Every rank learned that the segment could not be made; rank 0 said why.
+                Ok(())
+            }
+            Ok(None) => {
+                let e = Error::Aborted {
+                    reason: "rank 0 could not create the shared-memory segment (see its error)".into(),
+                };
+                self.poison(&e);
+                Err(e)
+            }
+            Err(e) if !required && matches!(e, Error::Io { .. }) && self.rank == 0 => {
+                eprintln!(
+                    "oxccl: no shared-memory collectives for a communicator of {} ranks ({e}); \
+                     it uses the ordinary algorithms",
+                    self.ranks.len()
+                );
                 Ok(())
             }
             Err(e) => {
@@ -395,8 +418,9 @@ impl Inner {
         let id = derive_comm_id(self.comm_id, seq, u64::from(color));
         let child = CpuBackend::new(self.name, Arc::clone(&self.transport), id, ranks, rank, self.cfg.clone())?;
         if let Some(&slot) = self.native_slot.get() {
-            // A communicator on one host splits into communicators on one host.
-            child.inner.setup_native(slot)?;
+            // A communicator on one host splits into communicators on one host; where
+            // /dev/shm has no room left, the child uses the ordinary algorithms.
+            child.inner.setup_native(slot, false)?;
         }
         Ok(Some(child))
     }

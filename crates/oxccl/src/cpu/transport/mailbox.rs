@@ -135,11 +135,13 @@ impl Mailbox {
         if let Some(reason) = &cb.aborted {
             return Err(TransportError::Aborted(reason.clone()));
         }
-        if let Some((p, e)) = &cb.failed {
-            return Err(TransportError::PeerFailed { peer: *p, error: e.clone() });
-        }
+        // Frames that arrived before a failure notice are still delivered: a peer that
+        // finished this operation and then failed a later one must not break this one.
         let pos = cb.queues.get(&peer).and_then(|q| q.iter().position(|f| f.header.channel == channel));
         if pos.is_none() {
+            if let Some((p, e)) = &cb.failed {
+                return Err(TransportError::PeerFailed { peer: *p, error: e.clone() });
+            }
             if let Some(detail) = lost {
                 return Err(TransportError::PeerLost { peer, detail });
             }

@@ -93,11 +93,12 @@ enum Phase {
 impl ShmCollectives {
     /// Sets the collectives up, as a collective over `ctx`'s communicator (all ranks on this
     /// host): rank 0 creates the segment, broadcasts its name, everyone maps it, and after a
-    /// barrier rank 0 removes the name from /dev/shm.
+    /// barrier rank 0 removes the name from /dev/shm. When rank 0 cannot create the segment,
+    /// it returns that error and every other rank returns `Ok(None)`.
     ///
     /// # Errors
     /// Segment errors (a /dev/shm that is too small says so) and communication errors.
-    pub fn establish(ctx: &Ctx, slot_bytes: usize) -> Result<ShmCollectives> {
+    pub fn establish(ctx: &Ctx, slot_bytes: usize) -> Result<Option<ShmCollectives>> {
         let n = ctx.size();
         let me = ctx.rank();
         let slot = slot_bytes.max(4096).div_ceil(4096) * 4096;
@@ -122,7 +123,7 @@ impl ShmCollectives {
             None => {
                 let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
                 if end == 0 {
-                    return Err(Error::Aborted { reason: "rank 0 could not create the shared-memory segment".into() });
+                    return Ok(None);
                 }
                 let nm = std::str::from_utf8(&name[..end]).map_err(|_| Error::invalid("segment name is not UTF-8"))?;
                 Segment::open(nm, size)?
@@ -140,7 +141,7 @@ impl ShmCollectives {
             seg.unlink();
         }
         r?;
-        Ok(ShmCollectives { seg, n, me, slot, data, step: AtomicU64::new(0) })
+        Ok(Some(ShmCollectives { seg, n, me, slot, data, step: AtomicU64::new(0) }))
     }
 
     fn u64_at(&self, at: usize) -> &AtomicU64 {

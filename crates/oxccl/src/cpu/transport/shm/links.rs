@@ -104,7 +104,18 @@ pub fn process_alive(pid: u32) -> bool {
     }
     // SAFETY: signal 0 only checks for existence and permission; it sends nothing.
     let rc = unsafe { libc::kill(pid as libc::pid_t, 0) };
-    rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+    let exists = rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+    // A killed process that its parent has not reaped yet (a zombie) still exists for kill();
+    // its state in /proc says it is dead.
+    exists && !is_zombie(pid)
+}
+
+/// Whether `/proc/<pid>/stat` shows the process as a zombie or dead.
+fn is_zombie(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+    // The state follows the command name, which is in parentheses and may contain spaces.
+    let state = stat.rfind(')').and_then(|i| stat[i + 1..].split_whitespace().next());
+    matches!(state, Some("Z" | "X" | "x"))
 }
 
 /// The shared-memory [`Link`] of one rank to the other ranks of its host.

@@ -1,0 +1,152 @@
+//! `oxccl-failure-probe SCENARIO`: one rank of a failure test (`tests/failures.rs`), started
+//! like any rank of a `cpu` world (`oxccl run`, or the tests' own launcher).
+//!
+//! Scenarios:
+//! - `loop`: all_reduce (max) of `PROBE_BYTES` bytes of f32 (default 2 MiB) over and over,
+//!   for at most `PROBE_SECONDS` (default 90); prints `PROBE-READY iter=20` after 20
+//!   iterations, so a test can kill a rank while the others are busy.
+//! - `mismatch`: rank 0 calls all_reduce, the others all_gather (in place) of the same
+//!   4096-element f32 buffer.
+//! - `barrier`: a barrier and an all_reduce whose result is checked.
+//!
+//! When `PROBE_GATE` names a store key, the process first waits (up to 60 s) until that key
+//! is set in the job's store (`OXCCL_STORE_ADDR`, `OXCCL_SECRET`), before joining the world.
+//!
+//! Output, one line each: `PROBE-OK ...` when every call succeeded; `PROBE-ERROR rank=R
+//! kind=K peer=P iter=I elapsed_ms=E error=MESSAGE` for the first failed call, where `peer` is
+//! the rank the error names (`-` when none) and `elapsed_ms` the time since the last call that
+//! succeeded (or since the failed call began, when none had); `PROBE-INIT-ERROR: MESSAGE` when
+//! the process could not join the world.
+//!
+//! Exit status: 0 all calls succeeded, 2 could not join the world, 3 a call failed, 64 usage.
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use oxccl::bootstrap::auth::Secret;
+use oxccl::bootstrap::store::StoreClient;
+use oxccl::{Communicator, Config, Error, ReduceOp};
+
+const USAGE: &str = "usage: oxccl-failure-probe loop|mismatch|barrier";
+
+/// The variant's name and the rank it names, if any.
+fn describe(e: &Error) -> (&'static str, Option<usize>) {
+    match e {
+        Error::InvalidArgument(_) => ("InvalidArgument", None),
+        Error::Mismatch { peer, .. } => ("Mismatch", Some(*peer)),
+        Error::Timeout { peer, .. } => ("Timeout", *peer),
+        Error::PeerLost { rank, .. } => ("PeerLost", Some(*rank)),
+        Error::Aborted { .. } => ("Aborted", None),
+        Error::BackendUnavailable { .. } => ("BackendUnavailable", None),
+        Error::Store(_) => ("Store", None),
+        Error::Io { .. } => ("Io", None),
+        Error::Backend { .. } => ("Backend", None),
+        Error::Config(_) => ("Config", None),
+        Error::Internal(_) => ("Internal", None),
+        _ => ("Other", None),
+    }
+}
+
+fn report_error(rank: usize, e: &Error, iter: u64, since: Instant) -> ExitCode {
+    let (kind, peer) = describe(e);
+    let peer = peer.map_or("-".to_string(), |p| p.to_string());
+    let ms = since.elapsed().as_millis();
+    // One line: the test parses it.
+    let msg = e.to_string().replace('\n', " ");
+    println!("PROBE-ERROR rank={rank} kind={kind} peer={peer} iter={iter} elapsed_ms={ms} error={msg}");
+    ExitCode::from(3)
+}
+
+fn env_number(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|v| v.trim().parse().ok()).unwrap_or(default)
+}
+
+/// Waits until `key` is set in the job's store.
+fn gate(key: &str) -> Result<(), String> {
+    let addr = std::env::var("OXCCL_STORE_ADDR").map_err(|_| "PROBE_GATE needs OXCCL_STORE_ADDR".to_string())?;
+    let secret =
+        Secret::from_env().map_err(|e| e.to_string())?.ok_or_else(|| "PROBE_GATE needs OXCCL_SECRET".to_string())?;
+    let store = StoreClient::connect(&addr, &secret, Duration::from_secs(30)).map_err(|e| e.to_string())?;
+    store.get_wait(key, Duration::from_secs(60)).map(drop).map_err(|e| e.to_string())
+}
+
+fn run_loop(comm: &Communicator) -> ExitCode {
+    let rank = comm.rank();
+    let bytes = env_number("PROBE_BYTES", 2 << 20) as usize;
+    let limit = Duration::from_secs(env_number("PROBE_SECONDS", 90));
+    let mut buf = vec![rank as f32; (bytes / 4).max(1)];
+    let started = Instant::now();
+    let mut last_ok = Instant::now();
+    let mut iter = 0u64;
+    while started.elapsed() < limit {
+        if let Err(e) = comm.all_reduce(&mut buf, ReduceOp::Max) {
+            return report_error(rank, &e, iter, last_ok);
+        }
+        last_ok = Instant::now();
+        iter += 1;
+        if iter == 20 {
+            println!("PROBE-READY iter={iter}");
+        }
+    }
+    println!("PROBE-OK rank={rank} iterations={iter}");
+    ExitCode::SUCCESS
+}
+
+fn run_mismatch(comm: &Communicator) -> ExitCode {
+    let rank = comm.rank();
+    let mut buf = vec![1.0f32; 4096];
+    let t = Instant::now();
+    let r = if rank == 0 { comm.all_reduce(&mut buf, ReduceOp::Sum) } else { comm.all_gather_in_place(&mut buf) };
+    match r {
+        Ok(()) => {
+            println!("PROBE-OK rank={rank} (the mismatched call succeeded)");
+            ExitCode::SUCCESS
+        }
+        Err(e) => report_error(rank, &e, 0, t),
+    }
+}
+
+fn run_barrier(comm: &Communicator) -> ExitCode {
+    let (rank, n) = (comm.rank(), comm.world_size());
+    let t = Instant::now();
+    if let Err(e) = comm.barrier() {
+        return report_error(rank, &e, 0, t);
+    }
+    let mut x = vec![rank as u64 + 1; 1000];
+    if let Err(e) = comm.all_reduce(&mut x, ReduceOp::Sum) {
+        return report_error(rank, &e, 1, t);
+    }
+    let want = (n * (n + 1) / 2) as u64;
+    if x.iter().any(|&v| v != want) {
+        println!("PROBE-ERROR rank={rank} kind=WrongResult peer=- iter=1 elapsed_ms=0 error=expected {want}");
+        return ExitCode::from(3);
+    }
+    println!("PROBE-OK rank={rank}");
+    ExitCode::SUCCESS
+}
+
+fn main() -> ExitCode {
+    let scenario = std::env::args().nth(1).unwrap_or_default();
+    if !matches!(scenario.as_str(), "loop" | "mismatch" | "barrier") {
+        eprintln!("{USAGE}");
+        return ExitCode::from(64);
+    }
+    if let Ok(key) = std::env::var("PROBE_GATE") {
+        if let Err(e) = gate(&key) {
+            println!("PROBE-INIT-ERROR: waiting for the gate {key:?}: {e}");
+            return ExitCode::from(2);
+        }
+    }
+    let comm = match Config::new().backend("cpu").init() {
+        Ok(c) => c,
+        Err(e) => {
+            println!("PROBE-INIT-ERROR: {}", e.to_string().replace('\n', " "));
+            return ExitCode::from(2);
+        }
+    };
+    match scenario.as_str() {
+        "loop" => run_loop(&comm),
+        "mismatch" => run_mismatch(&comm),
+        _ => run_barrier(&comm),
+    }
+}

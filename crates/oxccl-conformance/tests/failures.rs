@@ -1,0 +1,342 @@
+//! Failure semantics of the `cpu` backend with real processes (see `support` for how worlds
+//! are started, and `src/bin/oxccl-failure-probe.rs` for what each rank does):
+//!
+//! - a rank killed with SIGKILL in the middle of a long all_reduce loop (2 MiB per call):
+//!   every other rank gets `PeerLost` (or an error naming the dead rank) within 10 s,
+//!   although `OXCCL_TIMEOUT` is 60 s, and no `oxccl-*` file of the job stays in /dev/shm;
+//! - two ranks calling different collectives both get `Error::Mismatch`;
+//! - the job secret: a store client with a wrong secret is refused, a rank started with
+//!   another `OXCCL_SECRET` fails to join (exit 2, naming `OXCCL_SECRET`) and its peer fails
+//!   within its setup timeout, and a TCP transport endpoint refuses a connection that does
+//!   not know the secret;
+//! - a /dev/shm too small for the shared-memory collectives (`OXCCL_SHM_SLOT_BYTES` larger
+//!   than the filesystem): an error naming /dev/shm and `--shm-size` on rank 0, and every
+//!   other rank fails too instead of hanging.
+//!
+//! Each transport has its own test, so a failure names it.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::os::unix::process::ExitStatusExt;
+use std::time::{Duration, Instant};
+
+use oxccl::bootstrap::auth::{self, AuthError, Secret};
+use oxccl::bootstrap::store::{StoreClient, StoreServer};
+use support::{shm_files, shm_files_left, Outcome, RankResult, World, WorldSpec};
+
+const PROBE: &str = env!("CARGO_BIN_EXE_oxccl-failure-probe");
+const CONFORMANCE: &str = env!("CARGO_BIN_EXE_oxccl-conformance");
+
+/// How soon after a kill every other rank must have failed.
+const DETECT_WITHIN: Duration = Duration::from_secs(10);
+
+/// The `PROBE-ERROR` line of a rank, parsed.
+#[derive(Debug)]
+struct ProbeError {
+    kind: String,
+    peer: Option<usize>,
+    elapsed: Duration,
+    error: String,
+    line: String,
+}
+
+fn probe_error(r: &RankResult) -> Option<ProbeError> {
+    let line = r.stdout.lines().find(|l| l.starts_with("PROBE-ERROR "))?;
+    let (fields, error) = line.split_once(" error=").unwrap_or((line, ""));
+    let field = |k: &str| fields.split(' ').find_map(|f| f.strip_prefix(k).and_then(|v| v.strip_prefix('=')));
+    Some(ProbeError {
+        kind: field("kind")?.to_string(),
+        peer: field("peer").and_then(|p| p.parse().ok()),
+        elapsed: Duration::from_millis(field("elapsed_ms")?.parse().ok()?),
+        error: error.to_string(),
+        line: line.to_string(),
+    })
+}
+
+fn shm_check(before: &BTreeSet<String>, out: &Outcome) {
+    let pids: Vec<u32> = out.ranks.iter().map(|r| r.pid).collect();
+    let left = shm_files_left(before, &pids);
+    assert!(left.is_empty(), "the job left {left:?} in /dev/shm\n{}", out.describe());
+}
+
+// ---------------------------------------------------------------- a rank is killed
+
+/// Rank 1 of 3 is killed with SIGKILL while every rank is in a loop of 2 MiB all_reduces.
+fn kill_one(transport: &str) {
+    kill_one_with(transport, false);
+}
+
+/// As [`kill_one`]; with `zombie`, the dead rank stays unreaped until the others have exited.
+fn kill_one_with(transport: &str, zombie: bool) {
+    let before = shm_files();
+    let spec = WorldSpec::new(PROBE, 3)
+        .label(format!("kill rank 1 of 3 mid all_reduce over {transport}"))
+        .args(["loop"])
+        .env("OXCCL_TRANSPORT", transport)
+        .env("PROBE_BYTES", &(2 << 20).to_string())
+        .oxccl_timeout("60s")
+        .deadline(Duration::from_secs(45));
+    let mut world = World::spawn(&spec);
+    // A handshake, not a sleep: rank 1 has completed 20 all_reduces (so every rank is in the
+    // loop, the others at most one call behind).
+    world.wait_for_line(1, "PROBE-READY");
+    let killed_at = if zombie { world.kill_without_reaping(1) } else { world.kill(1) };
+    let out = world.wait();
+    let d = out.describe();
+    println!("{d}");
+
+    assert_eq!(out.ranks[1].status.signal(), Some(9), "rank 1 should have died of SIGKILL\n{d}");
+    for r in out.ranks.iter().filter(|r| r.rank != 1) {
+        let Some(e) = probe_error(r) else {
+            panic!("rank {} printed no PROBE-ERROR line (status {})\n{d}", r.rank, r.status);
+        };
+        let names_rank_1 = match e.kind.as_str() {
+            "PeerLost" | "Timeout" => e.peer == Some(1),
+            "Aborted" => e.error.contains("rank 1"),
+            _ => false,
+        };
+        assert!(
+            names_rank_1,
+            "rank {} should fail with PeerLost naming rank 1 (or Timeout on rank 1, or Aborted naming rank 1), \
+             got: {}\n{d}",
+            r.rank, e.line
+        );
+        assert_eq!(r.code(), Some(3), "rank {} should exit with status 3 after the error\n{d}", r.rank);
+        assert!(
+            e.elapsed <= DETECT_WITHIN,
+            "rank {} took {:?} after its last successful all_reduce to fail (limit {DETECT_WITHIN:?})\n{d}",
+            r.rank,
+            e.elapsed
+        );
+        let exited_after = r.exited_at.saturating_duration_since(killed_at);
+        assert!(
+            exited_after <= DETECT_WITHIN,
+            "rank {} exited {exited_after:?} after the kill (limit {DETECT_WITHIN:?})\n{d}",
+            r.rank
+        );
+        println!(
+            "rank {}: {} naming rank 1, {:.3}s after its last successful call, exited {:.3}s after the kill",
+            r.rank,
+            e.kind,
+            e.elapsed.as_secs_f64(),
+            exited_after.as_secs_f64()
+        );
+    }
+    shm_check(&before, &out);
+}
+
+#[test]
+fn killed_rank_is_detected_over_shm() {
+    kill_one("shm");
+}
+
+#[test]
+fn killed_rank_is_detected_over_tcp() {
+    kill_one("tcp");
+}
+
+/// A killed rank whose parent has not reaped it yet (a zombie: launchers that wait for their
+/// children one by one leave it so until they get to it) must be detected too.
+#[test]
+fn unreaped_killed_rank_is_detected_over_tcp() {
+    kill_one_with("tcp", true);
+}
+
+/// As [`unreaped_killed_rank_is_detected_over_tcp`], over shared memory, where a zombie
+/// still exists for `kill(pid, 0)`: the liveness check must read its state in /proc.
+#[test]
+fn unreaped_killed_rank_is_detected_over_shm() {
+    kill_one_with("shm", true);
+}
+
+// ---------------------------------------------------------------- mismatched collectives
+
+/// Rank 0 calls all_reduce, rank 1 all_gather of the same buffer: both get Mismatch.
+fn mismatch(transport: &str) {
+    let before = shm_files();
+    let spec = WorldSpec::new(PROBE, 2)
+        .label(format!("all_reduce vs all_gather over {transport}"))
+        .args(["mismatch"])
+        .env("OXCCL_TRANSPORT", transport)
+        .oxccl_timeout("60s")
+        .deadline(Duration::from_secs(30));
+    let out = World::run(&spec);
+    let d = out.describe();
+    println!("{d}");
+    for r in &out.ranks {
+        let other = 1 - r.rank;
+        let Some(e) = probe_error(r) else {
+            panic!("rank {} printed no PROBE-ERROR line (status {})\n{d}", r.rank, r.status);
+        };
+        assert!(
+            e.kind == "Mismatch" && e.peer == Some(other),
+            "rank {} should get Error::Mismatch naming rank {other}, got: {}\n{d}",
+            r.rank,
+            e.line
+        );
+        let (ours, theirs) = if r.rank == 0 { ("all_reduce", "all_gather") } else { ("all_gather", "all_reduce") };
+        assert!(
+            e.error.contains(&format!("this rank runs {ours}")) && e.error.contains(&format!("runs {theirs}")),
+            "rank {}'s Mismatch should describe both calls: {}\n{d}",
+            r.rank,
+            e.error
+        );
+        assert!(e.elapsed <= DETECT_WITHIN, "rank {} took {:?} to report the mismatch\n{d}", r.rank, e.elapsed);
+        assert_eq!(r.code(), Some(3), "rank {} should exit with status 3\n{d}", r.rank);
+    }
+    shm_check(&before, &out);
+}
+
+#[test]
+fn mismatched_collectives_over_shm() {
+    mismatch("shm");
+}
+
+#[test]
+fn mismatched_collectives_over_tcp() {
+    mismatch("tcp");
+}
+
+// ---------------------------------------------------------------- the job secret
+
+#[test]
+fn store_refuses_a_client_with_the_wrong_secret() {
+    let secret = Secret::generate().expect("a secret");
+    let server = StoreServer::bind("127.0.0.1:0", secret.clone()).expect("a store");
+    let addr = server.local_addr().to_string();
+    let wrong = Secret::generate().expect("another secret");
+    let t = Instant::now();
+    let e = StoreClient::connect(&addr, &wrong, Duration::from_secs(10)).expect_err("a wrong secret must be refused");
+    let msg = e.to_string();
+    println!("wrong secret: {msg} ({:.3}s)", t.elapsed().as_secs_f64());
+    assert!(msg.contains("OXCCL_SECRET"), "the error should name OXCCL_SECRET: {msg}");
+    assert!(t.elapsed() < Duration::from_secs(5), "a refusal must not be retried until the timeout");
+    // The right secret still gets in.
+    StoreClient::connect(&addr, &secret, Duration::from_secs(10)).expect("the right secret is accepted");
+}
+
+/// Rank 1 of 2 has another OXCCL_SECRET than the job: it cannot join the store (exit 2,
+/// naming OXCCL_SECRET), and rank 0 gives up within its setup timeout (5 s) instead of hanging.
+#[test]
+fn rank_with_the_wrong_secret_cannot_join() {
+    let spec = WorldSpec::new(CONFORMANCE, 2)
+        .label("rank 1 with the wrong OXCCL_SECRET")
+        .rank_env(1, "OXCCL_SECRET", "not-the-job-secret")
+        .env("OXCCL_CONFORMANCE_FILTER", "^barrier/")
+        .oxccl_timeout("5s")
+        .deadline(Duration::from_secs(30));
+    let out = World::run(&spec);
+    let d = out.describe();
+    println!("{d}");
+    let r1 = &out.ranks[1];
+    assert_eq!(r1.code(), Some(2), "rank 1 (wrong secret) should exit with status 2\n{d}");
+    assert!(
+        r1.stderr.contains("could not join the world") && r1.stderr.contains("OXCCL_SECRET"),
+        "rank 1 should say it could not join, naming OXCCL_SECRET\n{d}"
+    );
+    let r0 = &out.ranks[0];
+    assert_eq!(r0.code(), Some(2), "rank 0 should fail to set up (status 2)\n{d}");
+    assert!(r0.stderr.contains("could not join the world"), "rank 0 should say why it failed\n{d}");
+    let took = r0.exited_at.saturating_duration_since(out.started);
+    assert!(took < Duration::from_secs(20), "rank 0 took {took:?} to give up with OXCCL_TIMEOUT=5s\n{d}");
+}
+
+/// An impostor that does not know the secret connects to a rank's TCP transport endpoint
+/// while that rank waits for its peers: the handshake refuses it, and the world then forms.
+///
+/// To connect at a known moment, the test holds rank 0 back (`PROBE_GATE`) and publishes
+/// rank 0's host identity itself (the same value rank 0 publishes later: `OXCCL_HOST_ID`),
+/// so rank 1 gets as far as listening; the keys are the backend's (`oxccl/g0/...` for the
+/// first world of a process).
+#[test]
+fn tcp_transport_refuses_an_impostor() {
+    const HOST: &str = "oxccl-failures-test-host";
+    let spec = WorldSpec::new(PROBE, 2)
+        .label("impostor on the TCP transport")
+        .args(["barrier"])
+        .env("OXCCL_TRANSPORT", "tcp")
+        .env("OXCCL_HOST_ID", HOST)
+        .rank_env(0, "PROBE_GATE", "test/go")
+        .oxccl_timeout("20s")
+        .deadline(Duration::from_secs(40));
+    let world = World::spawn(&spec);
+    let store = StoreClient::connect(&world.store_addr(), world.secret(), Duration::from_secs(10)).expect("the store");
+    store.set("oxccl/g0/host/0", HOST.as_bytes()).expect("publishing rank 0's host");
+    let addr = match store.get_wait("oxccl/g0/tcp/1", Duration::from_secs(20)) {
+        Ok(a) => String::from_utf8_lossy(&a).into_owned(),
+        Err(e) => {
+            drop(world);
+            panic!("rank 1 did not publish its TCP address (did the backend's store keys change?): {e}");
+        }
+    };
+    let wrong = Secret::from_text("not-the-job-secret").expect("a secret");
+    let mut sock =
+        std::net::TcpStream::connect(&addr).unwrap_or_else(|e| panic!("connecting to rank 1 at {addr}: {e}"));
+    sock.set_read_timeout(Some(Duration::from_secs(10))).expect("a read timeout");
+    sock.set_write_timeout(Some(Duration::from_secs(10))).expect("a write timeout");
+    let r = auth::connect(&mut sock, &wrong, oxccl::cpu::transport::tcp::AUTH_CONTEXT);
+    println!("impostor at {addr}: {r:?}");
+    match r {
+        Err(e @ AuthError::RefusedByServer) => {
+            let msg = e.to_string();
+            assert!(msg.contains("OXCCL_SECRET"), "the refusal should name OXCCL_SECRET: {msg}");
+        }
+        other => panic!("rank 1 should refuse a client with the wrong secret, got {other:?}"),
+    }
+    drop(sock);
+    // Let rank 0 in: the world must still form and work.
+    store.set("test/go", b"1").expect("opening the gate");
+    let out = world.wait();
+    let d = out.describe();
+    println!("{d}");
+    out.assert_all_succeeded();
+    assert!(out.ranks.iter().all(|r| r.stdout.contains("PROBE-OK")), "every rank should print PROBE-OK\n{d}");
+}
+
+// ---------------------------------------------------------------- /dev/shm too small
+
+/// The size of /dev/shm in bytes, when the filesystem reports one (0 means unlimited).
+fn dev_shm_size() -> Option<u64> {
+    let out = std::process::Command::new("stat").args(["-f", "--format=%b %S", "/dev/shm"]).output().ok()?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut it = text.split_whitespace().map(|v| v.parse::<u64>().ok());
+    let (blocks, size) = (it.next()??, it.next()??);
+    blocks.checked_mul(size)
+}
+
+/// `OXCCL_SHM_SLOT_BYTES` larger than the whole of /dev/shm: reserving the segment fails at
+/// once (tmpfs refuses a fallocate beyond its size before allocating anything).
+#[test]
+fn dev_shm_too_small_is_explained() {
+    let Some(total) = dev_shm_size().filter(|&t| t > 0) else {
+        println!("skipped: /dev/shm reports no size limit, so a huge segment would really be allocated");
+        return;
+    };
+    let gib = (total >> 30) + 1;
+    let slot = format!("{}G", gib.max(64));
+    let before = shm_files();
+    let spec = WorldSpec::new(CONFORMANCE, 3)
+        .label(format!("OXCCL_SHM_SLOT_BYTES={slot} with a /dev/shm of {total} bytes"))
+        .env("OXCCL_TRANSPORT", "shm")
+        .env("OXCCL_SHM_SLOT_BYTES", &slot)
+        .env("OXCCL_CONFORMANCE_FILTER", "^barrier/")
+        .oxccl_timeout("5s")
+        .deadline(Duration::from_secs(30));
+    let out = World::run(&spec);
+    let d = out.describe();
+    println!("{d}");
+    let r0 = &out.ranks[0];
+    assert_eq!(r0.code(), Some(2), "rank 0 should fail to join (status 2)\n{d}");
+    assert!(
+        r0.stderr.contains("/dev/shm") && r0.stderr.contains("--shm-size"),
+        "rank 0's error should name /dev/shm and --shm-size\n{d}"
+    );
+    for r in &out.ranks[1..] {
+        assert_eq!(r.code(), Some(2), "rank {} should fail to join too (status 2)\n{d}", r.rank);
+        assert!(r.stderr.contains("could not join the world"), "rank {} should say why\n{d}", r.rank);
+    }
+    let took = out.elapsed;
+    assert!(took < Duration::from_secs(20), "the world took {took:?} to fail\n{d}");
+    shm_check(&before, &out);
+}
