@@ -121,7 +121,7 @@ impl fmt::Display for AuthError {
             AuthError::Io(e) => write!(f, "connection failed during authentication: {e}"),
             AuthError::Protocol(m) => write!(f, "not an oxccl peer: {m}"),
             AuthError::ClientRefused => {
-                write!(f, "a client failed to prove it knows the job secret ({SECRET_ENV}); refused")
+                write!(f, "the client failed to prove it knows the job secret ({SECRET_ENV})")
             }
             AuthError::RefusedByServer => write!(
                 f,
