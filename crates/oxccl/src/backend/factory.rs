@@ -96,7 +96,10 @@ impl BackendFactory for CpuFactory {
     }
 }
 
+#[cfg(not(feature = "mpi"))]
 static FACTORIES: [&dyn BackendFactory; 2] = [&CpuFactory, &LocalFactory];
+#[cfg(feature = "mpi")]
+static FACTORIES: [&dyn BackendFactory; 3] = [&CpuFactory, &LocalFactory, &crate::backend::mpi::MpiFactory];
 
 /// The backends built into this binary, highest priority first.
 pub fn factories() -> Vec<&'static dyn BackendFactory> {

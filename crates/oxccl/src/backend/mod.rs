@@ -8,6 +8,7 @@
 pub mod cpu;
 pub mod factory;
 pub mod local;
+pub mod mpi;
 
 use std::sync::Arc;
 use std::time::Duration;

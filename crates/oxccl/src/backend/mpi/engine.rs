@@ -1,0 +1,988 @@
+//! One communicator of the `mpi` backend: the MPI communicator, the queue of operations in
+//! submission order, and the side channel that makes MPI's failures look like oxccl's.
+//!
+//! Everything is non-blocking: an operation is posted with MPI's `I*` calls and advanced
+//! by polling ([`Shared::poll`], from `wait`/`is_completed`; no thread per operation), so
+//! every wait can honour its deadline and an `abort()` from another thread.
+//!
+//! ## The side channel
+//!
+//! One MPI communicator carries everything: collectives (which never match point-to-point
+//! traffic), user messages (MPI tag `1 + tag mod MPI_TAG_UB`), and small fixed-size side
+//! messages with tag 0, always received by probing (`MPI_Iprobe` + `MPI_Recv`) into a
+//! per-peer stash. Side messages from one peer arrive in the order sent:
+//!
+//! * `FP`: the fingerprint of the sender's next collective (sequence number, op, dtype,
+//!   count, root, reduce op, algorithm; colour and key for `split`). Before posting a
+//!   collective, each rank waits for every peer's fingerprint and compares: any difference
+//!   ends the call on *every* rank with [`Error::Mismatch`] naming the first differing rank,
+//!   without running the mismatched collective (MPI would hang or mix the data). A rank that
+//!   times out here knows which peer it waited for. Cost: one 80-byte message to and from
+//!   every peer per collective; [`MpiConfig::fingerprint`](super::MpiConfig) switches it off
+//!   (then mismatches are undefined behaviour as in plain MPI, and timeouts of
+//!   non-rooted collectives name no peer).
+//! * `HDR`: the dtype and count of a user message, sent ahead of it; the receiver checks
+//!   them before posting `MPI_Irecv` (a different dtype or a longer message is a
+//!   [`Error::Mismatch`], not a truncation error), and [`Shared::probe`] reads them.
+//! * `ABORT` / `FAIL`: this rank aborted or failed; the peer poisons its communicator
+//!   ([`Error::Aborted`]) at once, which ends its waits.
+//! * `LEFT`: the sender dropped its communicator. It is the last message from that peer, so
+//!   a rank waiting for that peer's fingerprint or header reads `LEFT` instead and reports
+//!   [`Error::PeerLost`]. (A dead *process* is MPI's business: `mpirun` ends the job.)
+//!
+//! ## Failures
+//!
+//! A timeout, mismatch, lost peer or MPI error poisons the communicator: later calls return
+//! [`Error::Aborted`], and the peers are told. Requests of an abandoned operation cannot be
+//! taken back from MPI (non-blocking collectives cannot be cancelled; receives are
+//! cancelled): they stay in the communicator with their temporaries until finalisation.
+//! **Known hazard**: if a peer still joins an abandoned collective later (it had not yet seen
+//! the failure notice), MPI may complete it into the user's buffer after the caller got its
+//! error back; the notice races with that peer's next call only.
+
+use std::collections::VecDeque;
+use std::ffi::c_int;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use mpi::ffi;
+
+use super::cuda::{self, Staged};
+use super::init::{check, Runtime};
+use super::ops::{self, Posted};
+use crate::algorithm::{not_applicable, Algorithm};
+use crate::backend::{Completion, MessageInfo, Op, P2p, RawBuf, RawBufMut};
+use crate::config::{CallOptions, ResolvedConfig};
+use crate::cpu::dispatch;
+use crate::device::Device;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::fingerprint::{Fingerprint, OpKind};
+use crate::reduce_op::ReduceOp;
+
+/// MPI tag of side messages.
+const SIDE_TAG: c_int = 0;
+const WORDS: usize = 10;
+type Msg = [u64; WORDS];
+
+const FP: u64 = 1;
+const HDR: u64 = 2;
+const ABORT: u64 = 3;
+const FAIL: u64 = 4;
+const LEFT: u64 = 5;
+
+fn relock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Critical sections leave the data consistent at every await-free step.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn null_req() -> ffi::MPI_Request {
+    // SAFETY: reading the rsmpi shim's constant.
+    unsafe { ffi::RSMPI_REQUEST_NULL }
+}
+
+/// An MPI communicator handle.
+#[derive(Clone, Copy)]
+pub(crate) struct Comm(pub ffi::MPI_Comm);
+// SAFETY: MPI handles are process-wide identifiers; all use is serialised by the
+// communicator's state lock (and the runtime's lock below MPI_THREAD_MULTIPLE).
+unsafe impl Send for Comm {}
+// SAFETY: as above.
+unsafe impl Sync for Comm {}
+
+struct Req(ffi::MPI_Request);
+// SAFETY: request handles may be tested from any thread under the thread level granted.
+unsafe impl Send for Req {}
+
+/// The completion slot of one operation.
+#[derive(Default)]
+pub(crate) struct Cell {
+    result: Mutex<Option<Result<Completion>>>,
+    split: Mutex<Option<Comm>>,
+}
+
+impl Cell {
+    pub(crate) fn result(&self) -> Option<Result<Completion>> {
+        relock(&self.result).clone()
+    }
+
+    fn complete(&self, r: Result<Completion>) {
+        let mut g = relock(&self.result);
+        if g.is_none() {
+            *g = Some(r);
+        }
+    }
+}
+
+struct RecvSpec {
+    buf: RawBufMut,
+    peer: usize,
+    tag: u32,
+    got: bool,
+}
+
+enum Body {
+    Coll(Op),
+    Batch(Vec<RecvSpec>),
+    Split { color: Option<u32>, key: i64 },
+}
+
+enum Stage {
+    /// Waiting for the peers' fingerprints (index = rank).
+    Exchange(Vec<Option<Msg>>),
+    /// Ready to post once every earlier operation has posted.
+    Ready,
+    /// A batch waiting for the headers of its receives.
+    Headers,
+    /// Everything posted; waiting for the requests.
+    Running,
+}
+
+struct Active {
+    cell: Arc<Cell>,
+    body: Body,
+    fp: Fingerprint,
+    started: Instant,
+    deadline: Instant,
+    stage: Stage,
+    exchanged: Vec<Msg>,
+    posted: Posted,
+    staged: Staged,
+    received: Vec<usize>,
+    recv_from: usize,
+}
+
+/// What an abandoned operation leaves behind: requests MPI may still use, and their
+/// temporaries.
+struct Abandoned {
+    _posted: Posted,
+    _staged: Staged,
+}
+
+#[derive(Default)]
+struct State {
+    seq: u64,
+    poisoned: Option<Error>,
+    stash: Vec<VecDeque<Msg>>,
+    queue: VecDeque<Active>,
+    outbox: Vec<(Vec<u64>, Req)>,
+    abandoned: Vec<Abandoned>,
+}
+
+/// One rank's membership in one communicator.
+pub(crate) struct Shared {
+    pub rt: Arc<Runtime>,
+    pub comm: Comm,
+    pub rank: usize,
+    pub n: usize,
+    pub cfg: ResolvedConfig,
+    state: Mutex<State>,
+}
+
+fn text_words(kind: u64, text: &str) -> Msg {
+    let mut m = [0u64; WORDS];
+    m[0] = kind;
+    let mut bytes = [0u8; (WORDS - 1) * 8];
+    let mut end = text.len().min(bytes.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    bytes[..end].copy_from_slice(&text.as_bytes()[..end]);
+    for (i, c) in bytes.chunks(8).enumerate() {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(c);
+        m[i + 1] = u64::from_le_bytes(w);
+    }
+    m
+}
+
+fn words_text(m: &Msg) -> String {
+    let bytes: Vec<u8> = m[1..].iter().flat_map(|w| w.to_le_bytes()).take_while(|&b| b != 0).collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+fn fp_msg(fp: &Fingerprint, x0: u64, x1: u64) -> Msg {
+    [
+        FP,
+        fp.seq,
+        fp.op as u64,
+        fp.dtype as u64,
+        fp.count,
+        fp.root.map_or(0, |r| u64::from(r) + 1),
+        fp.reduce.map_or(0, |r| r as u64 + 1),
+        fp.algorithm as u64,
+        x0,
+        x1,
+    ]
+}
+
+fn tag8(x: u64) -> Option<u8> {
+    u8::try_from(x).ok()
+}
+
+fn decode_fp(m: &Msg) -> Option<Fingerprint> {
+    Some(Fingerprint {
+        seq: m[1],
+        op: OpKind::from_tag(tag8(m[2])?)?,
+        dtype: DType::from_tag(tag8(m[3])?)?,
+        count: m[4],
+        root: if m[5] == 0 { None } else { Some(u32::try_from(m[5] - 1).ok()?) },
+        reduce: if m[6] == 0 { None } else { Some(ReduceOp::from_tag(tag8(m[6] - 1)?)?) },
+        algorithm: Algorithm::from_tag(tag8(m[7])?)?,
+    })
+}
+
+/// Removes and returns the first message of `q` that `want` accepts; `Err` when the peer's
+/// `LEFT` comes first (it sent nothing more).
+fn take(q: &mut VecDeque<Msg>, want: impl Fn(&Msg) -> bool) -> std::result::Result<Option<Msg>, ()> {
+    for i in 0..q.len() {
+        if want(&q[i]) {
+            return Ok(q.remove(i));
+        }
+        if q[i][0] == LEFT {
+            return Err(());
+        }
+    }
+    Ok(None)
+}
+
+fn peek(q: &VecDeque<Msg>, want: impl Fn(&Msg) -> bool) -> std::result::Result<Option<Msg>, ()> {
+    for m in q {
+        if want(m) {
+            return Ok(Some(*m));
+        }
+        if m[0] == LEFT {
+            return Err(());
+        }
+    }
+    Ok(None)
+}
+
+fn overlap(a: &RawBuf, b: &RawBufMut) -> bool {
+    let (x, y) = (a.ptr as usize, b.ptr as usize);
+    a.bytes() > 0 && b.bytes() > 0 && x < y + b.bytes() && y < x + a.bytes()
+}
+
+/// Whether `op` needs host-side work on its buffers (user operations, widening, `Avg`,
+/// temporaries for overlapping buffers): a CUDA-aware MPI gets device pointers directly
+/// only when it does not.
+fn host_work(op: &Op) -> bool {
+    use super::dtype::needs_host_work;
+    match op {
+        Op::AllReduce { input, output, op } | Op::ReduceScatter { input, output, op } => {
+            needs_host_work(output.dtype, *op) || overlap(input, output)
+        }
+        Op::Reduce { input, output, op, .. } => {
+            needs_host_work(input.dtype, *op) || output.is_some_and(|o| overlap(input, &o))
+        }
+        Op::Broadcast { input, output, .. } => input.is_some_and(|i| i.ptr != output.ptr.cast_const()),
+        Op::AllGather { input, output }
+        | Op::AllGatherV { input, output, .. }
+        | Op::AllToAll { input, output }
+        | Op::AllToAllV { input, output, .. } => overlap(input, output),
+        Op::Gather { input, output, .. } => output.is_some_and(|o| overlap(input, &o)),
+        Op::Scatter { input, output, .. } => input.is_some_and(|i| overlap(&i, output)),
+        Op::Barrier | Op::Batch(_) => false,
+    }
+}
+
+impl Shared {
+    pub(crate) fn new(rt: Arc<Runtime>, comm: Comm, rank: usize, n: usize, cfg: ResolvedConfig) -> Shared {
+        let state = State { stash: (0..n).map(|_| VecDeque::new()).collect(), ..State::default() };
+        Shared { rt, comm, rank, n, cfg, state: Mutex::new(state) }
+    }
+
+    fn lock(&self) -> (Option<MutexGuard<'static, ()>>, MutexGuard<'_, State>) {
+        let g = self.rt.lock();
+        (g, relock(&self.state))
+    }
+
+    fn poisoned_error(st: &State) -> Result<()> {
+        match &st.poisoned {
+            None => Ok(()),
+            Some(Error::Aborted { reason }) => Err(Error::Aborted { reason: reason.clone() }),
+            Some(e) => Err(Error::Aborted { reason: format!("an earlier operation failed: {e}") }),
+        }
+    }
+
+    fn data_tag(&self, tag: u32) -> c_int {
+        let ub = u64::try_from(self.rt.tag_ub.max(1)).unwrap_or(1);
+        // 1..=tag_ub; tags above MPI_TAG_UB wrap (messages stay ordered per tag).
+        c_int::try_from(1 + u64::from(tag) % ub).unwrap_or(1)
+    }
+
+    fn peers(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.n).filter(move |&p| p != self.rank)
+    }
+
+    fn send_side(&self, st: &mut State, peer: usize, msg: Msg) -> Result<()> {
+        let b = msg.to_vec();
+        let mut req = null_req();
+        let dest = c_int::try_from(peer).map_err(|_| Error::Internal("peer out of range".into()))?;
+        // SAFETY: the boxed message stays in the outbox until the request completes.
+        let rc = unsafe {
+            ffi::MPI_Isend(
+                b.as_ptr().cast(),
+                WORDS as c_int,
+                ffi::RSMPI_UINT64_T,
+                dest,
+                SIDE_TAG,
+                self.comm.0,
+                &mut req,
+            )
+        };
+        check(rc, "MPI_Isend (side channel)")?;
+        st.outbox.push((b, Req(req)));
+        Ok(())
+    }
+
+    fn flush_outbox(st: &mut State) {
+        st.outbox.retain_mut(|(_, r)| {
+            let mut flag: c_int = 0;
+            // SAFETY: MPI_Status is plain data; `r` is an active send request of this process.
+            let mut status: ffi::MPI_Status = unsafe { std::mem::zeroed() };
+            // SAFETY: as above.
+            let rc = unsafe { ffi::MPI_Test(&mut r.0, &mut flag, &mut status) };
+            rc == 0 && flag == 0
+        });
+    }
+
+    /// Receives every side message that has arrived; notices poison at once.
+    fn drain_side(&self, st: &mut State) -> Result<()> {
+        loop {
+            let mut flag: c_int = 0;
+            // SAFETY: MPI_Status is plain data.
+            let mut status: ffi::MPI_Status = unsafe { std::mem::zeroed() };
+            // SAFETY: probing our own communicator.
+            check(
+                unsafe { ffi::MPI_Iprobe(ffi::RSMPI_ANY_SOURCE, SIDE_TAG, self.comm.0, &mut flag, &mut status) },
+                "MPI_Iprobe",
+            )?;
+            if flag == 0 {
+                return Ok(());
+            }
+            let src = status.MPI_SOURCE;
+            let mut m: Msg = [0; WORDS];
+            // SAFETY: the probed message is WORDS u64 values from `src` (every side message is).
+            check(
+                unsafe {
+                    ffi::MPI_Recv(
+                        m.as_mut_ptr().cast(),
+                        WORDS as c_int,
+                        ffi::RSMPI_UINT64_T,
+                        src,
+                        SIDE_TAG,
+                        self.comm.0,
+                        &mut status,
+                    )
+                },
+                "MPI_Recv (side channel)",
+            )?;
+            let Some(src) = usize::try_from(src).ok().filter(|&s| s < self.n) else { continue };
+            match m[0] {
+                ABORT | FAIL => {
+                    let what = if m[0] == ABORT { "aborted the communicator" } else { "failed" };
+                    let reason = format!("rank {src} {what}: {}", words_text(&m));
+                    self.poison(st, Error::Aborted { reason }, false);
+                }
+                _ => st.stash[src].push_back(m),
+            }
+        }
+    }
+
+    /// Marks the communicator failed with `e`: queued operations fail, peers are told
+    /// (when `notify`).
+    fn poison(&self, st: &mut State, e: Error, notify: bool) {
+        if st.poisoned.is_some() {
+            return;
+        }
+        st.poisoned = Some(e.clone());
+        let reason = match &e {
+            Error::Aborted { reason } => reason.clone(),
+            e => format!("an earlier operation failed: {e}"),
+        };
+        for a in std::mem::take(&mut st.queue) {
+            self.abandon(st, a, Error::Aborted { reason: reason.clone() });
+        }
+        if notify {
+            let (kind, text) = match &e {
+                Error::Aborted { reason } => (ABORT, reason.clone()),
+                e => (FAIL, e.to_string()),
+            };
+            let msg = text_words(kind, &text);
+            let peers: Vec<usize> = self.peers().collect();
+            for p in peers {
+                let _ = self.send_side(st, p, msg);
+            }
+        }
+    }
+
+    fn abandon(&self, st: &mut State, mut a: Active, e: Error) {
+        ops::cancel_receives(&mut a.posted, a.recv_from);
+        a.cell.complete(Err(e));
+        if !a.posted.reqs.is_empty() {
+            st.abandoned.push(Abandoned { _posted: a.posted, _staged: a.staged });
+        }
+    }
+
+    fn lost(&self, peer: usize, fp: &Fingerprint) -> Error {
+        Error::PeerLost {
+            rank: peer,
+            detail: format!(
+                "rank {peer} dropped its communicator (or stopped using it) before joining {} #{}",
+                fp.op, fp.seq
+            ),
+        }
+    }
+
+    fn fp_for(&self, a: &Active, peer: usize, sending: bool) -> Fingerprint {
+        let mut fp = a.fp;
+        if let Body::Coll(Op::AllToAllV { send_counts, recv_counts, .. }) = &a.body {
+            let v = if sending { send_counts } else { recv_counts };
+            fp.count = v.get(peer).copied().unwrap_or(0) as u64;
+        }
+        fp
+    }
+
+    /// Starts `op`.
+    ///
+    /// # Safety
+    /// `Backend::submit`'s contract.
+    pub(crate) unsafe fn submit(&self, op: Op, opts: &CallOptions) -> Result<Arc<Cell>> {
+        let kind = op.kind();
+        let forced = if opts.algorithm != Algorithm::Auto { opts.algorithm } else { self.cfg.algorithms.for_op(kind) };
+        if !forced.applies_to(kind) {
+            return Err(not_applicable(kind, forced));
+        }
+        ops::check_limits(&op)?;
+        let timeout = opts.timeout.unwrap_or(self.cfg.timeout);
+        let (_g, mut st) = self.lock();
+        Self::poisoned_error(&st)?;
+        let is_coll = !matches!(op, Op::Batch(_));
+        let direct = self.rt.cuda.is_aware() && !host_work(&op);
+        let force = self.rt.cfg.force_staging;
+        let (op, staged) = cuda::stage(op, |d| force || (d != Device::Cpu && !direct))?;
+        let seq = st.seq;
+        if is_coll {
+            st.seq += 1;
+        }
+        let started = Instant::now();
+        let cell = Arc::new(Cell::default());
+        let mut a = Active {
+            cell: Arc::clone(&cell),
+            body: Body::Batch(Vec::new()),
+            fp: dispatch::fingerprint(&op, seq, forced),
+            started,
+            deadline: started + timeout,
+            stage: Stage::Running,
+            exchanged: Vec::new(),
+            posted: Posted::default(),
+            staged,
+            received: Vec::new(),
+            recv_from: 0,
+        };
+        let r = match op {
+            Op::Batch(ps) => self.start_batch(&mut st, &mut a, ps),
+            op => {
+                a.body = Body::Coll(op);
+                if self.rt.cfg.fingerprint && self.n > 1 {
+                    a.stage = Stage::Exchange(vec![None; self.n]);
+                    let peers: Vec<usize> = self.peers().collect();
+                    peers.into_iter().try_for_each(|p| {
+                        let fp = self.fp_for(&a, p, true);
+                        self.send_side(&mut st, p, fp_msg(&fp, 0, 0))
+                    })
+                } else {
+                    a.stage = Stage::Ready;
+                    Ok(())
+                }
+            }
+        };
+        match r {
+            Ok(()) => st.queue.push_back(a),
+            Err(e) => {
+                self.abandon(&mut st, a, e.clone());
+                self.poison(&mut st, e, true);
+            }
+        }
+        self.progress(&mut st);
+        Ok(cell)
+    }
+
+    /// Posts a batch's sends (header first) and prepares its receives.
+    fn start_batch(&self, st: &mut State, a: &mut Active, ps: Vec<P2p>) -> Result<()> {
+        let mut recvs = Vec::new();
+        for p in ps {
+            match p {
+                P2p::Send { buf, peer, tag } => {
+                    let hdr = [HDR, u64::from(tag), buf.dtype as u64, buf.count as u64, a.fp.seq, 0, 0, 0, 0, 0];
+                    self.send_side(st, peer, hdr)?;
+                    // SAFETY: the submit contract keeps `buf` readable now.
+                    let (copy, req) = unsafe { ops::post_send_buffered(self.comm.0, buf, peer, self.data_tag(tag))? };
+                    st.outbox.push((copy, Req(req)));
+                }
+                P2p::Recv { buf, peer, tag } => recvs.push(RecvSpec { buf, peer, tag, got: false }),
+            }
+        }
+        a.recv_from = a.posted.reqs.len();
+        a.received = vec![0; recvs.len()];
+        a.stage = if recvs.is_empty() { Stage::Running } else { Stage::Headers };
+        a.body = Body::Batch(recvs);
+        Ok(())
+    }
+
+    /// Advances every queued operation as far as it goes; deadlines are checked here.
+    fn progress(&self, st: &mut State) {
+        if let Err(e) = self.drain_side(st) {
+            self.poison(st, e, true);
+        }
+        Self::flush_outbox(st);
+        drain_grave();
+        let mut queue = std::mem::take(&mut st.queue);
+        let mut keep = VecDeque::with_capacity(queue.len());
+        let mut may_post = true;
+        let mut failed = None;
+        while let Some(mut a) = queue.pop_front() {
+            match self.advance(st, &mut a, may_post) {
+                Ok(true) => {
+                    let received = std::mem::take(&mut a.received);
+                    a.cell.complete(Ok(Completion { received }));
+                }
+                Ok(false) => {
+                    let now = Instant::now();
+                    if now >= a.deadline {
+                        let e = Error::Timeout {
+                            op: a.fp.op,
+                            seq: a.fp.seq,
+                            peer: self.waiting_on(&a),
+                            waited: now - a.started,
+                        };
+                        self.abandon(st, a, e.clone());
+                        failed = Some(e);
+                        break;
+                    }
+                    if !matches!(a.stage, Stage::Running) {
+                        may_post = false;
+                    }
+                    keep.push_back(a);
+                }
+                Err(e) => {
+                    // Arguments were checked before anything was sent: an argument error here
+                    // is a broken invariant.
+                    let e = match e {
+                        Error::InvalidArgument(m) => Error::Internal(m),
+                        e => e,
+                    };
+                    self.abandon(st, a, e.clone());
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        keep.extend(queue);
+        st.queue = keep;
+        if let Some(e) = failed {
+            self.poison(st, e, true);
+        }
+    }
+
+    fn waiting_on(&self, a: &Active) -> Option<usize> {
+        match &a.stage {
+            Stage::Exchange(got) => (0..self.n).find(|&p| p != self.rank && got[p].is_none()),
+            Stage::Headers => match &a.body {
+                Body::Batch(r) => r.iter().find(|r| !r.got).map(|r| r.peer),
+                _ => None,
+            },
+            Stage::Running => ops::waiting_on(&a.posted),
+            Stage::Ready => None,
+        }
+    }
+
+    fn advance(&self, st: &mut State, a: &mut Active, may_post: bool) -> Result<bool> {
+        loop {
+            match &mut a.stage {
+                Stage::Exchange(got) => {
+                    if !may_post {
+                        return Ok(false);
+                    }
+                    let mut missing = false;
+                    for (p, slot) in got.iter_mut().enumerate() {
+                        if p == self.rank || slot.is_some() {
+                            continue;
+                        }
+                        match take(&mut st.stash[p], |m| m[0] == FP) {
+                            Ok(Some(m)) => *slot = Some(m),
+                            Ok(None) => missing = true,
+                            Err(()) => return Err(self.lost(p, &a.fp)),
+                        }
+                    }
+                    if missing {
+                        return Ok(false);
+                    }
+                    let msgs: Vec<Msg> = got.iter().map(|m| m.unwrap_or([0; WORDS])).collect();
+                    for p in self.peers() {
+                        let ours = self.fp_for(a, p, false);
+                        let theirs = decode_fp(&msgs[p]).ok_or_else(|| {
+                            Error::Internal(format!("rank {p} sent a malformed fingerprint {:?}", msgs[p]))
+                        })?;
+                        if ours != theirs {
+                            return Err(Error::Mismatch { peer: p, ours, theirs });
+                        }
+                    }
+                    a.exchanged = msgs;
+                    a.stage = Stage::Ready;
+                }
+                Stage::Ready => {
+                    if !may_post {
+                        return Ok(false);
+                    }
+                    match &a.body {
+                        Body::Coll(op) => {
+                            // SAFETY: the submit contract keeps the buffers valid until completion.
+                            a.posted = unsafe { ops::post_collective(&self.rt, self.comm.0, self.rank, self.n, op)? };
+                        }
+                        Body::Split { color, key } => {
+                            let c = self.split_now(&a.exchanged, *color, *key)?;
+                            *relock(&a.cell.split) = c;
+                        }
+                        Body::Batch(_) => {}
+                    }
+                    a.stage = Stage::Running;
+                }
+                Stage::Headers => {
+                    if !may_post {
+                        return Ok(false);
+                    }
+                    let Body::Batch(recvs) = &mut a.body else {
+                        return Err(Error::Internal("headers stage without receives".into()));
+                    };
+                    for (i, r) in recvs.iter_mut().enumerate() {
+                        if r.got {
+                            continue;
+                        }
+                        let tag = u64::from(r.tag);
+                        let m = match take(&mut st.stash[r.peer], |m| m[0] == HDR && m[1] == tag) {
+                            Ok(Some(m)) => m,
+                            Ok(None) => return Ok(false),
+                            Err(()) => return Err(self.lost(r.peer, &a.fp)),
+                        };
+                        let dtype = tag8(m[2]).and_then(DType::from_tag);
+                        let count = usize::try_from(m[3]).unwrap_or(usize::MAX);
+                        if dtype != Some(r.buf.dtype) || count > r.buf.count {
+                            let ours = Fingerprint {
+                                seq: a.fp.seq,
+                                op: OpKind::Recv,
+                                dtype: r.buf.dtype,
+                                count: r.buf.count as u64,
+                                root: None,
+                                reduce: None,
+                                algorithm: a.fp.algorithm,
+                            };
+                            let theirs = Fingerprint {
+                                op: OpKind::Send,
+                                dtype: dtype.unwrap_or(DType::U8),
+                                count: m[3],
+                                ..ours
+                            };
+                            return Err(Error::Mismatch { peer: r.peer, ours, theirs });
+                        }
+                        // SAFETY: the submit contract keeps `r.buf` valid until completion;
+                        // count <= its length.
+                        unsafe {
+                            ops::post_recv(&mut a.posted, self.comm.0, r.buf, count, r.peer, self.data_tag(r.tag))?
+                        };
+                        a.received[i] = count;
+                        r.got = true;
+                    }
+                    a.stage = Stage::Running;
+                }
+                Stage::Running => {
+                    if !ops::test_all(&mut a.posted)? {
+                        return Ok(false);
+                    }
+                    a.posted.finish()?;
+                    a.staged.finish(&a.received)?;
+                    return Ok(true);
+                }
+            }
+        }
+    }
+
+    /// `MPI_Comm_split` with colours and keys from the exchange (blocking: every rank has
+    /// entered the split, as the exchange showed).
+    fn split_now(&self, msgs: &[Msg], color: Option<u32>, key: i64) -> Result<Option<Comm>> {
+        let entry = |r: usize| -> (Option<u32>, i64) {
+            if r == self.rank {
+                (color, key)
+            } else {
+                let m = &msgs[r];
+                (u32::try_from(m[8]).ok(), m[9] as i64)
+            }
+        };
+        let all: Vec<(Option<u32>, i64)> = (0..self.n).map(entry).collect();
+        let (mcolor, mkey) = match color {
+            None => {
+                // SAFETY: reading the rsmpi shim's constant.
+                (unsafe { ffi::RSMPI_UNDEFINED }, 0)
+            }
+            Some(c) => {
+                let mut colors: Vec<u32> = all.iter().filter_map(|e| e.0).collect();
+                colors.sort_unstable();
+                colors.dedup();
+                let ci = colors.iter().position(|&x| x == c).unwrap_or(0);
+                let mut members: Vec<(i64, usize)> =
+                    (0..self.n).filter(|&r| all[r].0 == Some(c)).map(|r| (all[r].1, r)).collect();
+                members.sort_unstable();
+                let ki = members.iter().position(|&(_, r)| r == self.rank).unwrap_or(0);
+                (c_int::try_from(ci).unwrap_or(0), c_int::try_from(ki).unwrap_or(0))
+            }
+        };
+        // SAFETY: a zeroed handle is overwritten by MPI_Comm_split.
+        let mut newcomm: ffi::MPI_Comm = unsafe { std::mem::zeroed() };
+        // SAFETY: collective over our communicator, which every rank has entered.
+        check(unsafe { ffi::MPI_Comm_split(self.comm.0, mcolor, mkey, &mut newcomm) }, "MPI_Comm_split")?;
+        if color.is_none() {
+            return Ok(None);
+        }
+        // SAFETY: `newcomm` is a valid communicator just created.
+        check(unsafe { ffi::MPI_Comm_set_errhandler(newcomm, ffi::RSMPI_ERRORS_RETURN) }, "MPI_Comm_set_errhandler")?;
+        Ok(Some(Comm(newcomm)))
+    }
+
+    /// Polls: advances every operation (called from waits).
+    pub(crate) fn poll(&self) {
+        let (_g, mut st) = self.lock();
+        self.progress(&mut st);
+    }
+
+    /// The collective `split`: exchange of colours and keys, then `MPI_Comm_split`.
+    pub(crate) fn split(&self, color: Option<u32>, key: i64, opts: &CallOptions) -> Result<Option<Comm>> {
+        let timeout = opts.timeout.unwrap_or(self.cfg.timeout);
+        let cell = {
+            let (_g, mut st) = self.lock();
+            Self::poisoned_error(&st)?;
+            let seq = st.seq;
+            st.seq += 1;
+            let fp = Fingerprint {
+                seq,
+                op: OpKind::Split,
+                dtype: DType::I64,
+                count: 2,
+                root: None,
+                reduce: None,
+                algorithm: Algorithm::Auto,
+            };
+            let started = Instant::now();
+            let cell = Arc::new(Cell::default());
+            let a = Active {
+                cell: Arc::clone(&cell),
+                body: Body::Split { color, key },
+                fp,
+                started,
+                deadline: started + timeout,
+                stage: Stage::Exchange(vec![None; self.n]),
+                exchanged: vec![[0; WORDS]; self.n],
+                posted: Posted::default(),
+                staged: Staged::default(),
+                received: Vec::new(),
+                recv_from: 0,
+            };
+            let msg = fp_msg(&fp, color.map_or(u64::MAX, u64::from), key as u64);
+            let peers: Vec<usize> = self.peers().collect();
+            match peers.into_iter().try_for_each(|p| self.send_side(&mut st, p, msg)) {
+                Ok(()) => st.queue.push_back(a),
+                Err(e) => {
+                    self.abandon(&mut st, a, e.clone());
+                    self.poison(&mut st, e, true);
+                }
+            }
+            self.progress(&mut st);
+            cell
+        };
+        super::request::wait_cell(self, &cell, None)
+            .unwrap_or_else(|| Err(Error::Internal("split still running".into())))?;
+        let out = relock(&cell.split).take();
+        Ok(out)
+    }
+
+    /// The first queued message from `peer` with `tag`.
+    pub(crate) fn probe(&self, peer: usize, tag: u32) -> Result<Option<MessageInfo>> {
+        let (_g, mut st) = self.lock();
+        Self::poisoned_error(&st)?;
+        if let Err(e) = self.drain_side(&mut st) {
+            self.poison(&mut st, e.clone(), true);
+            return Err(e);
+        }
+        let t = u64::from(tag);
+        match peek(&st.stash[peer], |m| m[0] == HDR && m[1] == t) {
+            Ok(Some(m)) => Ok(Some(MessageInfo {
+                source: peer,
+                tag,
+                dtype: tag8(m[2])
+                    .and_then(DType::from_tag)
+                    .ok_or_else(|| Error::Internal(format!("rank {peer} sent a malformed header")))?,
+                count: usize::try_from(m[3]).unwrap_or(usize::MAX),
+            })),
+            Ok(None) => Ok(None),
+            Err(()) => Err(Error::PeerLost {
+                rank: peer,
+                detail: format!("rank {peer} dropped its communicator and nothing from it with tag {tag} is queued"),
+            }),
+        }
+    }
+
+    /// Aborts: every wait ends with `Aborted`, peers are told.
+    pub(crate) fn abort(&self, reason: &str) {
+        let (_g, mut st) = self.lock();
+        let e = Error::Aborted { reason: format!("rank {} called abort: {reason}", self.rank) };
+        self.poison(&mut st, e, true);
+    }
+
+    /// The communicator's default deadline.
+    pub(crate) fn timeout(&self) -> Duration {
+        self.cfg.timeout
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        let _g = self.rt.lock();
+        let mut st = relock(&self.state);
+        for a in std::mem::take(&mut st.queue) {
+            self.abandon(&mut st, a, Error::Aborted { reason: "the communicator was dropped".into() });
+        }
+        let peers: Vec<usize> = self.peers().collect();
+        for &p in &peers {
+            let _ = self.send_side(&mut st, p, [LEFT, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        }
+        let _ = self.drain_side(&mut st);
+        let waiting = (0..self.n).map(|p| p != self.rank && !st.stash[p].iter().any(|m| m[0] == LEFT)).collect();
+        let dead = Dead {
+            comm: self.comm,
+            waiting,
+            outbox: std::mem::take(&mut st.outbox),
+            abandoned: std::mem::take(&mut st.abandoned),
+        };
+        relock(&GRAVE).push(dead);
+        drop(st);
+        drain_grave();
+    }
+}
+
+/// A dropped communicator waiting for its peers' `LEFT` before `MPI_Comm_free`.
+struct Dead {
+    comm: Comm,
+    waiting: Vec<bool>,
+    outbox: Vec<(Vec<u64>, Req)>,
+    abandoned: Vec<Abandoned>,
+}
+
+static GRAVE: Mutex<Vec<Dead>> = Mutex::new(Vec::new());
+
+/// Receives what arrives on dropped communicators and frees those whose peers all left.
+/// The caller holds the runtime's lock when MPI is not thread-multiple.
+fn drain_grave() {
+    let Ok(mut g) = GRAVE.try_lock() else { return };
+    g.retain_mut(|d| {
+        if d.waiting.iter().any(|&w| w) {
+            loop {
+                let mut flag: c_int = 0;
+                // SAFETY: MPI_Status is plain data; probing a communicator we still own.
+                let mut status: ffi::MPI_Status = unsafe { std::mem::zeroed() };
+                // SAFETY: as above.
+                let rc = unsafe { ffi::MPI_Iprobe(ffi::RSMPI_ANY_SOURCE, SIDE_TAG, d.comm.0, &mut flag, &mut status) };
+                if rc != 0 || flag == 0 {
+                    break;
+                }
+                let mut m: Msg = [0; WORDS];
+                let src = status.MPI_SOURCE;
+                // SAFETY: receiving the probed side message into a buffer of its size.
+                let rc = unsafe {
+                    ffi::MPI_Recv(
+                        m.as_mut_ptr().cast(),
+                        WORDS as c_int,
+                        ffi::RSMPI_UINT64_T,
+                        src,
+                        SIDE_TAG,
+                        d.comm.0,
+                        &mut status,
+                    )
+                };
+                if rc != 0 {
+                    break;
+                }
+                if m[0] == LEFT {
+                    if let Some(w) = usize::try_from(src).ok().and_then(|s| d.waiting.get_mut(s)) {
+                        *w = false;
+                    }
+                }
+            }
+        }
+        let mut st = State { outbox: std::mem::take(&mut d.outbox), ..State::default() };
+        Shared::flush_outbox(&mut st);
+        d.outbox = st.outbox;
+        let done = !d.waiting.iter().any(|&w| w) && d.outbox.is_empty();
+        if done && d.abandoned.is_empty() {
+            // SAFETY: every peer has left and nothing of ours is pending on the communicator.
+            unsafe { ffi::MPI_Comm_free(&mut d.comm.0) };
+            return false;
+        }
+        true
+    });
+}
+
+/// Frees every dropped communicator (at finalisation). Abandoned requests and their
+/// temporaries are leaked: MPI may still refer to them.
+pub(crate) fn bury_all() {
+    let mut g = relock(&GRAVE);
+    for mut d in g.drain(..) {
+        // SAFETY: finalisation: nothing of oxccl uses the communicator any more.
+        unsafe { ffi::MPI_Comm_free(&mut d.comm.0) };
+        std::mem::forget(std::mem::take(&mut d.abandoned));
+        std::mem::forget(std::mem::take(&mut d.outbox));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fingerprints_round_trip() {
+        let fp = Fingerprint {
+            seq: 7,
+            op: OpKind::Reduce,
+            dtype: DType::BF16,
+            count: 12345,
+            root: Some(3),
+            reduce: Some(ReduceOp::Avg),
+            algorithm: Algorithm::BinomialTree,
+        };
+        assert_eq!(decode_fp(&fp_msg(&fp, 1, 2)), Some(fp));
+        let none = Fingerprint { root: None, reduce: None, ..fp };
+        assert_eq!(decode_fp(&fp_msg(&none, 0, 0)), Some(none));
+        let mut bad = fp_msg(&fp, 0, 0);
+        bad[2] = 200;
+        assert_eq!(decode_fp(&bad), None);
+    }
+
+    #[test]
+    fn notice_text_round_trips_and_truncates_on_char_boundaries() {
+        assert_eq!(words_text(&text_words(ABORT, "stop now")), "stop now");
+        let long = "é".repeat(100);
+        let t = words_text(&text_words(FAIL, &long));
+        assert!(t.len() <= 72 && t.chars().all(|c| c == 'é'), "{t}");
+    }
+
+    #[test]
+    fn take_stops_at_left() {
+        let mut q: VecDeque<Msg> = VecDeque::new();
+        q.push_back([HDR, 5, 0, 0, 0, 0, 0, 0, 0, 0]);
+        q.push_back([FP, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        q.push_back([LEFT, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(take(&mut q, |m| m[0] == FP).unwrap().map(|m| m[0]), Some(FP));
+        assert!(take(&mut q, |m| m[0] == FP).is_err());
+        assert_eq!(peek(&q, |m| m[0] == HDR && m[1] == 5).unwrap().map(|m| m[1]), Some(5));
+        assert!(peek(&q, |m| m[0] == HDR && m[1] == 6).is_err());
+    }
+}

@@ -1,0 +1,239 @@
+//! The `mpi` backend: oxccl's API over the system MPI (Open MPI, MPICH and derivatives),
+//! through the [`mpi`](https://docs.rs/mpi) crate (rsmpi's raw bindings, `mpi::ffi`).
+//! Built with the cargo feature `mpi`; [`MpiConfig`] and the device-buffer helpers of
+//! [`cuda`] exist in every build so that code using them compiles either way.
+//!
+//! ```text
+//! cargo build --release -p oxccl-cli --features mpi
+//! OXCCL_BACKEND=mpi mpirun -np 4 target/release/oxccl bench --backend mpi
+//! ```
+//!
+//! * **Selection**: `oxccl::init()` with `OXCCL_BACKEND=mpi`, or `auto` when an MPI launch
+//!   is detected (`OMPI_COMM_WORLD_SIZE`, `PMI_SIZE` or `PMIX_RANK` set): then `mpi` ranks
+//!   above `cpu`. Rank and world size come from `MPI_COMM_WORLD`. Outside an MPI launch the
+//!   backend is available by name (a singleton world) but `auto` prefers `cpu`.
+//! * **Life cycle** (`init.rs`): `MPI_Init_thread` once, asking for
+//!   `MPI_THREAD_MULTIPLE`; below that, every MPI call is serialised behind one lock (a
+//!   note on stderr says so). `MPI_Finalize` once, when the last communicator is dropped.
+//! * **Operations** (`ops.rs`): every collective is MPI's non-blocking form (`MPI_Iallreduce`,
+//!   `MPI_Ireduce_scatter_block`, `MPI_Iallgatherv`, `MPI_Ialltoallv`, ...), also for the
+//!   blocking API, so that every wait has a deadline and can be aborted. Point-to-point
+//!   uses `MPI_Isend`/`MPI_Irecv` after a small header; `probe` reads the headers.
+//!   Types and reductions: `dtype.rs` (f16/bf16 and float min/max through user operations;
+//!   `Avg` = `Sum`, then a division).
+//! * **Errors**: every communicator has `MPI_ERRORS_RETURN`; MPI's failures come back as
+//!   [`Error::Backend`](crate::Error::Backend) with MPI's own error string. Argument
+//!   errors are the front door's (and this backend's limit checks), before any communication.
+//!   Mismatches, timeouts, aborts and lost peers: see `engine.rs` (a fingerprint exchange
+//!   before each collective, polling against deadlines, a side channel for notices).
+//! * **Groups**: `split`/`new_group` are `MPI_Comm_split` (colours and keys are exchanged
+//!   first, so `i64` keys and any `u32` colour work); a [`DeviceMesh`](crate::DeviceMesh)
+//!   works on top unchanged.
+//! * **Device buffers**: [`cuda`].
+//!
+//! Not provided: a dead *process* cannot be reported as `PeerLost` (under MPI, `mpirun`
+//! ends the whole job), and counts above 2^31-1 elements are refused (no MPI-4 large-count
+//! calls).
+
+pub mod config;
+pub mod cuda;
+#[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+mod kernels;
+
+#[cfg(feature = "mpi")]
+mod dtype;
+#[cfg(feature = "mpi")]
+mod engine;
+#[cfg(feature = "mpi")]
+mod init;
+#[cfg(feature = "mpi")]
+mod ops;
+#[cfg(feature = "mpi")]
+mod request;
+
+pub use config::{CudaAware, HalfReduce, MpiConfig, ThreadLevel};
+pub use cuda::{register_device_copy, CudaSupport, DeviceCopy};
+
+/// The backend's name.
+pub const NAME: &str = "mpi";
+
+/// Whether this process was started by an MPI launcher (`OMPI_COMM_WORLD_SIZE`,
+/// `PMI_SIZE` or `PMIX_RANK` in the environment).
+pub fn launched_by_mpi() -> bool {
+    launched_by_mpi_with(|k| std::env::var_os(k).is_some())
+}
+
+fn launched_by_mpi_with(has: impl Fn(&str) -> bool) -> bool {
+    ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"].into_iter().any(has)
+}
+
+#[cfg(feature = "mpi")]
+pub use with_mpi::*;
+
+#[cfg(feature = "mpi")]
+mod with_mpi {
+    use std::ffi::c_int;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use mpi::ffi;
+
+    use super::engine::{Comm, Shared};
+    use super::init::{self, check, Runtime};
+    use super::request::MpiPending;
+    use super::{launched_by_mpi, MpiConfig, NAME};
+    use crate::backend::factory::BackendFactory;
+    use crate::backend::{Backend, MessageInfo, Mode, Op, Pending};
+    use crate::communicator::Communicator;
+    use crate::config::{CallOptions, ResolvedConfig};
+    use crate::error::{Error, Result};
+
+    /// One rank's membership in one communicator of the `mpi` backend.
+    pub struct MpiBackend {
+        shared: Arc<Shared>,
+    }
+
+    impl MpiBackend {
+        /// The MPI library in use (`MPI_Get_library_version`, first line).
+        pub fn library(&self) -> &str {
+            &self.shared.rt.library
+        }
+
+        /// The thread level MPI granted.
+        pub fn thread_level(&self) -> super::ThreadLevel {
+            self.shared.rt.level
+        }
+
+        /// What was detected about device-pointer support.
+        pub fn cuda_support(&self) -> &super::CudaSupport {
+            &self.shared.rt.cuda
+        }
+    }
+
+    impl Backend for MpiBackend {
+        fn name(&self) -> &'static str {
+            NAME
+        }
+        fn rank(&self) -> usize {
+            self.shared.rank
+        }
+        fn world_size(&self) -> usize {
+            self.shared.n
+        }
+        fn timeout(&self) -> Duration {
+            self.shared.timeout()
+        }
+        unsafe fn submit(&self, op: Op, _mode: Mode, opts: &CallOptions) -> Result<Arc<dyn Pending>> {
+            // Blocking and async calls run alike (non-blocking MPI, polled by the waiter).
+            // SAFETY: forwarded from the caller, who upholds the same contract.
+            let cell = unsafe { self.shared.submit(op, opts)? };
+            Ok(Arc::new(MpiPending { shared: Arc::clone(&self.shared), cell }))
+        }
+        fn probe(&self, peer: usize, tag: u32) -> Result<Option<MessageInfo>> {
+            self.shared.probe(peer, tag)
+        }
+        fn split(&self, color: Option<u32>, key: i64, opts: &CallOptions) -> Result<Option<Arc<dyn Backend>>> {
+            let Some(comm) = self.shared.split(color, key, opts)? else { return Ok(None) };
+            let rt = Arc::clone(&self.shared.rt);
+            let b = from_comm(rt, comm, self.shared.cfg.clone())?;
+            Ok(Some(Arc::new(b) as Arc<dyn Backend>))
+        }
+        fn abort(&self, reason: &str) {
+            self.shared.abort(reason)
+        }
+    }
+
+    fn from_comm(rt: Arc<Runtime>, comm: Comm, cfg: ResolvedConfig) -> Result<MpiBackend> {
+        let (mut rank, mut size): (c_int, c_int) = (0, 0);
+        {
+            let _g = rt.lock();
+            // SAFETY: `comm` is a valid communicator of this process.
+            check(unsafe { ffi::MPI_Comm_rank(comm.0, &mut rank) }, "MPI_Comm_rank")?;
+            // SAFETY: as above.
+            check(unsafe { ffi::MPI_Comm_size(comm.0, &mut size) }, "MPI_Comm_size")?;
+        }
+        let rank = usize::try_from(rank).map_err(|_| Error::Internal("negative MPI rank".into()))?;
+        let size = usize::try_from(size).map_err(|_| Error::Internal("negative MPI size".into()))?;
+        Ok(MpiBackend { shared: Arc::new(Shared::new(rt, comm, rank, size, cfg)) })
+    }
+
+    /// Creates this process's communicator of `MPI_COMM_WORLD` with the `OXCCL_MPI_*`
+    /// settings ([`MpiConfig::from_env`]).
+    ///
+    /// # Errors
+    /// [`Error::Config`] for unusable `OXCCL_MPI_*` values; [`Error::BackendUnavailable`]
+    /// when MPI does not initialise (or was finalised already); MPI's errors.
+    pub fn init_process(cfg: &ResolvedConfig) -> Result<Communicator> {
+        init_with(cfg, &MpiConfig::from_env()?)
+    }
+
+    /// [`init_process`] with an explicit [`MpiConfig`] (used when this call initialises MPI;
+    /// later communicators share the first one's MPI).
+    ///
+    /// # Errors
+    /// As [`init_process`].
+    pub fn init_with(cfg: &ResolvedConfig, mpi_cfg: &MpiConfig) -> Result<Communicator> {
+        let rt = init::acquire(mpi_cfg)?;
+        // SAFETY: a zeroed handle is overwritten by MPI_Comm_dup.
+        let mut comm: ffi::MPI_Comm = unsafe { std::mem::zeroed() };
+        {
+            let _g = rt.lock();
+            // SAFETY: MPI is initialised; duplicating the world gives oxccl its own context.
+            check(unsafe { ffi::MPI_Comm_dup(Runtime::world(), &mut comm) }, "MPI_Comm_dup")?;
+            // SAFETY: `comm` was just created.
+            check(unsafe { ffi::MPI_Comm_set_errhandler(comm, ffi::RSMPI_ERRORS_RETURN) }, "MPI_Comm_set_errhandler")?;
+        }
+        let b = from_comm(rt, Comm(comm), cfg.clone())?;
+        Ok(Communicator::from_backend(Arc::new(b)))
+    }
+
+    /// The factory registered in [`factory`](crate::backend::factory).
+    pub struct MpiFactory;
+
+    impl BackendFactory for MpiFactory {
+        fn name(&self) -> &'static str {
+            NAME
+        }
+
+        /// Above `cpu` (50) inside an MPI launch; below `local` otherwise.
+        fn priority(&self) -> u32 {
+            if launched_by_mpi() {
+                60
+            } else {
+                5
+            }
+        }
+
+        fn availability(&self) -> std::result::Result<(), String> {
+            Ok(())
+        }
+
+        fn create_world(&self, _cfg: &ResolvedConfig, n: usize) -> Result<Vec<Communicator>> {
+            Err(Error::BackendUnavailable {
+                backend: NAME.into(),
+                why: format!(
+                    "the `mpi` backend (cargo feature `mpi`, built in) runs one rank per process and cannot \
+                     host {n} ranks in one process; launch the program with `mpirun -np {n}` and call \
+                     oxccl::init()"
+                ),
+            })
+        }
+
+        fn create_process(&self, cfg: &ResolvedConfig) -> Result<Communicator> {
+            init_process(cfg)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn launch_detection() {
+        assert!(launched_by_mpi_with(|k| k == "OMPI_COMM_WORLD_SIZE"));
+        assert!(launched_by_mpi_with(|k| k == "PMI_SIZE"));
+        assert!(launched_by_mpi_with(|k| k == "PMIX_RANK"));
+        assert!(!launched_by_mpi_with(|k| k == "WORLD_SIZE"));
+    }
+}

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# The `mpi` backend under a real MPI launcher:
+#   1. builds oxccl-conformance and the oxccl CLI with `--features mpi` (release);
+#   2. runs the conformance suite (the same one every backend runs) under
+#      `mpirun -np 2`, `-np 3` and `-np 4` with OXCCL_BACKEND=mpi, and checks that each
+#      ends with `conformance: N passed, 0 failed`;
+#   3. runs `oxccl bench --backend mpi` under `mpirun -np 2`;
+#   4. compares the `cpu` and `mpi` backends on the same sizes in one run (bus bandwidth
+#      side by side, out-of-place, per size).
+# Prints SKIP and exits 0 where `mpirun` is missing.
+#
+# Environment: OXCCL_MPI_NP4_QUICK=1 runs the reduced matrix at -np 4;
+# OXCCL_MPI_BENCH_MAX (default 16M) is the largest benchmark size.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v mpirun >/dev/null 2>&1; then
+    echo "SKIP: mpirun not found (apt-get install openmpi-bin libopenmpi-dev libclang-dev clang)"
+    exit 0
+fi
+
+cargo build --release --locked -p oxccl-conformance -p oxccl-cli --features mpi
+
+CONF=target/release/oxccl-conformance
+OXCCL=target/release/oxccl
+MPIRUN=(mpirun)
+if mpirun --version 2>&1 | grep -q "Open MPI"; then
+    MPIRUN+=(--allow-run-as-root --oversubscribe -x OXCCL_BACKEND -x OXCCL_CONFORMANCE_QUICK)
+fi
+export OXCCL_BACKEND=mpi
+fail=0
+
+for np in 2 3 4; do
+    export OXCCL_CONFORMANCE_QUICK=0
+    if [ "$np" = 4 ] && [ "${OXCCL_MPI_NP4_QUICK:-0}" = 1 ]; then
+        export OXCCL_CONFORMANCE_QUICK=1
+    fi
+    start=$(date +%s)
+    out=$(timeout 300 "${MPIRUN[@]}" -np "$np" "$CONF" 2>&1) || true
+    line=$(grep '^conformance:' <<<"$out" | tail -n 1 || true)
+    echo "mpi conformance -np $np: ${line:-no result} ($(($(date +%s) - start))s)"
+    if ! grep -Eq '^conformance: [0-9]+ passed, 0 failed' <<<"$line"; then
+        echo "$out" | tail -n 60
+        fail=1
+    fi
+done
+unset OXCCL_CONFORMANCE_QUICK
+
+MAX=${OXCCL_MPI_BENCH_MAX:-16M}
+echo
+echo "== oxccl bench --backend mpi (mpirun -np 2)"
+timeout 300 "${MPIRUN[@]}" -np 2 "$OXCCL" bench --backend mpi -b 8 -e "$MAX" -f 8 all_reduce all_gather || fail=1
+
+# Comparing backends: the same sizes on `cpu` and `mpi`, one after the other in this run.
+echo
+echo "== cpu vs mpi: all_reduce busbw (GB/s, out-of-place), 2 ranks under mpirun, same sizes"
+bench_rows() {
+    timeout 300 "${MPIRUN[@]}" -np 2 "$OXCCL" bench --backend "$1" -b 8 -e "$MAX" -f 8 all_reduce 2>/dev/null |
+        awk '$1 ~ /^[0-9]+$/ && NF >= 9 { print $1, $8 }'
+}
+cpu_rows=$(bench_rows cpu) || fail=1
+mpi_rows=$(bench_rows mpi) || fail=1
+join <(sort -k1,1 <<<"$cpu_rows") <(sort -k1,1 <<<"$mpi_rows") | sort -n |
+    awk 'BEGIN { printf "%12s %10s %10s %10s\n", "size(B)", "cpu", "mpi", "mpi/cpu" }
+         { r = ($2 > 0) ? $3 / $2 : 0; printf "%12s %10s %10s %10.2f\n", $1, $2, $3, r }'
+
+if [ "$fail" != 0 ]; then
+    echo "mpi_conformance: FAILED"
+    exit 1
+fi
+echo "mpi_conformance: OK"
