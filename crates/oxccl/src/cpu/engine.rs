@@ -293,7 +293,14 @@ impl Inner {
                 self.name
             )));
         }
-        let seq = self.next_seq()?;
+        // Point-to-point operations involve only some ranks: they take no collective
+        // sequence number (their frames are matched by tag, not by sequence).
+        let seq = if matches!(op, Op::Batch(_)) {
+            self.check_poisoned()?;
+            0
+        } else {
+            self.next_seq()?
+        };
         let result = if let Op::Batch(ops) = op {
             let started = Instant::now();
             let p = P2pCtx {
