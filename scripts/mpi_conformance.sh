@@ -21,8 +21,8 @@ fi
 
 cargo build --release --locked -p oxccl-conformance -p oxccl-cli --features mpi
 
-CONF=target/release/oxccl-conformance
-OXCCL=target/release/oxccl
+CONF="${CARGO_TARGET_DIR:-target}/release/oxccl-conformance"
+OXCCL="${CARGO_TARGET_DIR:-target}/release/oxccl"
 MPIRUN=(mpirun)
 if mpirun --version 2>&1 | grep -q "Open MPI"; then
     MPIRUN+=(--allow-run-as-root --oversubscribe -x OXCCL_BACKEND -x OXCCL_CONFORMANCE_QUICK)
