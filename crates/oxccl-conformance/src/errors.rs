@@ -516,22 +516,8 @@ fn invalid_algorithm(slot: &mut Option<Communicator>, cx: &ECx) -> Local {
     let (n, me) = (comm.world_size(), comm.rank());
     let mut v = Invalid::new();
     let ones = vec![1usize; n];
-    let kinds = [
-        OpKind::AllReduce,
-        OpKind::Reduce,
-        OpKind::Broadcast,
-        OpKind::AllGather,
-        OpKind::AllGatherV,
-        OpKind::ReduceScatter,
-        OpKind::AllToAll,
-        OpKind::AllToAllV,
-        OpKind::Gather,
-        OpKind::Scatter,
-        OpKind::Barrier,
-        OpKind::Send,
-        OpKind::Recv,
-        OpKind::Batch,
-    ];
+    // Every operation a user can call (split is not called through `with_algorithm`).
+    let kinds = OpKind::ALL.into_iter().filter(|&k| k != OpKind::Split);
     for kind in kinds {
         for a in Algorithm::ALL {
             if a == Algorithm::Auto || Algorithm::for_op(kind).contains(&a) {

@@ -170,50 +170,6 @@ fn build(
 /// Counts this process's worlds so that each gets its own keys in a shared store.
 static GENERATION: AtomicU64 = AtomicU64::new(0);
 
-/// A backend together with what must live as long as it (the store it hosts).
-struct Hosted {
-    backend: CpuBackend,
-    _keep: Vec<Box<dyn Any + Send + Sync>>,
-}
-
-impl crate::backend::Backend for Hosted {
-    fn name(&self) -> &'static str {
-        self.backend.name()
-    }
-    fn rank(&self) -> usize {
-        self.backend.rank()
-    }
-    fn world_size(&self) -> usize {
-        self.backend.world_size()
-    }
-    fn timeout(&self) -> Duration {
-        self.backend.timeout()
-    }
-    unsafe fn submit(
-        &self,
-        op: crate::backend::Op,
-        mode: crate::backend::Mode,
-        opts: &crate::config::CallOptions,
-    ) -> Result<Arc<dyn crate::backend::Pending>> {
-        // SAFETY: forwarded from the caller, who upholds the same contract.
-        unsafe { self.backend.submit(op, mode, opts) }
-    }
-    fn probe(&self, peer: usize, tag: u32) -> Result<Option<crate::backend::MessageInfo>> {
-        self.backend.probe(peer, tag)
-    }
-    fn split(
-        &self,
-        color: Option<u32>,
-        key: i64,
-        opts: &crate::config::CallOptions,
-    ) -> Result<Option<Arc<dyn crate::backend::Backend>>> {
-        self.backend.split(color, key, opts)
-    }
-    fn abort(&self, reason: &str) {
-        self.backend.abort(reason)
-    }
-}
-
 /// The launcher's job identity, for launches without `OXCCL_SECRET`: torchrun's run id,
 /// Open MPI's / PMIx's job, SLURM's job and step, Hydra's KVS name.
 fn launcher_job_id(env: &impl Fn(&str) -> Option<String>) -> Option<String> {
@@ -320,7 +276,8 @@ pub fn init_process(cfg: &ResolvedConfig) -> Result<Communicator> {
     let backend = build(rank, n, &store, &prefix, &secret, &host_id(), &opts, cfg)?;
     // Every link is up when `build` returns (TCP and shared-memory setup wait for all their
     // peers), so no extra barrier, which would take a sequence number the user sees.
-    Ok(Communicator::from_backend(Arc::new(Hosted { backend, _keep: keep })))
+    let backend = keep.into_iter().fold(backend, CpuBackend::keep_alive);
+    Ok(Communicator::from_backend(Arc::new(backend)))
 }
 
 /// Creates the `n` communicators of a world of threads in this process over the real

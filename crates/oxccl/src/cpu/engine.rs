@@ -28,6 +28,9 @@ pub const WORLD_COMM_ID: u64 = 1;
 /// One rank's membership in one communicator of a CPU backend (`local`, later `cpu`).
 pub struct CpuBackend {
     inner: Arc<Inner>,
+    /// Resources that must outlive the communicator (e.g. the store rank 0 hosts); dropped
+    /// after `Drop::drop` has shut the communicator down.
+    keep: Vec<Box<dyn std::any::Any + Send + Sync>>,
 }
 
 struct Inner {
@@ -165,7 +168,14 @@ impl CpuBackend {
                 native: OnceLock::new(),
                 native_slot: OnceLock::new(),
             }),
+            keep: Vec::new(),
         })
+    }
+
+    /// Keeps `resource` alive as long as this communicator (it is dropped after it).
+    pub fn keep_alive(mut self, resource: Box<dyn std::any::Any + Send + Sync>) -> Self {
+        self.keep.push(resource);
+        self
     }
 
     /// Sets up collectives in shared memory (a collective: every rank of the communicator

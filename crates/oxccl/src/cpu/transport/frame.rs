@@ -175,16 +175,35 @@ pub fn decode_header(b: &[u8], max_payload: usize) -> Result<FrameHeader, FrameE
     Ok(FrameHeader { kind, header: Header { comm_id: u64_at(b, 12), channel, fingerprint }, payload_len })
 }
 
-const FP_LEN: usize = 24;
+/// Size of an encoded fingerprint ([`fingerprint_bytes`]).
+pub const FP_LEN: usize = 24;
 
-fn encode_fp(out: &mut Vec<u8>, fp: &Fingerprint) {
-    out.extend_from_slice(&fp.seq.to_le_bytes());
-    out.extend_from_slice(&fp.count.to_le_bytes());
-    out.extend_from_slice(&fp.root.unwrap_or(NONE_U32).to_le_bytes());
-    out.extend_from_slice(&[fp.op as u8, fp.dtype as u8, fp.reduce.map_or(NONE_U8, |r| r as u8), fp.algorithm as u8]);
+/// The 24-byte encoding of a fingerprint used in failure notices and in the shared-memory
+/// collectives' control lines: seq, count (u64 LE), root (u32 LE), then the op, dtype,
+/// reduce op and algorithm tags.
+pub fn fingerprint_bytes(fp: &Fingerprint) -> [u8; FP_LEN] {
+    let mut b = [0u8; FP_LEN];
+    b[0..8].copy_from_slice(&fp.seq.to_le_bytes());
+    b[8..16].copy_from_slice(&fp.count.to_le_bytes());
+    b[16..20].copy_from_slice(&fp.root.unwrap_or(NONE_U32).to_le_bytes());
+    b[20..24].copy_from_slice(&[
+        fp.op as u8,
+        fp.dtype as u8,
+        fp.reduce.map_or(NONE_U8, |r| r as u8),
+        fp.algorithm as u8,
+    ]);
+    b
 }
 
-fn decode_fp(b: &[u8]) -> Result<Fingerprint, FrameError> {
+fn encode_fp(out: &mut Vec<u8>, fp: &Fingerprint) {
+    out.extend_from_slice(&fingerprint_bytes(fp));
+}
+
+/// Decodes [`fingerprint_bytes`].
+///
+/// # Errors
+/// [`FrameError`] for a truncated encoding or an unknown tag.
+pub fn decode_fp(b: &[u8]) -> Result<Fingerprint, FrameError> {
     if b.len() < FP_LEN {
         return Err(bad("truncated fingerprint"));
     }

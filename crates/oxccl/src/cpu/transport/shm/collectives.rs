@@ -24,14 +24,14 @@ use std::time::{Duration, Instant};
 
 use super::futex;
 use super::segment::{unique_name, Segment};
-use crate::algorithm::Algorithm;
 use crate::backend::Op;
 use crate::cpu::algorithms::{barrier, block, broadcast, Ctx};
 use crate::cpu::reduce::reduce_sources;
+use crate::cpu::transport::frame::{decode_fp, fingerprint_bytes, FP_LEN};
 use crate::cpu::transport::Channel;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::fingerprint::{Fingerprint, OpKind};
+use crate::fingerprint::Fingerprint;
 use crate::reduce_op::ReduceOp;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"OXSHMCL1");
@@ -55,32 +55,23 @@ pub struct ShmCollectives {
     step: AtomicU64,
 }
 
+/// A fingerprint as the three words of a control line (the wire encoding of `frame`).
 fn pack(fp: &Fingerprint) -> [u64; 3] {
-    let packed = fp.op as u64
-        | (fp.dtype as u64) << 8
-        | u64::from(fp.reduce.map_or(0xFF, |r| r as u8)) << 16
-        | (fp.algorithm as u64) << 24
-        | u64::from(fp.root.unwrap_or(u32::MAX)) << 32;
-    [fp.seq, fp.count, packed]
+    let b = fingerprint_bytes(fp);
+    let word = |i: usize| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&b[8 * i..8 * i + 8]);
+        u64::from_le_bytes(w)
+    };
+    [word(0), word(1), word(2)]
 }
 
 fn unpack(w: [u64; 3]) -> Option<Fingerprint> {
-    let p = w[2];
-    Some(Fingerprint {
-        seq: w[0],
-        count: w[1],
-        op: OpKind::from_tag(p as u8)?,
-        dtype: DType::from_tag((p >> 8) as u8)?,
-        reduce: match (p >> 16) as u8 {
-            0xFF => None,
-            t => Some(ReduceOp::from_tag(t)?),
-        },
-        algorithm: Algorithm::from_tag((p >> 24) as u8)?,
-        root: match (p >> 32) as u32 {
-            u32::MAX => None,
-            r => Some(r),
-        },
-    })
+    let mut b = [0u8; FP_LEN];
+    for (i, x) in w.iter().enumerate() {
+        b[8 * i..8 * i + 8].copy_from_slice(&x.to_le_bytes());
+    }
+    decode_fp(&b).ok()
 }
 
 /// Which step counter a wait looks at.
@@ -190,19 +181,6 @@ impl ShmCollectives {
     fn wait_all(&self, ctx: &Ctx, phase: Phase, step: u64) -> Result<()> {
         let arrived = |p: usize| self.counter(p, phase).load(Ordering::Acquire) >= step;
         let ours = pack(&ctx.fp);
-        let mut checked = vec![false; self.n];
-        let mut verify = |p: usize| -> Result<()> {
-            if checked[p] || !matches!(phase, Phase::Arrive) {
-                return Ok(());
-            }
-            let w = self.fp_words(p, (step % 2) as usize).map(|a| a.load(Ordering::Relaxed));
-            if w != ours {
-                let theirs = unpack(w).unwrap_or(ctx.fp);
-                return Err(Error::Mismatch { peer: p, ours: ctx.fp, theirs });
-            }
-            checked[p] = true;
-            Ok(())
-        };
         let r = futex::wait_until(
             self.doorbell(),
             self.sleepers(),
@@ -234,7 +212,16 @@ impl ShmCollectives {
             },
         );
         r?;
-        (0..self.n).try_for_each(&mut verify)
+        if matches!(phase, Phase::Arrive) {
+            for p in 0..self.n {
+                let w = self.fp_words(p, (step % 2) as usize).map(|a| a.load(Ordering::Relaxed));
+                if w != ours {
+                    let theirs = unpack(w).unwrap_or(ctx.fp);
+                    return Err(Error::Mismatch { peer: p, ours: ctx.fp, theirs });
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Starts a step: records our fingerprint, returns the step number and slot index.
