@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use super::futex;
 use super::segment::{unique_name, Segment};
+use super::stream;
 use crate::backend::Op;
 use crate::cpu::algorithms::{barrier, block, broadcast, Ctx};
 use crate::cpu::reduce::reduce_sources;
@@ -253,6 +254,7 @@ impl ShmCollectives {
                     let es = output.dtype.size();
                     let total = output.count;
                     let chunk = (self.slot / es).max(1);
+                    let streaming = output.bytes() >= stream::STREAM_FROM;
                     let mut at = 0;
                     loop {
                         let c = chunk.min(total - at);
@@ -263,6 +265,7 @@ impl ShmCollectives {
                             c,
                             output.dtype,
                             *op,
+                            streaming,
                         )?;
                         at += c;
                         if at >= total {
@@ -279,6 +282,7 @@ impl ShmCollectives {
                 }
                 Op::Broadcast { input, output, root } => {
                     let bytes = output.bytes();
+                    let streaming = bytes >= stream::STREAM_FROM;
                     let mut at = 0;
                     loop {
                         let c = self.slot.min(bytes - at);
@@ -290,7 +294,7 @@ impl ShmCollectives {
                         self.post(Phase::Arrive, step);
                         self.wait_all(ctx, Phase::Arrive, step)?;
                         if self.me != *root || input.is_some_and(|i| !std::ptr::eq(i.ptr, output.ptr)) {
-                            std::ptr::copy_nonoverlapping(self.slot_ptr(*root, b), output.ptr.add(at), c);
+                            stream::copy_out(self.slot_ptr(*root, b), output.ptr.add(at), c, streaming);
                         }
                         at += c;
                         if at >= bytes {
@@ -301,6 +305,7 @@ impl ShmCollectives {
                 }
                 Op::AllGather { input, output } => {
                     let bytes = input.bytes();
+                    let streaming = output.bytes() >= stream::STREAM_FROM;
                     let mut at = 0;
                     loop {
                         let c = self.slot.min(bytes - at);
@@ -309,7 +314,7 @@ impl ShmCollectives {
                         self.post(Phase::Arrive, step);
                         self.wait_all(ctx, Phase::Arrive, step)?;
                         for p in 0..self.n {
-                            std::ptr::copy_nonoverlapping(self.slot_ptr(p, b), output.ptr.add(p * bytes + at), c);
+                            stream::copy_out(self.slot_ptr(p, b), output.ptr.add(p * bytes + at), c, streaming);
                         }
                         at += c;
                         if at >= bytes {
@@ -324,9 +329,11 @@ impl ShmCollectives {
     }
 
     /// One chunk of all_reduce: `count` elements from `input` (may equal `output`).
+    /// `streaming` writes the result with cache-bypassing stores (large operations).
     ///
     /// # Safety
     /// `input` and `output` must be valid for `count` elements of `dtype`.
+    #[allow(clippy::too_many_arguments)]
     unsafe fn all_reduce_chunk(
         &self,
         ctx: &Ctx,
@@ -335,12 +342,27 @@ impl ShmCollectives {
         count: usize,
         dtype: DType,
         op: ReduceOp,
+        streaming: bool,
     ) -> Result<()> {
         let es = dtype.size();
         let bytes = count * es;
+        let direct = bytes <= DIRECT || self.n == 1;
+        let mine = block(count, self.n, self.me);
+        let mine = mine.start * es..mine.end * es;
         let (step, b) = self.begin(ctx);
-        // SAFETY: our slot has `self.slot >= bytes` bytes and is ours until we post.
-        unsafe { std::ptr::copy_nonoverlapping(input, self.slot_ptr(self.me, b), bytes) };
+        // Our slot has `self.slot >= bytes` bytes and is ours until we post. In the
+        // two-phase path nobody reads our own sub-block from the slot (we reduce it from
+        // `input`), so only the others' sub-blocks are copied in.
+        // SAFETY: `input` is valid for `bytes` (contract), the slot for `self.slot`.
+        unsafe {
+            let slot = self.slot_ptr(self.me, b);
+            if direct {
+                std::ptr::copy_nonoverlapping(input, slot, bytes);
+            } else {
+                std::ptr::copy_nonoverlapping(input, slot, mine.start);
+                std::ptr::copy_nonoverlapping(input.add(mine.end), slot.add(mine.end), bytes - mine.end);
+            }
+        }
         self.post(Phase::Arrive, step);
         self.wait_all(ctx, Phase::Arrive, step)?;
         // SAFETY (slices below): every rank posted `arrive = step` after filling its slot
@@ -349,15 +371,16 @@ impl ShmCollectives {
         let slot = |p: usize, r: std::ops::Range<usize>| unsafe {
             std::slice::from_raw_parts(self.slot_ptr(p, b).add(r.start), r.len())
         };
-        if bytes <= DIRECT || self.n == 1 {
+        if direct {
             let srcs: Vec<&[u8]> = (0..self.n).map(|p| slot(p, 0..bytes)).collect();
             // SAFETY: `output` is valid for `bytes` and not aliased by the slots.
             let out = unsafe { std::slice::from_raw_parts_mut(output, bytes) };
             return reduce_sources(dtype, op, &srcs, out);
         }
-        let mine = block(count, self.n, self.me);
-        let mine = mine.start * es..mine.end * es;
-        let srcs: Vec<&[u8]> = (0..self.n).map(|p| slot(p, mine.clone())).collect();
+        // SAFETY: `input` is valid for `bytes`; nothing writes this range of it before the
+        // copy-out below (an in-place `output` is written only after the reduction).
+        let own = unsafe { std::slice::from_raw_parts(input.add(mine.start), mine.len()) };
+        let srcs: Vec<&[u8]> = (0..self.n).map(|p| if p == self.me { own } else { slot(p, mine.clone()) }).collect();
         // SAFETY: our result area is written only by us, and every rank finished copying
         // out of it (previous step) before it arrived at this step, which we waited for.
         let result = unsafe { std::slice::from_raw_parts_mut(self.slot_ptr(self.me, RESULT), mine.len()) };
@@ -369,7 +392,7 @@ impl ShmCollectives {
             let r = r.start * es..r.end * es;
             // SAFETY: rank p published its reduced sub-block with `done = step`; `output`
             // is valid for `bytes`.
-            unsafe { std::ptr::copy_nonoverlapping(self.slot_ptr(p, RESULT), output.add(r.start), r.len()) };
+            unsafe { stream::copy_out(self.slot_ptr(p, RESULT), output.add(r.start), r.len(), streaming) };
         }
         Ok(())
     }
@@ -408,6 +431,35 @@ mod tests {
                 let mut h = vec![bf16::from_f32(1.0 + comm.rank() as f32); 5000];
                 comm.all_reduce(&mut h, ReduceOp::Avg).unwrap();
                 assert!(h.iter().all(|v| v.to_f32() == 1.0 + (n - 1) as f32 / 2.0));
+            });
+        }
+    }
+
+    #[test]
+    fn large_operations_stream_their_results() {
+        // Above `STREAM_FROM`, results are written with cache-bypassing stores.
+        let count = super::stream::STREAM_FROM / 4 + 1001;
+        for n in [2, 3] {
+            world_with(n, 1 << 16, Some(SLOT), |comm| {
+                let r = comm.rank();
+                let input: Vec<u32> = (0..count as u32).map(|i| i.wrapping_mul(2_654_435_761) ^ r as u32).collect();
+                let want: Vec<u32> = (0..count as u32)
+                    .map(|i| (0..n as u32).fold(0u32, |a, q| a.wrapping_add(i.wrapping_mul(2_654_435_761) ^ q)))
+                    .collect();
+                let mut out = vec![0u32; count];
+                comm.all_reduce_into(&input, &mut out, ReduceOp::Sum).unwrap();
+                assert!(out == want, "out of place, n={n}");
+                let mut x = input.clone();
+                comm.all_reduce(&mut x, ReduceOp::Sum).unwrap();
+                assert!(x == want, "in place, n={n}");
+                let mut b = if r == 1 { input.clone() } else { vec![0; count] };
+                comm.broadcast(&mut b, 1).unwrap();
+                assert!(b.iter().enumerate().all(|(i, v)| *v == (i as u32).wrapping_mul(2_654_435_761) ^ 1));
+                let mut g = vec![0u32; n * count];
+                comm.all_gather(&input, &mut g).unwrap();
+                for (q, c) in g.chunks(count).enumerate() {
+                    assert!(c.iter().enumerate().all(|(i, v)| *v == (i as u32).wrapping_mul(2_654_435_761) ^ q as u32));
+                }
             });
         }
     }

@@ -5,9 +5,12 @@
 //! - [`futex`]: spin-then-sleep waits on words in shared memory.
 //! - [`ring`]: the single-producer single-consumer byte ring.
 //! - [`links`]: the [`Link`](super::routed::Link) between the ranks of a host.
+//! - [`collectives`]: all_reduce, broadcast, all_gather and barrier run in the segment.
+//! - [`stream`]: cache-bypassing copies for large results.
 
 pub mod collectives;
 pub mod futex;
 pub mod links;
 pub mod ring;
 pub mod segment;
+pub mod stream;
