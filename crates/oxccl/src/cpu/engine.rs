@@ -14,7 +14,7 @@ use super::dispatch;
 use super::point_to_point::P2pCtx;
 use super::selector;
 use super::transport::shm::collectives::ShmCollectives;
-use super::transport::Transport;
+use super::transport::{Stage, Transport};
 use crate::algorithm::{not_applicable, Algorithm};
 use crate::backend::{Backend, Completion, MessageInfo, Mode, Op, Pending};
 use crate::config::{CallOptions, ResolvedConfig};
@@ -214,8 +214,9 @@ impl Inner {
         self.ranks.iter().copied().filter(|&r| r != self.ranks[self.rank]).collect()
     }
 
-    /// Marks the communicator failed with `e` and tells the peers.
-    fn poison(&self, e: &Error) {
+    /// Marks the communicator failed with `e` at stage `at` (the first stage this rank will
+    /// not complete) and tells the peers.
+    fn poison(&self, e: &Error, at: Stage) {
         {
             let mut st = relock(&self.state);
             if st.poisoned.is_some() {
@@ -223,7 +224,12 @@ impl Inner {
             }
             st.poisoned = Some(e.clone());
         }
-        self.transport.notify_failure(self.comm_id, &self.peers(), e);
+        self.transport.notify_failure(self.comm_id, &self.peers(), at, e);
+    }
+
+    /// The stage of the next collective (this rank completed every one before it).
+    fn next_stage(&self) -> Stage {
+        Stage::Collective(relock(&self.state).seq)
     }
 
     fn ctx(&self, fp: Fingerprint, opts: &CallOptions) -> Ctx<'_> {
@@ -246,7 +252,7 @@ impl Inner {
     fn setup_native(&self, slot_bytes: usize, required: bool) -> Result<()> {
         self.check_poisoned()?;
         let fp = Fingerprint {
-            seq: u64::MAX,
+            seq: Stage::SETUP_SEQ,
             op: OpKind::Split,
             dtype: DType::U8,
             count: slot_bytes as u64,
@@ -269,7 +275,7 @@ impl Inner {
                 let e = Error::Aborted {
                     reason: "rank 0 could not create the shared-memory segment (see its error)".into(),
                 };
-                self.poison(&e);
+                self.poison(&e, Stage::Setup);
                 Err(e)
             }
             Err(e) if !required && matches!(e, Error::Io { .. }) && self.rank == 0 => {
@@ -281,7 +287,7 @@ impl Inner {
                 Ok(())
             }
             Err(e) => {
-                self.poison(&e);
+                self.poison(&e, Stage::Setup);
                 Err(e)
             }
         }
@@ -344,7 +350,10 @@ impl Inner {
             e => e,
         });
         if let Err(e) = &result {
-            self.poison(e);
+            // A batch took no sequence number: this rank completed every collective before
+            // the next one.
+            let at = if matches!(op, Op::Batch(_)) { self.next_stage() } else { Stage::Collective(seq) };
+            self.poison(e, at);
         }
         result
     }
@@ -420,7 +429,7 @@ impl Inner {
         table[2 * self.rank + 1] = key;
         let r = all_gather::ring::run(&ctx, bytemuck::cast_slice_mut(&mut table), 16);
         if let Err(e) = r {
-            self.poison(&e);
+            self.poison(&e, Stage::Collective(seq));
             return Err(e);
         }
         let Some(color) = color else { return Ok(None) };
@@ -509,7 +518,8 @@ impl Backend for CpuBackend {
 
     fn abort(&self, reason: &str) {
         let e = Error::Aborted { reason: format!("rank {} called abort: {reason}", self.inner.rank) };
-        self.inner.poison(&e);
+        // An abort ends every wait of every peer on this communicator, whatever its stage.
+        self.inner.poison(&e, Stage::Setup);
         self.inner.transport.abort(self.inner.comm_id, reason);
     }
 }

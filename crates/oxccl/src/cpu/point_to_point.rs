@@ -75,7 +75,7 @@ impl P2pCtx<'_> {
                 };
                 let got = self
                     .transport
-                    .recv(self.peer(*peer)?, self.comm_id, Channel::PointToPoint(*tag), dst, self.deadline)
+                    .recv(self.peer(*peer)?, self.comm_id, Channel::PointToPoint(*tag), None, dst, self.deadline)
                     .map_err(|e| map(e, OpKind::Recv, buf.dtype, buf.count))?;
                 let theirs = got.header.fingerprint;
                 let es = buf.dtype.size();
@@ -97,9 +97,10 @@ impl P2pCtx<'_> {
     /// # Errors
     /// Transport errors (abort, failure, lost peer with nothing queued).
     pub fn probe(&self, peer: usize, tag: u32) -> Result<Option<MessageInfo>> {
-        let got = self.transport.probe(self.peer(peer)?, self.comm_id, Channel::PointToPoint(tag)).map_err(|e| {
-            map_transport_error(e, self.ranks, self.rank, fp(OpKind::Recv, self.seq, DType::U8, 0), self.started)
-        })?;
+        let got =
+            self.transport.probe(self.peer(peer)?, self.comm_id, Channel::PointToPoint(tag), None).map_err(|e| {
+                map_transport_error(e, self.ranks, self.rank, fp(OpKind::Recv, self.seq, DType::U8, 0), self.started)
+            })?;
         Ok(got.map(|r| {
             let dtype = r.header.fingerprint.dtype;
             MessageInfo { source: peer, tag, dtype, count: r.len / dtype.size() }

@@ -22,7 +22,7 @@ pub mod scatter;
 use std::ops::Range;
 use std::time::Instant;
 
-use super::transport::{Channel, Header, Transport, TransportError};
+use super::transport::{Channel, Header, Stage, Transport, TransportError};
 use crate::cpu::reduce as kernels;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -81,7 +81,7 @@ impl Ctx<'_> {
         let t = self.transport_rank(peer)?;
         let got = self
             .transport
-            .recv(t, self.comm_id, Channel::Collective, buf, self.deadline)
+            .recv(t, self.comm_id, Channel::Collective, Some(Stage::of_seq(self.fp.seq)), buf, self.deadline)
             .map_err(|e| self.map_err(e))?;
         if got.header.fingerprint != self.fp {
             return Err(Error::Mismatch { peer, ours: self.fp, theirs: got.header.fingerprint });

@@ -10,7 +10,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
-use super::{Channel, Header, Received, TransportError};
+use super::{Channel, Header, Received, Stage, TransportError};
 use crate::error::Error;
 
 /// Frames that arrived at one endpoint, and the state that ends waits on them.
@@ -35,10 +35,18 @@ struct CommBox {
     queues: HashMap<usize, VecDeque<Frame>>,
     /// Sources that released this communicator.
     closed: HashSet<usize>,
-    /// First failure reported by a peer.
-    failed: Option<(usize, Error)>,
+    /// Failures reported by peers (the first per peer), in arrival order, with the first
+    /// stage each peer will not complete.
+    failed: Vec<Failed>,
     /// Set by a local abort.
     aborted: Option<String>,
+}
+
+#[derive(Debug)]
+struct Failed {
+    src: usize,
+    at: Stage,
+    error: Error,
 }
 
 #[derive(Debug)]
@@ -85,15 +93,16 @@ impl Mailbox {
         });
     }
 
-    /// `src` failed `comm_id` with `error`: waits on `comm_id` end with `PeerFailed`.
-    pub fn fail(&self, comm_id: u64, src: usize, error: Error) {
+    /// `src` failed `comm_id` with `error` at stage `at`: waits on `src`, and collective
+    /// waits at stage `at` or later, end with `PeerFailed` (see [`Mailbox::recv`]).
+    pub fn fail(&self, comm_id: u64, src: usize, at: Stage, error: Error) {
         self.update(|st| {
             if st.released.contains(&comm_id) {
                 return;
             }
             let cb = st.comms.entry(comm_id).or_default();
-            if cb.failed.is_none() {
-                cb.failed = Some((src, error));
+            if !cb.failed.iter().any(|f| f.src == src) {
+                cb.failed.push(Failed { src, at, error });
             }
         });
     }
@@ -127,20 +136,33 @@ impl Mailbox {
         st.released.insert(comm_id);
     }
 
-    /// Checks the failure states for a wait on `peer`, then finds the first frame from
-    /// `peer` on `channel`.
-    fn find(st: &mut State, comm_id: u64, peer: usize, channel: Channel) -> Result<Option<usize>, TransportError> {
+    /// Checks the failure states for a wait on `peer` at stage `at` (`None`: point-to-point),
+    /// then finds the first frame from `peer` on `channel`.
+    ///
+    /// A frame that arrived is delivered whatever failed since: a peer that finished this
+    /// operation and then failed a later one must not break this one. With nothing queued,
+    /// the wait ends on a failure notice from `peer` itself (it will send nothing more), or
+    /// from any peer that failed at this collective's stage or before it (the collective
+    /// cannot complete). A notice for a later stage does not end it: that peer completed
+    /// this stage, and what this wait expects from `peer` may still be on its way (frames
+    /// from different peers race each other).
+    fn find(
+        st: &mut State,
+        comm_id: u64,
+        peer: usize,
+        channel: Channel,
+        at: Option<Stage>,
+    ) -> Result<Option<usize>, TransportError> {
         let lost = st.lost.get(&peer).cloned();
         let cb = st.comms.entry(comm_id).or_default();
         if let Some(reason) = &cb.aborted {
             return Err(TransportError::Aborted(reason.clone()));
         }
-        // Frames that arrived before a failure notice are still delivered: a peer that
-        // finished this operation and then failed a later one must not break this one.
         let pos = cb.queues.get(&peer).and_then(|q| q.iter().position(|f| f.header.channel == channel));
         if pos.is_none() {
-            if let Some((p, e)) = &cb.failed {
-                return Err(TransportError::PeerFailed { peer: *p, error: e.clone() });
+            let ends_wait = |f: &&Failed| f.src == peer || f.at == Stage::Setup || at.is_some_and(|w| f.at <= w);
+            if let Some(f) = cb.failed.iter().find(ends_wait) {
+                return Err(TransportError::PeerFailed { peer: f.src, error: f.error.clone() });
             }
             if let Some(detail) = lost {
                 return Err(TransportError::PeerLost { peer, detail });
@@ -156,7 +178,8 @@ impl Mailbox {
     }
 
     /// Takes the next frame on `(comm_id, channel)` from `peer`, waiting until `deadline`;
-    /// copies the payload into `buf` when it fits.
+    /// copies the payload into `buf` when it fits. `at` is the stage of the collective the
+    /// wait belongs to (`None` for point-to-point traffic).
     ///
     /// # Errors
     /// `Timeout` at the deadline; `Aborted`, `PeerFailed`, `PeerLost` as the state says.
@@ -165,12 +188,13 @@ impl Mailbox {
         peer: usize,
         comm_id: u64,
         channel: Channel,
+        at: Option<Stage>,
         buf: &mut [u8],
         deadline: Instant,
     ) -> Result<Received, TransportError> {
         let mut st = self.lock();
         loop {
-            if let Some(pos) = Self::find(&mut st, comm_id, peer, channel)? {
+            if let Some(pos) = Self::find(&mut st, comm_id, peer, channel, at)? {
                 let frame =
                     st.comms.get_mut(&comm_id).and_then(|c| c.queues.get_mut(&peer)).and_then(|q| q.remove(pos));
                 if let Some(frame) = frame {
@@ -193,9 +217,15 @@ impl Mailbox {
     ///
     /// # Errors
     /// As [`Mailbox::recv`], without waiting.
-    pub fn probe(&self, peer: usize, comm_id: u64, channel: Channel) -> Result<Option<Received>, TransportError> {
+    pub fn probe(
+        &self,
+        peer: usize,
+        comm_id: u64,
+        channel: Channel,
+        at: Option<Stage>,
+    ) -> Result<Option<Received>, TransportError> {
         let mut st = self.lock();
-        let pos = Self::find(&mut st, comm_id, peer, channel)?;
+        let pos = Self::find(&mut st, comm_id, peer, channel, at)?;
         Ok(pos.and_then(|p| {
             st.comms
                 .get(&comm_id)
@@ -203,5 +233,101 @@ impl Mailbox {
                 .and_then(|q| q.get(p))
                 .map(|f| Received { header: f.header, len: f.payload.len() })
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::fingerprint::{Fingerprint, OpKind};
+
+    const COMM: u64 = 7;
+
+    fn header(seq: u64) -> Header {
+        let fingerprint = Fingerprint {
+            seq,
+            op: OpKind::Barrier,
+            dtype: crate::DType::U8,
+            count: 0,
+            root: None,
+            reduce: None,
+            algorithm: crate::Algorithm::Auto,
+        };
+        Header { comm_id: COMM, channel: Channel::Collective, fingerprint }
+    }
+
+    fn failed_by(r: Result<Option<Received>, TransportError>) -> Option<usize> {
+        match r {
+            Err(TransportError::PeerFailed { peer, .. }) => Some(peer),
+            Ok(_) => None,
+            Err(e) => panic!("unexpected {e:?}"),
+        }
+    }
+
+    #[test]
+    fn a_notice_ends_waits_at_its_stage_and_later_and_waits_on_its_sender() {
+        let mb = Mailbox::new();
+        mb.fail(COMM, 2, Stage::Collective(3), Error::invalid("rank 2 broke"));
+        let at = |s| Some(Stage::Collective(s));
+        // Waits on rank 1 before stage 3 go on: rank 2 completed them.
+        assert_eq!(failed_by(mb.probe(1, COMM, Channel::Collective, Some(Stage::Setup))), None);
+        assert_eq!(failed_by(mb.probe(1, COMM, Channel::Collective, at(2))), None);
+        assert_eq!(failed_by(mb.probe(1, COMM, Channel::PointToPoint(4), None)), None);
+        // From stage 3 on the collective cannot complete; rank 2 itself sends nothing more.
+        assert_eq!(failed_by(mb.probe(1, COMM, Channel::Collective, at(3))), Some(2));
+        assert_eq!(failed_by(mb.probe(1, COMM, Channel::Collective, at(9))), Some(2));
+        assert_eq!(failed_by(mb.probe(2, COMM, Channel::Collective, at(0))), Some(2));
+        assert_eq!(failed_by(mb.probe(2, COMM, Channel::PointToPoint(4), None)), Some(2));
+        // Other communicators are untouched.
+        assert_eq!(failed_by(mb.probe(2, COMM + 1, Channel::Collective, at(5))), None);
+    }
+
+    #[test]
+    fn a_setup_stage_notice_ends_every_wait() {
+        // Aborts and failed setups are sent at `Stage::Setup`.
+        let mb = Mailbox::new();
+        mb.fail(COMM, 0, Stage::Setup, Error::invalid("aborted"));
+        assert_eq!(failed_by(mb.probe(1, COMM, Channel::Collective, Some(Stage::Setup))), Some(0));
+        assert_eq!(failed_by(mb.probe(1, COMM, Channel::PointToPoint(0), None)), Some(0));
+    }
+
+    #[test]
+    fn a_frame_racing_a_later_stage_notice_is_still_received() {
+        // The split-after-error race: rank 0 finished the setup barrier, failed the next
+        // collective and told rank 1, whose last setup frame (from rank 3) was still on its way.
+        let mb = std::sync::Arc::new(Mailbox::new());
+        mb.fail(COMM, 0, Stage::Collective(0), Error::invalid("mismatch in collective 0"));
+        let late = std::sync::Arc::clone(&mb);
+        let sender = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            late.deliver(3, header(Stage::SETUP_SEQ), vec![1, 2, 3]);
+        });
+        let mut buf = [0u8; 3];
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let got = mb.recv(3, COMM, Channel::Collective, Some(Stage::Setup), &mut buf, deadline);
+        assert_eq!(got.map(|g| g.len), Ok(3));
+        assert_eq!(buf, [1, 2, 3]);
+        sender.join().unwrap();
+        // The next wait, at the failed stage, ends at once.
+        let r = mb.recv(3, COMM, Channel::Collective, Some(Stage::Collective(0)), &mut buf, deadline);
+        assert!(matches!(r, Err(TransportError::PeerFailed { peer: 0, .. })), "{r:?}");
+    }
+
+    #[test]
+    fn queued_frames_beat_failures_and_released_communicators_stay_forgotten() {
+        let mb = Mailbox::new();
+        mb.deliver(1, header(4), vec![9]);
+        mb.fail(COMM, 1, Stage::Collective(5), Error::invalid("later"));
+        let mut buf = [0u8; 1];
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let got = mb.recv(1, COMM, Channel::Collective, Some(Stage::Collective(4)), &mut buf, deadline);
+        assert_eq!(got.map(|g| g.header.fingerprint.seq), Ok(4));
+        assert_eq!(failed_by(mb.probe(1, COMM, Channel::Collective, Some(Stage::Collective(4)))), Some(1));
+        mb.forget(COMM);
+        mb.fail(COMM, 1, Stage::Setup, Error::invalid("late notice"));
+        mb.deliver(1, header(6), vec![1]);
+        assert_eq!(failed_by(mb.probe(1, COMM, Channel::Collective, Some(Stage::Collective(6)))), None);
     }
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::mailbox::Mailbox;
-use super::{Channel, Header, Received, Transport, TransportError};
+use super::{Channel, Header, Received, Stage, Transport, TransportError};
 use crate::error::Error;
 
 /// The shared state of an in-memory world: one mailbox per endpoint.
@@ -72,16 +72,23 @@ impl Transport for MemoryTransport {
         peer: usize,
         comm_id: u64,
         channel: Channel,
+        at: Option<Stage>,
         buf: &mut [u8],
         deadline: Instant,
     ) -> Result<Received, TransportError> {
         self.mailbox(peer)?;
-        self.mailbox(self.rank)?.recv(peer, comm_id, channel, buf, deadline)
+        self.mailbox(self.rank)?.recv(peer, comm_id, channel, at, buf, deadline)
     }
 
-    fn probe(&self, peer: usize, comm_id: u64, channel: Channel) -> Result<Option<Received>, TransportError> {
+    fn probe(
+        &self,
+        peer: usize,
+        comm_id: u64,
+        channel: Channel,
+        at: Option<Stage>,
+    ) -> Result<Option<Received>, TransportError> {
         self.mailbox(peer)?;
-        self.mailbox(self.rank)?.probe(peer, comm_id, channel)
+        self.mailbox(self.rank)?.probe(peer, comm_id, channel, at)
     }
 
     fn abort(&self, comm_id: u64, reason: &str) {
@@ -90,10 +97,10 @@ impl Transport for MemoryTransport {
         }
     }
 
-    fn notify_failure(&self, comm_id: u64, peers: &[usize], error: &Error) {
+    fn notify_failure(&self, comm_id: u64, peers: &[usize], at: Stage, error: &Error) {
         for &p in peers.iter().filter(|&&p| p != self.rank) {
             if let Ok(mb) = self.mailbox(p) {
-                mb.fail(comm_id, self.rank, error.clone());
+                mb.fail(comm_id, self.rank, at, error.clone());
             }
         }
     }

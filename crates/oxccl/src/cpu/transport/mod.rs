@@ -27,6 +27,41 @@ pub enum Channel {
     PointToPoint(u32),
 }
 
+/// Where a wait, or a failure, sits in the life of a communicator: its internal setup, then
+/// its collectives in sequence order. A peer's failure notice names the first stage that
+/// peer will not complete; it ends the waits at that stage or later, while waits at earlier
+/// stages go on (the peer finished them, and what they wait for is on its way).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Stage {
+    /// Internal setup, before the first collective. A failure at this stage (setup failed,
+    /// or the communicator was aborted) ends every wait, point-to-point ones included.
+    Setup,
+    /// The collective with this sequence number.
+    Collective(u64),
+}
+
+impl Stage {
+    /// The sequence number that stands for [`Stage::Setup`] in fingerprints and notices.
+    pub const SETUP_SEQ: u64 = u64::MAX;
+
+    /// The stage of the collective whose fingerprint carries `seq`.
+    pub fn of_seq(seq: u64) -> Stage {
+        if seq == Stage::SETUP_SEQ {
+            Stage::Setup
+        } else {
+            Stage::Collective(seq)
+        }
+    }
+
+    /// The sequence number that encodes this stage (the inverse of [`Stage::of_seq`]).
+    pub fn seq(self) -> u64 {
+        match self {
+            Stage::Setup => Stage::SETUP_SEQ,
+            Stage::Collective(s) => s,
+        }
+    }
+}
+
 /// The header of every frame. Every field is checked by the receiver before use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Header {
@@ -93,7 +128,8 @@ pub trait Transport: Send + Sync + 'static {
 
     /// Receives the next frame on `(comm_id, channel)` from `peer`. The payload is copied
     /// into `buf` when it fits (`len <= buf.len()`); a longer frame is consumed and dropped,
-    /// and the caller sees its length.
+    /// and the caller sees its length. `at` is the stage of the collective the wait belongs
+    /// to (`None` for point-to-point traffic): it decides which failure notices end it.
     ///
     /// # Errors
     /// [`TransportError::Timeout`] at `deadline`; the others as their names say.
@@ -102,6 +138,7 @@ pub trait Transport: Send + Sync + 'static {
         peer: usize,
         comm_id: u64,
         channel: Channel,
+        at: Option<Stage>,
         buf: &mut [u8],
         deadline: Instant,
     ) -> Result<Received, TransportError>;
@@ -110,15 +147,22 @@ pub trait Transport: Send + Sync + 'static {
     ///
     /// # Errors
     /// As for `recv`, when the communicator failed or the peer is gone with nothing queued.
-    fn probe(&self, peer: usize, comm_id: u64, channel: Channel) -> Result<Option<Received>, TransportError>;
+    fn probe(
+        &self,
+        peer: usize,
+        comm_id: u64,
+        channel: Channel,
+        at: Option<Stage>,
+    ) -> Result<Option<Received>, TransportError>;
 
     /// Wakes every wait on `comm_id` at this endpoint with [`TransportError::Aborted`],
     /// now and from now on.
     fn abort(&self, comm_id: u64, reason: &str);
 
-    /// Tells `peers` that `comm_id` failed at this endpoint with `error`, so their waits on
-    /// it end with [`TransportError::PeerFailed`]. Best effort.
-    fn notify_failure(&self, comm_id: u64, peers: &[usize], error: &Error);
+    /// Tells `peers` that `comm_id` failed at this endpoint with `error` at stage `at`, so
+    /// their waits on it from that stage on (and their waits on this endpoint) end with
+    /// [`TransportError::PeerFailed`]. Best effort.
+    fn notify_failure(&self, comm_id: u64, peers: &[usize], at: Stage, error: &Error);
 
     /// This endpoint is done with `comm_id`: its state is freed, and peers still waiting on
     /// this endpoint for it (with nothing queued) get [`TransportError::PeerLost`].

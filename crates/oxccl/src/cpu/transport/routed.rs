@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use super::frame::{encode_error, FrameKind};
 use super::mailbox::Mailbox;
-use super::{Channel, Header, Received, Transport, TransportError};
+use super::{Channel, Header, Received, Stage, Transport, TransportError};
 use crate::error::Error;
 
 /// Moves frames from this endpoint to peers. Implementations deliver what arrives from
@@ -76,12 +76,14 @@ impl RoutedTransport {
         }
     }
 
-    fn notice(&self, peers: &[usize], kind: FrameKind, comm_id: u64, payload: &[u8]) {
+    /// Sends a notice; its fingerprint's sequence number carries the stage (see
+    /// [`Stage::seq`]).
+    fn notice(&self, peers: &[usize], kind: FrameKind, comm_id: u64, at: Stage, payload: &[u8]) {
         let header = Header {
             comm_id,
             channel: Channel::Collective,
             fingerprint: crate::fingerprint::Fingerprint {
-                seq: 0,
+                seq: at.seq(),
                 op: crate::fingerprint::OpKind::Barrier,
                 dtype: crate::dtype::DType::U8,
                 count: 0,
@@ -126,28 +128,35 @@ impl Transport for RoutedTransport {
         peer: usize,
         comm_id: u64,
         channel: Channel,
+        at: Option<Stage>,
         buf: &mut [u8],
         deadline: Instant,
     ) -> Result<Received, TransportError> {
         self.check_peer(peer)?;
-        self.mailbox.recv(peer, comm_id, channel, buf, deadline)
+        self.mailbox.recv(peer, comm_id, channel, at, buf, deadline)
     }
 
-    fn probe(&self, peer: usize, comm_id: u64, channel: Channel) -> Result<Option<Received>, TransportError> {
+    fn probe(
+        &self,
+        peer: usize,
+        comm_id: u64,
+        channel: Channel,
+        at: Option<Stage>,
+    ) -> Result<Option<Received>, TransportError> {
         self.check_peer(peer)?;
-        self.mailbox.probe(peer, comm_id, channel)
+        self.mailbox.probe(peer, comm_id, channel, at)
     }
 
     fn abort(&self, comm_id: u64, reason: &str) {
         self.mailbox.abort(comm_id, reason);
     }
 
-    fn notify_failure(&self, comm_id: u64, peers: &[usize], error: &Error) {
-        self.notice(peers, FrameKind::Failure, comm_id, &encode_error(error));
+    fn notify_failure(&self, comm_id: u64, peers: &[usize], at: Stage, error: &Error) {
+        self.notice(peers, FrameKind::Failure, comm_id, at, &encode_error(error));
     }
 
     fn release(&self, comm_id: u64, peers: &[usize]) {
         self.mailbox.forget(comm_id);
-        self.notice(peers, FrameKind::Release, comm_id, &[]);
+        self.notice(peers, FrameKind::Release, comm_id, Stage::Setup, &[]);
     }
 }

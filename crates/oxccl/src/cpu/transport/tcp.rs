@@ -52,7 +52,7 @@ use sha2::{Digest, Sha256};
 use super::frame::{self, FrameKind, HEADER_LEN, MAX_NOTICE_LEN};
 use super::mailbox::Mailbox;
 use super::routed::Link;
-use super::{Header, TransportError};
+use super::{Header, Stage, TransportError};
 use crate::bootstrap::auth::{self, AuthError, Secret, SECRET_ENV};
 use crate::bootstrap::Rendezvous;
 use crate::error::{Error, Result};
@@ -847,7 +847,7 @@ fn pump(r: &mut impl Read, src: usize, mailbox: &Mailbox, max_frame: usize) -> E
         match f.kind {
             FrameKind::Data => mailbox.deliver(src, f.header, payload),
             FrameKind::Failure => match frame::decode_error(&payload) {
-                Ok(e) => mailbox.fail(f.header.comm_id, src, e),
+                Ok(e) => mailbox.fail(f.header.comm_id, src, Stage::of_seq(f.header.fingerprint.seq), e),
                 Err(e) => return End::Malformed(format!("a failure notice that cannot be decoded ({})", e.0)),
             },
             FrameKind::Release => mailbox.close(f.header.comm_id, src),
@@ -1453,7 +1453,14 @@ mod tests {
     }
 
     fn lost_detail(mb: &Mailbox, peer: usize) -> String {
-        match mb.recv(peer, 99, Channel::Collective, &mut [], Instant::now() + Duration::from_secs(5)) {
+        match mb.recv(
+            peer,
+            99,
+            Channel::Collective,
+            Some(Stage::Collective(0)),
+            &mut [],
+            Instant::now() + Duration::from_secs(5),
+        ) {
             Err(TransportError::PeerLost { peer: p, detail }) if p == peer => detail,
             other => panic!("expected rank {peer} to be lost, got {other:?}"),
         }
@@ -1485,7 +1492,8 @@ mod tests {
         to1.write_all(&frame::encode_header(FrameKind::Data, &header(9), 5)).unwrap();
         to1.write_all(b"hello").unwrap();
         let mut buf = [0u8; 8];
-        let got = mb1.recv(0, 9, Channel::PointToPoint(3), &mut buf, Instant::now() + Duration::from_secs(5)).unwrap();
+        let got =
+            mb1.recv(0, 9, Channel::PointToPoint(3), None, &mut buf, Instant::now() + Duration::from_secs(5)).unwrap();
         assert_eq!(&buf[..got.len], b"hello");
         let mut head = frame::encode_header(FrameKind::Data, &header(9), 0);
         head[48..56].copy_from_slice(&u64::MAX.to_le_bytes());
@@ -1507,10 +1515,10 @@ mod tests {
         t1.send(2, &header(5), &big, deadline).unwrap();
         t2.send(1, &header(5), b"back", deadline).unwrap();
         let mut buf = vec![0u8; big.len()];
-        let got = t2.recv(1, 5, Channel::PointToPoint(3), &mut buf, deadline).unwrap();
+        let got = t2.recv(1, 5, Channel::PointToPoint(3), None, &mut buf, deadline).unwrap();
         assert_eq!(got.len, big.len());
         assert!(buf == big);
-        let got = t1.recv(2, 5, Channel::PointToPoint(3), &mut buf, deadline).unwrap();
+        let got = t1.recv(2, 5, Channel::PointToPoint(3), None, &mut buf, deadline).unwrap();
         assert_eq!(&buf[..got.len], b"back");
         // Sends to the lost fake peer fail; a frame above the limit is refused before sending.
         assert!(matches!(t1.send(0, &header(5), b"x", deadline), Err(TransportError::PeerLost { peer: 0, .. })));
@@ -1561,7 +1569,9 @@ mod tests {
         ] {
             let mut h = header(4);
             if kind == FrameKind::Failure {
+                // Failed at collective 5: the stage travels in the sequence number.
                 h.comm_id = 6;
+                h.fingerprint.seq = 5;
             }
             stream.extend_from_slice(&frame::encode_header(kind, &h, payload.len()));
             stream.extend_from_slice(&payload);
@@ -1571,12 +1581,21 @@ mod tests {
         assert!(matches!(pump(&mut stream.as_slice(), 2, &mb, 1 << 20), End::Closed));
         let deadline = Instant::now() + Duration::from_secs(1);
         let mut buf = [0u8; 3];
-        assert_eq!(mb.recv(2, 4, Channel::PointToPoint(3), &mut buf, deadline).unwrap().len, 3);
-        assert!(matches!(mb.probe(2, 4, Channel::Collective), Err(TransportError::PeerLost { peer: 2, .. })));
-        match mb.probe(2, 6, Channel::Collective) {
+        assert_eq!(mb.recv(2, 4, Channel::PointToPoint(3), None, &mut buf, deadline).unwrap().len, 3);
+        assert!(matches!(
+            mb.probe(2, 4, Channel::Collective, Some(Stage::Collective(0))),
+            Err(TransportError::PeerLost { peer: 2, .. })
+        ));
+        match mb.probe(2, 6, Channel::Collective, Some(Stage::Collective(0))) {
             Err(TransportError::PeerFailed { peer: 2, error: Error::Aborted { reason } }) => assert_eq!(reason, "boom"),
             other => panic!("{other:?}"),
         }
+        // Waits on another peer end from stage 5 on, not before.
+        assert!(matches!(mb.probe(1, 6, Channel::Collective, Some(Stage::Collective(4))), Ok(None)));
+        assert!(matches!(
+            mb.probe(1, 6, Channel::Collective, Some(Stage::Collective(5))),
+            Err(TransportError::PeerFailed { peer: 2, .. })
+        ));
     }
 
     #[test]
@@ -1640,7 +1659,7 @@ mod tests {
             let deadline = Instant::now();
             for (h, p) in &frames {
                 let mut buf = [0u8; 64];
-                let got = mb.recv(0, 1, h.channel, &mut buf, deadline);
+                let got = mb.recv(0, 1, h.channel, Some(Stage::Collective(0)), &mut buf, deadline);
                 let got = got.map_err(|e| TestCaseError::fail(format!("{e:?}")))?;
                 prop_assert_eq!(got.header.fingerprint, h.fingerprint);
                 prop_assert_eq!(&buf[..got.len], &p[..]);

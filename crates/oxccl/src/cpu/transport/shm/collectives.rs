@@ -29,7 +29,7 @@ use crate::backend::Op;
 use crate::cpu::algorithms::{barrier, block, broadcast, Ctx};
 use crate::cpu::reduce::reduce_sources;
 use crate::cpu::transport::frame::{decode_fp, fingerprint_bytes, FP_LEN};
-use crate::cpu::transport::Channel;
+use crate::cpu::transport::{Channel, Stage};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
@@ -193,7 +193,7 @@ impl ShmCollectives {
                         continue;
                     }
                     let t = ctx.ranks[p];
-                    match ctx.transport.probe(t, ctx.comm_id, Channel::Collective) {
+                    match ctx.transport.probe(t, ctx.comm_id, Channel::Collective, Some(Stage::of_seq(ctx.fp.seq))) {
                         Err(e) => return Err(ctx.map_err(e)),
                         Ok(Some(got)) if got.header.fingerprint != ctx.fp => {
                             return Err(Error::Mismatch { peer: p, ours: ctx.fp, theirs: got.header.fingerprint })

@@ -23,7 +23,7 @@ use crate::bootstrap::Rendezvous;
 use crate::cpu::transport::frame::{decode_error, decode_header, encode_header, FrameHeader, FrameKind, HEADER_LEN};
 use crate::cpu::transport::mailbox::Mailbox;
 use crate::cpu::transport::routed::Link;
-use crate::cpu::transport::{Header, TransportError};
+use crate::cpu::transport::{Header, Stage, TransportError};
 use crate::error::{Error, Result};
 
 /// How often waits check that peers are alive.
@@ -298,7 +298,7 @@ fn deliver(mailbox: &Mailbox, src: usize, frame: FrameHeader, payload: Vec<u8>) 
         FrameKind::Data => mailbox.deliver(src, frame.header, payload),
         FrameKind::Release => mailbox.close(frame.header.comm_id, src),
         FrameKind::Failure => match decode_error(&payload) {
-            Ok(e) => mailbox.fail(frame.header.comm_id, src, e),
+            Ok(e) => mailbox.fail(frame.header.comm_id, src, Stage::of_seq(frame.header.fingerprint.seq), e),
             Err(e) => mailbox.lose(src, &e.to_string()),
         },
     }
