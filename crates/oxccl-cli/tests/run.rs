@@ -90,6 +90,37 @@ fn sigterm_to_the_launcher_stops_every_rank() {
 }
 
 #[test]
+fn ranks_do_not_outlive_a_killed_launcher() {
+    // SIGKILL cannot be forwarded: the ranks die with the launcher (parent-death signal).
+    let mut child = oxccl(["run", "-n", "2", "--", "sh", "-c", "echo ready $$; exec sleep 30"]).spawn().expect("start");
+    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut pids = Vec::new();
+    let mut line = String::new();
+    while pids.len() < 2 && out.read_line(&mut line).unwrap_or(0) > 0 {
+        if let Some(pid) = line.trim().rsplit(' ').next().and_then(|p| p.parse::<i32>().ok()) {
+            pids.push(pid);
+        }
+        line.clear();
+    }
+    assert_eq!(pids.len(), 2, "both ranks should report ready");
+    child.kill().expect("SIGKILL the launcher");
+    let _ = child.wait();
+    let start = std::time::Instant::now();
+    for pid in pids {
+        // Orphans are reparented (to init or a subreaper) and reaped there; a zombie still
+        // counts as gone.
+        let gone = || {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            stat.is_empty() || stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z'))
+        };
+        while !gone() && start.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(gone(), "rank process {pid} outlived the launcher");
+    }
+}
+
+#[test]
 fn the_timeout_stops_the_job() {
     let f = run(oxccl(["run", "-n", "2", "--timeout", "0.3", "--", "sleep", "30"]), LIMIT);
     assert_eq!(f.code(), Some(124), "{}", f.all());

@@ -68,7 +68,10 @@ pub enum Output {
 
 /// Starts one rank: `program args…` with `env` added to the launcher's environment, stdin
 /// from /dev/null, in a new process group (so signals to the group reach whatever it starts,
-/// and a Ctrl-C in the terminal reaches only the launcher, which forwards it).
+/// and a Ctrl-C in the terminal reaches only the launcher, which forwards it). On Linux the
+/// rank is killed (SIGKILL) when the launcher dies, even by SIGKILL, so no rank outlives it
+/// (the kernel's parent-death signal; the launcher spawns from its main thread, which lives
+/// as long as the launcher does).
 ///
 /// # Errors
 /// When the program cannot be started (not found, not executable).
@@ -87,6 +90,25 @@ pub fn spawn(
         Output::Prefixed => cmd.stdout(Stdio::piped()).stderr(Stdio::piped()),
         Output::Inherited => cmd.stdout(Stdio::inherit()).stderr(Stdio::inherit()),
     };
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::process::CommandExt;
+        let launcher = std::process::id();
+        // SAFETY: the closure runs in the forked child before exec and only makes
+        // async-signal-safe system calls (prctl, getppid, _exit); it allocates nothing.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // The launcher may have died before the prctl: then no signal would come.
+                if libc::getppid() as u32 != launcher {
+                    libc::_exit(137);
+                }
+                Ok(())
+            });
+        }
+    }
     cmd.spawn()
 }
 
