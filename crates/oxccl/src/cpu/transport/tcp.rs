@@ -21,7 +21,9 @@
 //!    world size and the rendezvous prefix (an 8-byte hash of it), and is one of the lower
 //!    peers it still expects; the client accepts only the rank it dialed. So a connection
 //!    cannot claim to be another rank's by mistake, nor join from another setup.
-//! 4. every connection gets `TCP_NODELAY` and a reader thread that decodes frames
+//! 4. every connection gets `TCP_NODELAY`, keepalive probes and a bound on unacknowledged
+//!    data (see [`set_liveness`]: a host that vanishes, or a cut link, ends the connection
+//!    within about half a minute even while nothing is being sent), and a reader thread that decodes frames
 //!    ([`frame`]) and delivers them into the rank's [`Mailbox`]: data with `deliver`,
 //!    failure notices with `fail`, release notices with `close`. When the connection ends
 //!    (EOF, a read error, a malformed frame) the reader calls `lose` and ends; a malformed
@@ -87,6 +89,47 @@ const READ_BUFFER: usize = 64 * 1024;
 /// How far past its deadline a blocked write may run before the socket's timeout is re-armed.
 const TIMEOUT_SLACK: Duration = Duration::from_millis(50);
 const ACCEPT_POLL: Duration = Duration::from_millis(2);
+/// Idle time before the first keepalive probe, seconds.
+const KEEPALIVE_IDLE_S: libc::c_int = 10;
+/// Time between keepalive probes, seconds.
+const KEEPALIVE_INTERVAL_S: libc::c_int = 5;
+/// Unanswered probes before the connection is declared dead.
+const KEEPALIVE_PROBES: libc::c_int = 3;
+/// Longest time sent data may stay unacknowledged before the connection is declared dead.
+const USER_TIMEOUT_MS: libc::c_int = 30_000;
+
+/// Makes a dead peer end the connection even when nothing is being sent: keepalive probes
+/// after 10 s of silence (dead after 3 unanswered probes 5 s apart) and `TCP_USER_TIMEOUT`
+/// (data unacknowledged for 30 s). The reader thread then sees the error and the peer is
+/// lost for every communicator (`PeerLost`), instead of each wait running to its deadline.
+///
+/// # Errors
+/// When the socket refuses an option.
+fn set_liveness(s: &TcpStream) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let set = |level: libc::c_int, name: libc::c_int, value: libc::c_int| -> io::Result<()> {
+        // SAFETY: setsockopt on an open socket with a pointer to a live c_int and its size.
+        let r = unsafe {
+            libc::setsockopt(
+                s.as_raw_fd(),
+                level,
+                name,
+                (&value as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    };
+    set(libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1)?;
+    set(libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, KEEPALIVE_IDLE_S)?;
+    set(libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, KEEPALIVE_INTERVAL_S)?;
+    set(libc::IPPROTO_TCP, libc::TCP_KEEPCNT, KEEPALIVE_PROBES)?;
+    set(libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT, USER_TIMEOUT_MS)
+}
 const MAX_REJECTIONS_KEPT: usize = 8;
 
 /// How [`TcpLinks::establish`] listens, connects and frames.
@@ -988,8 +1031,11 @@ impl TcpLinks {
             readers: Vec::with_capacity(streams.len()),
         };
         for (p, s) in streams {
-            let ready =
-                s.set_nodelay(true).and_then(|()| s.set_read_timeout(None)).and_then(|()| s.set_write_timeout(None));
+            let ready = s
+                .set_nodelay(true)
+                .and_then(|()| set_liveness(&s))
+                .and_then(|()| s.set_read_timeout(None))
+                .and_then(|()| s.set_write_timeout(None));
             ready.map_err(|e| Error::io(format!("preparing the TCP connection to rank {p}"), &e))?;
             let conn = Arc::new(Conn { peer: p, sock: s, writer: Mutex::default(), gone: OnceLock::new() });
             links.conns[p] = Some(Arc::clone(&conn));
@@ -1558,6 +1604,28 @@ mod tests {
             matches!(&r, Err(TransportError::PeerLost { peer: 0, detail }) if detail.contains("timed out")),
             "{r:?}"
         );
+    }
+
+    #[test]
+    fn connections_probe_for_dead_peers() {
+        use std::os::fd::AsRawFd;
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        set_liveness(&c).unwrap();
+        let get = |level, name| {
+            let mut v: libc::c_int = 0;
+            let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+            // SAFETY: getsockopt into a live c_int with its size.
+            let r =
+                unsafe { libc::getsockopt(c.as_raw_fd(), level, name, (&mut v as *mut libc::c_int).cast(), &mut len) };
+            assert_eq!(r, 0);
+            v
+        };
+        assert_eq!(get(libc::SOL_SOCKET, libc::SO_KEEPALIVE), 1);
+        assert_eq!(get(libc::IPPROTO_TCP, libc::TCP_KEEPIDLE), KEEPALIVE_IDLE_S);
+        assert_eq!(get(libc::IPPROTO_TCP, libc::TCP_KEEPINTVL), KEEPALIVE_INTERVAL_S);
+        assert_eq!(get(libc::IPPROTO_TCP, libc::TCP_KEEPCNT), KEEPALIVE_PROBES);
+        assert_eq!(get(libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT), USER_TIMEOUT_MS);
     }
 
     #[test]
