@@ -2,19 +2,23 @@
 //! one host: the fast path of the `cpu` backend (algorithm `shared_memory`).
 //!
 //! Each communicator maps its own segment with, per rank, a control line (`arrive` and
-//! `done` step counters, the fingerprint of the operation in progress) and two data slots.
-//! A collective moves through the slots in chunks; each chunk is one *step*, on slot
-//! `step % 2`:
+//! `done` step counters, the fingerprint of the operation in progress), two data slots and
+//! two result areas. A collective moves through the slots in chunks; each chunk is one
+//! *step*, on slot and result area `step % 2`:
 //!
 //! 1. every rank copies its chunk into its slot and publishes `arrive = step`;
-//! 2. once every rank has arrived, small chunks are reduced by every rank from all slots
-//!    (one synchronization, lowest latency); large chunks are split in n sub-blocks, rank r
-//!    reduces sub-block r from all slots into its own slot and publishes `done = step`, and
-//!    every rank then copies every sub-block out (bandwidth: each byte is reduced once).
+//! 2. once every rank has arrived, small operations are reduced by every rank from all slots
+//!    (one synchronization, lowest latency); larger ones are split in n sub-blocks per chunk:
+//!    rank r reduces sub-block r (its own part straight from its input, the others' from
+//!    their slots) into its result area and publishes `done = step`, and every rank then
+//!    copies every reduced sub-block out (bandwidth: each byte is reduced once).
 //!
-//! A rank publishes step s+1 only after it has finished reading step s, and a slot is
-//! rewritten two steps later, after its owner saw every rank arrive at s+1: double buffering
-//! needs no further synchronization. Sources are always combined in rank order, so every
+//! All-reduce is pipelined: a rank copies chunk s+1 in and publishes its arrival before it
+//! waits for chunk s to be reduced everywhere and copies it out, so a rank that is briefly
+//! late (descheduled, say) delays the others less. Every region is double-buffered by step
+//! parity, and a region of step s is rewritten at step s+2 only after its owner has seen
+//! every rank publish a step that follows their last read of it: no further synchronization
+//! is needed. Sources are always combined in rank order, so every
 //! rank gets bitwise-identical results. Waits spin, then sleep on a futex; while waiting a
 //! rank checks the deadline, aborts, failure notices and lost peers (through the transport)
 //! and compares the fingerprints its peers published, so a mismatch is an error, not a hang.
@@ -39,8 +43,9 @@ const MAGIC: u64 = u64::from_le_bytes(*b"OXSHMCL1");
 /// Chunks up to this size are reduced by every rank (one synchronization per chunk).
 const DIRECT: usize = 16 * 1024;
 const LINE: usize = 128;
-/// Per rank: two slots (double buffering) and one result area.
-const REGIONS: usize = 3;
+/// Per rank: two slots and two result areas (double buffering by step parity).
+const REGIONS: usize = 4;
+/// The first result area (`RESULT + parity`).
 const RESULT: usize = 2;
 /// How often a waiting rank looks at the transport for failures and mismatches.
 const CHECK_EVERY: Duration = Duration::from_millis(5);
@@ -165,7 +170,7 @@ impl ShmCollectives {
         [self.u64_at(base), self.u64_at(base + 8), self.u64_at(base + 16)]
     }
 
-    /// Region `b` of `rank` (slot 0, slot 1 or [`RESULT`]), as raw memory.
+    /// Region `b` of `rank` (slot 0, slot 1, or result area [`RESULT`] + 0 or 1), as raw memory.
     fn slot_ptr(&self, rank: usize, b: usize) -> *mut u8 {
         // SAFETY: the region lies inside the mapping (size computed in `establish`).
         unsafe { self.seg.ptr().add(self.data + (REGIONS * rank + b) * self.slot) }
@@ -251,29 +256,19 @@ impl ShmCollectives {
         unsafe {
             match op {
                 Op::AllReduce { input, output, op } => {
-                    let es = output.dtype.size();
-                    let total = output.count;
-                    let chunk = (self.slot / es).max(1);
-                    let streaming = output.bytes() >= stream::STREAM_FROM;
-                    let mut at = 0;
-                    loop {
-                        let c = chunk.min(total - at);
-                        self.all_reduce_chunk(
-                            ctx,
-                            input.ptr.add(at * es),
-                            output.ptr.add(at * es),
-                            c,
-                            output.dtype,
-                            *op,
-                            streaming,
-                        )?;
-                        at += c;
-                        if at >= total {
-                            break;
+                    let (es, total) = (output.dtype.size(), output.count);
+                    if self.n == 1 {
+                        // The sum (or min, max, average...) of one source is the source.
+                        if !std::ptr::eq(input.ptr, output.ptr) {
+                            std::ptr::copy_nonoverlapping(input.ptr, output.ptr, total * es);
                         }
+                        Ok(())
+                    } else if total * es <= DIRECT.min(self.slot) {
+                        self.all_reduce_direct(ctx, input.ptr, output.ptr, total, output.dtype, *op)
+                    } else {
+                        let streaming = output.bytes() >= stream::STREAM_FROM;
+                        self.all_reduce_pipelined(ctx, input.ptr, output.ptr, total, output.dtype, *op, streaming)
                     }
-                    // `reduce_sources` already divided for Avg (by the n sources).
-                    Ok(())
                 }
                 Op::Barrier => {
                     let (step, _) = self.begin(ctx);
@@ -328,13 +323,13 @@ impl ShmCollectives {
         }
     }
 
-    /// One chunk of all_reduce: `count` elements from `input` (may equal `output`).
-    /// `streaming` writes the result with cache-bypassing stores (large operations).
+    /// A small all_reduce in one step: every rank copies its input into its slot and reduces
+    /// all slots itself (one synchronization).
     ///
     /// # Safety
-    /// `input` and `output` must be valid for `count` elements of `dtype`.
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn all_reduce_chunk(
+    /// `input` and `output` (may be equal) must be valid for `count` elements of `dtype`,
+    /// with `count * dtype.size() <= self.slot`.
+    unsafe fn all_reduce_direct(
         &self,
         ctx: &Ctx,
         input: *const u8,
@@ -342,57 +337,117 @@ impl ShmCollectives {
         count: usize,
         dtype: DType,
         op: ReduceOp,
+    ) -> Result<()> {
+        let bytes = count * dtype.size();
+        let (step, b) = self.begin(ctx);
+        // SAFETY: our slot has `self.slot >= bytes` bytes and is ours until we post.
+        unsafe { std::ptr::copy_nonoverlapping(input, self.slot_ptr(self.me, b), bytes) };
+        self.post(Phase::Arrive, step);
+        self.wait_all(ctx, Phase::Arrive, step)?;
+        // SAFETY: every rank posted `arrive = step` after filling its slot (release/acquire),
+        // and nobody rewrites a slot of this step before every rank arrived at `step + 1`.
+        let srcs: Vec<&[u8]> =
+            (0..self.n).map(|p| unsafe { std::slice::from_raw_parts(self.slot_ptr(p, b), bytes) }).collect();
+        // SAFETY: `output` is valid for `bytes` and not aliased by the slots.
+        let out = unsafe { std::slice::from_raw_parts_mut(output, bytes) };
+        reduce_sources(dtype, op, &srcs, out)
+    }
+
+    /// A large all_reduce, chunk by chunk, each chunk reduce-scattered (rank r reduces
+    /// sub-block r) then gathered, with the copy-in of chunk s+1 overlapping the wait for
+    /// chunk s (see the module's documentation). `streaming` writes the result with
+    /// cache-bypassing stores.
+    ///
+    /// # Safety
+    /// `input` and `output` (may be equal) must be valid for `total` elements of `dtype`.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn all_reduce_pipelined(
+        &self,
+        ctx: &Ctx,
+        input: *const u8,
+        output: *mut u8,
+        total: usize,
+        dtype: DType,
+        op: ReduceOp,
         streaming: bool,
     ) -> Result<()> {
         let es = dtype.size();
-        let bytes = count * es;
-        let direct = bytes <= DIRECT || self.n == 1;
-        let mine = block(count, self.n, self.me);
-        let mine = mine.start * es..mine.end * es;
-        let (step, b) = self.begin(ctx);
-        // Our slot has `self.slot >= bytes` bytes and is ours until we post. In the
-        // two-phase path nobody reads our own sub-block from the slot (we reduce it from
-        // `input`), so only the others' sub-blocks are copied in.
-        // SAFETY: `input` is valid for `bytes` (contract), the slot for `self.slot`.
-        unsafe {
-            let slot = self.slot_ptr(self.me, b);
-            if direct {
-                std::ptr::copy_nonoverlapping(input, slot, bytes);
-            } else {
-                std::ptr::copy_nonoverlapping(input, slot, mine.start);
-                std::ptr::copy_nonoverlapping(input.add(mine.end), slot.add(mine.end), bytes - mine.end);
-            }
-        }
-        self.post(Phase::Arrive, step);
-        self.wait_all(ctx, Phase::Arrive, step)?;
-        // SAFETY (slices below): every rank posted `arrive = step` after filling its slot
-        // (release/acquire), and nobody writes a slot of step `step` again before every rank
-        // has arrived at `step + 1`, which we have not.
-        let slot = |p: usize, r: std::ops::Range<usize>| unsafe {
-            std::slice::from_raw_parts(self.slot_ptr(p, b).add(r.start), r.len())
+        let chunk = (self.slot / es).max(1);
+        let sub = |count: usize, p: usize| {
+            let r = block(count, self.n, p);
+            r.start * es..r.end * es
         };
-        if direct {
-            let srcs: Vec<&[u8]> = (0..self.n).map(|p| slot(p, 0..bytes)).collect();
-            // SAFETY: `output` is valid for `bytes` and not aliased by the slots.
-            let out = unsafe { std::slice::from_raw_parts_mut(output, bytes) };
-            return reduce_sources(dtype, op, &srcs, out);
+        // The chunk reduced but not yet copied out: (step, first element, count).
+        let mut pending: Option<(u64, usize, usize)> = None;
+        let mut at = 0;
+        while at < total {
+            let count = chunk.min(total - at);
+            let bytes = count * es;
+            let mine = sub(count, self.me);
+            let (step, b) = self.begin(ctx);
+            // SAFETY: `input` is valid for `total` elements (contract); our slot `b` was last
+            // read by the peers at step - 2, before they published `done = step - 2`, which
+            // we waited for at step - 1. Our own sub-block is never read from the slot.
+            unsafe {
+                let (src, slot) = (input.add(at * es), self.slot_ptr(self.me, b));
+                std::ptr::copy_nonoverlapping(src, slot, mine.start);
+                std::ptr::copy_nonoverlapping(src.add(mine.end), slot.add(mine.end), bytes - mine.end);
+            }
+            self.post(Phase::Arrive, step);
+            if let Some(prev) = pending.take() {
+                // SAFETY: forwarded from this function's contract.
+                unsafe { self.all_reduce_copy_out(ctx, prev, output, es, streaming)? };
+            }
+            self.wait_all(ctx, Phase::Arrive, step)?;
+            // SAFETY (slices below): every rank published `arrive = step` after filling its
+            // slot (release/acquire), and rewrites it only at step + 2, after we publish
+            // `done = step`. `input` stays unwritten in this range until the copy-out of
+            // this chunk (an in-place `output` is written only after the reduction).
+            let srcs: Vec<&[u8]> = (0..self.n)
+                .map(|p| unsafe {
+                    if p == self.me {
+                        std::slice::from_raw_parts(input.add(at * es + mine.start), mine.len())
+                    } else {
+                        std::slice::from_raw_parts(self.slot_ptr(p, b).add(mine.start), mine.len())
+                    }
+                })
+                .collect();
+            // SAFETY: result area `b` is written only by us; every rank copied step - 2's
+            // results out of it before publishing `arrive = step`, which we waited for.
+            let result = unsafe { std::slice::from_raw_parts_mut(self.slot_ptr(self.me, RESULT + b), mine.len()) };
+            reduce_sources(dtype, op, &srcs, result)?;
+            self.post(Phase::Done, step);
+            pending = Some((step, at, count));
+            at += count;
         }
-        // SAFETY: `input` is valid for `bytes`; nothing writes this range of it before the
-        // copy-out below (an in-place `output` is written only after the reduction).
-        let own = unsafe { std::slice::from_raw_parts(input.add(mine.start), mine.len()) };
-        let srcs: Vec<&[u8]> = (0..self.n).map(|p| if p == self.me { own } else { slot(p, mine.clone()) }).collect();
-        // SAFETY: our result area is written only by us, and every rank finished copying
-        // out of it (previous step) before it arrived at this step, which we waited for.
-        let result = unsafe { std::slice::from_raw_parts_mut(self.slot_ptr(self.me, RESULT), mine.len()) };
-        reduce_sources(dtype, op, &srcs, result)?;
-        self.post(Phase::Done, step);
+        match pending {
+            // SAFETY: forwarded from this function's contract.
+            Some(last) => unsafe { self.all_reduce_copy_out(ctx, last, output, es, streaming) },
+            None => Ok(()),
+        }
+    }
+
+    /// Waits until every rank has reduced its sub-block of the chunk `(step, at, count)` and
+    /// copies the chunk's result out to `output`.
+    ///
+    /// # Safety
+    /// `output` must be valid for `(at + count) * es` bytes.
+    unsafe fn all_reduce_copy_out(
+        &self,
+        ctx: &Ctx,
+        (step, at, count): (u64, usize, usize),
+        output: *mut u8,
+        es: usize,
+        streaming: bool,
+    ) -> Result<()> {
         self.wait_all(ctx, Phase::Done, step)?;
+        let area = RESULT + (step % 2) as usize;
         for p in 0..self.n {
             let r = block(count, self.n, p);
             let r = r.start * es..r.end * es;
-            // SAFETY: rank p published its reduced sub-block with `done = step`; `output`
-            // is valid for `bytes`.
-            unsafe { stream::copy_out(self.slot_ptr(p, RESULT), output.add(r.start), r.len(), streaming) };
+            // SAFETY: rank p published its reduced sub-block with `done = step` and rewrites
+            // it only after we publish `arrive = step + 2`; `output` is valid (contract).
+            unsafe { stream::copy_out(self.slot_ptr(p, area), output.add(at * es + r.start), r.len(), streaming) };
         }
         Ok(())
     }
