@@ -216,7 +216,8 @@ struct BenchArgs {
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
 
-    /// Add a reference column: single-threaded memcpy bandwidth of the same bytes on rank 0.
+    /// Add reference columns: memcpy bandwidth of the same bytes on rank 0 alone
+    /// (single-threaded, the other ranks idle), and per rank with every rank copying at once.
     #[arg(long)]
     memcpy: bool,
 }

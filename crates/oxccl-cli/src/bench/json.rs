@@ -57,6 +57,8 @@ pub struct Record {
     pub memcpy_time_us: Option<f64>,
     /// Its bandwidth, GB/s.
     pub memcpy_gbps: Option<f64>,
+    /// Per-rank memcpy bandwidth with every rank copying at once (the slowest), GB/s.
+    pub memcpy_all_ranks_gbps: Option<f64>,
 }
 
 /// The records of `rows`: out of place, then in place where measured.
@@ -79,6 +81,7 @@ pub fn records(rows: &[Row]) -> Vec<Record> {
                 wrong: m.wrong,
                 memcpy_time_us: r.memcpy.map(|c| c.time_us),
                 memcpy_gbps: r.memcpy.map(|c| c.gbps),
+                memcpy_all_ranks_gbps: r.memcpy.map(|c| c.all_ranks_gbps),
             });
         }
     }
@@ -119,7 +122,7 @@ mod tests {
             root: None,
             out_of_place: m,
             in_place: Some(m),
-            memcpy: Some(Memcpy { time_us: 0.5, gbps: 0.128 }),
+            memcpy: Some(Memcpy { time_us: 0.5, gbps: 0.128, all_ranks_gbps: 0.1 }),
         };
         let gather =
             Row { op: BenchOp::Gather, redop: None, root: Some(0), in_place: None, memcpy: None, ..row.clone() };

@@ -235,8 +235,9 @@ fn measure<T: BenchElem>(comm: &Communicator, op: BenchOp, size: usize, plan: &P
     let count = op.count_for(size, elem, n);
     let bytes = count * elem;
     let places: &[Place] = if op.has_in_place() { &[Place::OutOfPlace, Place::InPlace] } else { &[Place::OutOfPlace] };
-    // Out-of-place time, in-place time, memcpy time (µs); wrong values per placement.
-    let mut times = [0.0f64; 3];
+    // Out-of-place time, in-place time, memcpy time on rank 0 alone, memcpy time with every
+    // rank copying at once (µs); wrong values per placement.
+    let mut times = [0.0f64; 4];
     let mut wrong = [0u64; 2];
     for (k, &place) in places.iter().enumerate() {
         let a = OpArgs { place, redop: plan.redop, root: plan.root };
@@ -258,8 +259,12 @@ fn measure<T: BenchElem>(comm: &Communicator, op: BenchOp, size: usize, plan: &P
         }
     }
     let with_memcpy = plan.memcpy && op != BenchOp::Barrier;
-    if with_memcpy && rank == 0 {
-        times[2] = memcpy_time(bytes, plan.warmup, plan.iters);
+    if with_memcpy {
+        if rank == 0 {
+            times[2] = memcpy_time(bytes, plan.warmup, plan.iters);
+        }
+        comm.barrier()?;
+        times[3] = memcpy_time(bytes, plan.warmup, plan.iters);
     }
     comm.all_reduce(&mut times, ReduceOp::Max)?;
     if plan.check {
@@ -276,7 +281,11 @@ fn measure<T: BenchElem>(comm: &Communicator, op: BenchOp, size: usize, plan: &P
         root: op.is_rooted().then_some(plan.root),
         out_of_place: Measurement::new(op, bytes, n, times[0], checked(wrong[0])),
         in_place: op.has_in_place().then(|| Measurement::new(op, bytes, n, times[1], checked(wrong[1]))),
-        memcpy: with_memcpy.then(|| Memcpy { time_us: times[2], gbps: table::gbps(bytes, times[2]) }),
+        memcpy: with_memcpy.then(|| Memcpy {
+            time_us: times[2],
+            gbps: table::gbps(bytes, times[2]),
+            all_ranks_gbps: table::gbps(bytes, times[3]),
+        }),
     })
 }
 

@@ -42,13 +42,16 @@ pub fn gbps(bytes: usize, time_us: f64) -> f64 {
     }
 }
 
-/// The single-threaded memcpy reference of one size (`--memcpy`).
+/// The memcpy references of one size (`--memcpy`).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Memcpy {
-    /// Average time of one copy, in microseconds.
+    /// Average time of one single-threaded copy on rank 0 (the others idle), microseconds.
     pub time_us: f64,
-    /// Bytes copied per second, in GB/s.
+    /// Bytes copied per second by that copy, in GB/s.
     pub gbps: f64,
+    /// Bytes copied per second per rank when every rank copies at the same time (the
+    /// slowest rank's rate), in GB/s: what the memory system gives each rank under load.
+    pub all_ranks_gbps: f64,
 }
 
 /// One line of the table: one operation at one size.
@@ -107,8 +110,8 @@ pub fn header(memcpy: bool) -> String {
     let units =
         "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)";
     if memcpy {
-        top.push_str(&center("reference", 14));
-        names.push_str("  memcpy(GB/s)");
+        top.push_str(&center("reference", 30));
+        names.push_str("  memcpy(GB/s)  all-ranks(GB/s)");
     }
     format!("{}\n{names}\n{units}\n", top.trim_end())
 }
@@ -144,8 +147,8 @@ pub fn format_row(row: &Row, memcpy: bool) -> String {
     s.push_str(&format_measurement(row.in_place.as_ref()));
     if memcpy {
         match row.memcpy {
-            Some(m) => s.push_str(&format!("  {:12.2}", m.gbps)),
-            None => s.push_str(&format!("  {:>12}", "-")),
+            Some(m) => s.push_str(&format!("  {:12.2}  {:15.2}", m.gbps, m.all_ranks_gbps)),
+            None => s.push_str(&format!("  {:>12}  {:>15}", "-", "-")),
         }
     }
     s
@@ -222,7 +225,11 @@ mod tests {
         assert!(s.contains("N/A"), "{s}");
         assert!(s.trim_end().ends_with('-'), "{s}");
         assert_eq!(s.len(), format_row(&row(), true).len());
-        assert!(header(true).contains("memcpy(GB/s)"));
+        assert!(header(true).contains("memcpy(GB/s)  all-ranks(GB/s)"));
+        let mut m = row();
+        m.memcpy = Some(Memcpy { time_us: 1.0, gbps: 7.5, all_ranks_gbps: 5.25 });
+        assert!(format_row(&m, true).ends_with("          7.50             5.25"), "{}", format_row(&m, true));
+        assert_eq!(format_row(&m, true).len(), s.len());
     }
 
     #[test]
