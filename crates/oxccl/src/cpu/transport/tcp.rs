@@ -22,9 +22,9 @@
 //!    peers it still expects; the client accepts only the rank it dialed. So a connection
 //!    cannot claim to be another rank's by mistake, nor join from another setup.
 //! 4. every connection gets `TCP_NODELAY`, keepalive probes and a bound on unacknowledged
-//!    data (see [`set_liveness`]: a host that vanishes, or a cut link, ends the connection
-//!    within about half a minute even while nothing is being sent), and a reader thread that decodes frames
-//!    ([`frame`]) and delivers them into the rank's [`Mailbox`]: data with `deliver`,
+//!    data (see `set_liveness`: a host that vanishes, or a cut link, ends the connection
+//!    within about half a minute even while nothing is being sent), and a reader thread
+//!    that decodes frames ([`frame`]) and delivers them into the rank's [`Mailbox`]: data with `deliver`,
 //!    failure notices with `fail`, release notices with `close`. When the connection ends
 //!    (EOF, a read error, a malformed frame) the reader calls `lose` and ends; a malformed
 //!    frame also closes the connection. Every field is checked before use, and a length
