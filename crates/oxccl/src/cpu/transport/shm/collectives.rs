@@ -26,9 +26,9 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use super::copy;
 use super::futex;
 use super::segment::{unique_name, Segment};
-use super::stream;
 use crate::backend::Op;
 use crate::cpu::algorithms::{barrier, block, broadcast, Ctx};
 use crate::cpu::reduce::reduce_sources;
@@ -260,13 +260,13 @@ impl ShmCollectives {
                     if self.n == 1 {
                         // The sum (or min, max, average...) of one source is the source.
                         if !std::ptr::eq(input.ptr, output.ptr) {
-                            std::ptr::copy_nonoverlapping(input.ptr, output.ptr, total * es);
+                            copy::copy_cached(input.ptr, output.ptr, total * es);
                         }
                         Ok(())
                     } else if total * es <= DIRECT.min(self.slot) {
                         self.all_reduce_direct(ctx, input.ptr, output.ptr, total, output.dtype, *op)
                     } else {
-                        let streaming = output.bytes() >= stream::STREAM_FROM;
+                        let streaming = output.bytes() >= copy::STREAM_FROM;
                         self.all_reduce_pipelined(ctx, input.ptr, output.ptr, total, output.dtype, *op, streaming)
                     }
                 }
@@ -277,19 +277,19 @@ impl ShmCollectives {
                 }
                 Op::Broadcast { input, output, root } => {
                     let bytes = output.bytes();
-                    let streaming = bytes >= stream::STREAM_FROM;
+                    let streaming = bytes >= copy::STREAM_FROM;
                     let mut at = 0;
                     loop {
                         let c = self.slot.min(bytes - at);
                         let (step, b) = self.begin(ctx);
                         if self.me == *root {
                             let src = input.map_or(output.ptr as *const u8, |i| i.ptr);
-                            std::ptr::copy_nonoverlapping(src.add(at), self.slot_ptr(self.me, b), c);
+                            copy::copy_cached(src.add(at), self.slot_ptr(self.me, b), c);
                         }
                         self.post(Phase::Arrive, step);
                         self.wait_all(ctx, Phase::Arrive, step)?;
                         if self.me != *root || input.is_some_and(|i| !std::ptr::eq(i.ptr, output.ptr)) {
-                            stream::copy_out(self.slot_ptr(*root, b), output.ptr.add(at), c, streaming);
+                            copy::copy_out(self.slot_ptr(*root, b), output.ptr.add(at), c, streaming);
                         }
                         at += c;
                         if at >= bytes {
@@ -300,16 +300,16 @@ impl ShmCollectives {
                 }
                 Op::AllGather { input, output } => {
                     let bytes = input.bytes();
-                    let streaming = output.bytes() >= stream::STREAM_FROM;
+                    let streaming = output.bytes() >= copy::STREAM_FROM;
                     let mut at = 0;
                     loop {
                         let c = self.slot.min(bytes - at);
                         let (step, b) = self.begin(ctx);
-                        std::ptr::copy(input.ptr.add(at), self.slot_ptr(self.me, b), c);
+                        copy::copy_cached(input.ptr.add(at), self.slot_ptr(self.me, b), c);
                         self.post(Phase::Arrive, step);
                         self.wait_all(ctx, Phase::Arrive, step)?;
                         for p in 0..self.n {
-                            stream::copy_out(self.slot_ptr(p, b), output.ptr.add(p * bytes + at), c, streaming);
+                            copy::copy_out(self.slot_ptr(p, b), output.ptr.add(p * bytes + at), c, streaming);
                         }
                         at += c;
                         if at >= bytes {
@@ -341,7 +341,7 @@ impl ShmCollectives {
         let bytes = count * dtype.size();
         let (step, b) = self.begin(ctx);
         // SAFETY: our slot has `self.slot >= bytes` bytes and is ours until we post.
-        unsafe { std::ptr::copy_nonoverlapping(input, self.slot_ptr(self.me, b), bytes) };
+        unsafe { copy::copy_cached(input, self.slot_ptr(self.me, b), bytes) };
         self.post(Phase::Arrive, step);
         self.wait_all(ctx, Phase::Arrive, step)?;
         // SAFETY: every rank posted `arrive = step` after filling its slot (release/acquire),
@@ -390,8 +390,8 @@ impl ShmCollectives {
             // we waited for at step - 1. Our own sub-block is never read from the slot.
             unsafe {
                 let (src, slot) = (input.add(at * es), self.slot_ptr(self.me, b));
-                std::ptr::copy_nonoverlapping(src, slot, mine.start);
-                std::ptr::copy_nonoverlapping(src.add(mine.end), slot.add(mine.end), bytes - mine.end);
+                copy::copy_cached(src, slot, mine.start);
+                copy::copy_cached(src.add(mine.end), slot.add(mine.end), bytes - mine.end);
             }
             self.post(Phase::Arrive, step);
             if let Some(prev) = pending.take() {
@@ -447,7 +447,7 @@ impl ShmCollectives {
             let r = r.start * es..r.end * es;
             // SAFETY: rank p published its reduced sub-block with `done = step` and rewrites
             // it only after we publish `arrive = step + 2`; `output` is valid (contract).
-            unsafe { stream::copy_out(self.slot_ptr(p, area), output.add(at * es + r.start), r.len(), streaming) };
+            unsafe { copy::copy_out(self.slot_ptr(p, area), output.add(at * es + r.start), r.len(), streaming) };
         }
         Ok(())
     }
@@ -493,7 +493,7 @@ mod tests {
     #[test]
     fn large_operations_stream_their_results() {
         // Above `STREAM_FROM`, results are written with cache-bypassing stores.
-        let count = super::stream::STREAM_FROM / 4 + 1001;
+        let count = super::copy::STREAM_FROM / 4 + 1001;
         for n in [2, 3] {
             world_with(n, 1 << 16, Some(SLOT), |comm| {
                 let r = comm.rank();

@@ -6,11 +6,12 @@
 //! - [`ring`]: the single-producer single-consumer byte ring.
 //! - [`links`]: the [`Link`](super::routed::Link) between the ranks of a host.
 //! - [`collectives`]: all_reduce, broadcast, all_gather and barrier run in the segment.
-//! - [`stream`]: cache-bypassing copies for large results.
+//! - [`copy`]: the collectives' copies (cache-bypassing for large results, and a way
+//!   around a slow `memcpy` case).
 
 pub mod collectives;
+pub mod copy;
 pub mod futex;
 pub mod links;
 pub mod ring;
 pub mod segment;
-pub mod stream;

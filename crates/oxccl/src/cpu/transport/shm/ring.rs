@@ -84,8 +84,8 @@ impl Ring {
         // SAFETY: [at, at+first) and [0, n-first) lie in the data area and are free space
         // owned by the producer until `head` is published below.
         unsafe {
-            std::ptr::copy_nonoverlapping(src.as_ptr(), self.data.add(at), first);
-            std::ptr::copy_nonoverlapping(src.as_ptr().add(first), self.data, n - first);
+            super::copy::copy_cached(src.as_ptr(), self.data.add(at), first);
+            super::copy::copy_cached(src.as_ptr().add(first), self.data, n - first);
         }
         self.head().store(head + n as u64, Ordering::Release);
         n
@@ -103,8 +103,8 @@ impl Ring {
         // SAFETY: the bytes [tail, tail+n) were published by the producer (acquire in
         // `readable`) and belong to the consumer until `tail` is published below.
         unsafe {
-            std::ptr::copy_nonoverlapping(self.data.add(at), dst.as_mut_ptr(), first);
-            std::ptr::copy_nonoverlapping(self.data, dst.as_mut_ptr().add(first), n - first);
+            super::copy::copy_cached(self.data.add(at), dst.as_mut_ptr(), first);
+            super::copy::copy_cached(self.data, dst.as_mut_ptr().add(first), n - first);
         }
         self.tail().store(tail + n as u64, Ordering::Release);
         n
