@@ -62,10 +62,10 @@ fn a_rank_killed_by_a_signal_is_named() {
     assert!(f.stderr.contains("rank 0: terminated by the launcher"), "{}", f.all());
 }
 
-#[test]
-fn sigterm_to_the_launcher_stops_every_rank() {
+/// Starts `oxccl run -n 2` with two ranks that sleep 30 s, and returns once both run: the
+/// launcher, its stdout (the ranks' lines read so far are consumed) and the ranks' pids.
+fn two_sleeping_ranks() -> (std::process::Child, BufReader<std::process::ChildStdout>, Vec<i32>) {
     let mut child = oxccl(["run", "-n", "2", "--", "sh", "-c", "echo ready $$; exec sleep 30"]).spawn().expect("start");
-    // Wait until both ranks run (each prints its pid), then signal the launcher.
     let mut out = BufReader::new(child.stdout.take().expect("stdout"));
     let mut pids = Vec::new();
     let mut line = String::new();
@@ -76,6 +76,13 @@ fn sigterm_to_the_launcher_stops_every_rank() {
         line.clear();
     }
     assert_eq!(pids.len(), 2, "both ranks should report ready");
+    (child, out, pids)
+}
+
+#[test]
+fn sigterm_to_the_launcher_stops_every_rank() {
+    // Wait until both ranks run (each prints its pid), then signal the launcher.
+    let (mut child, out, pids) = two_sleeping_ranks();
     let launcher = Pid::from_raw(i32::try_from(child.id()).expect("pid"));
     kill(launcher, Signal::SIGTERM).expect("signal the launcher");
     child.stdout = Some(out.into_inner());
@@ -92,17 +99,7 @@ fn sigterm_to_the_launcher_stops_every_rank() {
 #[test]
 fn ranks_do_not_outlive_a_killed_launcher() {
     // SIGKILL cannot be forwarded: the ranks die with the launcher (parent-death signal).
-    let mut child = oxccl(["run", "-n", "2", "--", "sh", "-c", "echo ready $$; exec sleep 30"]).spawn().expect("start");
-    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
-    let mut pids = Vec::new();
-    let mut line = String::new();
-    while pids.len() < 2 && out.read_line(&mut line).unwrap_or(0) > 0 {
-        if let Some(pid) = line.trim().rsplit(' ').next().and_then(|p| p.parse::<i32>().ok()) {
-            pids.push(pid);
-        }
-        line.clear();
-    }
-    assert_eq!(pids.len(), 2, "both ranks should report ready");
+    let (mut child, _out, pids) = two_sleeping_ranks();
     child.kill().expect("SIGKILL the launcher");
     let _ = child.wait();
     let start = std::time::Instant::now();
