@@ -124,12 +124,9 @@ impl Pending for Slot {
 
 /// Mixes a parent id, a sequence number and a color into a new communicator id.
 fn derive_comm_id(parent: u64, seq: u64, color: u64) -> u64 {
-    let mut x = parent ^ seq.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ color.rotate_left(32);
-    // splitmix64 finaliser
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    let x = parent ^ seq.wrapping_mul(super::GOLDEN) ^ color.rotate_left(32);
     // Setting bit 1 keeps derived ids away from 0 and WORLD_COMM_ID.
-    (x ^ (x >> 31)) | 2
+    super::mix64(x) | 2
 }
 
 impl CpuBackend {

@@ -1,6 +1,6 @@
 //! The CPU backends: our own algorithms over our own transports.
 //!
-//! - [`transport`]: how bytes move (in-memory today; shared memory and TCP plug in here).
+//! - [`transport`]: how bytes move (in-memory, shared memory, TCP).
 //! - [`algorithms`]: what moves when (ring, trees, recursive doubling, ...), one file each.
 //! - [`reduce`]: the element-wise reduction kernels.
 //! - [`selector`]: which algorithm runs a given call.
@@ -14,3 +14,19 @@ pub mod point_to_point;
 pub mod reduce;
 pub mod selector;
 pub mod transport;
+
+/// The SplitMix64 increment (2^64 / golden ratio).
+pub(crate) const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// The SplitMix64 output function: a bijective mix of 64 bits.
+pub(crate) const fn mix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// One SplitMix64 step from state `x` (deterministic pseudo-random values for tests).
+#[cfg(test)]
+pub(crate) const fn splitmix64(x: u64) -> u64 {
+    mix64(x.wrapping_add(GOLDEN))
+}

@@ -6,17 +6,11 @@ pub mod ring;
 #[cfg(test)]
 mod tests {
     use crate::algorithm::Algorithm;
+    use crate::cpu::splitmix64;
     use crate::fingerprint::OpKind;
     use crate::reduce_op::ReduceOp;
 
     const COUNTS: [usize; 8] = [0, 1, 2, 3, 7, 13, 64, 1000];
-
-    fn splitmix64(x: u64) -> u64 {
-        let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
 
     /// A pseudo-random integer in -1000..=1000 for input element `i` of rank `rank`.
     fn value(rank: usize, i: usize) -> i64 {

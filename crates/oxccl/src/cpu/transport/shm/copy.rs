@@ -12,7 +12,7 @@
 //!   slower when the destination is 1 to 63 bytes ahead of the source modulo 4096. The
 //!   segment's slots are page-aligned and a user buffer from `malloc` typically starts 16
 //!   bytes into a page: exactly that distance, for every chunk. In that window the copy
-//!   uses a vector loop instead.
+//!   uses an AVX2 loop instead (CPUs without AVX2 predate the trap and keep `memcpy`).
 
 /// Results at least this large are written with streaming stores.
 pub const STREAM_FROM: usize = 4 << 20;
@@ -64,26 +64,22 @@ pub unsafe fn copy_streaming(src: *const u8, dst: *mut u8, len: usize) {
 const CACHED_LOOP_FROM: usize = 2048;
 
 /// Copies `len` bytes from `src` to `dst` with ordinary (cached) stores: `memcpy`, except
-/// when `dst` is 1 to 63 bytes ahead of `src` modulo 4096, where a vector loop replaces it
-/// (see the module's documentation).
+/// when `dst` is 1 to 63 bytes ahead of `src` modulo 4096 on a CPU with AVX2, where a
+/// vector loop replaces it (see the module's documentation).
 ///
 /// # Safety
 /// As [`std::ptr::copy_nonoverlapping`]: `src` valid for reads and `dst` for writes of
 /// `len` bytes, the two not overlapping.
 pub unsafe fn copy_cached(src: *const u8, dst: *mut u8, len: usize) {
-    let distance = (dst as usize).wrapping_sub(src as usize) & 4095;
     #[cfg(target_arch = "x86_64")]
-    if len >= CACHED_LOOP_FROM && (1..64).contains(&distance) {
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: the CPU has AVX2 (checked); the ranges are the caller's.
-            unsafe { copy_loop_avx2(src, dst, len) };
-        } else {
-            // SAFETY: the ranges are the caller's; SSE2 is part of x86-64.
-            unsafe { copy_loop_sse2(src, dst, len) };
-        }
+    if len >= CACHED_LOOP_FROM
+        && (1..64).contains(&((dst as usize).wrapping_sub(src as usize) & 4095))
+        && std::arch::is_x86_feature_detected!("avx2")
+    {
+        // SAFETY: the CPU has AVX2 (checked); the ranges are the caller's.
+        unsafe { copy_loop_avx2(src, dst, len) };
         return;
     }
-    let _ = distance;
     // SAFETY: forwarded from this function's contract.
     unsafe { std::ptr::copy_nonoverlapping(src, dst, len) }
 }
@@ -116,33 +112,6 @@ unsafe fn copy_loop_avx2(src: *const u8, dst: *mut u8, len: usize) {
     }
 }
 
-/// As [`copy_loop_avx2`] with 16-byte SSE2 loads and stores, in 64-byte steps.
-///
-/// # Safety
-/// As [`copy_cached`].
-#[cfg(target_arch = "x86_64")]
-unsafe fn copy_loop_sse2(src: *const u8, dst: *mut u8, len: usize) {
-    use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_storeu_si128};
-    let body = len / 64 * 64;
-    let mut i = 0;
-    // SAFETY: every access stays below `body <= len` bytes (caller's contract); SSE2 is
-    // part of the x86-64 baseline.
-    unsafe {
-        while i < body {
-            let a = _mm_loadu_si128(src.add(i) as *const __m128i);
-            let b = _mm_loadu_si128(src.add(i + 16) as *const __m128i);
-            let c = _mm_loadu_si128(src.add(i + 32) as *const __m128i);
-            let d = _mm_loadu_si128(src.add(i + 48) as *const __m128i);
-            _mm_storeu_si128(dst.add(i) as *mut __m128i, a);
-            _mm_storeu_si128(dst.add(i + 16) as *mut __m128i, b);
-            _mm_storeu_si128(dst.add(i + 32) as *mut __m128i, c);
-            _mm_storeu_si128(dst.add(i + 48) as *mut __m128i, d);
-            i += 64;
-        }
-        std::ptr::copy_nonoverlapping(src.add(body), dst.add(body), len - body);
-    }
-}
-
 /// Copies with streaming stores when `stream` is set, else with [`copy_cached`].
 ///
 /// # Safety
@@ -165,7 +134,7 @@ mod tests {
     #[test]
     fn cached_copies_every_length_and_distance() {
         let src: Vec<u8> = (0..3 * 4096u32).map(|i| (i * 13 + 1) as u8).collect();
-        // Distances 1..63 modulo 4096 take the vector loops (both are tried directly too).
+        // Distances 1..63 modulo 4096 take the vector loop (also tried directly).
         for off_d in [0usize, 1, 16, 40, 63, 64, 100] {
             for len in [0, 5, 2047, 2048, 2049, 4096 + 77, 8000] {
                 let mut dst = vec![0x55u8; 4096 + 8000 + 64];
@@ -177,19 +146,10 @@ mod tests {
                 assert_eq!(&dst[want..want + len], &src[..len], "distance {off_d} len {len}");
                 assert!(dst[..want].iter().chain(&dst[want + len..]).all(|&b| b == 0x55));
                 #[cfg(target_arch = "x86_64")]
-                for avx in [false, true] {
-                    if avx && !std::arch::is_x86_feature_detected!("avx2") {
-                        continue;
-                    }
+                if std::arch::is_x86_feature_detected!("avx2") {
                     let mut d = vec![0u8; len];
                     // SAFETY: both ranges hold `len` bytes; AVX2 checked above.
-                    unsafe {
-                        if avx {
-                            copy_loop_avx2(src.as_ptr(), d.as_mut_ptr(), len)
-                        } else {
-                            copy_loop_sse2(src.as_ptr(), d.as_mut_ptr(), len)
-                        }
-                    }
+                    unsafe { copy_loop_avx2(src.as_ptr(), d.as_mut_ptr(), len) };
                     assert_eq!(d, &src[..len]);
                 }
             }
