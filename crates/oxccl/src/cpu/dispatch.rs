@@ -99,8 +99,8 @@ fn write_back(dtype: DType, work: &[u8], dst: &mut [u8]) -> Result<()> {
     }
 }
 
-fn finish_avg(k: &Kernel, op: ReduceOp, buf: &mut [u8], n: usize) -> Result<()> {
-    if op == ReduceOp::Avg {
+fn finish_avg(k: &Kernel, buf: &mut [u8], n: usize) -> Result<()> {
+    if k.op == ReduceOp::Avg {
         divide(k.dtype, buf, n)?;
     }
     Ok(())
@@ -167,7 +167,7 @@ pub unsafe fn run(ctx: &Ctx, op: &Op, algo: Algorithm) -> Result<()> {
                     let src: &[u8] = if same { out } else { bytes(input) };
                     let (mut w, k) = working_copy(dtype, *op, src)?;
                     run_all_reduce(ctx, w.bytes_mut(), &k, algo)?;
-                    finish_avg(&k, *op, w.bytes_mut(), n)?;
+                    finish_avg(&k, w.bytes_mut(), n)?;
                     write_back(dtype, w.bytes(), out)
                 } else {
                     if !same {
@@ -175,7 +175,7 @@ pub unsafe fn run(ctx: &Ctx, op: &Op, algo: Algorithm) -> Result<()> {
                     }
                     let k = Kernel { dtype, op: *op };
                     run_all_reduce(ctx, out, &k, algo)?;
-                    finish_avg(&k, *op, out, n)
+                    finish_avg(&k, out, n)
                 }
             }
             Op::Reduce { input, output, op, root } => {
@@ -189,7 +189,7 @@ pub unsafe fn run(ctx: &Ctx, op: &Op, algo: Algorithm) -> Result<()> {
                         }
                         let k = Kernel { dtype, op: *op };
                         reduce::binomial_tree::run(ctx, out, &k, *root)?;
-                        finish_avg(&k, *op, out, n)
+                        finish_avg(&k, out, n)
                     }
                     out => {
                         // Half types, and non-root ranks (whose buffer stays untouched),
@@ -201,7 +201,7 @@ pub unsafe fn run(ctx: &Ctx, op: &Op, algo: Algorithm) -> Result<()> {
                         let (mut w, k) = working_copy(dtype, *op, src)?;
                         reduce::binomial_tree::run(ctx, w.bytes_mut(), &k, *root)?;
                         if let Some(out) = out {
-                            finish_avg(&k, *op, w.bytes_mut(), n)?;
+                            finish_avg(&k, w.bytes_mut(), n)?;
                             write_back(dtype, w.bytes(), out)?;
                         }
                         Ok(())
@@ -246,13 +246,13 @@ pub unsafe fn run(ctx: &Ctx, op: &Op, algo: Algorithm) -> Result<()> {
                     let k = Kernel { dtype, op: *op };
                     run_reduce_scatter(ctx, whole, &k, algo)?;
                     let mine = rank * output.bytes()..(rank + 1) * output.bytes();
-                    finish_avg(&k, *op, &mut whole[mine], n)
+                    finish_avg(&k, &mut whole[mine], n)
                 } else {
                     let (mut w, k) = working_copy(dtype, *op, bytes(input))?;
                     run_reduce_scatter(ctx, w.bytes_mut(), &k, algo)?;
                     let wb = w.bytes().len() / n;
                     let mine = rank * wb..(rank + 1) * wb;
-                    finish_avg(&k, *op, &mut w.bytes_mut()[mine.clone()], n)?;
+                    finish_avg(&k, &mut w.bytes_mut()[mine.clone()], n)?;
                     write_back(dtype, &w.bytes()[mine], bytes_mut(output))
                 }
             }

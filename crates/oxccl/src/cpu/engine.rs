@@ -66,6 +66,17 @@ struct CommState {
     poisoned: Option<Error>,
 }
 
+impl CommState {
+    /// `Ok` unless the communicator is poisoned; then the error every later call returns.
+    fn usable(&self) -> Result<()> {
+        match &self.poisoned {
+            None => Ok(()),
+            Some(Error::Aborted { reason }) => Err(Error::Aborted { reason: reason.clone() }),
+            Some(e) => Err(Error::Aborted { reason: format!("an earlier operation failed: {e}") }),
+        }
+    }
+}
+
 struct Job {
     op: Op,
     opts: CallOptions,
@@ -192,16 +203,12 @@ impl Inner {
     }
 
     fn check_poisoned(&self) -> Result<()> {
-        match &relock(&self.state).poisoned {
-            None => Ok(()),
-            Some(Error::Aborted { reason }) => Err(Error::Aborted { reason: reason.clone() }),
-            Some(e) => Err(Error::Aborted { reason: format!("an earlier operation failed: {e}") }),
-        }
+        relock(&self.state).usable()
     }
 
     fn next_seq(&self) -> Result<u64> {
-        self.check_poisoned()?;
         let mut st = relock(&self.state);
+        st.usable()?;
         let s = st.seq;
         st.seq += 1;
         Ok(s)

@@ -55,11 +55,6 @@ impl Group {
         self.p
     }
 
-    /// The number of folded pairs, `n - p`.
-    pub fn rem(&self) -> usize {
-        self.rem
-    }
-
     /// The participant id of `rank`, or `None` when it sits out (an even rank `< 2r`).
     pub fn id(&self, rank: usize) -> Option<usize> {
         if rank < 2 * self.rem {

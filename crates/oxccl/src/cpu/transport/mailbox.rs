@@ -7,9 +7,11 @@
 //! its progress thread.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
+use super::frame::{decode_error, FrameError, FrameHeader, FrameKind};
 use super::{Channel, Header, Received, Stage, TransportError};
 use crate::error::Error;
 
@@ -18,6 +20,8 @@ use crate::error::Error;
 pub struct Mailbox {
     state: Mutex<State>,
     arrived: Condvar,
+    /// Whether any communicator was aborted here: until then, senders skip the lock.
+    any_aborted: AtomicBool,
 }
 
 #[derive(Debug, Default)]
@@ -28,6 +32,9 @@ struct State {
     released: HashSet<u64>,
     /// Sources whose connection is gone for every communicator, with what was observed.
     lost: HashMap<usize, String>,
+    /// Threads blocked in `recv` (so updates wake nobody, without a system call, when
+    /// nobody waits).
+    waiting: usize,
 }
 
 #[derive(Debug, Default)]
@@ -67,9 +74,37 @@ impl Mailbox {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Applies `f` and wakes the waiters, if there are any (a waiter counts itself and
+    /// re-checks the state under the same lock before it sleeps, so none is missed).
     fn update(&self, f: impl FnOnce(&mut State)) {
-        f(&mut self.lock());
-        self.arrived.notify_all();
+        let wake = {
+            let mut st = self.lock();
+            f(&mut st);
+            st.waiting > 0
+        };
+        if wake {
+            self.arrived.notify_all();
+        }
+    }
+
+    /// Takes in one frame that arrived from `src` over a link, by kind: data is queued
+    /// ([`Mailbox::deliver`]), a failure notice decoded and recorded ([`Mailbox::fail`], its
+    /// stage in the fingerprint's sequence number), a release notice recorded
+    /// ([`Mailbox::close`]).
+    ///
+    /// # Errors
+    /// [`FrameError`] for a failure notice that cannot be decoded (nothing is recorded; the
+    /// link decides what to do with a peer that sends one).
+    pub fn accept(&self, src: usize, frame: FrameHeader, payload: Vec<u8>) -> Result<(), FrameError> {
+        let comm_id = frame.header.comm_id;
+        match frame.kind {
+            FrameKind::Data => self.deliver(src, frame.header, payload),
+            FrameKind::Failure => {
+                self.fail(comm_id, src, Stage::of_seq(frame.header.fingerprint.seq), decode_error(&payload)?)
+            }
+            FrameKind::Release => self.close(comm_id, src),
+        }
+        Ok(())
     }
 
     /// Queues a frame from `src`.
@@ -116,6 +151,7 @@ impl Mailbox {
 
     /// A local abort of `comm_id`: every wait on it ends with `Aborted`, now and later.
     pub fn abort(&self, comm_id: u64, reason: &str) {
+        self.any_aborted.store(true, Ordering::Release);
         self.update(|st| {
             let cb = st.comms.entry(comm_id).or_default();
             if cb.aborted.is_none() {
@@ -126,6 +162,9 @@ impl Mailbox {
 
     /// Whether `comm_id` was aborted locally (and why).
     pub fn aborted(&self, comm_id: u64) -> Option<String> {
+        if !self.any_aborted.load(Ordering::Acquire) {
+            return None;
+        }
         self.lock().comms.get(&comm_id).and_then(|c| c.aborted.clone())
     }
 
@@ -198,6 +237,8 @@ impl Mailbox {
                 let frame =
                     st.comms.get_mut(&comm_id).and_then(|c| c.queues.get_mut(&peer)).and_then(|q| q.remove(pos));
                 if let Some(frame) = frame {
+                    // The frame is ours now: copy it out without holding up deliveries.
+                    drop(st);
                     let len = frame.payload.len();
                     if len <= buf.len() {
                         buf[..len].copy_from_slice(&frame.payload);
@@ -209,7 +250,9 @@ impl Mailbox {
             if now >= deadline {
                 return Err(TransportError::Timeout { peer });
             }
+            st.waiting += 1;
             st = self.arrived.wait_timeout(st, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
+            st.waiting -= 1;
         }
     }
 

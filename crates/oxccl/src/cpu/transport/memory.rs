@@ -55,10 +55,6 @@ impl Transport for MemoryTransport {
         self.rank
     }
 
-    fn world_size(&self) -> usize {
-        self.hub.endpoints.len()
-    }
-
     fn send(&self, peer: usize, header: &Header, payload: &[u8], _deadline: Instant) -> Result<(), TransportError> {
         if let Some(reason) = self.mailbox(self.rank)?.aborted(header.comm_id) {
             return Err(TransportError::Aborted(reason));

@@ -116,9 +116,6 @@ pub trait Transport: Send + Sync + 'static {
     /// This endpoint's rank among the transport's ranks.
     fn rank(&self) -> usize;
 
-    /// The number of endpoints.
-    fn world_size(&self) -> usize;
-
     /// Sends one frame to `peer`. May return before the peer received it, but the frame
     /// will be delivered unless the peer or the communicator fails.
     ///

@@ -54,11 +54,6 @@ impl RoutedTransport {
         Ok(RoutedTransport { rank, mailbox, routes })
     }
 
-    /// The mailbox every link delivers into.
-    pub fn mailbox(&self) -> &Arc<Mailbox> {
-        &self.mailbox
-    }
-
     fn link(&self, peer: usize) -> Result<&Arc<dyn Link>, TransportError> {
         self.routes.get(peer).and_then(Option::as_ref).ok_or_else(|| {
             TransportError::Other(Error::invalid(format!("rank {peer} is not reachable from rank {}", self.rank)))
@@ -105,10 +100,6 @@ impl RoutedTransport {
 impl Transport for RoutedTransport {
     fn rank(&self) -> usize {
         self.rank
-    }
-
-    fn world_size(&self) -> usize {
-        self.routes.len()
     }
 
     fn send(&self, peer: usize, header: &Header, payload: &[u8], deadline: Instant) -> Result<(), TransportError> {

@@ -54,7 +54,7 @@ use sha2::{Digest, Sha256};
 use super::frame::{self, FrameKind, HEADER_LEN, MAX_NOTICE_LEN};
 use super::mailbox::Mailbox;
 use super::routed::Link;
-use super::{Header, Stage, TransportError};
+use super::{Header, TransportError};
 use crate::bootstrap::auth::{self, AuthError, Secret, SECRET_ENV};
 use crate::bootstrap::Rendezvous;
 use crate::error::{Error, Result};
@@ -887,13 +887,8 @@ fn pump(r: &mut impl Read, src: usize, mailbox: &Mailbox, max_frame: usize) -> E
             Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return End::Truncated,
             Err(e) => return End::Failed(e),
         };
-        match f.kind {
-            FrameKind::Data => mailbox.deliver(src, f.header, payload),
-            FrameKind::Failure => match frame::decode_error(&payload) {
-                Ok(e) => mailbox.fail(f.header.comm_id, src, Stage::of_seq(f.header.fingerprint.seq), e),
-                Err(e) => return End::Malformed(format!("a failure notice that cannot be decoded ({})", e.0)),
-            },
-            FrameKind::Release => mailbox.close(f.header.comm_id, src),
+        if let Err(e) = mailbox.accept(src, f, payload) {
+            return End::Malformed(format!("a failure notice that cannot be decoded ({})", e.0));
         }
     }
 }
@@ -1047,11 +1042,6 @@ impl TcpLinks {
         Ok(links)
     }
 
-    /// This endpoint's rank.
-    pub fn rank(&self) -> usize {
-        self.rank
-    }
-
     /// The address this rank listened on and published.
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
@@ -1160,6 +1150,7 @@ mod tests {
     use crate::config::Config;
     use crate::cpu::engine::{CpuBackend, WORLD_COMM_ID};
     use crate::cpu::transport::routed::RoutedTransport;
+    use crate::cpu::transport::Stage;
     use crate::cpu::transport::{Channel, Transport};
     use crate::fingerprint::{Fingerprint, OpKind};
     use crate::{Algorithm, DType, ReduceOp};

@@ -30,7 +30,7 @@ use super::copy;
 use super::futex;
 use super::segment::{unique_name, Segment};
 use crate::backend::Op;
-use crate::cpu::algorithms::{barrier, block, broadcast, Ctx};
+use crate::cpu::algorithms::{barrier, block_bytes, broadcast, Ctx};
 use crate::cpu::reduce::reduce_sources;
 use crate::cpu::transport::frame::{decode_fp, fingerprint_bytes, FP_LEN};
 use crate::cpu::transport::{Channel, Stage};
@@ -373,17 +373,15 @@ impl ShmCollectives {
     ) -> Result<()> {
         let es = dtype.size();
         let chunk = (self.slot / es).max(1);
-        let sub = |count: usize, p: usize| {
-            let r = block(count, self.n, p);
-            r.start * es..r.end * es
-        };
         // The chunk reduced but not yet copied out: (step, first element, count).
         let mut pending: Option<(u64, usize, usize)> = None;
+        // The reduction's sources, refilled for every chunk.
+        let mut srcs: Vec<&[u8]> = Vec::with_capacity(self.n);
         let mut at = 0;
         while at < total {
             let count = chunk.min(total - at);
             let bytes = count * es;
-            let mine = sub(count, self.me);
+            let mine = block_bytes(count, self.n, self.me, es);
             let (step, b) = self.begin(ctx);
             // SAFETY: `input` is valid for `total` elements (contract); our slot `b` was last
             // read by the peers at step - 2, before they published `done = step - 2`, which
@@ -403,15 +401,14 @@ impl ShmCollectives {
             // slot (release/acquire), and rewrites it only at step + 2, after we publish
             // `done = step`. `input` stays unwritten in this range until the copy-out of
             // this chunk (an in-place `output` is written only after the reduction).
-            let srcs: Vec<&[u8]> = (0..self.n)
-                .map(|p| unsafe {
-                    if p == self.me {
-                        std::slice::from_raw_parts(input.add(at * es + mine.start), mine.len())
-                    } else {
-                        std::slice::from_raw_parts(self.slot_ptr(p, b).add(mine.start), mine.len())
-                    }
-                })
-                .collect();
+            srcs.clear();
+            srcs.extend((0..self.n).map(|p| unsafe {
+                if p == self.me {
+                    std::slice::from_raw_parts(input.add(at * es + mine.start), mine.len())
+                } else {
+                    std::slice::from_raw_parts(self.slot_ptr(p, b).add(mine.start), mine.len())
+                }
+            }));
             // SAFETY: result area `b` is written only by us; every rank copied step - 2's
             // results out of it before publishing `arrive = step`, which we waited for.
             let result = unsafe { std::slice::from_raw_parts_mut(self.slot_ptr(self.me, RESULT + b), mine.len()) };
@@ -443,8 +440,7 @@ impl ShmCollectives {
         self.wait_all(ctx, Phase::Done, step)?;
         let area = RESULT + (step % 2) as usize;
         for p in 0..self.n {
-            let r = block(count, self.n, p);
-            let r = r.start * es..r.end * es;
+            let r = block_bytes(count, self.n, p, es);
             // SAFETY: rank p published its reduced sub-block with `done = step` and rewrites
             // it only after we publish `arrive = step + 2`; `output` is valid (contract).
             unsafe { copy::copy_out(self.slot_ptr(p, area), output.add(at * es + r.start), r.len(), streaming) };

@@ -20,10 +20,10 @@ use super::futex;
 use super::ring::Ring;
 use super::segment::{unique_name, Segment};
 use crate::bootstrap::Rendezvous;
-use crate::cpu::transport::frame::{decode_error, decode_header, encode_header, FrameHeader, FrameKind, HEADER_LEN};
+use crate::cpu::transport::frame::{decode_header, encode_header, FrameHeader, FrameKind, HEADER_LEN};
 use crate::cpu::transport::mailbox::Mailbox;
 use crate::cpu::transport::routed::Link;
-use crate::cpu::transport::{Header, Stage, TransportError};
+use crate::cpu::transport::{Header, TransportError};
 use crate::error::{Error, Result};
 
 /// How often waits check that peers are alive.
@@ -294,13 +294,8 @@ struct Incoming {
 }
 
 fn deliver(mailbox: &Mailbox, src: usize, frame: FrameHeader, payload: Vec<u8>) {
-    match frame.kind {
-        FrameKind::Data => mailbox.deliver(src, frame.header, payload),
-        FrameKind::Release => mailbox.close(frame.header.comm_id, src),
-        FrameKind::Failure => match decode_error(&payload) {
-            Ok(e) => mailbox.fail(frame.header.comm_id, src, Stage::of_seq(frame.header.fingerprint.seq), e),
-            Err(e) => mailbox.lose(src, &e.to_string()),
-        },
+    if let Err(e) = mailbox.accept(src, frame, payload) {
+        mailbox.lose(src, &e.to_string());
     }
 }
 
