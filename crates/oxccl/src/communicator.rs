@@ -609,15 +609,24 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         Ok(w)
     }
 
+    /// Starts the operation `build` makes of `buf`'s raw form; `wait()` hands `buf` back.
+    fn start_out<T: Element>(
+        &self,
+        buf: &'scope mut [T],
+        build: impl FnOnce(RawBufMut) -> Result<Op>,
+    ) -> Result<Work<'scope, &'scope mut [T]>> {
+        let o = raw_mut(buf);
+        // SAFETY: `o` comes from a borrow held for 'scope and the finisher runs only after
+        // the operation completed.
+        self.start(build(o)?, move |_| unsafe { rebuild(o) })
+    }
+
     /// Async [`Communicator::all_reduce`].
     ///
     /// # Errors
     /// Argument errors now; communication errors from [`Work::wait`].
     pub fn all_reduce<T: Element>(&self, buf: &'scope mut [T], op: ReduceOp) -> Result<Work<'scope, &'scope mut [T]>> {
-        let o = raw_mut(buf);
-        // SAFETY (every `rebuild` in this impl): `o` comes from a borrow held for 'scope and
-        // the finisher runs only after the operation completed.
-        self.start(self.comm.op_all_reduce(o.as_const(), o, op)?, move |_| unsafe { rebuild(o) })
+        self.start_out(buf, |o| self.comm.op_all_reduce(o.as_const(), o, op))
     }
 
     /// Async [`Communicator::all_reduce_into`].
@@ -630,8 +639,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         output: &'scope mut [T],
         op: ReduceOp,
     ) -> Result<Work<'scope, &'scope mut [T]>> {
-        let o = raw_mut(output);
-        self.start(self.comm.op_all_reduce(raw(input), o, op)?, move |_| unsafe { rebuild(o) })
+        self.start_out(output, |o| self.comm.op_all_reduce(raw(input), o, op))
     }
 
     /// Async [`Communicator::reduce`].
@@ -644,8 +652,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         op: ReduceOp,
         root: usize,
     ) -> Result<Work<'scope, &'scope mut [T]>> {
-        let o = raw_mut(buf);
-        self.start(self.comm.op_reduce(o.as_const(), Some(o), op, root)?, move |_| unsafe { rebuild(o) })
+        self.start_out(buf, |o| self.comm.op_reduce(o.as_const(), Some(o), op, root))
     }
 
     /// Async [`Communicator::broadcast`].
@@ -653,8 +660,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     /// # Errors
     /// Argument errors now; communication errors from [`Work::wait`].
     pub fn broadcast<T: Element>(&self, buf: &'scope mut [T], root: usize) -> Result<Work<'scope, &'scope mut [T]>> {
-        let o = raw_mut(buf);
-        self.start(self.comm.op_broadcast(Some(o.as_const()), o, root)?, move |_| unsafe { rebuild(o) })
+        self.start_out(buf, |o| self.comm.op_broadcast(Some(o.as_const()), o, root))
     }
 
     /// Async [`Communicator::all_gather`].
@@ -666,8 +672,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         input: &'scope [T],
         output: &'scope mut [T],
     ) -> Result<Work<'scope, &'scope mut [T]>> {
-        let o = raw_mut(output);
-        self.start(self.comm.op_all_gather(raw(input), o)?, move |_| unsafe { rebuild(o) })
+        self.start_out(output, |o| self.comm.op_all_gather(raw(input), o))
     }
 
     /// Async [`Communicator::reduce_scatter`].
@@ -680,8 +685,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         output: &'scope mut [T],
         op: ReduceOp,
     ) -> Result<Work<'scope, &'scope mut [T]>> {
-        let o = raw_mut(output);
-        self.start(self.comm.op_reduce_scatter(raw(input), o, op)?, move |_| unsafe { rebuild(o) })
+        self.start_out(output, |o| self.comm.op_reduce_scatter(raw(input), o, op))
     }
 
     /// Async [`Communicator::all_to_all`].
@@ -693,8 +697,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         input: &'scope [T],
         output: &'scope mut [T],
     ) -> Result<Work<'scope, &'scope mut [T]>> {
-        let o = raw_mut(output);
-        self.start(self.comm.op_all_to_all(raw(input), o)?, move |_| unsafe { rebuild(o) })
+        self.start_out(output, |o| self.comm.op_all_to_all(raw(input), o))
     }
 
     /// Async [`Communicator::reduce_into`]; `wait()` returns the output (`None` off the root).
@@ -709,6 +712,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         root: usize,
     ) -> Result<Work<'scope, Option<&'scope mut [T]>>> {
         let o = output.map(raw_mut);
+        // SAFETY: as in `start_out`: a borrow held for 'scope, rebuilt after completion.
         self.start(self.comm.op_reduce(raw(input), o, op, root)?, move |_| o.map(|o| unsafe { rebuild(o) }))
     }
 
@@ -722,8 +726,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         output: &'scope mut [T],
         root: usize,
     ) -> Result<Work<'scope, &'scope mut [T]>> {
-        let o = raw_mut(output);
-        self.start(self.comm.op_broadcast(input.map(raw), o, root)?, move |_| unsafe { rebuild(o) })
+        self.start_out(output, |o| self.comm.op_broadcast(input.map(raw), o, root))
     }
 
     /// Async [`Communicator::all_gather_in_place`].
@@ -731,8 +734,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     /// # Errors
     /// Argument errors now; communication errors from [`Work::wait`].
     pub fn all_gather_in_place<T: Element>(&self, buf: &'scope mut [T]) -> Result<Work<'scope, &'scope mut [T]>> {
-        let o = raw_mut(buf);
-        self.start(self.comm.op_all_gather_in_place(o)?, move |_| unsafe { rebuild(o) })
+        self.start_out(buf, |o| self.comm.op_all_gather_in_place(o))
     }
 
     /// Async [`Communicator::all_gather_v`].
@@ -745,8 +747,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         output: &'scope mut [T],
         counts: &[usize],
     ) -> Result<Work<'scope, &'scope mut [T]>> {
-        let o = raw_mut(output);
-        self.start(self.comm.op_all_gather_v(raw(input), o, counts)?, move |_| unsafe { rebuild(o) })
+        self.start_out(output, |o| self.comm.op_all_gather_v(raw(input), o, counts))
     }
 
     /// Async [`Communicator::reduce_scatter_in_place`].
@@ -758,8 +759,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         buf: &'scope mut [T],
         op: ReduceOp,
     ) -> Result<Work<'scope, &'scope mut [T]>> {
-        let o = raw_mut(buf);
-        self.start(self.comm.op_reduce_scatter_in_place(o, op)?, move |_| unsafe { rebuild(o) })
+        self.start_out(buf, |o| self.comm.op_reduce_scatter_in_place(o, op))
     }
 
     /// Async [`Communicator::all_to_all_in_place`].
@@ -767,8 +767,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     /// # Errors
     /// Argument errors now; communication errors from [`Work::wait`].
     pub fn all_to_all_in_place<T: Element>(&self, buf: &'scope mut [T]) -> Result<Work<'scope, &'scope mut [T]>> {
-        let o = raw_mut(buf);
-        self.start(self.comm.op_all_to_all(o.as_const(), o)?, move |_| unsafe { rebuild(o) })
+        self.start_out(buf, |o| self.comm.op_all_to_all(o.as_const(), o))
     }
 
     /// Async [`Communicator::all_to_all_v`].
@@ -782,8 +781,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         output: &'scope mut [T],
         recv_counts: &[usize],
     ) -> Result<Work<'scope, &'scope mut [T]>> {
-        let o = raw_mut(output);
-        self.start(self.comm.op_all_to_all_v(raw(input), send_counts, o, recv_counts)?, move |_| unsafe { rebuild(o) })
+        self.start_out(output, |o| self.comm.op_all_to_all_v(raw(input), send_counts, o, recv_counts))
     }
 
     /// Async [`Communicator::gather`]; `wait()` returns the output (`None` off the root).
@@ -797,6 +795,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         root: usize,
     ) -> Result<Work<'scope, Option<&'scope mut [T]>>> {
         let o = output.map(raw_mut);
+        // SAFETY: as in `start_out`: a borrow held for 'scope, rebuilt after completion.
         self.start(self.comm.op_gather(raw(input), o, root)?, move |_| o.map(|o| unsafe { rebuild(o) }))
     }
 
@@ -810,8 +809,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         output: &'scope mut [T],
         root: usize,
     ) -> Result<Work<'scope, &'scope mut [T]>> {
-        let o = raw_mut(output);
-        self.start(self.comm.op_scatter(input.map(raw), o, root)?, move |_| unsafe { rebuild(o) })
+        self.start_out(output, |o| self.comm.op_scatter(input.map(raw), o, root))
     }
 
     /// Async [`Communicator::barrier`].
@@ -844,6 +842,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         self.comm.p2p_peer("recv", peer)?;
         let o = raw_mut(buf);
         self.start(Op::Batch(vec![P2p::Recv { buf: o, peer, tag }]), move |c| {
+            // SAFETY: as in `start_out`: a borrow held for 'scope, rebuilt after completion.
             (unsafe { rebuild(o) }, c.received.first().copied().unwrap_or(0))
         })
     }

@@ -67,11 +67,13 @@ use crate::error::{Error, Result};
 pub struct Work<'a, R> {
     pending: Arc<dyn Pending>,
     finish: Option<Box<dyn FnOnce(Completion) -> R + 'a>>,
+    /// Whether completion was already seen (then dropping need not wait again).
+    completed: bool,
 }
 
 impl<'a, R> Work<'a, R> {
     pub(crate) fn new(pending: Arc<dyn Pending>, finish: Box<dyn FnOnce(Completion) -> R + 'a>) -> Self {
-        Work { pending, finish: Some(finish) }
+        Work { pending, finish: Some(finish), completed: false }
     }
 
     /// Waits for completion and returns the result.
@@ -80,8 +82,9 @@ impl<'a, R> Work<'a, R> {
     /// The operation's error: [`Error::Timeout`], [`Error::Mismatch`], [`Error::PeerLost`],
     /// [`Error::Aborted`], ...
     pub fn wait(mut self) -> Result<R> {
-        let r = self.pending.wait(None).unwrap_or_else(|| Err(still_running()));
-        let completion = r?;
+        let r = self.pending.wait(None);
+        self.completed = r.is_some();
+        let completion = r.unwrap_or_else(|| Err(still_running()))?;
         let finish = self.finish.take().ok_or_else(still_running)?;
         Ok(finish(completion))
     }
@@ -92,7 +95,9 @@ impl<'a, R> Work<'a, R> {
     /// # Errors
     /// The operation's error, when it completed with one.
     pub fn wait_timeout(&mut self, timeout: Duration) -> Result<bool> {
-        match self.pending.wait(Some(timeout)) {
+        let r = self.pending.wait(Some(timeout));
+        self.completed |= r.is_some();
+        match r {
             None => Ok(false),
             Some(Ok(_)) => Ok(true),
             Some(Err(e)) => Err(e),
@@ -111,8 +116,11 @@ impl<'a, R> Work<'a, R> {
 
 impl<R> Drop for Work<'_, R> {
     fn drop(&mut self) {
-        // The operation may still use the buffers this handle borrows: wait for it.
-        let _ = self.pending.wait(None);
+        // The operation may still use the buffers this handle borrows: wait for it, unless
+        // its completion was already seen.
+        if !self.completed {
+            let _ = self.pending.wait(None);
+        }
     }
 }
 

@@ -184,13 +184,13 @@ fn launcher_job_id(env: &impl Fn(&str) -> Option<String>) -> Option<String> {
         .or_else(|| one("PMI_KVSNAME"))
 }
 
-/// The job secret: `OXCCL_SECRET`, else one derived from the launcher's job id (with a
-/// warning on rank 0: anyone who knows the id can derive it).
-fn job_secret(env: &impl Fn(&str) -> Option<String>, rank: usize) -> Result<Secret> {
+/// The job secret: `OXCCL_SECRET`, else one derived from the launcher's job id `job_id`
+/// (with a warning on rank 0: anyone who knows the id can derive it).
+fn job_secret(job_id: Option<&str>, rank: usize) -> Result<Secret> {
     if let Some(s) = Secret::from_env()? {
         return Ok(s);
     }
-    let id = launcher_job_id(env).ok_or_else(secret_required)?;
+    let id = job_id.ok_or_else(secret_required)?;
     if rank == 0 {
         eprintln!(
             "oxccl: OXCCL_SECRET is not set; using a secret derived from the launcher's job id ({id}), \
@@ -233,14 +233,15 @@ pub fn init_process(cfg: &ResolvedConfig) -> Result<Communicator> {
         let b = CpuBackend::new(NAME, transport, WORLD_COMM_ID, Arc::from([0usize]), 0, cfg.clone())?;
         return Ok(Communicator::from_backend(Arc::new(b)));
     }
-    let secret = job_secret(&env, rank)?;
+    let job_id = launcher_job_id(&env);
+    let secret = job_secret(job_id.as_deref(), rank)?;
     let mut keep: Vec<Box<dyn Any + Send + Sync>> = Vec::new();
     // Without MASTER_ADDR, a job whose ranks are all on this host (mpirun/srun on one node)
     // meets on loopback, at a port derived from the launcher's job id.
     let single_host_fallback = (info.master_addr.is_none() && info.local_world_size == n)
-        .then(|| launcher_job_id(&env))
+        .then_some(job_id.as_deref())
         .flatten()
-        .map(|id| ("127.0.0.1".to_string(), derived_port(&id)));
+        .map(|id| ("127.0.0.1".to_string(), derived_port(id)));
     let addr = match env("OXCCL_STORE_ADDR") {
         Some(a) => a,
         None => {

@@ -146,11 +146,12 @@ fn auto_failure(skipped: Vec<String>) -> Error {
     Error::BackendUnavailable { backend: "auto".into(), why: why.join("; ") }
 }
 
-/// Creates `n` in-process communicators on the configured backend.
-pub(crate) fn init_world(cfg: &ResolvedConfig, n: usize) -> Result<Vec<Communicator>> {
+/// `create` on the first candidate backend that is available: under `auto` an unavailable
+/// one is skipped (and named in the error if none is left); a named backend's error stands.
+fn first_available<T>(cfg: &ResolvedConfig, create: impl Fn(&dyn BackendFactory) -> Result<T>) -> Result<T> {
     let mut skipped = Vec::new();
     for f in candidates(&cfg.backend)? {
-        match f.create_world(cfg, n) {
+        match create(f) {
             Ok(c) => return Ok(c),
             Err(e @ Error::BackendUnavailable { .. }) if cfg.backend == BackendChoice::Auto => {
                 skipped.push(format!("{}: {e}", f.name()))
@@ -161,19 +162,14 @@ pub(crate) fn init_world(cfg: &ResolvedConfig, n: usize) -> Result<Vec<Communica
     Err(auto_failure(skipped))
 }
 
+/// Creates `n` in-process communicators on the configured backend.
+pub(crate) fn init_world(cfg: &ResolvedConfig, n: usize) -> Result<Vec<Communicator>> {
+    first_available(cfg, |f| f.create_world(cfg, n))
+}
+
 /// Creates this process's communicator on the configured backend.
 pub(crate) fn init_process(cfg: &ResolvedConfig) -> Result<Communicator> {
-    let mut skipped = Vec::new();
-    for f in candidates(&cfg.backend)? {
-        match f.create_process(cfg) {
-            Ok(c) => return Ok(c),
-            Err(e @ Error::BackendUnavailable { .. }) if cfg.backend == BackendChoice::Auto => {
-                skipped.push(format!("{}: {e}", f.name()))
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    Err(auto_failure(skipped))
+    first_available(cfg, |f| f.create_process(cfg))
 }
 
 #[cfg(test)]

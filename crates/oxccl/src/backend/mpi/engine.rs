@@ -410,8 +410,7 @@ impl Shared {
                 e => (FAIL, e.to_string()),
             };
             let msg = text_words(kind, &text);
-            let peers: Vec<usize> = self.peers().collect();
-            for p in peers {
+            for p in self.peers() {
                 let _ = self.send_side(st, p, msg);
             }
         }
@@ -487,8 +486,7 @@ impl Shared {
                 a.body = Body::Coll(op);
                 if self.rt.cfg.fingerprint && self.n > 1 {
                     a.stage = Stage::Exchange(vec![None; self.n]);
-                    let peers: Vec<usize> = self.peers().collect();
-                    peers.into_iter().try_for_each(|p| {
+                    self.peers().try_for_each(|p| {
                         let fp = self.fp_for(&a, p, true);
                         self.send_side(&mut st, p, fp_msg(&fp, 0, 0))
                     })
@@ -788,8 +786,7 @@ impl Shared {
                 recv_from: 0,
             };
             let msg = fp_msg(&fp, color.map_or(u64::MAX, u64::from), key as u64);
-            let peers: Vec<usize> = self.peers().collect();
-            match peers.into_iter().try_for_each(|p| self.send_side(&mut st, p, msg)) {
+            match self.peers().try_for_each(|p| self.send_side(&mut st, p, msg)) {
                 Ok(()) => st.queue.push_back(a),
                 Err(e) => {
                     self.abandon(&mut st, a, e.clone());
@@ -851,8 +848,7 @@ impl Drop for Shared {
         for a in std::mem::take(&mut st.queue) {
             self.abandon(&mut st, a, Error::Aborted { reason: "the communicator was dropped".into() });
         }
-        let peers: Vec<usize> = self.peers().collect();
-        for &p in &peers {
+        for p in self.peers() {
             let _ = self.send_side(&mut st, p, [LEFT, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
         }
         let _ = self.drain_side(&mut st);

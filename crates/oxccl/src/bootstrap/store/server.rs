@@ -336,8 +336,7 @@ fn handle(shared: &Shared, req: Request) -> Response {
                 if data.stopping {
                     return Response::Error("the store is shutting down".into());
                 }
-                let missing: Vec<String> = keys.iter().filter(|k| !data.map.contains_key(*k)).cloned().collect();
-                if missing.is_empty() {
+                if keys.iter().all(|k| data.map.contains_key(k)) {
                     return Response::Done;
                 }
                 data = match deadline {
@@ -345,6 +344,8 @@ fn handle(shared: &Shared, req: Request) -> Response {
                     Some(d) => {
                         let now = Instant::now();
                         if now >= d {
+                            // The missing keys are listed once, when the wait gives up.
+                            let missing = keys.iter().filter(|k| !data.map.contains_key(*k)).cloned().collect();
                             return Response::Missing(missing);
                         }
                         shared.changed.wait_timeout(data, d - now).unwrap_or_else(|p| p.into_inner()).0
