@@ -32,6 +32,7 @@ pub mod error;
 pub mod fingerprint;
 pub mod mesh;
 pub mod reduce_op;
+mod sync;
 pub mod tensor;
 pub mod work;
 

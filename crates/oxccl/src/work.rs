@@ -141,7 +141,7 @@ pub struct Scope<'scope, 'env: 'scope> {
 
 impl<'scope, 'env> Scope<'scope, 'env> {
     pub(crate) fn track(&self, p: &Arc<dyn Pending>) {
-        self.pending.lock().unwrap_or_else(|e| e.into_inner()).push(Arc::clone(p));
+        crate::sync::relock(&self.pending).push(Arc::clone(p));
     }
 
     /// The communicator this scope runs on.
@@ -155,7 +155,7 @@ struct WaitAll<'a>(&'a Mutex<Vec<Arc<dyn Pending>>>);
 
 impl WaitAll<'_> {
     fn wait_all(&self) -> Option<Error> {
-        let all = std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()));
+        let all = std::mem::take(&mut *crate::sync::relock(self.0));
         let mut first = None;
         for p in all {
             if let Some(Err(e)) = p.wait(None) {

@@ -37,14 +37,14 @@ pub struct MemoryRendezvous {
 
 impl Rendezvous for MemoryRendezvous {
     fn publish(&self, key: &str, value: &[u8]) -> Result<()> {
-        self.map.lock().unwrap_or_else(|e| e.into_inner()).insert(key.to_string(), value.to_vec());
+        crate::sync::relock(&self.map).insert(key.to_string(), value.to_vec());
         self.changed.notify_all();
         Ok(())
     }
 
     fn lookup(&self, key: &str, timeout: Duration) -> Result<Vec<u8>> {
         let deadline = std::time::Instant::now() + timeout;
-        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        let mut map = crate::sync::relock(&self.map);
         loop {
             if let Some(v) = map.get(key) {
                 return Ok(v.clone());

@@ -4,6 +4,7 @@
 //! thread started on first use. Any failure poisons the communicator and is reported to the
 //! peers so that they fail fast instead of waiting for their deadlines.
 
+use crate::sync::relock;
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
@@ -88,12 +89,6 @@ struct Job {
 struct Slot {
     result: Mutex<Option<Result<Completion>>>,
     cv: Condvar,
-}
-
-fn relock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Every critical section here is a few field updates that cannot be left half done,
-    // so the data behind a poisoned lock is consistent.
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Slot {

@@ -121,14 +121,14 @@ static DEVICE_COPY: Mutex<Option<Arc<dyn DeviceCopy>>> = Mutex::new(None);
 
 /// Registers the copy functions used to stage device buffers (CUDA and ROCm memory).
 pub fn register_device_copy(copy: Arc<dyn DeviceCopy>) {
-    *DEVICE_COPY.lock().unwrap_or_else(|e| e.into_inner()) = Some(copy);
+    *crate::sync::relock(&DEVICE_COPY) = Some(copy);
 }
 
 fn copier(device: Device) -> Result<Arc<dyn DeviceCopy>> {
     if device == Device::Cpu {
         return Ok(Arc::new(HostCopy));
     }
-    DEVICE_COPY.lock().unwrap_or_else(|e| e.into_inner()).clone().ok_or_else(|| Error::BackendUnavailable {
+    crate::sync::relock(&DEVICE_COPY).clone().ok_or_else(|| Error::BackendUnavailable {
         backend: "mpi".into(),
         why: format!(
             "a {device} buffer must be staged through host memory (this MPI is not CUDA-aware, or the \

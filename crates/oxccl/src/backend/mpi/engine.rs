@@ -40,6 +40,7 @@
 //! the failure notice), MPI may complete it into the user's buffer after the caller got its
 //! error back; the notice races with that peer's next call only.
 
+use crate::sync::relock;
 use std::collections::VecDeque;
 use std::ffi::c_int;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -70,11 +71,6 @@ const HDR: u64 = 2;
 const ABORT: u64 = 3;
 const FAIL: u64 = 4;
 const LEFT: u64 = 5;
-
-fn relock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Critical sections leave the data consistent at every await-free step.
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 fn null_req() -> ffi::MPI_Request {
     // SAFETY: reading the rsmpi shim's constant.

@@ -12,6 +12,7 @@
 //! once every peer has said it left too (so that a late notice from a peer can never land in
 //! a new communicator that reuses the context id), or at finalisation.
 
+use crate::sync::relock;
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
@@ -103,10 +104,6 @@ enum Slot {
 }
 
 static SLOT: Mutex<Slot> = Mutex::new(Slot::Never);
-
-fn relock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 impl Runtime {
     /// Held around MPI calls: the process-wide lock when MPI is not thread-multiple.

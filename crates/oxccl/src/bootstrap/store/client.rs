@@ -1,9 +1,10 @@
 //! The store client: authenticated connections to a [`StoreServer`](super::StoreServer).
 
+use crate::sync::relock as lock;
 use std::fmt;
 use std::io::{self, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::protocol::{read_frame, Request, Response, MAX_WAIT_KEYS};
@@ -57,10 +58,6 @@ enum Attempt {
     Retry(String),
     /// Trying again cannot help (the secrets differ, not a store, a malformed address).
     Fatal(Error),
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn secs(d: Duration) -> String {

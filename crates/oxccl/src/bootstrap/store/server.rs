@@ -1,10 +1,11 @@
 //! The store server: an accept thread, one thread per connection, one map behind a mutex.
 
+use crate::sync::relock as lock;
 use std::collections::HashMap;
 use std::fmt;
 use std::io::{self, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -53,12 +54,6 @@ struct Conns {
     stopping: bool,
     next_id: u64,
     live: HashMap<u64, (TcpStream, Option<JoinHandle<()>>)>,
-}
-
-/// Locks a mutex, ignoring poisoning: every critical section here leaves its data
-/// consistent (no code in them can panic halfway through an update).
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl StoreServer {

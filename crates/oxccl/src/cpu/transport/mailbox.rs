@@ -71,7 +71,7 @@ impl Mailbox {
     fn lock(&self) -> MutexGuard<'_, State> {
         // Every update under this lock is a single push/pop/insert, so the state behind a
         // poisoned lock is still consistent.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        crate::sync::relock(&self.state)
     }
 
     /// Applies `f` and wakes the waiters, if there are any (a waiter counts itself and

@@ -1101,7 +1101,7 @@ impl Link for TcpLinks {
         }
         let head = frame::encode_header(kind, header, payload.len());
         // A sender that panicked mid-frame leaves `mid_frame` set, which is checked below.
-        let mut w = conn.writer.lock().unwrap_or_else(|p| p.into_inner());
+        let mut w = crate::sync::relock(&conn.writer);
         if let Some(detail) = conn.gone.get() {
             return Err(TransportError::PeerLost { peer, detail: detail.clone() });
         }

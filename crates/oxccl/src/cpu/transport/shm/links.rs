@@ -230,7 +230,7 @@ impl Link for ShmLinks {
         let p = self.local_index(peer)?;
         let ring = self.shared.ring(self.me, p);
         let hdr = encode_header(kind, header, payload.len());
-        let _guard = self.out[p].lock().unwrap_or_else(|e| e.into_inner());
+        let _guard = crate::sync::relock(&self.out[p]);
         for part in [&hdr[..], payload] {
             let mut done = 0;
             while done < part.len() {
