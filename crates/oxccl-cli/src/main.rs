@@ -347,7 +347,7 @@ fn bench_dispatch(args: &BenchArgs) -> Result<BenchEnd, String> {
     let plan = args.plan()?;
     match (args.ranks, args.backend.as_deref()) {
         (Some(n), Some(b)) if b.eq_ignore_ascii_case("local") => {
-            bench::run_threads("local", n as usize, &plan).map(BenchEnd::Wrong)
+            bench::run_threads(n as usize, &plan).map(BenchEnd::Wrong)
         }
         (Some(n), backend) => {
             let backend = backend.unwrap_or("cpu");

@@ -67,6 +67,20 @@ mod code {
     pub const NOT_RUN: u8 = 7;
 }
 
+/// A problem unless the next call on `c` returns `Aborted`, as every call on a communicator
+/// that failed must (`after` says what failed, for the message).
+fn next_call_is_aborted(c: &Communicator, after: &str) -> Option<String> {
+    match c.barrier() {
+        Err(Error::Aborted { .. }) => None,
+        other => Some(format!("after {after}, the next call returned {other:?} instead of Error::Aborted")),
+    }
+}
+
+/// The outcome code of a call's result: OK, or its error's code.
+fn code_of_result<T>(r: &oxccl::Result<T>) -> u8 {
+    r.as_ref().err().map_or(code::OK, code_of)
+}
+
 fn code_of(e: &Error) -> u8 {
     match e {
         Error::Mismatch { .. } => code::MISMATCH,
@@ -813,7 +827,7 @@ fn timeout_scatter(slot: &mut Option<Communicator>, cx: &ECx) -> Local {
     let t = Instant::now();
     let r = c.with_timeout(deadline).scatter(None, &mut [0u32; 4], 1);
     let elapsed = t.elapsed();
-    let code = r.as_ref().err().map_or(code::OK, code_of);
+    let code = code_of_result(&r);
     let mut problems = if me == 0 {
         check_timeout(&r, elapsed, OpKind::Scatter, 1, Some(1), me)
     } else {
@@ -822,12 +836,7 @@ fn timeout_scatter(slot: &mut Option<Communicator>, cx: &ECx) -> Local {
             other => vec![format!("expected Error::Aborted (rank 0 timed out) or Error::Timeout, got {other:?}")],
         }
     };
-    match c.barrier() {
-        Err(Error::Aborted { .. }) => {}
-        other => {
-            problems.push(format!("after the timeout, the next call returned {other:?} instead of Error::Aborted"))
-        }
-    }
+    problems.extend(next_call_is_aborted(&c, "the timeout"));
     Local::new(verdict_of(problems), code)
 }
 
@@ -846,7 +855,7 @@ fn timeout_all_reduce(slot: &mut Option<Communicator>, cx: &ECx) -> Local {
     let t = Instant::now();
     let r = c.with_timeout(SHORT).all_reduce(&mut [1f32; 8], ReduceOp::Sum);
     let elapsed = t.elapsed();
-    let code = r.as_ref().err().map_or(code::OK, code_of);
+    let code = code_of_result(&r);
     let problems = match &r {
         Err(Error::Aborted { .. }) if elapsed <= SHORT + PROMPT => Vec::new(),
         _ => check_timeout(&r, elapsed, OpKind::AllReduce, 1, None, me),
@@ -892,11 +901,8 @@ fn abort_case(slot: &mut Option<Communicator>, aborter: impl Fn(usize) -> bool) 
     if elapsed > PROMPT {
         problems.push(format!("the abort took {elapsed:?} to end the wait"));
     }
-    match c.barrier() {
-        Err(Error::Aborted { .. }) => {}
-        other => problems.push(format!("after the abort, the next call returned {other:?} instead of Error::Aborted")),
-    }
-    let code = r.as_ref().err().map_or(code::OK, code_of);
+    problems.extend(next_call_is_aborted(&c, "the abort"));
+    let code = code_of_result(&r);
     Local::new(verdict_of(problems), code)
 }
 
@@ -945,13 +951,8 @@ fn peer_lost_dropped(slot: &mut Option<Communicator>, cx: &ECx) -> Local {
     let r = c.scatter(None, &mut [0u32; 3], 1);
     let elapsed = t.elapsed();
     let mut problems = check_lost(&r, elapsed);
-    match c.barrier() {
-        Err(Error::Aborted { .. }) => {}
-        other => {
-            problems.push(format!("after losing rank 1, the next call returned {other:?} instead of Error::Aborted"))
-        }
-    }
-    let code = r.as_ref().err().map_or(code::OK, code_of);
+    problems.extend(next_call_is_aborted(&c, "losing rank 1"));
+    let code = code_of_result(&r);
     Local::new(verdict_of(problems), code)
 }
 
@@ -1018,12 +1019,8 @@ fn recv_mismatch(
                 Err(e @ Error::Mismatch { .. }) => problems.extend(check(e)),
                 other => problems.push(format!("the receive returned {other:?}, expected Error::Mismatch")),
             }
-            match c.barrier() {
-                Err(Error::Aborted { .. }) => {}
-                other => problems
-                    .push(format!("after the mismatch, the next call returned {other:?} instead of Error::Aborted")),
-            }
-            let code = r.as_ref().err().map_or(code::OK, code_of);
+            problems.extend(next_call_is_aborted(&c, "the mismatch"));
+            let code = code_of_result(&r);
             Local::new(verdict_of(problems), code)
         }
         _ => Local::new(Ok(()), code::OK),

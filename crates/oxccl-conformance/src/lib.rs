@@ -104,7 +104,7 @@ impl SuiteOptions {
 
     /// Options from the environment: `OXCCL_CONFORMANCE_FILTER` and `OXCCL_CONFORMANCE_SKIP`
     /// (comma-separated patterns), `OXCCL_CONFORMANCE_SEED` (integer),
-    /// `OXCCL_CONFORMANCE_QUICK` (`1`/`true`), `OXCCL_CONFORMANCE_TIMEOUT` (seconds).
+    /// `OXCCL_CONFORMANCE_QUICK` (`1`/`true`), `OXCCL_CONFORMANCE_TIMEOUT` (seconds, or `250ms`, `2m` ...).
     /// Unset or unparsable variables keep the defaults.
     pub fn from_env() -> Self {
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
@@ -122,10 +122,9 @@ impl SuiteOptions {
         if let Some(v) = var("OXCCL_CONFORMANCE_QUICK") {
             o.quick = matches!(v.trim(), "1" | "true" | "yes");
         }
-        if let Some(t) = var("OXCCL_CONFORMANCE_TIMEOUT").and_then(|v| v.trim().parse::<f64>().ok()) {
-            if t.is_finite() && t > 0.0 {
-                o.timeout = Duration::from_secs_f64(t);
-            }
+        let timeout = var("OXCCL_CONFORMANCE_TIMEOUT").and_then(|v| oxccl::config::parse_duration(&v).ok());
+        if let Some(t) = timeout.filter(|t| !t.is_zero()) {
+            o.timeout = t;
         }
         o
     }

@@ -70,39 +70,18 @@ impl Plan {
     }
 }
 
-/// Runs `plan` on `n` ranks as threads of this process, on an in-process `backend` (`local`).
-/// Returns the number of wrong values.
+/// Runs `plan` on `n` ranks as threads of this process (the `local` backend). Returns the
+/// number of wrong values.
 ///
 /// # Errors
 /// When the world cannot be created, or a rank fails (each failed rank's error).
-pub fn run_threads(backend: &str, n: usize, plan: &Plan) -> Result<u64, String> {
-    let comms = oxccl::Config::new()
-        .backend(backend)
-        .init_world(n)
-        .map_err(|e| format!("could not create {n} in-process ranks on backend `{backend}`: {e}"))?;
-    let results: Vec<Result<u64, String>> = std::thread::scope(|s| {
-        let handles: Vec<_> = comms
-            .into_iter()
-            .enumerate()
-            .map(|(r, comm)| {
-                (
-                    r,
-                    std::thread::Builder::new()
-                        .name(format!("bench-rank{r}"))
-                        .spawn_scoped(s, move || run_rank(&comm, plan)),
-                )
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|(r, h)| match h {
-                Ok(h) => {
-                    h.join().unwrap_or_else(|_| Err(format!("rank {r} panicked (a bug in oxccl; please report it)")))
-                }
-                Err(e) => Err(format!("could not start the thread of rank {r}: {e}")),
-            })
-            .collect()
-    });
+pub fn run_threads(n: usize, plan: &Plan) -> Result<u64, String> {
+    let results = oxccl::local::run_with(&oxccl::Config::new(), n, |comm| {
+        let r = comm.rank();
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_rank(&comm, plan)))
+            .unwrap_or_else(|_| Err(format!("rank {r} panicked (a bug in oxccl; please report it)")))
+    })
+    .map_err(|e| format!("could not create {n} in-process ranks on backend `local`: {e}"))?;
     let mut errors: Vec<String> = results.iter().filter_map(|r| r.as_ref().err().cloned()).collect();
     // Every rank refuses bad options with the same message: say it once.
     errors.dedup();
@@ -330,7 +309,7 @@ mod tests {
         for dtype in DType::ALL {
             for redop in ReduceOp::ALL {
                 let p = plan(vec![BenchOp::AllReduce, BenchOp::ReduceScatter], dtype, redop);
-                assert_eq!(run_threads("local", 3, &p), Ok(0), "{dtype} {redop}");
+                assert_eq!(run_threads(3, &p), Ok(0), "{dtype} {redop}");
             }
         }
     }
@@ -340,7 +319,7 @@ mod tests {
         for n in [1, 2, 5] {
             let mut p = plan(BenchOp::ALL.to_vec(), DType::BF16, ReduceOp::Sum);
             p.root = n - 1;
-            assert_eq!(run_threads("local", n, &p), Ok(0), "{n} ranks");
+            assert_eq!(run_threads(n, &p), Ok(0), "{n} ranks");
         }
     }
 
@@ -348,7 +327,7 @@ mod tests {
     fn a_root_out_of_range_is_refused_on_every_rank() {
         let mut p = plan(vec![BenchOp::Broadcast], DType::F32, ReduceOp::Sum);
         p.root = 7;
-        let e = run_threads("local", 2, &p).unwrap_err();
+        let e = run_threads(2, &p).unwrap_err();
         assert!(e.contains("--root 7"), "{e}");
     }
 

@@ -196,6 +196,8 @@ pub struct OpArgs {
 /// check's inputs ([`check::value`]); the output starts zeroed (out of place).
 pub fn prepare<T: BenchElem>(comm: &Communicator, op: BenchOp, count: usize, a: &OpArgs) -> Buffers<T> {
     let (in_len, out_len) = op.buffer_lens(count, comm.world_size(), a.place);
+    // In place, every operation works on `output` alone: no input buffer to allocate.
+    let in_len = if a.place == Place::InPlace { 0 } else { in_len };
     let mut b = Buffers { input: vec![T::default(); in_len], output: vec![T::default(); out_len] };
     refill(comm, op, count, a, &mut b);
     b

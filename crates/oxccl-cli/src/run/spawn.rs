@@ -50,8 +50,8 @@ impl Placement {
             ("MASTER_ADDR", self.master_addr.clone()),
             ("MASTER_PORT", self.master_port.to_string()),
             ("OXCCL_STORE_ADDR", self.store_addr()),
-            ("OXCCL_SECRET", secret.to_string()),
-            ("OXCCL_LAUNCHER", "oxccl".to_string()),
+            (oxccl::bootstrap::auth::SECRET_ENV, secret.to_string()),
+            (oxccl::bootstrap::env::LAUNCHER_ENV, "oxccl".to_string()),
             ("OXCCL_NODE_RANK", self.node_rank.to_string()),
         ]
     }

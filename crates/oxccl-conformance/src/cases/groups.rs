@@ -28,7 +28,8 @@ fn cx_for<'a>(cx: &Cx<'a>, salt: u64) -> Cx<'a> {
 }
 
 /// Checks that `sub` has the given members (parent ranks, in sub-rank order), by its rank
-/// and size and by an all_gather of the parent ranks and an all_reduce of them.
+/// and size and by an all_gather of the parent ranks and an all_reduce of them. A call that
+/// fails aborts `sub` (so its peers stop waiting) and is returned as the error.
 fn check_members(chk: &mut Check, p: &Point, sub: &Communicator, me: usize, members: &[usize]) -> Result<(), String> {
     let pos = members.iter().position(|&r| r == me);
     if sub.world_size() != members.len() || Some(sub.rank()) != pos {
@@ -40,18 +41,18 @@ fn check_members(chk: &mut Check, p: &Point, sub: &Communicator, me: usize, memb
         ));
         return Ok(());
     }
+    let failed = |what: &str, e: oxccl::Error| {
+        sub.abort("oxccl-conformance: a call failed on this rank");
+        format!("{p}: {what} on the sub-communicator: {e}")
+    };
     let mut order = vec![-1i64; members.len()];
-    if let Err(e) = sub.all_gather(&[me as i64], &mut order) {
-        return Err(format!("{p}: all_gather on the sub-communicator: {e}"));
-    }
+    sub.all_gather(&[me as i64], &mut order).map_err(|e| failed("all_gather", e))?;
     let want: Vec<i64> = members.iter().map(|&r| r as i64).collect();
     chk.that(order == want, || {
         format!("{p}: the sub-communicator's ranks are parent ranks {order:?}, expected {want:?}")
     });
     let mut sum = [me as u64];
-    if let Err(e) = sub.all_reduce(&mut sum, ReduceOp::Sum) {
-        return Err(format!("{p}: all_reduce on the sub-communicator: {e}"));
-    }
+    sub.all_reduce(&mut sum, ReduceOp::Sum).map_err(|e| failed("all_reduce", e))?;
     let want_sum: u64 = members.iter().map(|&r| r as u64).sum();
     chk.that(sum[0] == want_sum, || format!("{p}: all_reduce of parent ranks gave {}, expected {want_sum}", sum[0]));
     Ok(())
@@ -69,7 +70,6 @@ fn split_parity_reversed(comm: &Communicator, _cx: &Cx) -> Verdict {
     };
     let members: Vec<usize> = (0..n).rev().filter(|r| r % 2 == me % 2).collect();
     if let Err(e) = check_members(&mut chk, &p, &sub, me, &members) {
-        sub.abort("oxccl-conformance: a call failed on this rank");
         chk.fail(e);
     }
     chk.finish()
@@ -92,7 +92,6 @@ fn split_opt_out(comm: &Communicator, cx: &Cx) -> Verdict {
         (false, Some(sub)) => {
             let members: Vec<usize> = (0..n).filter(|r| r % 3 != 1).collect();
             if let Err(e) = check_members(&mut chk, &p, &sub, me, &members) {
-                sub.abort("oxccl-conformance: a call failed on this rank");
                 chk.fail(e);
                 return chk.finish();
             }
@@ -115,7 +114,6 @@ fn split_singletons(comm: &Communicator, cx: &Cx) -> Verdict {
         return chk.finish();
     };
     if let Err(e) = check_members(&mut chk, &p, &sub, me, &[me]) {
-        sub.abort("oxccl-conformance: a call failed on this rank");
         chk.fail(e);
         return chk.finish();
     }
@@ -143,7 +141,6 @@ fn new_group_even_reversed(comm: &Communicator, cx: &Cx) -> Verdict {
         }
         Some(sub) => {
             if let Err(e) = check_members(&mut chk, &p, &sub, me, &members) {
-                sub.abort("oxccl-conformance: a call failed on this rank");
                 chk.fail(e);
                 return chk.finish();
             }
