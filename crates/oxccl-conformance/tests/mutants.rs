@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use oxccl::backend::CallOptions;
 use oxccl::backend::{Backend, Completion, MessageInfo, Mode, Op, P2p, Pending};
-use oxccl::config::CallOptions;
 use oxccl::cpu::engine::{CpuBackend, WORLD_COMM_ID};
 use oxccl::cpu::transport::memory::MemoryHub;
 use oxccl::{Communicator, Error, OpKind};

@@ -136,27 +136,6 @@ impl Config {
         };
         Ok(ResolvedConfig { backend, timeout, algorithms })
     }
-
-    /// Creates `n` communicators of one world inside this process (ranks 0..n), on the
-    /// configured backend (`auto` picks the best one that can do this, today `local`).
-    ///
-    /// # Errors
-    /// [`Error::Config`] for unusable settings; [`Error::BackendUnavailable`] when the chosen
-    /// backend cannot run here or cannot host several ranks in one process;
-    /// [`Error::InvalidArgument`] when `n` is 0.
-    pub fn init_world(&self, n: usize) -> Result<Vec<crate::Communicator>> {
-        crate::backend::factory::init_world(&self.resolve()?, n)
-    }
-
-    /// Creates this process's communicator, joining the world described by the
-    /// environment (a process started alone is rank 0 of a world of 1).
-    ///
-    /// # Errors
-    /// [`Error::Config`] for unusable settings; [`Error::BackendUnavailable`] when no chosen
-    /// backend can serve this launch, with the reason for each one skipped.
-    pub fn init(&self) -> Result<crate::Communicator> {
-        crate::backend::factory::init_process(&self.resolve()?)
-    }
 }
 
 /// Parses `30`, `1.5`, `1.5s`, `250ms`, `2m`, `1h` into a duration (bare numbers are seconds).
@@ -183,17 +162,6 @@ pub fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
         return Err(format!("`{s}` is not a non-negative duration"));
     }
     Duration::try_from_secs_f64(v * scale).map_err(|e| format!("`{s}`: {e}"))
-}
-
-/// Options of one call, set on a communicator handle with
-/// [`Communicator::with_algorithm`](crate::Communicator::with_algorithm) and
-/// [`Communicator::with_timeout`](crate::Communicator::with_timeout).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct CallOptions {
-    /// Forced algorithm (`Auto`: the configured override, else the selector's choice).
-    pub algorithm: Algorithm,
-    /// Deadline of this call's waits (None: the communicator's timeout).
-    pub timeout: Option<Duration>,
 }
 
 #[cfg(test)]

@@ -30,35 +30,29 @@ pub mod device;
 pub mod dtype;
 pub mod error;
 pub mod fingerprint;
+mod init;
 pub mod mesh;
+pub mod mpi;
 pub mod reduce_op;
 mod sync;
 pub mod tensor;
-pub mod work;
 
 pub use algorithm::Algorithm;
-pub use backend::local;
 pub use backend::MessageInfo;
+pub use communicator::work;
 pub use communicator::{Batch, Communicator};
+pub use communicator::{Scope, Work};
 pub use config::Config;
 pub use device::Device;
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};
 pub use fingerprint::{Fingerprint, OpKind};
 pub use half::{bf16, f16};
+pub use init::local;
+pub use init::{init, select};
 pub use mesh::DeviceMesh;
 pub use reduce_op::ReduceOp;
 pub use tensor::Tensor;
-pub use work::{Scope, Work};
-
-/// Creates this process's communicator from the environment (`OXCCL_*` variables and the
-/// launcher's rank variables): `Config::new().init()`.
-///
-/// # Errors
-/// As [`Config::init`].
-pub fn init() -> Result<Communicator> {
-    Config::new().init()
-}
 
 /// The README's code, compiled and run as a doc test so the tour cannot go stale.
 #[cfg(doctest)]

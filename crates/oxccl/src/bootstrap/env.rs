@@ -102,6 +102,21 @@ pub struct LaunchInfo {
     pub launcher: Launcher,
 }
 
+/// The world size a launcher asked for, if any: the first world-size variable of the
+/// conventions above (`WORLD_SIZE`, `OMPI_COMM_WORLD_SIZE`, `PMI_SIZE`, `SLURM_NTASKS`) that
+/// holds a number, with its name. Used to refuse a single-process backend under a launcher.
+pub fn requested_world_size(env: impl Fn(&str) -> Option<String>) -> Option<(&'static str, usize)> {
+    [TORCHRUN, OPEN_MPI, PMI, SLURM]
+        .iter()
+        .find_map(|c| env(c.world).and_then(|v| v.trim().parse().ok()).map(|n| (c.world, n)))
+}
+
+/// Whether an MPI launcher started this process (`OMPI_COMM_WORLD_SIZE`, `PMI_SIZE` or
+/// `PMIX_RANK` set), as seen through `has`.
+pub fn launched_by_mpi(has: impl Fn(&str) -> bool) -> bool {
+    [OPEN_MPI.world, PMI.world, "PMIX_RANK"].into_iter().any(has)
+}
+
 /// The variable names of one convention.
 struct Names {
     launcher: Launcher,
@@ -737,5 +752,19 @@ mod tests {
             Ok(i) => assert!(i.rank < i.world_size && i.local_rank < i.local_world_size),
             Err(e) => assert!(matches!(e, Error::Config(_)), "{e}"),
         }
+    }
+
+    #[test]
+    fn requested_world_sizes_and_mpi_launches() {
+        let e = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+        };
+        assert_eq!(requested_world_size(e(&[("PMI_SIZE", " 3")])), Some(("PMI_SIZE", 3)));
+        assert_eq!(requested_world_size(e(&[("WORLD_SIZE", "x"), ("SLURM_NTASKS", "2")])), Some(("SLURM_NTASKS", 2)));
+        assert_eq!(requested_world_size(e(&[("RANK", "1")])), None);
+        assert!(launched_by_mpi(|k| k == "OMPI_COMM_WORLD_SIZE"));
+        assert!(launched_by_mpi(|k| k == "PMI_SIZE"));
+        assert!(launched_by_mpi(|k| k == "PMIX_RANK"));
+        assert!(!launched_by_mpi(|k| k == "WORLD_SIZE"));
     }
 }

@@ -8,43 +8,13 @@ use super::algorithms::{
     all_gather, all_reduce, all_to_all, barrier, broadcast, gather, reduce, reduce_scatter, scatter, Ctx, Kernel,
     Scratch,
 };
-use super::reduce::{divide, narrow, widen};
 use crate::algorithm::{not_applicable, Algorithm};
+use crate::backend::reduce::{divide, narrow, widen};
 use crate::backend::{Op, RawBuf, RawBufMut};
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::fingerprint::{Fingerprint, OpKind};
+use crate::fingerprint::OpKind;
 use crate::reduce_op::ReduceOp;
-
-/// The fingerprint of collective `op` as sequence number `seq`, run by `algorithm`.
-pub fn fingerprint(op: &Op, seq: u64, algorithm: Algorithm) -> Fingerprint {
-    let (dtype, count, root, reduce) = match op {
-        Op::AllReduce { output, op, .. } => (output.dtype, output.count, None, Some(*op)),
-        Op::Reduce { input, op, root, .. } => (input.dtype, input.count, Some(*root), Some(*op)),
-        Op::Broadcast { output, root, .. } => (output.dtype, output.count, Some(*root), None),
-        Op::AllGather { input, .. } => (input.dtype, input.count, None, None),
-        Op::AllGatherV { output, .. } => (output.dtype, output.count, None, None),
-        Op::ReduceScatter { output, op, .. } => (output.dtype, output.count, None, Some(*op)),
-        Op::AllToAll { input, .. } => (input.dtype, input.count, None, None),
-        // Per-pair counts differ legitimately; the receiver checks each block's length.
-        Op::AllToAllV { input, .. } => (input.dtype, 0, None, None),
-        Op::Gather { input, root, .. } => (input.dtype, input.count, Some(*root), None),
-        Op::Scatter { output, root, .. } => (output.dtype, output.count, Some(*root), None),
-        Op::Barrier | Op::Batch(_) => (DType::U8, 0, None, None),
-    };
-    Fingerprint { seq, op: op.kind(), dtype, count: count as u64, root: root.map(|r| r as u32), reduce, algorithm }
-}
-
-/// The per-rank size in bytes that the selector looks at.
-pub fn message_bytes(op: &Op) -> usize {
-    match op {
-        Op::AllReduce { output, .. } => output.bytes(),
-        Op::Reduce { input, .. } | Op::AllGather { input, .. } | Op::Gather { input, .. } => input.bytes(),
-        Op::AllToAll { input, .. } | Op::AllToAllV { input, .. } | Op::ReduceScatter { input, .. } => input.bytes(),
-        Op::Broadcast { output, .. } | Op::Scatter { output, .. } | Op::AllGatherV { output, .. } => output.bytes(),
-        Op::Barrier | Op::Batch(_) => 0,
-    }
-}
 
 /// Bytes of a read-only buffer.
 ///

@@ -16,9 +16,12 @@ use super::point_to_point::P2pCtx;
 use super::selector;
 use super::transport::shm::collectives::ShmCollectives;
 use super::transport::{Stage, Transport};
-use crate::algorithm::{not_applicable, Algorithm};
+use crate::algorithm::Algorithm;
+use crate::backend::completion::Slot;
+use crate::backend::poison::Poison;
+use crate::backend::CallOptions;
 use crate::backend::{Backend, Completion, MessageInfo, Mode, Op, Pending};
-use crate::config::{CallOptions, ResolvedConfig};
+use crate::config::ResolvedConfig;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, OpKind};
@@ -64,68 +67,13 @@ struct ExecState {
 #[derive(Default)]
 struct CommState {
     seq: u64,
-    poisoned: Option<Error>,
-}
-
-impl CommState {
-    /// `Ok` unless the communicator is poisoned; then the error every later call returns.
-    fn usable(&self) -> Result<()> {
-        match &self.poisoned {
-            None => Ok(()),
-            Some(Error::Aborted { reason }) => Err(Error::Aborted { reason: reason.clone() }),
-            Some(e) => Err(Error::Aborted { reason: format!("an earlier operation failed: {e}") }),
-        }
-    }
+    poisoned: Poison,
 }
 
 struct Job {
     op: Op,
     opts: CallOptions,
     slot: Arc<Slot>,
-}
-
-/// The completion of one operation.
-#[derive(Default)]
-struct Slot {
-    result: Mutex<Option<Result<Completion>>>,
-    cv: Condvar,
-}
-
-impl Slot {
-    fn done(r: Result<Completion>) -> Arc<Slot> {
-        Arc::new(Slot { result: Mutex::new(Some(r)), cv: Condvar::new() })
-    }
-
-    fn complete(&self, r: Result<Completion>) {
-        *relock(&self.result) = Some(r);
-        self.cv.notify_all();
-    }
-}
-
-impl Pending for Slot {
-    fn wait(&self, timeout: Option<Duration>) -> Option<Result<Completion>> {
-        let deadline = timeout.map(|t| Instant::now() + t);
-        let mut g = relock(&self.result);
-        loop {
-            if let Some(r) = g.as_ref() {
-                return Some(r.clone());
-            }
-            match deadline {
-                None => g = self.cv.wait(g).unwrap_or_else(|p| p.into_inner()),
-                Some(d) => {
-                    let now = Instant::now();
-                    if now >= d {
-                        return None;
-                    }
-                    g = self.cv.wait_timeout(g, d - now).unwrap_or_else(|p| p.into_inner()).0;
-                }
-            }
-        }
-    }
-
-    fn is_completed(&self) -> bool {
-        relock(&self.result).is_some()
-    }
 }
 
 /// Mixes a parent id, a sequence number and a color into a new communicator id.
@@ -194,16 +142,16 @@ impl CpuBackend {
 
 impl Inner {
     fn timeout(&self, opts: &CallOptions) -> Duration {
-        opts.timeout.unwrap_or(self.cfg.timeout)
+        opts.timeout_or(self.cfg.timeout)
     }
 
     fn check_poisoned(&self) -> Result<()> {
-        relock(&self.state).usable()
+        relock(&self.state).poisoned.check()
     }
 
     fn next_seq(&self) -> Result<u64> {
         let mut st = relock(&self.state);
-        st.usable()?;
+        st.poisoned.check()?;
         let s = st.seq;
         st.seq += 1;
         Ok(s)
@@ -217,11 +165,9 @@ impl Inner {
     /// not complete) and tells the peers.
     fn poison(&self, e: &Error, at: Stage) {
         {
-            let mut st = relock(&self.state);
-            if st.poisoned.is_some() {
+            if !relock(&self.state).poisoned.set(e.clone()) {
                 return;
             }
-            st.poisoned = Some(e.clone());
         }
         self.transport.notify_failure(self.comm_id, &self.peers(), at, e);
     }
@@ -295,11 +241,8 @@ impl Inner {
     /// Runs one operation on the calling thread.
     fn execute(&self, op: &Op, opts: &CallOptions) -> Result<Completion> {
         let kind = op.kind();
-        let forced = if opts.algorithm != Algorithm::Auto { opts.algorithm } else { self.cfg.algorithms.for_op(kind) };
-        if !forced.applies_to(kind) {
-            // Refused before a sequence number is taken: the communicator stays in step.
-            return Err(not_applicable(kind, forced));
-        }
+        // Refused before a sequence number is taken: the communicator stays in step.
+        let forced = opts.forced_algorithm(kind, &self.cfg.algorithms)?;
         let native = self.native.get().filter(|n| n.supports(op));
         if forced == Algorithm::SharedMemory && native.is_none() {
             return Err(Error::invalid(format!(
@@ -332,9 +275,9 @@ impl Inner {
         } else {
             let algo = match native {
                 Some(_) if forced == Algorithm::Auto => Algorithm::SharedMemory,
-                _ => selector::choose(kind, dispatch::message_bytes(op), self.ranks.len(), forced),
+                _ => selector::choose(kind, op.message_bytes(), self.ranks.len(), forced),
             };
-            let ctx = self.ctx(dispatch::fingerprint(op, seq, algo), opts);
+            let ctx = self.ctx(op.fingerprint(seq, algo), opts);
             // SAFETY: `op` came through `Backend::submit`, whose contract the submitter upholds.
             let r = match native {
                 Some(n) if algo == Algorithm::SharedMemory => unsafe { n.run(&ctx, op) },

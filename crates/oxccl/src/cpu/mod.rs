@@ -1,8 +1,10 @@
-//! The CPU backends: our own algorithms over our own transports.
+//! The CPU backends, `cpu` and `local`: our own algorithms over our own transports.
 //!
+//! - [`setup`]: the `cpu` backend's process and world setup (store, host detection, links).
+//! - [`local`]: the `local` backend (ranks as threads, in-memory transport).
+//! - [`factory`]: how `init` finds both.
 //! - [`transport`]: how bytes move (in-memory, shared memory, TCP).
 //! - [`algorithms`]: what moves when (ring, trees, recursive doubling, ...), one file each.
-//! - [`reduce`]: the element-wise reduction kernels.
 //! - [`selector`]: which algorithm runs a given call.
 //! - [`dispatch`]: from a type-erased operation to algorithm calls.
 //! - [`engine`]: ordered execution, async work, poisoning, split.
@@ -10,9 +12,11 @@
 pub mod algorithms;
 pub mod dispatch;
 pub mod engine;
+pub mod factory;
+pub mod local;
 pub mod point_to_point;
-pub mod reduce;
 pub mod selector;
+pub mod setup;
 pub mod transport;
 
 /// The SplitMix64 increment (2^64 / golden ratio).

@@ -23,7 +23,7 @@ use std::ops::Range;
 use std::time::Instant;
 
 use super::transport::{Channel, Header, Stage, Transport, TransportError};
-use crate::cpu::reduce as kernels;
+use crate::backend::reduce as kernels;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;

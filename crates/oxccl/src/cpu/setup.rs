@@ -23,7 +23,6 @@ use crate::bootstrap::auth::Secret;
 use crate::bootstrap::env::LaunchInfo;
 use crate::bootstrap::store::{StoreClient, StoreServer};
 use crate::bootstrap::{MemoryRendezvous, Rendezvous};
-use crate::communicator::Communicator;
 use crate::config::ResolvedConfig;
 use crate::cpu::engine::{CpuBackend, WORLD_COMM_ID};
 use crate::cpu::transport::mailbox::Mailbox;
@@ -216,13 +215,13 @@ fn secret_required() -> Error {
     )
 }
 
-/// Creates this process's communicator from the launcher's environment.
+/// Creates this process's rank from the launcher's environment.
 ///
 /// # Errors
 /// [`Error::Config`] for missing or contradictory variables (named in the message);
 /// [`Error::Store`] when the store cannot be reached or a rank does not show up in time;
 /// transport setup errors.
-pub fn init_process(cfg: &ResolvedConfig) -> Result<Communicator> {
+pub fn init_process(cfg: &ResolvedConfig) -> Result<CpuBackend> {
     let env = |k: &str| std::env::var(k).ok();
     let info = LaunchInfo::from_env()?;
     let opts = CpuOptions::from_env_with(env, cfg.timeout)?;
@@ -230,8 +229,7 @@ pub fn init_process(cfg: &ResolvedConfig) -> Result<Communicator> {
     if n == 1 {
         let mailbox = Arc::new(Mailbox::new());
         let transport = Arc::new(RoutedTransport::new(0, mailbox, vec![None])?);
-        let b = CpuBackend::new(NAME, transport, WORLD_COMM_ID, Arc::from([0usize]), 0, cfg.clone())?;
-        return Ok(Communicator::from_backend(Arc::new(b)));
+        return CpuBackend::new(NAME, transport, WORLD_COMM_ID, Arc::from([0usize]), 0, cfg.clone());
     }
     let job_id = launcher_job_id(&env);
     let secret = job_secret(job_id.as_deref(), rank)?;
@@ -277,16 +275,15 @@ pub fn init_process(cfg: &ResolvedConfig) -> Result<Communicator> {
     let backend = build(rank, n, &store, &prefix, &secret, &host_id(), &opts, cfg)?;
     // Every link is up when `build` returns (TCP and shared-memory setup wait for all their
     // peers), so no extra barrier, which would take a sequence number the user sees.
-    let backend = keep.into_iter().fold(backend, CpuBackend::keep_alive);
-    Ok(Communicator::from_backend(Arc::new(backend)))
+    Ok(keep.into_iter().fold(backend, CpuBackend::keep_alive))
 }
 
-/// Creates the `n` communicators of a world of threads in this process over the real
+/// Creates the `n` ranks of a world of threads in this process over the real
 /// transports (shared memory, or TCP on loopback with `OXCCL_TRANSPORT=tcp`).
 ///
 /// # Errors
 /// As [`init_process`], without the store.
-pub fn init_world(cfg: &ResolvedConfig, n: usize) -> Result<Vec<Communicator>> {
+pub fn init_world(cfg: &ResolvedConfig, n: usize) -> Result<Vec<CpuBackend>> {
     if n == 0 {
         return Err(Error::invalid("a world needs at least one rank"));
     }
@@ -298,7 +295,7 @@ pub fn init_world(cfg: &ResolvedConfig, n: usize) -> Result<Vec<Communicator>> {
 ///
 /// # Errors
 /// As [`init_world`].
-pub fn init_world_with(cfg: &ResolvedConfig, n: usize, opts: &CpuOptions) -> Result<Vec<Communicator>> {
+pub fn init_world_with(cfg: &ResolvedConfig, n: usize, opts: &CpuOptions) -> Result<Vec<CpuBackend>> {
     if n == 0 {
         return Err(Error::invalid("a world needs at least one rank"));
     }
@@ -321,19 +318,23 @@ pub fn init_world_with(cfg: &ResolvedConfig, n: usize, opts: &CpuOptions) -> Res
             .map(|h| h.join().unwrap_or_else(|_| Err(Error::Internal("a setup thread panicked".into()))))
             .collect()
     });
-    results.into_iter().map(|b| b.map(|b| Communicator::from_backend(Arc::new(b)))).collect()
+    results.into_iter().collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Algorithm, Config, ReduceOp};
+    use crate::{Algorithm, Communicator, Config, ReduceOp};
 
     fn run_world(transport: TransportChoice, n: usize) {
         let cfg = Config::new().timeout(Duration::from_secs(30)).resolve_with(|_| None).unwrap();
         let mut opts = CpuOptions::from_env_with(|_| None, cfg.timeout).unwrap();
         opts.transport = transport;
-        let comms = init_world_with(&cfg, n, &opts).unwrap();
+        let comms: Vec<Communicator> = init_world_with(&cfg, n, &opts)
+            .unwrap()
+            .into_iter()
+            .map(|b| Communicator::from_backend(Arc::new(b)))
+            .collect();
         std::thread::scope(|s| {
             for comm in &comms {
                 s.spawn(move || {

@@ -287,8 +287,8 @@ pub fn stage(op: Op, stage: impl Fn(Device) -> bool) -> Result<(Op, Staged)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::mpi::config::CudaAware;
     use crate::dtype::DType;
+    use crate::mpi::config::CudaAware;
 
     unsafe extern "C" fn yes() -> c_int {
         1

@@ -1,44 +1,26 @@
-//! The `local` backend: N ranks as threads of one process, running the CPU algorithms over
-//! the in-memory transport. For tests, simulation and single-process multi-rank programs.
+//! `oxccl::local`: run N ranks as threads of this process, each with its communicator of a
+//! new `local` world (the CPU algorithms over the in-memory transport).
 
 use std::sync::Arc;
 
+use crate::backend::Backend;
 use crate::communicator::Communicator;
-use crate::config::{Config, ResolvedConfig};
-use crate::cpu::engine::{CpuBackend, WORLD_COMM_ID};
-use crate::cpu::transport::memory::MemoryHub;
-use crate::error::{Error, Result};
+use crate::config::Config;
+use crate::cpu::local::world;
+use crate::error::Result;
 
-/// The backend's name.
-pub const NAME: &str = "local";
-
-/// Creates the `n` communicators of a new in-process world (rank i at index i).
-///
-/// # Errors
-/// [`Error::InvalidArgument`] when `n` is 0.
-pub fn world(cfg: &ResolvedConfig, n: usize) -> Result<Vec<Communicator>> {
-    if n == 0 {
-        return Err(Error::invalid("a world needs at least one rank"));
-    }
-    let hub = MemoryHub::new(n);
-    let ranks: Arc<[usize]> = (0..n).collect();
-    (0..n)
-        .map(|r| {
-            let t = Arc::new(hub.endpoint(r)?);
-            let b = CpuBackend::new(NAME, t, WORLD_COMM_ID, Arc::clone(&ranks), r, cfg.clone())?;
-            Ok(Communicator::from_backend(Arc::new(b)))
-        })
-        .collect()
-}
+pub use crate::cpu::local::NAME;
 
 /// Runs `f` on `n` threads, each with its rank's communicator of a new `local` world
 /// (configured from the environment), and returns the results in rank order.
 ///
 /// A rank that panics drops its communicator, so the others fail with
-/// [`Error::PeerLost`] instead of hanging; the panic is then resumed on the calling thread.
+/// [`Error::PeerLost`](crate::Error::PeerLost) instead of hanging; the panic is then resumed
+/// on the calling thread.
 ///
 /// # Errors
-/// [`Error::InvalidArgument`] when `n` is 0; [`Error::Config`] for unusable `OXCCL_*` values.
+/// [`Error::InvalidArgument`](crate::Error::InvalidArgument) when `n` is 0;
+/// [`Error::Config`](crate::Error::Config) for unusable `OXCCL_*` values.
 ///
 /// ```
 /// let sums = oxccl::local::run(3, |comm| {
@@ -56,7 +38,10 @@ pub fn run<R: Send>(n: usize, f: impl Fn(Communicator) -> R + Sync) -> Result<Ve
 /// # Errors
 /// As [`run`].
 pub fn run_with<R: Send>(cfg: &Config, n: usize, f: impl Fn(Communicator) -> R + Sync) -> Result<Vec<R>> {
-    let comms = world(&cfg.resolve()?, n)?;
+    let comms: Vec<Communicator> = world(&cfg.resolve()?, n)?
+        .into_iter()
+        .map(|b| Communicator::from_backend(Arc::new(b) as Arc<dyn Backend>))
+        .collect();
     let f = &f;
     let results: Vec<std::thread::Result<R>> = std::thread::scope(|s| {
         let handles: Vec<_> = comms

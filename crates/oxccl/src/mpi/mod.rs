@@ -60,11 +60,7 @@ pub const NAME: &str = "mpi";
 /// Whether this process was started by an MPI launcher (`OMPI_COMM_WORLD_SIZE`,
 /// `PMI_SIZE` or `PMIX_RANK` in the environment).
 pub fn launched_by_mpi() -> bool {
-    launched_by_mpi_with(|k| std::env::var_os(k).is_some())
-}
-
-fn launched_by_mpi_with(has: impl Fn(&str) -> bool) -> bool {
-    ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"].into_iter().any(has)
+    crate::bootstrap::env::launched_by_mpi(|k| std::env::var_os(k).is_some())
 }
 
 #[cfg(feature = "mpi")]
@@ -83,9 +79,9 @@ mod with_mpi {
     use super::request::MpiPending;
     use super::{launched_by_mpi, MpiConfig, NAME};
     use crate::backend::factory::BackendFactory;
+    use crate::backend::CallOptions;
     use crate::backend::{Backend, MessageInfo, Mode, Op, Pending};
-    use crate::communicator::Communicator;
-    use crate::config::{CallOptions, ResolvedConfig};
+    use crate::config::ResolvedConfig;
     use crate::error::{Error, Result};
 
     /// One rank's membership in one communicator of the `mpi` backend.
@@ -157,13 +153,13 @@ mod with_mpi {
         Ok(MpiBackend { shared: Arc::new(Shared::new(rt, comm, rank, size, cfg)) })
     }
 
-    /// Creates this process's communicator of `MPI_COMM_WORLD` with the `OXCCL_MPI_*`
+    /// Creates this process's rank of (a duplicate of) `MPI_COMM_WORLD` with the `OXCCL_MPI_*`
     /// settings ([`MpiConfig::from_env`]).
     ///
     /// # Errors
     /// [`Error::Config`] for unusable `OXCCL_MPI_*` values; [`Error::BackendUnavailable`]
     /// when MPI does not initialise (or was finalised already); MPI's errors.
-    pub fn init_process(cfg: &ResolvedConfig) -> Result<Communicator> {
+    pub fn init_process(cfg: &ResolvedConfig) -> Result<MpiBackend> {
         init_with(cfg, &MpiConfig::from_env()?)
     }
 
@@ -172,7 +168,7 @@ mod with_mpi {
     ///
     /// # Errors
     /// As [`init_process`].
-    pub fn init_with(cfg: &ResolvedConfig, mpi_cfg: &MpiConfig) -> Result<Communicator> {
+    pub fn init_with(cfg: &ResolvedConfig, mpi_cfg: &MpiConfig) -> Result<MpiBackend> {
         let rt = init::acquire(mpi_cfg)?;
         // SAFETY: a zeroed handle is overwritten by MPI_Comm_dup.
         let mut comm: ffi::MPI_Comm = unsafe { std::mem::zeroed() };
@@ -183,11 +179,10 @@ mod with_mpi {
             // SAFETY: `comm` was just created.
             check(unsafe { ffi::MPI_Comm_set_errhandler(comm, ffi::RSMPI_ERRORS_RETURN) }, "MPI_Comm_set_errhandler")?;
         }
-        let b = from_comm(rt, Comm(comm), cfg.clone())?;
-        Ok(Communicator::from_backend(Arc::new(b)))
+        from_comm(rt, Comm(comm), cfg.clone())
     }
 
-    /// The factory registered in [`factory`](crate::backend::factory).
+    /// How `init` finds this backend ([`BackendFactory`]).
     pub struct MpiFactory;
 
     impl BackendFactory for MpiFactory {
@@ -208,7 +203,7 @@ mod with_mpi {
             Ok(())
         }
 
-        fn create_world(&self, _cfg: &ResolvedConfig, n: usize) -> Result<Vec<Communicator>> {
+        fn create_world(&self, _cfg: &ResolvedConfig, n: usize) -> Result<Vec<Arc<dyn Backend>>> {
             Err(Error::BackendUnavailable {
                 backend: NAME.into(),
                 why: format!(
@@ -219,21 +214,8 @@ mod with_mpi {
             })
         }
 
-        fn create_process(&self, cfg: &ResolvedConfig) -> Result<Communicator> {
-            init_process(cfg)
+        fn create_process(&self, cfg: &ResolvedConfig) -> Result<Arc<dyn Backend>> {
+            Ok(Arc::new(init_process(cfg)?))
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn launch_detection() {
-        assert!(launched_by_mpi_with(|k| k == "OMPI_COMM_WORLD_SIZE"));
-        assert!(launched_by_mpi_with(|k| k == "PMI_SIZE"));
-        assert!(launched_by_mpi_with(|k| k == "PMIX_RANK"));
-        assert!(!launched_by_mpi_with(|k| k == "WORLD_SIZE"));
     }
 }

@@ -17,8 +17,8 @@ use mpi::ffi;
 
 use super::dtype::{mpi_type, reduction, Reduction};
 use super::init::{check, Runtime};
+use crate::backend::reduce::{divide, narrow, widen};
 use crate::backend::{Op, P2p, RawBuf, RawBufMut};
-use crate::cpu::reduce::{divide, narrow, widen};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 

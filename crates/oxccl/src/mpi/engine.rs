@@ -51,10 +51,12 @@ use mpi::ffi;
 use super::cuda::{self, Staged};
 use super::init::{check, Runtime};
 use super::ops::{self, Posted};
-use crate::algorithm::{not_applicable, Algorithm};
+use crate::algorithm::Algorithm;
+use crate::backend::completion::Slot;
+use crate::backend::poison::Poison;
+use crate::backend::CallOptions;
 use crate::backend::{Completion, MessageInfo, Op, P2p, RawBuf, RawBufMut};
-use crate::config::{CallOptions, ResolvedConfig};
-use crate::cpu::dispatch;
+use crate::config::ResolvedConfig;
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -90,23 +92,20 @@ struct Req(ffi::MPI_Request);
 // SAFETY: request handles may be tested from any thread under the thread level granted.
 unsafe impl Send for Req {}
 
-/// The completion slot of one operation.
+/// The completion of one operation: its result, and the communicator a split creates.
 #[derive(Default)]
 pub(crate) struct Cell {
-    result: Mutex<Option<Result<Completion>>>,
+    slot: Slot,
     split: Mutex<Option<Comm>>,
 }
 
 impl Cell {
     pub(crate) fn result(&self) -> Option<Result<Completion>> {
-        relock(&self.result).clone()
+        self.slot.peek()
     }
 
     fn complete(&self, r: Result<Completion>) {
-        let mut g = relock(&self.result);
-        if g.is_none() {
-            *g = Some(r);
-        }
+        self.slot.complete(r);
     }
 }
 
@@ -158,7 +157,7 @@ struct Abandoned {
 #[derive(Default)]
 struct State {
     seq: u64,
-    poisoned: Option<Error>,
+    poisoned: Poison,
     stash: Vec<VecDeque<Msg>>,
     queue: VecDeque<Active>,
     outbox: Vec<(Vec<u64>, Req)>,
@@ -293,14 +292,6 @@ impl Shared {
         (g, relock(&self.state))
     }
 
-    fn poisoned_error(st: &State) -> Result<()> {
-        match &st.poisoned {
-            None => Ok(()),
-            Some(Error::Aborted { reason }) => Err(Error::Aborted { reason: reason.clone() }),
-            Some(e) => Err(Error::Aborted { reason: format!("an earlier operation failed: {e}") }),
-        }
-    }
-
     fn data_tag(&self, tag: u32) -> c_int {
         let ub = u64::try_from(self.rt.tag_ub.max(1)).unwrap_or(1);
         // 1..=tag_ub; tags above MPI_TAG_UB wrap (messages stay ordered per tag).
@@ -389,16 +380,15 @@ impl Shared {
     /// Marks the communicator failed with `e`: queued operations fail, peers are told
     /// (when `notify`).
     fn poison(&self, st: &mut State, e: Error, notify: bool) {
-        if st.poisoned.is_some() {
+        if !st.poisoned.set(e.clone()) {
             return;
         }
-        st.poisoned = Some(e.clone());
-        let reason = match &e {
-            Error::Aborted { reason } => reason.clone(),
-            e => format!("an earlier operation failed: {e}"),
+        let aborted = match st.poisoned.check() {
+            Err(a) => a,
+            Ok(()) => Error::Aborted { reason: e.to_string() },
         };
         for a in std::mem::take(&mut st.queue) {
-            self.abandon(st, a, Error::Aborted { reason: reason.clone() });
+            self.abandon(st, a, aborted.clone());
         }
         if notify {
             let (kind, text) = match &e {
@@ -445,14 +435,11 @@ impl Shared {
     /// `Backend::submit`'s contract.
     pub(crate) unsafe fn submit(&self, op: Op, opts: &CallOptions) -> Result<Arc<Cell>> {
         let kind = op.kind();
-        let forced = if opts.algorithm != Algorithm::Auto { opts.algorithm } else { self.cfg.algorithms.for_op(kind) };
-        if !forced.applies_to(kind) {
-            return Err(not_applicable(kind, forced));
-        }
+        let forced = opts.forced_algorithm(kind, &self.cfg.algorithms)?;
         ops::check_limits(&op)?;
-        let timeout = opts.timeout.unwrap_or(self.cfg.timeout);
+        let timeout = opts.timeout_or(self.cfg.timeout);
         let (_g, mut st) = self.lock();
-        Self::poisoned_error(&st)?;
+        st.poisoned.check()?;
         let is_coll = !matches!(op, Op::Batch(_));
         let direct = self.rt.cuda.is_aware() && !host_work(&op);
         let force = self.rt.cfg.force_staging;
@@ -466,7 +453,7 @@ impl Shared {
         let mut a = Active {
             cell: Arc::clone(&cell),
             body: Body::Batch(Vec::new()),
-            fp: dispatch::fingerprint(&op, seq, forced),
+            fp: op.fingerprint(seq, forced),
             started,
             deadline: started + timeout,
             stage: Stage::Running,
@@ -751,10 +738,10 @@ impl Shared {
 
     /// The collective `split`: exchange of colours and keys, then `MPI_Comm_split`.
     pub(crate) fn split(&self, color: Option<u32>, key: i64, opts: &CallOptions) -> Result<Option<Comm>> {
-        let timeout = opts.timeout.unwrap_or(self.cfg.timeout);
+        let timeout = opts.timeout_or(self.cfg.timeout);
         let cell = {
             let (_g, mut st) = self.lock();
-            Self::poisoned_error(&st)?;
+            st.poisoned.check()?;
             let seq = st.seq;
             st.seq += 1;
             let fp = Fingerprint {
@@ -801,7 +788,7 @@ impl Shared {
     /// The first queued message from `peer` with `tag`.
     pub(crate) fn probe(&self, peer: usize, tag: u32) -> Result<Option<MessageInfo>> {
         let (_g, mut st) = self.lock();
-        Self::poisoned_error(&st)?;
+        st.poisoned.check()?;
         if let Err(e) = self.drain_side(&mut st) {
             self.poison(&mut st, e.clone(), true);
             return Err(e);

@@ -57,8 +57,8 @@ use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use super::Communicator;
 use crate::backend::{Completion, Pending};
-use crate::communicator::Communicator;
 use crate::error::{Error, Result};
 
 /// The handle of an operation in flight. [`Work::wait`] returns the operation's result

@@ -1,0 +1,402 @@
+//! The typed, safe front door: collectives on slices of [`Element`]s.
+//!
+//! Every argument is checked here, before anything is sent, so every backend refuses bad
+//! input with the same [`Error::InvalidArgument`] and the communicator stays usable.
+//! Naming: the short name is the form users reach for first (`all_reduce` in place,
+//! `all_gather` out of place); the other form carries `_into` (out of place) or `_in_place`.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::algorithm::Algorithm;
+use crate::backend::CallOptions;
+use crate::backend::{Backend, Completion, MessageInfo, Mode, Op, P2p, RawBuf, RawBufMut};
+use crate::device::Device;
+use crate::dtype::Element;
+use crate::error::{Error, Result};
+use crate::reduce_op::ReduceOp;
+mod batch;
+mod checks;
+mod scope;
+pub mod work;
+
+pub use batch::Batch;
+pub use work::{Scope, Work};
+
+/// One rank's handle on a group of ranks that communicate.
+///
+/// Cloning is cheap and gives another handle on the same communicator; the
+/// `with_*` methods return such a handle with different per-call options.
+/// Operations on one communicator run in the order they are issued, and every rank must
+/// issue the same collectives in the same order (as with NCCL and MPI).
+#[derive(Clone)]
+pub struct Communicator {
+    backend: Arc<dyn Backend>,
+    opts: CallOptions,
+}
+
+impl std::fmt::Debug for Communicator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Communicator")
+            .field("backend", &self.backend.name())
+            .field("rank", &self.rank())
+            .field("world_size", &self.world_size())
+            .field("opts", &self.opts)
+            .finish()
+    }
+}
+
+pub(crate) fn raw<T: Element>(s: &[T]) -> RawBuf {
+    RawBuf { ptr: s.as_ptr().cast(), count: s.len(), dtype: T::DTYPE, device: Device::Cpu }
+}
+
+pub(crate) fn raw_mut<T: Element>(s: &mut [T]) -> RawBufMut {
+    RawBufMut { ptr: s.as_mut_ptr().cast(), count: s.len(), dtype: T::DTYPE, device: Device::Cpu }
+}
+
+/// Rebuilds a slice handed to an async operation, once the operation has completed.
+///
+/// # Safety
+/// `b` must come from `raw_mut` of a `&'a mut [T]` whose borrow is still held, and the
+/// operation using it must have completed.
+pub(crate) unsafe fn rebuild<'a, T: Element>(b: RawBufMut) -> &'a mut [T] {
+    // SAFETY: guaranteed by this function's contract.
+    unsafe { std::slice::from_raw_parts_mut(b.ptr.cast::<T>(), b.count) }
+}
+
+impl Communicator {
+    /// Wraps a backend (for backend implementers; users get communicators from
+    /// [`Config`](crate::Config) or [`local`](crate::local)).
+    pub fn from_backend(backend: Arc<dyn Backend>) -> Communicator {
+        Communicator { backend, opts: CallOptions::default() }
+    }
+
+    /// This rank, in `0..world_size()`.
+    pub fn rank(&self) -> usize {
+        self.backend.rank()
+    }
+
+    /// The number of ranks.
+    pub fn world_size(&self) -> usize {
+        self.backend.world_size()
+    }
+
+    /// The backend's name (`local`, `cpu`, `nccl`, `rccl`, `mpi`).
+    pub fn backend(&self) -> &'static str {
+        self.backend.name()
+    }
+
+    /// The deadline this handle's calls use.
+    pub fn timeout(&self) -> Duration {
+        self.opts.timeout.unwrap_or_else(|| self.backend.timeout())
+    }
+
+    /// A handle whose calls use `algo` (`Auto`: the configured default). Calls of an operation
+    /// `algo` cannot run fail with [`Error::InvalidArgument`]; see [`Algorithm::for_op`].
+    pub fn with_algorithm(&self, algo: Algorithm) -> Communicator {
+        Communicator { backend: Arc::clone(&self.backend), opts: CallOptions { algorithm: algo, ..self.opts } }
+    }
+
+    /// A handle whose calls wait at most `timeout` before failing with [`Error::Timeout`].
+    pub fn with_timeout(&self, timeout: Duration) -> Communicator {
+        Communicator { backend: Arc::clone(&self.backend), opts: CallOptions { timeout: Some(timeout), ..self.opts } }
+    }
+
+    /// Aborts the communicator from any thread: every wait on it returns [`Error::Aborted`]
+    /// and the peers are told, so their waits end too. The communicator stays unusable.
+    pub fn abort(&self, reason: &str) {
+        self.backend.abort(reason);
+    }
+
+    /// Submits a checked operation.
+    ///
+    /// # Safety
+    /// The buffers in `op` must satisfy `Backend::submit`'s contract until the returned
+    /// work completes; callers guarantee it by borrowing them for the work's lifetime `'a`.
+    pub(crate) unsafe fn submit<'a, R>(
+        &self,
+        op: Op,
+        mode: Mode,
+        finish: impl FnOnce(Completion) -> R + 'a,
+    ) -> Result<Work<'a, R>> {
+        self.check_opts(op.kind())?;
+        // SAFETY: forwarded from this function's contract.
+        let pending = unsafe { self.backend.submit(op, mode, &self.opts)? };
+        Ok(Work::new(pending, Box::new(finish)))
+    }
+
+    /// Runs a checked operation to completion.
+    fn run(&self, op: Op) -> Result<Completion> {
+        // SAFETY: every caller builds `op` from borrows that outlive this call, and `wait`
+        // returns only once the operation has completed.
+        unsafe { self.submit(op, Mode::Blocking, |c| c)? }.wait()
+    }
+
+    // ---- blocking collectives
+
+    /// All-reduce in place: every rank's `buf` becomes the element-wise reduction of all ranks' `buf`.
+    ///
+    /// # Errors
+    /// Communication errors ([`Error::Timeout`], [`Error::Mismatch`], [`Error::PeerLost`],
+    /// [`Error::Aborted`]).
+    pub fn all_reduce<T: Element>(&self, buf: &mut [T], op: ReduceOp) -> Result<()> {
+        let o = raw_mut(buf);
+        self.run(self.op_all_reduce(o.as_const(), o, op)?).map(drop)
+    }
+
+    /// All-reduce out of place: `output` becomes the reduction of all ranks' `input`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when the lengths differ; communication errors.
+    pub fn all_reduce_into<T: Element>(&self, input: &[T], output: &mut [T], op: ReduceOp) -> Result<()> {
+        self.run(self.op_all_reduce(raw(input), raw_mut(output), op)?).map(drop)
+    }
+
+    /// Reduce in place to `root`: the root's `buf` becomes the reduction; the others' `buf`
+    /// are left unchanged.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a root out of range; communication errors.
+    pub fn reduce<T: Element>(&self, buf: &mut [T], op: ReduceOp, root: usize) -> Result<()> {
+        let o = raw_mut(buf);
+        self.run(self.op_reduce(o.as_const(), Some(o), op, root)?).map(drop)
+    }
+
+    /// Reduce out of place: the root's `output` becomes the reduction of all `input`s.
+    /// `output` is required at the root and ignored elsewhere.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a root out of range, a missing or wrongly sized output
+    /// at the root; communication errors.
+    pub fn reduce_into<T: Element>(
+        &self,
+        input: &[T],
+        output: Option<&mut [T]>,
+        op: ReduceOp,
+        root: usize,
+    ) -> Result<()> {
+        self.run(self.op_reduce(raw(input), output.map(raw_mut), op, root)?).map(drop)
+    }
+
+    /// Broadcast in place: every rank's `buf` becomes the root's `buf`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a root out of range; communication errors.
+    pub fn broadcast<T: Element>(&self, buf: &mut [T], root: usize) -> Result<()> {
+        let o = raw_mut(buf);
+        self.run(self.op_broadcast(Some(o.as_const()), o, root)?).map(drop)
+    }
+
+    /// Broadcast out of place: every rank's `output` becomes the root's `input`
+    /// (`input` is required at the root and ignored elsewhere).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a root out of range or a missing/wrongly sized input at
+    /// the root; communication errors.
+    pub fn broadcast_into<T: Element>(&self, input: Option<&[T]>, output: &mut [T], root: usize) -> Result<()> {
+        self.run(self.op_broadcast(input.map(raw), raw_mut(output), root)?).map(drop)
+    }
+
+    /// All-gather: `output` (world_size × `input.len()`) receives every rank's `input` in rank order.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `output` has the wrong length; communication errors.
+    pub fn all_gather<T: Element>(&self, input: &[T], output: &mut [T]) -> Result<()> {
+        self.run(self.op_all_gather(raw(input), raw_mut(output))?).map(drop)
+    }
+
+    /// All-gather in place: block `rank` of `buf` is this rank's input; on return every block
+    /// holds its rank's input.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `buf.len()` does not divide by the world size.
+    pub fn all_gather_in_place<T: Element>(&self, buf: &mut [T]) -> Result<()> {
+        self.run(self.op_all_gather_in_place(raw_mut(buf))?).map(drop)
+    }
+
+    /// All-gather with per-rank counts: rank i contributes `counts[i]` elements; `output`
+    /// (the sum of `counts`) receives them concatenated in rank order.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `counts` has not one entry per rank or a length disagrees.
+    pub fn all_gather_v<T: Element>(&self, input: &[T], output: &mut [T], counts: &[usize]) -> Result<()> {
+        self.run(self.op_all_gather_v(raw(input), raw_mut(output), counts)?).map(drop)
+    }
+
+    /// Reduce-scatter: `input` is world_size blocks of `output.len()`; rank i's `output`
+    /// becomes block i of the element-wise reduction of all ranks' `input`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `input.len() != world_size * output.len()`.
+    pub fn reduce_scatter<T: Element>(&self, input: &[T], output: &mut [T], op: ReduceOp) -> Result<()> {
+        self.run(self.op_reduce_scatter(raw(input), raw_mut(output), op)?).map(drop)
+    }
+
+    /// Reduce-scatter in place: on return block `rank` of `buf` holds the reduced block; the
+    /// other blocks hold unspecified partial results.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `buf.len()` does not divide by the world size.
+    pub fn reduce_scatter_in_place<T: Element>(&self, buf: &mut [T], op: ReduceOp) -> Result<()> {
+        self.run(self.op_reduce_scatter_in_place(raw_mut(buf), op)?).map(drop)
+    }
+
+    /// All-to-all: `input` and `output` are world_size equal blocks; block j of this rank's
+    /// input goes to rank j, and block i of the output comes from rank i.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when the lengths differ or do not divide by the world size.
+    pub fn all_to_all<T: Element>(&self, input: &[T], output: &mut [T]) -> Result<()> {
+        self.run(self.op_all_to_all(raw(input), raw_mut(output))?).map(drop)
+    }
+
+    /// All-to-all in place on world_size equal blocks of `buf`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `buf.len()` does not divide by the world size.
+    pub fn all_to_all_in_place<T: Element>(&self, buf: &mut [T]) -> Result<()> {
+        let o = raw_mut(buf);
+        self.run(self.op_all_to_all(o.as_const(), o)?).map(drop)
+    }
+
+    /// All-to-all with per-pair counts: `send_counts[j]` elements of `input` (blocks in rank
+    /// order) go to rank j; `recv_counts[i]` elements come from rank i into `output`. Rank j's
+    /// `recv_counts[i]` must equal rank i's `send_counts[j]` ([`Error::Mismatch`] otherwise).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when counts and lengths disagree; communication errors.
+    pub fn all_to_all_v<T: Element>(
+        &self,
+        input: &[T],
+        send_counts: &[usize],
+        output: &mut [T],
+        recv_counts: &[usize],
+    ) -> Result<()> {
+        self.run(self.op_all_to_all_v(raw(input), send_counts, raw_mut(output), recv_counts)?).map(drop)
+    }
+
+    /// Gather to `root`: the root's `output` (world_size × `input.len()`, required at the root,
+    /// ignored elsewhere) receives every rank's `input` in rank order.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a root out of range or a missing/wrongly sized output.
+    pub fn gather<T: Element>(&self, input: &[T], output: Option<&mut [T]>, root: usize) -> Result<()> {
+        self.run(self.op_gather(raw(input), output.map(raw_mut), root)?).map(drop)
+    }
+
+    /// Scatter from `root`: rank i's `output` becomes block i of the root's `input`
+    /// (world_size × `output.len()`, required at the root, ignored elsewhere).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a root out of range or a missing/wrongly sized input.
+    pub fn scatter<T: Element>(&self, input: Option<&[T]>, output: &mut [T], root: usize) -> Result<()> {
+        self.run(self.op_scatter(input.map(raw), raw_mut(output), root)?).map(drop)
+    }
+
+    /// Waits until every rank has called `barrier`.
+    ///
+    /// # Errors
+    /// Communication errors.
+    pub fn barrier(&self) -> Result<()> {
+        self.run(Op::Barrier).map(drop)
+    }
+
+    // ---- point-to-point
+
+    /// Sends `buf` to `peer` with `tag`. Returns once the data is handed to the transport
+    /// (it does not wait for the matching receive).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a peer out of range; communication errors.
+    pub fn send<T: Element>(&self, buf: &[T], peer: usize, tag: u32) -> Result<()> {
+        self.p2p_peer("send", peer)?;
+        self.run(Op::Batch(vec![P2p::Send { buf: raw(buf), peer, tag }])).map(drop)
+    }
+
+    /// Receives the next message from `peer` with `tag` into `buf` and returns its element
+    /// count (at most `buf.len()`).
+    ///
+    /// # Errors
+    /// [`Error::Mismatch`] when the message has another dtype or does not fit;
+    /// [`Error::InvalidArgument`] for a peer out of range; communication errors.
+    pub fn recv<T: Element>(&self, buf: &mut [T], peer: usize, tag: u32) -> Result<usize> {
+        self.p2p_peer("recv", peer)?;
+        let c = self.run(Op::Batch(vec![P2p::Recv { buf: raw_mut(buf), peer, tag }]))?;
+        Ok(c.received.first().copied().unwrap_or(0))
+    }
+
+    /// The first message from `peer` with `tag` not yet received, if one has arrived
+    /// (its dtype and element count), without receiving it. Never blocks.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a peer out of range; [`Error::PeerLost`] when the peer
+    /// is gone and nothing is queued; [`Error::Aborted`].
+    pub fn probe(&self, peer: usize, tag: u32) -> Result<Option<MessageInfo>> {
+        self.p2p_peer("probe", peer)?;
+        self.backend.probe(peer, tag)
+    }
+
+    /// Starts collecting point-to-point operations to issue together with
+    /// [`Communicator::run_batch`] (like NCCL group calls or torch's `batch_isend_irecv`).
+    pub fn batch<'a>(&self) -> Batch<'a> {
+        Batch { ops: Vec::new(), world_size: self.world_size(), _borrows: PhantomData }
+    }
+
+    /// Runs a batch of sends and receives; they cannot deadlock each other whatever their
+    /// order on the ranks. Returns the element count of each receive, in order.
+    ///
+    /// # Errors
+    /// As [`Communicator::send`] and [`Communicator::recv`].
+    pub fn run_batch(&self, batch: Batch<'_>) -> Result<Vec<usize>> {
+        Ok(self.run(Op::Batch(batch.ops))?.received)
+    }
+
+    // ---- groups
+
+    /// Splits the communicator (collective over all its ranks): ranks passing the same
+    /// `Some(color)` form a new communicator, ranked by `(key, old rank)`; ranks passing
+    /// `None` take no part and get `Ok(None)`. Like `ncclCommSplit` and `MPI_Comm_split`.
+    ///
+    /// # Errors
+    /// Communication errors of the exchange.
+    pub fn split(&self, color: Option<u32>, key: i64) -> Result<Option<Communicator>> {
+        let b = self.backend.split(color, key, &self.opts)?;
+        Ok(b.map(|backend| Communicator { backend, opts: self.opts }))
+    }
+
+    /// Creates a communicator of `ranks` (collective over all ranks, which must pass the same
+    /// list); `ranks[i]` becomes rank i of the new communicator. Ranks not listed get `Ok(None)`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `ranks` is empty, repeats a rank or names one that does
+    /// not exist; communication errors.
+    pub fn new_group(&self, ranks: &[usize]) -> Result<Option<Communicator>> {
+        if ranks.is_empty() {
+            return Err(Error::invalid("new_group: the group has no ranks"));
+        }
+        let mut seen = vec![false; self.world_size()];
+        for &r in ranks {
+            self.check_rank("new_group", "rank", r)?;
+            if std::mem::replace(&mut seen[r], true) {
+                return Err(Error::invalid(format!("new_group: rank {r} is listed twice")));
+            }
+        }
+        let pos = ranks.iter().position(|&r| r == self.rank());
+        self.split(pos.map(|_| 0), pos.map_or(0, |p| p as i64))
+    }
+
+    // ---- async
+
+    /// Runs `f` with a [`Scope`] in which async operations borrow buffers soundly; returns
+    /// once every operation started in it has completed. See [`work`].
+    ///
+    /// # Errors
+    /// The closure's error; otherwise the first error of an operation started in the scope.
+    pub fn scope<'env, F, R>(&'env self, f: F) -> Result<R>
+    where
+        F: for<'scope> FnOnce(&'scope Scope<'scope, 'env>) -> Result<R>,
+    {
+        work::scope(self, f)
+    }
+}

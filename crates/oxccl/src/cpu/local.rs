@@ -1,0 +1,31 @@
+//! The `local` backend: N ranks as threads of one process, running the CPU algorithms over
+//! the in-memory transport. For tests, simulation and single-process multi-rank programs.
+//! (`oxccl::local::run` starts the threads and hands each its communicator.)
+
+use std::sync::Arc;
+
+use crate::config::ResolvedConfig;
+use crate::cpu::engine::{CpuBackend, WORLD_COMM_ID};
+use crate::cpu::transport::memory::MemoryHub;
+use crate::error::{Error, Result};
+
+/// The backend's name.
+pub const NAME: &str = "local";
+
+/// Creates the `n` ranks of a new in-process world (rank i at index i).
+///
+/// # Errors
+/// [`Error::InvalidArgument`] when `n` is 0.
+pub fn world(cfg: &ResolvedConfig, n: usize) -> Result<Vec<CpuBackend>> {
+    if n == 0 {
+        return Err(Error::invalid("a world needs at least one rank"));
+    }
+    let hub = MemoryHub::new(n);
+    let ranks: Arc<[usize]> = (0..n).collect();
+    (0..n)
+        .map(|r| {
+            let t = Arc::new(hub.endpoint(r)?);
+            CpuBackend::new(NAME, t, WORLD_COMM_ID, Arc::clone(&ranks), r, cfg.clone())
+        })
+        .collect()
+}

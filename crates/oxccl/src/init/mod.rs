@@ -1,0 +1,54 @@
+//! Where communicators are made: the one place above the backends that picks a backend
+//! ([`select`]), asks it for ranks (`Arc<dyn Backend>`), and wraps them into
+//! [`Communicator`]s: [`init`](crate::init), [`Config::init`], [`Config::init_world`] and
+//! [`local::run`](crate::local::run). Backends never name the front door; they are named
+//! only from here.
+
+pub mod local;
+pub mod select;
+
+use std::sync::Arc;
+
+use crate::backend::Backend;
+use crate::communicator::Communicator;
+use crate::config::Config;
+use crate::error::Result;
+
+fn wrap(b: Arc<dyn Backend>) -> Communicator {
+    Communicator::from_backend(b)
+}
+
+impl Config {
+    /// Creates `n` communicators of one world inside this process (ranks 0..n), on the
+    /// configured backend (`auto` picks the best one that can do this: `cpu`, over shared
+    /// memory between threads).
+    ///
+    /// # Errors
+    /// [`Error::Config`](crate::Error::Config) for unusable settings;
+    /// [`Error::BackendUnavailable`](crate::Error::BackendUnavailable) when the chosen backend
+    /// cannot run here or cannot host several ranks in one process;
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) when `n` is 0.
+    pub fn init_world(&self, n: usize) -> Result<Vec<Communicator>> {
+        Ok(select::init_world(&self.resolve()?, n)?.into_iter().map(wrap).collect())
+    }
+
+    /// Creates this process's communicator, joining the world described by the
+    /// environment (a process started alone is rank 0 of a world of 1).
+    ///
+    /// # Errors
+    /// [`Error::Config`](crate::Error::Config) for unusable settings;
+    /// [`Error::BackendUnavailable`](crate::Error::BackendUnavailable) when no chosen backend
+    /// can serve this launch, with the reason for each one skipped.
+    pub fn init(&self) -> Result<Communicator> {
+        Ok(wrap(select::init_process(&self.resolve()?)?))
+    }
+}
+
+/// Creates this process's communicator from the environment (`OXCCL_*` variables and the
+/// launcher's rank variables): `Config::new().init()`.
+///
+/// # Errors
+/// As [`Config::init`].
+pub fn init() -> Result<Communicator> {
+    Config::new().init()
+}
