@@ -10,7 +10,7 @@
 //!   within its setup timeout, and a TCP transport endpoint refuses a connection that does
 //!   not know the secret;
 //! - a /dev/shm too small for the shared-memory collectives (`OXCCL_SHM_SLOT_BYTES` larger
-//!   than the filesystem): an error naming /dev/shm and `--shm-size` on rank 0, and every
+//!   than the filesystem): an error naming /dev/shm, `--shm-size` and the slot setting on rank 0, and every
 //!   other rank fails too instead of hanging.
 //!
 //! Each transport has its own test, so a failure names it.
@@ -329,8 +329,10 @@ fn dev_shm_too_small_is_explained() {
     let r0 = &out.ranks[0];
     assert_eq!(r0.code(), Some(2), "rank 0 should fail to join (status 2)\n{d}");
     assert!(
-        r0.stderr.contains("/dev/shm") && r0.stderr.contains("--shm-size"),
-        "rank 0's error should name /dev/shm and --shm-size\n{d}"
+        r0.stderr.contains("/dev/shm")
+            && r0.stderr.contains("--shm-size")
+            && r0.stderr.contains("OXCCL_SHM_SLOT_BYTES"),
+        "rank 0's error should name /dev/shm, --shm-size and OXCCL_SHM_SLOT_BYTES\n{d}"
     );
     for r in &out.ranks[1..] {
         assert_eq!(r.code(), Some(2), "rank {} should fail to join too (status 2)\n{d}", r.rank);

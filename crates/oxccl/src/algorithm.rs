@@ -189,7 +189,7 @@ impl AlgorithmOverrides {
         for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             match part.split_once(':') {
                 None => {
-                    let a = part.parse::<Algorithm>().map_err(|e| Error::Config(format!("OXCCL_ALGO: {e}")))?;
+                    let a = part.parse::<Algorithm>().map_err(|e| Error::Config(e.to_string()))?;
                     out.global = Some(a);
                 }
                 Some((op, algo)) => {
@@ -197,9 +197,9 @@ impl AlgorithmOverrides {
                     let kind = OpKind::ALL
                         .into_iter()
                         .find(|k| k.name() == op_norm)
-                        .ok_or_else(|| Error::Config(format!("OXCCL_ALGO: unknown operation `{op}` in `{part}`")))?;
-                    let a = algo.parse::<Algorithm>().map_err(|e| Error::Config(format!("OXCCL_ALGO: {e}")))?;
-                    out.set(kind, a).map_err(|e| Error::Config(format!("OXCCL_ALGO: {e}")))?;
+                        .ok_or_else(|| Error::Config(format!("unknown operation `{op}` in `{part}`")))?;
+                    let a = algo.parse::<Algorithm>().map_err(|e| Error::Config(e.to_string()))?;
+                    out.set(kind, a).map_err(|e| Error::Config(e.to_string()))?;
                 }
             }
         }

@@ -27,7 +27,7 @@ const NONCE: usize = 32;
 const MAC: usize = 32;
 
 /// The environment variable that carries the job secret.
-pub const SECRET_ENV: &str = "OXCCL_SECRET";
+pub const SECRET_ENV: &str = crate::config::registry::SECRET.name;
 
 /// A job's shared secret (the key derived from `OXCCL_SECRET`). Its `Debug` form hides it.
 #[derive(Clone, PartialEq, Eq)]

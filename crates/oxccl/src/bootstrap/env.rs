@@ -51,7 +51,7 @@ use crate::error::{Error, Result};
 
 /// The variable `oxccl run` sets to `oxccl`; `torchrun` declares that `RANK`/`WORLD_SIZE`
 /// were set by the launcher that started this process.
-pub const LAUNCHER_ENV: &str = "OXCCL_LAUNCHER";
+pub const LAUNCHER_ENV: &str = crate::config::registry::LAUNCHER.name;
 
 /// Which launcher's conventions the rank and world came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -115,6 +115,20 @@ pub fn requested_world_size(env: impl Fn(&str) -> Option<String>) -> Option<(&'s
 /// `PMIX_RANK` set), as seen through `has`.
 pub fn launched_by_mpi(has: impl Fn(&str) -> bool) -> bool {
     [OPEN_MPI.world, PMI.world, "PMIX_RANK"].into_iter().any(has)
+}
+
+/// The launcher's job identity, for launches without `OXCCL_SECRET`: torchrun's run id,
+/// Open MPI's / PMIx's job, SLURM's job and step, Hydra's KVS name.
+pub fn job_id(env: impl Fn(&str) -> Option<String>) -> Option<String> {
+    let one = |k: &str| env(k).filter(|v| !v.is_empty()).map(|v| format!("{k}={v}"));
+    one("TORCHELASTIC_RUN_ID")
+        .or_else(|| one("OMPI_MCA_ess_base_jobid"))
+        .or_else(|| one("PMIX_NAMESPACE"))
+        .or_else(|| {
+            let job = one("SLURM_JOB_ID")?;
+            Some(format!("{job},{}", one("SLURM_STEP_ID").or_else(|| one("SLURM_STEPID")).unwrap_or_default()))
+        })
+        .or_else(|| one("PMI_KVSNAME"))
 }
 
 /// The variable names of one convention.

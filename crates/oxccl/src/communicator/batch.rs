@@ -4,11 +4,11 @@
 use std::marker::PhantomData;
 
 use super::{raw, raw_mut};
+#[cfg(doc)]
+use super::{Communicator, Scope};
 use crate::backend::P2p;
 use crate::dtype::Element;
 use crate::error::{Error, Result};
-#[cfg(doc)]
-use super::{Communicator, Scope};
 
 /// Point-to-point operations collected for [`Communicator::run_batch`] or
 /// [`Scope::run_batch`]; the buffers stay borrowed for `'a`.

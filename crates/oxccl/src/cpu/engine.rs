@@ -206,7 +206,7 @@ impl Inner {
             algorithm: Algorithm::SharedMemory,
         };
         let ctx = self.ctx(fp, &CallOptions::default());
-        match ShmCollectives::establish(&ctx, slot_bytes) {
+        match ShmCollectives::establish(&ctx, slot_bytes, self.cfg.cpu.spin) {
             Ok(Some(n)) => {
                 let _ = self.native.set(n);
                 let _ = self.native_slot.set(slot_bytes);

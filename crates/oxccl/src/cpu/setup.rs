@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::bootstrap::auth::Secret;
-use crate::bootstrap::env::LaunchInfo;
+use crate::bootstrap::env::{job_id, LaunchInfo};
 use crate::bootstrap::store::{StoreClient, StoreServer};
 use crate::bootstrap::{MemoryRendezvous, Rendezvous};
 use crate::config::ResolvedConfig;
@@ -36,18 +36,9 @@ pub const NAME: &str = "cpu";
 /// Default bytes per slot of the shared-memory collectives (`OXCCL_SHM_SLOT_BYTES`).
 pub const DEFAULT_SLOT: usize = 1 << 20;
 
-/// Which transports carry the traffic (`OXCCL_TRANSPORT`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TransportChoice {
-    /// Shared memory within a host, TCP across hosts.
-    Auto,
-    /// Shared memory only (every rank must be on one host).
-    Shm,
-    /// TCP for everything, also within a host (for testing).
-    Tcp,
-}
+pub use crate::config::TransportChoice;
 
-/// Settings of the `cpu` backend read from the environment.
+/// The transports' options of the `cpu` backend, made from its resolved settings.
 #[derive(Debug, Clone)]
 pub struct CpuOptions {
     /// Which transports to use.
@@ -62,55 +53,35 @@ pub struct CpuOptions {
     pub setup_timeout: Duration,
 }
 
-fn parse_bytes(var: &str, v: &str) -> Result<usize> {
-    let t = v.trim();
-    let (num, mul) = match t.chars().last() {
-        Some('K' | 'k') => (&t[..t.len() - 1], 1usize << 10),
-        Some('M' | 'm') => (&t[..t.len() - 1], 1 << 20),
-        Some('G' | 'g') => (&t[..t.len() - 1], 1 << 30),
-        _ => (t, 1),
-    };
-    num.parse::<usize>()
-        .ok()
-        .and_then(|n| n.checked_mul(mul))
-        .filter(|&n| n > 0)
-        .ok_or_else(|| Error::Config(format!("{var}={v:?} is not a size; use e.g. 262144, 256K, 1M")))
-}
-
 impl CpuOptions {
-    /// Reads `OXCCL_TRANSPORT`, `OXCCL_SHM_RING_BYTES`, `OXCCL_SHM_SLOT_BYTES`,
-    /// `OXCCL_SOCKET_IFNAME`, `OXCCL_MAX_FRAME` through `env`.
+    /// The options `cfg` describes (its `cpu` settings, its timeout for setup).
     ///
     /// # Errors
-    /// [`Error::Config`] naming the variable that cannot be used.
-    pub fn from_env_with(env: impl Fn(&str) -> Option<String>, timeout: Duration) -> Result<CpuOptions> {
-        let transport = match env("OXCCL_TRANSPORT").as_deref().map(str::trim) {
-            None | Some("" | "auto") => TransportChoice::Auto,
-            Some("shm") => TransportChoice::Shm,
-            Some("tcp") => TransportChoice::Tcp,
-            Some(v) => return Err(Error::Config(format!("OXCCL_TRANSPORT={v:?}: expected auto, shm or tcp"))),
+    /// [`Error::Config`] when the settings contradict each other.
+    pub fn from_config(cfg: &ResolvedConfig) -> Result<CpuOptions> {
+        let c = &cfg.cpu;
+        let shm = ShmOptions {
+            ring_bytes: c.shm_ring_bytes,
+            max_frame: c.max_frame,
+            setup_timeout: cfg.timeout,
+            spin: c.spin,
         };
-        let mut shm = ShmOptions { setup_timeout: timeout, ..ShmOptions::default() };
-        if let Some(v) = env("OXCCL_SHM_RING_BYTES") {
-            shm.ring_bytes = parse_bytes("OXCCL_SHM_RING_BYTES", &v)?;
-        }
-        let slot_bytes = match env("OXCCL_SHM_SLOT_BYTES") {
-            Some(v) => parse_bytes("OXCCL_SHM_SLOT_BYTES", &v)?,
-            None => DEFAULT_SLOT,
+        let tcp = TcpOptions {
+            ifname: c.socket_ifname.clone(),
+            max_frame: c.max_frame,
+            connect_timeout: cfg.timeout,
+            ..TcpOptions::default()
         };
-        let mut tcp = TcpOptions::from_env_with(&env)?;
-        tcp.connect_timeout = timeout;
-        shm.max_frame = tcp.max_frame;
-        Ok(CpuOptions { transport, shm, slot_bytes, tcp, setup_timeout: timeout })
+        Ok(CpuOptions { transport: c.transport, shm, slot_bytes: c.shm_slot_bytes, tcp, setup_timeout: cfg.timeout })
     }
 }
 
-/// This process's host identity: `OXCCL_HOST_ID`, else the hostname and the network
-/// namespace (processes in different network namespaces count as different hosts, which is
-/// what they are to a network).
-pub fn host_id() -> String {
-    if let Ok(id) = std::env::var("OXCCL_HOST_ID") {
-        return id;
+/// This process's host identity: `OXCCL_HOST_ID` (`configured`), else the hostname and the
+/// network namespace (processes in different network namespaces count as different hosts,
+/// which is what they are to a network).
+pub fn host_id(configured: Option<&str>) -> String {
+    if let Some(id) = configured {
+        return id.to_string();
     }
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default();
     let netns = std::fs::read_link("/proc/self/ns/net").map(|p| p.display().to_string()).unwrap_or_default();
@@ -169,25 +140,11 @@ fn build(
 /// Counts this process's worlds so that each gets its own keys in a shared store.
 static GENERATION: AtomicU64 = AtomicU64::new(0);
 
-/// The launcher's job identity, for launches without `OXCCL_SECRET`: torchrun's run id,
-/// Open MPI's / PMIx's job, SLURM's job and step, Hydra's KVS name.
-fn launcher_job_id(env: &impl Fn(&str) -> Option<String>) -> Option<String> {
-    let one = |k: &str| env(k).filter(|v| !v.is_empty()).map(|v| format!("{k}={v}"));
-    one("TORCHELASTIC_RUN_ID")
-        .or_else(|| one("OMPI_MCA_ess_base_jobid"))
-        .or_else(|| one("PMIX_NAMESPACE"))
-        .or_else(|| {
-            let job = one("SLURM_JOB_ID")?;
-            Some(format!("{job},{}", one("SLURM_STEP_ID").or_else(|| one("SLURM_STEPID")).unwrap_or_default()))
-        })
-        .or_else(|| one("PMI_KVSNAME"))
-}
-
 /// The job secret: `OXCCL_SECRET`, else one derived from the launcher's job id `job_id`
 /// (with a warning on rank 0: anyone who knows the id can derive it).
-fn job_secret(job_id: Option<&str>, rank: usize) -> Result<Secret> {
-    if let Some(s) = Secret::from_env()? {
-        return Ok(s);
+fn job_secret(configured: Option<&str>, job_id: Option<&str>, rank: usize) -> Result<Secret> {
+    if let Some(s) = configured {
+        return Secret::from_text(s);
     }
     let id = job_id.ok_or_else(secret_required)?;
     if rank == 0 {
@@ -222,17 +179,16 @@ fn secret_required() -> Error {
 /// [`Error::Store`] when the store cannot be reached or a rank does not show up in time;
 /// transport setup errors.
 pub fn init_process(cfg: &ResolvedConfig) -> Result<CpuBackend> {
-    let env = |k: &str| std::env::var(k).ok();
     let info = LaunchInfo::from_env()?;
-    let opts = CpuOptions::from_env_with(env, cfg.timeout)?;
+    let opts = CpuOptions::from_config(cfg)?;
     let (rank, n) = (info.rank, info.world_size);
     if n == 1 {
         let mailbox = Arc::new(Mailbox::new());
         let transport = Arc::new(RoutedTransport::new(0, mailbox, vec![None])?);
         return CpuBackend::new(NAME, transport, WORLD_COMM_ID, Arc::from([0usize]), 0, cfg.clone());
     }
-    let job_id = launcher_job_id(&env);
-    let secret = job_secret(job_id.as_deref(), rank)?;
+    let job_id = job_id(|k| std::env::var(k).ok());
+    let secret = job_secret(cfg.cpu.secret.as_ref().map(|s| s.0.as_str()), job_id.as_deref(), rank)?;
     let mut keep: Vec<Box<dyn Any + Send + Sync>> = Vec::new();
     // Without MASTER_ADDR, a job whose ranks are all on this host (mpirun/srun on one node)
     // meets on loopback, at a port derived from the launcher's job id.
@@ -240,8 +196,8 @@ pub fn init_process(cfg: &ResolvedConfig) -> Result<CpuBackend> {
         .then_some(job_id.as_deref())
         .flatten()
         .map(|id| ("127.0.0.1".to_string(), derived_port(id)));
-    let addr = match env("OXCCL_STORE_ADDR") {
-        Some(a) => a,
+    let addr = match &cfg.cpu.store_addr {
+        Some(a) => a.clone(),
         None => {
             let host = info.master_addr.clone().or_else(|| single_host_fallback.as_ref().map(|f| f.0.clone()));
             let host = host.ok_or_else(|| {
@@ -252,12 +208,15 @@ pub fn init_process(cfg: &ResolvedConfig) -> Result<CpuBackend> {
                 )
             })?;
             let fallback_port = single_host_fallback.as_ref().map(|f| f.1);
-            let port = match env("OXCCL_STORE_PORT") {
-                Some(p) => p
-                    .trim()
-                    .parse::<u16>()
-                    .map_err(|_| Error::Config(format!("OXCCL_STORE_PORT={p:?} is not a port")))?,
-                None => info.master_port.and_then(|p| p.checked_add(1)).or(fallback_port).ok_or_else(|| {
+            let port = match (cfg.cpu.store_port, info.master_port) {
+                (Some(p), _) => p,
+                (None, Some(m)) => m.checked_add(1).ok_or_else(|| {
+                    Error::Config(format!(
+                        "MASTER_PORT={m}: rank 0 hosts the store on MASTER_PORT+1, which is not a port; \
+                         choose a lower MASTER_PORT or set OXCCL_STORE_PORT"
+                    ))
+                })?,
+                (None, None) => fallback_port.ok_or_else(|| {
                     Error::Config(
                         "MASTER_PORT is not set (rank 0 hosts the store on MASTER_PORT+1, or set OXCCL_STORE_PORT)"
                             .into(),
@@ -272,7 +231,7 @@ pub fn init_process(cfg: &ResolvedConfig) -> Result<CpuBackend> {
     };
     let store = StoreClient::connect(&addr, &secret, opts.setup_timeout)?;
     let prefix = format!("oxccl/g{}", GENERATION.fetch_add(1, Ordering::Relaxed));
-    let backend = build(rank, n, &store, &prefix, &secret, &host_id(), &opts, cfg)?;
+    let backend = build(rank, n, &store, &prefix, &secret, &host_id(cfg.cpu.host_id.as_deref()), &opts, cfg)?;
     // Every link is up when `build` returns (TCP and shared-memory setup wait for all their
     // peers), so no extra barrier, which would take a sequence number the user sees.
     Ok(keep.into_iter().fold(backend, CpuBackend::keep_alive))
@@ -287,8 +246,7 @@ pub fn init_world(cfg: &ResolvedConfig, n: usize) -> Result<Vec<CpuBackend>> {
     if n == 0 {
         return Err(Error::invalid("a world needs at least one rank"));
     }
-    let opts = CpuOptions::from_env_with(|k| std::env::var(k).ok(), cfg.timeout)?;
-    init_world_with(cfg, n, &opts)
+    init_world_with(cfg, n, &CpuOptions::from_config(cfg)?)
 }
 
 /// [`init_world`] with explicit options.
@@ -305,7 +263,7 @@ pub fn init_world_with(cfg: &ResolvedConfig, n: usize, opts: &CpuOptions) -> Res
     }
     let secret = Secret::generate()?;
     let rdv = MemoryRendezvous::default();
-    let host = host_id();
+    let host = host_id(cfg.cpu.host_id.as_deref());
     let results: Vec<Result<CpuBackend>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..n)
             .map(|r| {
@@ -328,7 +286,7 @@ mod tests {
 
     fn run_world(transport: TransportChoice, n: usize) {
         let cfg = Config::new().timeout(Duration::from_secs(30)).resolve_with(|_| None).unwrap();
-        let mut opts = CpuOptions::from_env_with(|_| None, cfg.timeout).unwrap();
+        let mut opts = CpuOptions::from_config(&cfg).unwrap();
         opts.transport = transport;
         let comms: Vec<Communicator> = init_world_with(&cfg, n, &opts)
             .unwrap()
@@ -369,30 +327,32 @@ mod tests {
         let env = |pairs: &'static [(&'static str, &'static str)]| {
             move |k: &str| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
         };
+        assert_eq!(job_id(env(&[("TORCHELASTIC_RUN_ID", "abc")])).as_deref(), Some("TORCHELASTIC_RUN_ID=abc"));
         assert_eq!(
-            launcher_job_id(&env(&[("TORCHELASTIC_RUN_ID", "abc")])).as_deref(),
-            Some("TORCHELASTIC_RUN_ID=abc")
-        );
-        assert_eq!(
-            launcher_job_id(&env(&[("SLURM_JOB_ID", "7"), ("SLURM_STEP_ID", "0")])).as_deref(),
+            job_id(env(&[("SLURM_JOB_ID", "7"), ("SLURM_STEP_ID", "0")])).as_deref(),
             Some("SLURM_JOB_ID=7,SLURM_STEP_ID=0")
         );
-        assert_eq!(launcher_job_id(&env(&[("RANK", "0")])), None);
+        assert_eq!(job_id(env(&[("RANK", "0")])), None);
         let p = derived_port("OMPI_MCA_ess_base_jobid=123");
         assert!((20000..40000).contains(&p));
         assert_eq!(p, derived_port("OMPI_MCA_ess_base_jobid=123"));
     }
 
     #[test]
-    fn options_name_bad_variables() {
-        let e = CpuOptions::from_env_with(
-            |k| (k == "OXCCL_TRANSPORT").then(|| "carrier-pigeon".into()),
-            Duration::from_secs(1),
-        );
-        assert!(e.unwrap_err().to_string().contains("OXCCL_TRANSPORT"));
-        let e =
-            CpuOptions::from_env_with(|k| (k == "OXCCL_SHM_SLOT_BYTES").then(|| "lots".into()), Duration::from_secs(1));
-        assert!(e.unwrap_err().to_string().contains("OXCCL_SHM_SLOT_BYTES"));
-        assert_eq!(parse_bytes("X", "256K").unwrap(), 256 * 1024);
+    fn options_come_from_the_resolved_settings() {
+        let cfg = Config::new()
+            .set("OXCCL_SHM_RING_BYTES", "64K")
+            .and_then(|c| c.set("OXCCL_SOCKET_IFNAME", "=lo"))
+            .and_then(|c| c.set("OXCCL_SPIN_US", "0"))
+            .unwrap()
+            .transport(TransportChoice::Tcp)
+            .resolve_with(|_| None)
+            .unwrap();
+        let o = CpuOptions::from_config(&cfg).unwrap();
+        assert_eq!(o.transport, TransportChoice::Tcp);
+        assert_eq!(o.shm.ring_bytes, 64 << 10);
+        assert_eq!(o.shm.spin, Duration::ZERO);
+        assert_eq!(o.tcp.ifname.as_deref(), Some("=lo"));
+        assert_eq!(o.slot_bytes, 1 << 20);
     }
 }

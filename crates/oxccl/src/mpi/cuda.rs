@@ -44,8 +44,8 @@ impl CudaSupport {
 pub type QueryFn = unsafe extern "C" fn() -> c_int;
 
 /// Decides the support from the configured mode and a symbol lookup.
-pub fn detect(mode: super::config::CudaAware, lookup: impl Fn(&str) -> Option<QueryFn>) -> CudaSupport {
-    use super::config::CudaAware;
+pub fn detect(mode: crate::config::CudaAware, lookup: impl Fn(&str) -> Option<QueryFn>) -> CudaSupport {
+    use crate::config::CudaAware;
     match mode {
         CudaAware::Yes => CudaSupport::Yes("OXCCL_MPI_CUDA_AWARE=yes (not checked with the library)".into()),
         CudaAware::No => CudaSupport::No("OXCCL_MPI_CUDA_AWARE=no".into()),
@@ -287,8 +287,8 @@ pub fn stage(op: Op, stage: impl Fn(Device) -> bool) -> Result<(Op, Staged)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::CudaAware;
     use crate::dtype::DType;
-    use crate::mpi::config::CudaAware;
 
     unsafe extern "C" fn yes() -> c_int {
         1

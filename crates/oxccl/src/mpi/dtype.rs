@@ -16,9 +16,9 @@ use std::ffi::{c_int, c_void};
 
 use mpi::ffi;
 
-use super::config::HalfReduce;
 use super::init::check;
 use super::kernels;
+use crate::config::HalfReduce;
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::reduce_op::ReduceOp;

@@ -18,9 +18,9 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use mpi::ffi;
 
-use super::config::{MpiConfig, ThreadLevel};
 use super::cuda::{self, CudaSupport};
 use super::dtype::UserOps;
+use crate::config::{MpiConfig, ThreadLevel};
 use crate::error::{Error, Result};
 
 /// MPI's error string for `code`.

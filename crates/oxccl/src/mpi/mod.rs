@@ -35,7 +35,6 @@
 //! ends the whole job), and counts above 2^31-1 elements are refused (no MPI-4 large-count
 //! calls).
 
-pub mod config;
 pub mod cuda;
 #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
 mod kernels;
@@ -51,7 +50,7 @@ mod ops;
 #[cfg(feature = "mpi")]
 mod request;
 
-pub use config::{CudaAware, HalfReduce, MpiConfig, ThreadLevel};
+pub use crate::config::mpi::{CudaAware, HalfReduce, MpiConfig, ThreadLevel};
 pub use cuda::{register_device_copy, CudaSupport, DeviceCopy};
 
 /// The backend's name.
@@ -153,14 +152,14 @@ mod with_mpi {
         Ok(MpiBackend { shared: Arc::new(Shared::new(rt, comm, rank, size, cfg)) })
     }
 
-    /// Creates this process's rank of (a duplicate of) `MPI_COMM_WORLD` with the `OXCCL_MPI_*`
-    /// settings ([`MpiConfig::from_env`]).
+    /// Creates this process's rank of (a duplicate of) `MPI_COMM_WORLD` with the resolved
+    /// `mpi` settings (`cfg.mpi`: the builder's, else the `OXCCL_MPI_*` variables).
     ///
     /// # Errors
-    /// [`Error::Config`] for unusable `OXCCL_MPI_*` values; [`Error::BackendUnavailable`]
-    /// when MPI does not initialise (or was finalised already); MPI's errors.
+    /// [`Error::BackendUnavailable`] when MPI does not initialise (or was finalised
+    /// already); MPI's errors.
     pub fn init_process(cfg: &ResolvedConfig) -> Result<MpiBackend> {
-        init_with(cfg, &MpiConfig::from_env()?)
+        init_with(cfg, &cfg.mpi)
     }
 
     /// [`init_process`] with an explicit [`MpiConfig`] (used when this call initialises MPI;

@@ -6,7 +6,7 @@
 //!   library's value of the macro is known; everything else that overlaps (NCCL-style
 //!   in-place reduce_scatter, all_to_all(_v), unknown libraries) goes through a temporary.
 //! * f16/bf16 sums and products are widened to f32 temporaries and narrowed once at the
-//!   end (or use user operations, per [`HalfReduce`](super::config::HalfReduce)); `Avg` is a
+//!   end (or use user operations, per [`HalfReduce`](crate::config::HalfReduce)); `Avg` is a
 //!   sum followed by a division ([`Step::Divide`]).
 //! * Counts and displacements are C `int`s: [`check_limits`] refuses larger ones before a
 //!   sequence number is taken.

@@ -57,6 +57,8 @@ pub struct ShmCollectives {
     me: usize,
     slot: usize,
     data: usize,
+    /// How long a wait spins before it sleeps (`OXCCL_SPIN_US`).
+    spin: Duration,
     /// Steps taken so far (the same on every rank).
     step: AtomicU64,
 }
@@ -95,7 +97,7 @@ impl ShmCollectives {
     ///
     /// # Errors
     /// Segment errors (a /dev/shm that is too small says so) and communication errors.
-    pub fn establish(ctx: &Ctx, slot_bytes: usize) -> Result<Option<ShmCollectives>> {
+    pub fn establish(ctx: &Ctx, slot_bytes: usize, spin: Duration) -> Result<Option<ShmCollectives>> {
         let n = ctx.size();
         let me = ctx.rank();
         let slot = slot_bytes.max(4096).div_ceil(4096) * 4096;
@@ -104,7 +106,18 @@ impl ShmCollectives {
         let mut name = [0u8; 96];
         let created = if me == 0 {
             let nm = unique_name("coll")?;
-            let seg = Segment::create(&nm, size);
+            // A failure names the slot size too: it is the setting that decides the size.
+            let seg = Segment::create(&nm, size).map_err(|e| match e {
+                Error::Io { context, kind, message } => Error::Io {
+                    context: format!(
+                        "{context} for the shared-memory collectives ({REGIONS} regions x {n} ranks x \
+                         OXCCL_SHM_SLOT_BYTES={slot_bytes}; a smaller OXCCL_SHM_SLOT_BYTES needs less)"
+                    ),
+                    kind,
+                    message,
+                },
+                e => e,
+            });
             let len = nm.len().min(name.len());
             if seg.is_ok() {
                 name[..len].copy_from_slice(&nm.as_bytes()[..len]);
@@ -138,7 +151,7 @@ impl ShmCollectives {
             seg.unlink();
         }
         r?;
-        Ok(Some(ShmCollectives { seg, n, me, slot, data, step: AtomicU64::new(0) }))
+        Ok(Some(ShmCollectives { seg, n, me, slot, data, spin, step: AtomicU64::new(0) }))
     }
 
     fn u64_at(&self, at: usize) -> &AtomicU64 {
@@ -190,6 +203,7 @@ impl ShmCollectives {
         let r = futex::wait_until(
             self.doorbell(),
             self.sleepers(),
+            self.spin,
             || (0..self.n).all(arrived),
             CHECK_EVERY,
             || {

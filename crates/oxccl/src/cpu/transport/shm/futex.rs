@@ -28,33 +28,21 @@ pub fn wake_all(word: &AtomicU32) {
     }
 }
 
-/// How long a wait spins before it sleeps, unless `OXCCL_SPIN_US` says otherwise. Spinning
-/// costs a core but no system call; long enough to cover a peer that is a chunk behind.
-const DEFAULT_SPIN_US: u64 = 200;
-
-/// The spin time in force (read once from `OXCCL_SPIN_US`; 0 sleeps at once, which suits
-/// hosts with many more ranks than cores).
-fn spin_time() -> Duration {
-    static SPIN: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
-    *SPIN.get_or_init(|| {
-        let us = std::env::var("OXCCL_SPIN_US").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(DEFAULT_SPIN_US);
-        Duration::from_micros(us)
-    })
-}
-
-/// Waits until `ready()` holds, spinning first, then sleeping on `doorbell` (whose value
+/// Waits until `ready()` holds, spinning up to `spin` first (`OXCCL_SPIN_US`: spinning costs
+/// a core but no system call; 0 sleeps at once, which suits hosts with many more ranks than
+/// cores), then sleeping on `doorbell` (whose value
 /// writers change, then wake, after making `ready()` true). `sleepers` counts waiters so
 /// writers can skip the wake call. Every `check_every`, `check()` may end the wait with an
 /// error (deadline, abort, dead peer).
 pub fn wait_until<E>(
     doorbell: &AtomicU32,
     sleepers: &AtomicU32,
+    spin: Duration,
     mut ready: impl FnMut() -> bool,
     check_every: Duration,
     mut check: impl FnMut() -> Result<(), E>,
 ) -> Result<(), E> {
     let start = Instant::now();
-    let spin = spin_time();
     // No sched_yield here: on a busy host it hands the core to another process for a whole
     // time slice; after the spin the wait sleeps in the kernel instead.
     while start.elapsed() < spin {
@@ -102,7 +90,14 @@ mod tests {
         let flag = Arc::new(AtomicBool::new(false));
         let (b, s, f) = (bell.clone(), sleepers.clone(), flag.clone());
         let t = std::thread::spawn(move || {
-            wait_until(&b, &s, || f.load(Ordering::Acquire), Duration::from_secs(5), || Ok::<(), ()>(()))
+            wait_until(
+                &b,
+                &s,
+                Duration::from_micros(200),
+                || f.load(Ordering::Acquire),
+                Duration::from_secs(5),
+                || Ok::<(), ()>(()),
+            )
         });
         std::thread::sleep(Duration::from_millis(20)); // past the spin phase
         flag.store(true, Ordering::Release);
@@ -118,6 +113,7 @@ mod tests {
         let r = wait_until(
             &bell,
             &sleepers,
+            Duration::ZERO,
             || false,
             Duration::from_millis(10),
             || {

@@ -39,11 +39,18 @@ pub struct ShmOptions {
     pub max_frame: usize,
     /// How long setup waits for the other local ranks.
     pub setup_timeout: Duration,
+    /// How long a wait spins before it sleeps (`OXCCL_SPIN_US`).
+    pub spin: Duration,
 }
 
 impl Default for ShmOptions {
     fn default() -> Self {
-        ShmOptions { ring_bytes: 256 << 10, max_frame: 1 << 34, setup_timeout: Duration::from_secs(60) }
+        ShmOptions {
+            ring_bytes: 256 << 10,
+            max_frame: 1 << 34,
+            setup_timeout: Duration::from_secs(60),
+            spin: Duration::from_micros(200),
+        }
     }
 }
 
@@ -56,6 +63,8 @@ struct Shared {
     seg: Segment,
     n: usize,
     cap: usize,
+    /// How long a wait spins before it sleeps.
+    spin: Duration,
 }
 
 impl Shared {
@@ -155,7 +164,7 @@ impl ShmLinks {
         let seg = if me == 0 {
             let name = unique_name("links")?;
             let seg = Segment::create(&name, size)?;
-            let shared = Shared { seg, n, cap };
+            let shared = Shared { seg, n, cap, spin: opts.spin };
             let (m, nn, c) = shared.header();
             nn.store(n as u64, Ordering::Relaxed);
             c.store(cap as u64, Ordering::Relaxed);
@@ -176,7 +185,7 @@ impl ShmLinks {
             let name = rdv.lookup(&format!("{key}/name"), opts.setup_timeout)?;
             let name = String::from_utf8(name).map_err(|_| Error::Store("segment name is not UTF-8".into()))?;
             let seg = Segment::open(&name, size)?;
-            let shared = Shared { seg, n, cap };
+            let shared = Shared { seg, n, cap, spin: opts.spin };
             let (m, nn, c) = shared.header();
             if m.load(Ordering::Acquire) != MAGIC
                 || nn.load(Ordering::Relaxed) != n as u64
@@ -243,6 +252,7 @@ impl Link for ShmLinks {
                 futex::wait_until(
                     ring.space_bell(),
                     ring.space_sleepers(),
+                    self.shared.spin,
                     || ring.writable() > 0,
                     LIVENESS_CHECK,
                     || {
@@ -369,6 +379,7 @@ fn progress_loop(shared: &Shared, me: usize, local: &[usize], max_frame: usize, 
         let _ = futex::wait_until(
             shared.doorbell(me),
             shared.sleepers(me),
+            shared.spin,
             || stop.load(Ordering::Acquire) || incoming.iter().any(|i| i.ring.readable() > 0),
             LIVENESS_CHECK,
             || {

@@ -1,6 +1,10 @@
 //! [`MpiConfig`]: the settings of the `mpi` backend, from the builder or the environment.
 
-use crate::error::{Error, Result};
+use std::collections::BTreeMap;
+
+use super::registry as r;
+use super::{choice, parse, Reader};
+use crate::error::Result;
 
 /// The MPI thread support level asked for at `MPI_Init_thread`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -100,24 +104,16 @@ impl Default for MpiConfig {
     }
 }
 
-fn flag(var: &str, v: &str) -> Result<bool> {
-    match v.trim().to_ascii_lowercase().as_str() {
-        "1" | "true" | "yes" | "on" => Ok(true),
-        "0" | "false" | "no" | "off" => Ok(false),
-        _ => Err(Error::Config(format!("{var}={v:?}: expected 1 or 0"))),
-    }
-}
-
 impl MpiConfig {
     /// The defaults.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// Reads the `OXCCL_MPI_*` variables (see the type's docs).
+    /// Reads the `OXCCL_MPI_*` variables (see the type's docs) from the environment.
     ///
     /// # Errors
-    /// [`Error::Config`] naming the variable that cannot be used.
+    /// [`Error::Config`](crate::Error::Config) naming the variable that cannot be used.
     pub fn from_env() -> Result<Self> {
         Self::from_env_with(|k| std::env::var(k).ok())
     }
@@ -125,53 +121,9 @@ impl MpiConfig {
     /// [`MpiConfig::from_env`] over any source of variables.
     ///
     /// # Errors
-    /// [`Error::Config`] naming the variable that cannot be used.
+    /// [`Error::Config`](crate::Error::Config) naming the variable that cannot be used.
     pub fn from_env_with(env: impl Fn(&str) -> Option<String>) -> Result<Self> {
-        let mut c = MpiConfig::default();
-        let get = |k: &str| env(k).filter(|v| !v.trim().is_empty());
-        if let Some(v) = get("OXCCL_MPI_THREAD_LEVEL") {
-            c.thread_level = match v.trim().to_ascii_lowercase().trim_start_matches("mpi_thread_") {
-                "single" => ThreadLevel::Single,
-                "funneled" => ThreadLevel::Funneled,
-                "serialized" => ThreadLevel::Serialized,
-                "multiple" => ThreadLevel::Multiple,
-                _ => {
-                    return Err(Error::Config(format!(
-                        "OXCCL_MPI_THREAD_LEVEL={v:?}: expected single, funneled, serialized or multiple"
-                    )))
-                }
-            };
-        }
-        if let Some(v) = get("OXCCL_MPI_FINGERPRINT") {
-            c.fingerprint = flag("OXCCL_MPI_FINGERPRINT", &v)?;
-        }
-        if let Some(v) = get("OXCCL_MPI_HALF_REDUCE") {
-            c.half_reduce = match v.trim().to_ascii_lowercase().replace('-', "_").as_str() {
-                "widen" => HalfReduce::Widen,
-                "user_op" | "userop" => HalfReduce::UserOp,
-                _ => return Err(Error::Config(format!("OXCCL_MPI_HALF_REDUCE={v:?}: expected widen or user_op"))),
-            };
-        }
-        if let Some(v) = get("OXCCL_MPI_CUDA_AWARE") {
-            c.cuda_aware = match v.trim().to_ascii_lowercase().as_str() {
-                "auto" => CudaAware::Auto,
-                "1" | "yes" | "true" => CudaAware::Yes,
-                "0" | "no" | "false" => CudaAware::No,
-                _ => return Err(Error::Config(format!("OXCCL_MPI_CUDA_AWARE={v:?}: expected auto, yes or no"))),
-            };
-        }
-        if let Some(v) = get("OXCCL_MPI_FORCE_STAGING") {
-            c.force_staging = flag("OXCCL_MPI_FORCE_STAGING", &v)?;
-        }
-        if let Some(v) = get("OXCCL_MPI_ENV") {
-            for item in v.split(';').map(str::trim).filter(|s| !s.is_empty()) {
-                let (k, val) = item.split_once('=').filter(|(k, _)| !k.trim().is_empty()).ok_or_else(|| {
-                    Error::Config(format!("OXCCL_MPI_ENV: `{item}` is not NAME=value (items are separated by `;`)"))
-                })?;
-                c.tuning_env.push((k.trim().to_string(), val.to_string()));
-            }
-        }
-        Ok(c)
+        resolve(None, &Reader { builder: &BTreeMap::new(), env })
     }
 
     /// Sets the requested thread level.
@@ -209,6 +161,51 @@ impl MpiConfig {
         self.tuning_env.push((name.into(), value.into()));
         self
     }
+}
+
+/// The `mpi` settings: `base` (the builder's [`MpiConfig`]) or the defaults, overridden by
+/// every `OXCCL_MPI_*` setting `rd` has (only builder values when `base` is given).
+pub(super) fn resolve<E: Fn(&str) -> Option<String>>(base: Option<MpiConfig>, rd: &Reader<'_, E>) -> Result<MpiConfig> {
+    let typed = base.is_some();
+    let only_builder = Reader { builder: rd.builder, env: |_: &str| None };
+    let rd: &dyn Fn(&r::Setting) -> Result<Option<String>> = &|s: &r::Setting| {
+        let read = |v: &str| Ok(v.to_string());
+        if typed {
+            only_builder.get(s, read)
+        } else {
+            rd.get(s, read)
+        }
+    };
+    let mut c = base.unwrap_or_default();
+    if let Some(v) = rd(&r::MPI_THREAD_LEVEL)? {
+        c.thread_level = match choice(&r::MPI_THREAD_LEVEL)(&v).unwrap_or("multiple") {
+            "single" => ThreadLevel::Single,
+            "funneled" => ThreadLevel::Funneled,
+            "serialized" => ThreadLevel::Serialized,
+            _ => ThreadLevel::Multiple,
+        };
+    }
+    if let Some(v) = rd(&r::MPI_FINGERPRINT)? {
+        c.fingerprint = parse::flag(&v).unwrap_or(true);
+    }
+    if let Some(v) = rd(&r::MPI_HALF_REDUCE)? {
+        c.half_reduce =
+            if choice(&r::MPI_HALF_REDUCE)(&v) == Ok("user_op") { HalfReduce::UserOp } else { HalfReduce::Widen };
+    }
+    if let Some(v) = rd(&r::MPI_CUDA_AWARE)? {
+        c.cuda_aware = match choice(&r::MPI_CUDA_AWARE)(&v).unwrap_or("auto") {
+            "yes" => CudaAware::Yes,
+            "no" => CudaAware::No,
+            _ => CudaAware::Auto,
+        };
+    }
+    if let Some(v) = rd(&r::MPI_FORCE_STAGING)? {
+        c.force_staging = parse::flag(&v).unwrap_or(false);
+    }
+    if let Some(v) = rd(&r::MPI_ENV)? {
+        c.tuning_env.extend(parse::assignments(&v).unwrap_or_default());
+    }
+    Ok(c)
 }
 
 #[cfg(test)]

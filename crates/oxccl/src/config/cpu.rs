@@ -1,0 +1,51 @@
+//! The settings of the `cpu` backend (and `local`, which uses the spin setting only), as
+//! resolved from the builder, the environment and the defaults ([`registry`](super::registry)).
+
+use std::fmt;
+use std::time::Duration;
+
+/// Which transports carry the traffic (`OXCCL_TRANSPORT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransportChoice {
+    /// Shared memory within a host, TCP across hosts.
+    Auto,
+    /// Shared memory only (every rank must be on one host).
+    Shm,
+    /// TCP for everything, also within a host (for testing).
+    Tcp,
+}
+
+/// A secret's text; its `Debug` form hides it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SecretText(pub String);
+
+impl fmt::Debug for SecretText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SecretText(<hidden>)")
+    }
+}
+
+/// Settings of the `cpu` backend.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CpuSettings {
+    /// Which transports to use (`OXCCL_TRANSPORT`).
+    pub transport: TransportChoice,
+    /// Bytes per slot of the shared-memory collectives (`OXCCL_SHM_SLOT_BYTES`).
+    pub shm_slot_bytes: usize,
+    /// Bytes per shared-memory ring between two ranks (`OXCCL_SHM_RING_BYTES`).
+    pub shm_ring_bytes: usize,
+    /// How long a shared-memory wait spins before it sleeps (`OXCCL_SPIN_US`).
+    pub spin: Duration,
+    /// The network interfaces TCP may use (`OXCCL_SOCKET_IFNAME`).
+    pub socket_ifname: Option<String>,
+    /// The largest frame payload sent or accepted (`OXCCL_MAX_FRAME`).
+    pub max_frame: usize,
+    /// This process's host identity, when overridden (`OXCCL_HOST_ID`).
+    pub host_id: Option<String>,
+    /// `host:port` of a running store (`OXCCL_STORE_ADDR`).
+    pub store_addr: Option<String>,
+    /// The port of the store rank 0 hosts (`OXCCL_STORE_PORT`).
+    pub store_port: Option<u16>,
+    /// The job secret (`OXCCL_SECRET`).
+    pub secret: Option<SecretText>,
+}

@@ -1,0 +1,371 @@
+//! Every `OXCCL_*` variable, declared once: its name, the kind of value it takes (which
+//! decides its parser), its default and a one-line doc. [`Config`](super::Config) resolves
+//! them, [`Config::set`](super::Config::set) accepts them by name, and a test keeps the
+//! README's table and `SETTINGS.md` equal to [`markdown_table`].
+
+use super::parse;
+
+/// The kind of value a setting takes; each kind has one parser in [`parse`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// One of a fixed set: pairs of accepted spelling and meaning.
+    Choice(&'static [(&'static str, &'static str)]),
+    /// A duration ([`parse::duration`]) of at least `min_ns` nanoseconds.
+    Duration {
+        /// The smallest value accepted, in nanoseconds.
+        min_ns: u64,
+    },
+    /// A byte size ([`parse::size`]) in `min..=max`.
+    Size {
+        /// The smallest value accepted.
+        min: usize,
+        /// The largest value accepted.
+        max: usize,
+    },
+    /// A whole number in `min..=max`.
+    Count {
+        /// The smallest value accepted.
+        min: u64,
+        /// The largest value accepted.
+        max: u64,
+    },
+    /// `1`/`0` (also true/false, yes/no, on/off).
+    Flag,
+    /// A TCP port.
+    Port,
+    /// `host:port`.
+    Address,
+    /// Free text (interface lists, identities, secrets).
+    Text,
+    /// The `OXCCL_ALGO` grammar: `ring`, or `all_reduce:rabenseifner,all_gather:bruck`.
+    Algorithms,
+    /// `NAME=value;NAME=value`.
+    Assignments,
+}
+
+/// Who normally sets a variable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// The user (or the builder).
+    User,
+    /// The launcher (`oxccl run`), for the ranks it starts; a user may set it too.
+    Launcher,
+}
+
+/// One setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Setting {
+    /// The environment variable, which is also the setting's name for [`Config::set`](super::Config::set).
+    pub name: &'static str,
+    /// The kind of value.
+    pub kind: Kind,
+    /// The default as a value of the kind (parsed like any other), or `""` when there is none.
+    pub default: &'static str,
+    /// The default as the docs state it (what happens when the variable is unset).
+    pub default_doc: &'static str,
+    /// One line: what it does.
+    pub doc: &'static str,
+    /// Who normally sets it.
+    pub origin: Origin,
+}
+
+impl Setting {
+    /// Checks `value` against the kind of this setting.
+    ///
+    /// # Errors
+    /// What is wrong with the value (without the setting's name: the caller adds it).
+    pub fn check(&self, value: &str) -> Result<(), String> {
+        match self.kind {
+            Kind::Choice(choices) => parse::choice(value, choices).map(drop),
+            Kind::Duration { min_ns } => {
+                let d = parse::duration(value)?;
+                if d.as_nanos() < u128::from(min_ns) {
+                    Err(if min_ns <= 1 {
+                        "must be greater than zero".to_string()
+                    } else {
+                        format!("must be at least {min_ns} ns")
+                    })
+                } else {
+                    Ok(())
+                }
+            }
+            Kind::Size { min, max } => {
+                let b = parse::size(value)?;
+                if (min..=max).contains(&b) {
+                    Ok(())
+                } else {
+                    Err(format!("{} bytes is outside {}..={}", b, parse::format_size(min), parse::format_size(max)))
+                }
+            }
+            Kind::Count { min, max } => parse::count(value, min, max).map(drop),
+            Kind::Flag => parse::flag(value).map(drop),
+            Kind::Port => parse::port(value).map(drop),
+            Kind::Address => parse::address(value).map(drop),
+            Kind::Text => Ok(()),
+            Kind::Algorithms => crate::algorithm::AlgorithmOverrides::parse(value).map(drop).map_err(|e| match e {
+                crate::error::Error::Config(m) => m,
+                e => e.to_string(),
+            }),
+            Kind::Assignments => parse::assignments(value).map(drop),
+        }
+    }
+}
+
+/// The largest frame on 64-bit targets (16 GiB) and elsewhere (1 GiB).
+#[cfg(target_pointer_width = "64")]
+const MAX_FRAME_DEFAULT: &str = "16G";
+#[cfg(not(target_pointer_width = "64"))]
+const MAX_FRAME_DEFAULT: &str = "1G";
+
+/// `OXCCL_BACKEND`.
+pub const BACKEND: Setting = Setting {
+    name: "OXCCL_BACKEND",
+    kind: Kind::Choice(&[
+        ("auto", "auto"),
+        ("cpu", "cpu"),
+        ("local", "local"),
+        ("mpi", "mpi"),
+        ("nccl", "nccl"),
+        ("rccl", "rccl"),
+    ]),
+    default: "auto",
+    default_doc: "`auto` (best available: `mpi` under mpirun when built in, else `cpu`)",
+    doc: "`auto`, `cpu`, `local`, `mpi` (`nccl`, `rccl` later)",
+    origin: Origin::User,
+};
+/// `OXCCL_TIMEOUT`.
+pub const TIMEOUT: Setting = Setting {
+    name: "OXCCL_TIMEOUT",
+    kind: Kind::Duration { min_ns: 1 },
+    default: "300s",
+    default_doc: "`300s`",
+    doc: "deadline of every wait: `30`, `1.5s`, `250ms`, `2m`",
+    origin: Origin::User,
+};
+/// `OXCCL_ALGO`.
+pub const ALGO: Setting = Setting {
+    name: "OXCCL_ALGO",
+    kind: Kind::Algorithms,
+    default: "",
+    default_doc: "automatic",
+    doc: "`ring` (every op it applies to), or `all_reduce:rabenseifner,all_gather:bruck`",
+    origin: Origin::User,
+};
+/// `OXCCL_TRANSPORT`.
+pub const TRANSPORT: Setting = Setting {
+    name: "OXCCL_TRANSPORT",
+    kind: Kind::Choice(&[("auto", "auto"), ("shm", "shm"), ("tcp", "tcp")]),
+    default: "auto",
+    default_doc: "`auto`",
+    doc: "`auto` (shared memory within a host, TCP across), `tcp` (TCP everywhere, for testing), `shm`",
+    origin: Origin::User,
+};
+/// `OXCCL_SOCKET_IFNAME`.
+pub const SOCKET_IFNAME: Setting = Setting {
+    name: "OXCCL_SOCKET_IFNAME",
+    kind: Kind::Text,
+    default: "",
+    default_doc: "first non-loopback IPv4",
+    doc: "network interface for TCP, like `NCCL_SOCKET_IFNAME`: `eth0`, `eth,ib` (prefixes), `=eth0` (exact), `^docker` (exclude)",
+    origin: Origin::User,
+};
+/// `OXCCL_SECRET`.
+pub const SECRET: Setting = Setting {
+    name: "OXCCL_SECRET",
+    kind: Kind::Text,
+    default: "",
+    default_doc: "required across processes (derived from the launcher's job id on one host)",
+    doc: "the job secret every connection proves it knows (set by `oxccl run`)",
+    origin: Origin::Launcher,
+};
+/// `OXCCL_STORE_ADDR`.
+pub const STORE_ADDR: Setting = Setting {
+    name: "OXCCL_STORE_ADDR",
+    kind: Kind::Address,
+    default: "",
+    default_doc: "rank 0 hosts one",
+    doc: "`host:port` of a running store (set by `oxccl run`)",
+    origin: Origin::Launcher,
+};
+/// `OXCCL_STORE_PORT`.
+pub const STORE_PORT: Setting = Setting {
+    name: "OXCCL_STORE_PORT",
+    kind: Kind::Port,
+    default: "",
+    default_doc: "`MASTER_PORT + 1`",
+    doc: "port of the store rank 0 hosts",
+    origin: Origin::User,
+};
+/// `OXCCL_SHM_SLOT_BYTES`.
+pub const SHM_SLOT_BYTES: Setting = Setting {
+    name: "OXCCL_SHM_SLOT_BYTES",
+    kind: Kind::Size { min: 4 << 10, max: 1 << 40 },
+    default: "1M",
+    default_doc: "`1M`",
+    doc: "chunk size of the shared-memory collectives (4 per rank per communicator), at least 4K",
+    origin: Origin::User,
+};
+/// `OXCCL_SHM_RING_BYTES`.
+pub const SHM_RING_BYTES: Setting = Setting {
+    name: "OXCCL_SHM_RING_BYTES",
+    kind: Kind::Size { min: 4 << 10, max: 1 << 30 },
+    default: "256K",
+    default_doc: "`256K`",
+    doc: "size of each shared-memory ring between two ranks (n² per host), 4K to 1G",
+    origin: Origin::User,
+};
+/// `OXCCL_MAX_FRAME`.
+pub const MAX_FRAME: Setting = Setting {
+    name: "OXCCL_MAX_FRAME",
+    kind: Kind::Size { min: 64 << 10, max: usize::MAX },
+    default: MAX_FRAME_DEFAULT,
+    default_doc: "`16G`",
+    doc: "largest message accepted from a peer (at least 64K)",
+    origin: Origin::User,
+};
+/// `OXCCL_HOST_ID`.
+pub const HOST_ID: Setting = Setting {
+    name: "OXCCL_HOST_ID",
+    kind: Kind::Text,
+    default: "",
+    default_doc: "hostname + network namespace",
+    doc: "override the host identity (ranks with the same identity share memory)",
+    origin: Origin::User,
+};
+/// `OXCCL_SPIN_US`.
+pub const SPIN_US: Setting = Setting {
+    name: "OXCCL_SPIN_US",
+    kind: Kind::Count { min: 0, max: 1_000_000 },
+    default: "200",
+    default_doc: "`200`",
+    doc: "how long a shared-memory wait spins before it sleeps, in µs (0 for hosts with far more ranks than cores)",
+    origin: Origin::User,
+};
+/// `OXCCL_LAUNCHER`.
+pub const LAUNCHER: Setting = Setting {
+    name: "OXCCL_LAUNCHER",
+    kind: Kind::Text,
+    default: "",
+    default_doc: "",
+    doc: "`oxccl` under `oxccl run`; `torchrun` declares that `RANK`/`WORLD_SIZE` come from the launcher that started this process",
+    origin: Origin::Launcher,
+};
+/// `OXCCL_NODE_RANK`.
+pub const NODE_RANK: Setting = Setting {
+    name: "OXCCL_NODE_RANK",
+    kind: Kind::Count { min: 0, max: u32::MAX as u64 },
+    default: "",
+    default_doc: "",
+    doc: "this host's index among the job's hosts (set by `oxccl run`, for programs to read)",
+    origin: Origin::Launcher,
+};
+/// `OXCCL_MPI_THREAD_LEVEL`.
+pub const MPI_THREAD_LEVEL: Setting = Setting {
+    name: "OXCCL_MPI_THREAD_LEVEL",
+    kind: Kind::Choice(&[
+        ("single", "single"),
+        ("funneled", "funneled"),
+        ("serialized", "serialized"),
+        ("multiple", "multiple"),
+        ("mpi_thread_single", "single"),
+        ("mpi_thread_funneled", "funneled"),
+        ("mpi_thread_serialized", "serialized"),
+        ("mpi_thread_multiple", "multiple"),
+    ]),
+    default: "multiple",
+    default_doc: "`multiple`",
+    doc: "`mpi`: thread level asked of `MPI_Init_thread`: `single`, `funneled`, `serialized`, `multiple`",
+    origin: Origin::User,
+};
+/// `OXCCL_MPI_FINGERPRINT`.
+pub const MPI_FINGERPRINT: Setting = Setting {
+    name: "OXCCL_MPI_FINGERPRINT",
+    kind: Kind::Flag,
+    default: "1",
+    default_doc: "`1`",
+    doc: "`mpi`: exchange a fingerprint before each collective, so mismatched calls fail instead of hanging",
+    origin: Origin::User,
+};
+/// `OXCCL_MPI_HALF_REDUCE`.
+pub const MPI_HALF_REDUCE: Setting = Setting {
+    name: "OXCCL_MPI_HALF_REDUCE",
+    kind: Kind::Choice(&[("widen", "widen"), ("user_op", "user_op"), ("userop", "user_op")]),
+    default: "widen",
+    default_doc: "`widen`",
+    doc: "`mpi`: f16/bf16 sums and products: `widen` (to f32, round once) or `user_op` (16-bit on the wire)",
+    origin: Origin::User,
+};
+/// `OXCCL_MPI_CUDA_AWARE`.
+pub const MPI_CUDA_AWARE: Setting = Setting {
+    name: "OXCCL_MPI_CUDA_AWARE",
+    kind: Kind::Choice(&[
+        ("auto", "auto"),
+        ("yes", "yes"),
+        ("no", "no"),
+        ("1", "yes"),
+        ("true", "yes"),
+        ("0", "no"),
+        ("false", "no"),
+    ]),
+    default: "auto",
+    default_doc: "`auto`",
+    doc: "`mpi`: hand device buffers to MPI directly: `auto` (ask MPI), `yes`, `no`",
+    origin: Origin::User,
+};
+/// `OXCCL_MPI_FORCE_STAGING`.
+pub const MPI_FORCE_STAGING: Setting = Setting {
+    name: "OXCCL_MPI_FORCE_STAGING",
+    kind: Kind::Flag,
+    default: "0",
+    default_doc: "`0`",
+    doc: "`mpi`: stage every buffer through host temporaries (tests the device path without a GPU)",
+    origin: Origin::User,
+};
+/// `OXCCL_MPI_ENV`.
+pub const MPI_ENV: Setting = Setting {
+    name: "OXCCL_MPI_ENV",
+    kind: Kind::Assignments,
+    default: "",
+    default_doc: "",
+    doc: "`mpi`: `NAME=value;...` set before `MPI_Init` (e.g. `OMPI_MCA_btl=self,vader`)",
+    origin: Origin::User,
+};
+
+/// Every setting, in the order the docs list them.
+pub const ALL: &[Setting] = &[
+    BACKEND,
+    TIMEOUT,
+    ALGO,
+    TRANSPORT,
+    SOCKET_IFNAME,
+    SECRET,
+    STORE_ADDR,
+    STORE_PORT,
+    SHM_SLOT_BYTES,
+    SHM_RING_BYTES,
+    MAX_FRAME,
+    HOST_ID,
+    SPIN_US,
+    LAUNCHER,
+    NODE_RANK,
+    MPI_THREAD_LEVEL,
+    MPI_FINGERPRINT,
+    MPI_HALF_REDUCE,
+    MPI_CUDA_AWARE,
+    MPI_FORCE_STAGING,
+    MPI_ENV,
+];
+
+/// The setting called `name` (case-insensitive), if there is one.
+pub fn find(name: &str) -> Option<&'static Setting> {
+    ALL.iter().find(|s| s.name.eq_ignore_ascii_case(name.trim()))
+}
+
+/// The settings table of the README and `SETTINGS.md`, one row per setting.
+pub fn markdown_table() -> String {
+    let mut out = String::from("| variable | meaning | default |\n|---|---|---|\n");
+    for s in ALL {
+        out.push_str(&format!("| `{}` | {} | {} |\n", s.name, s.doc, s.default_doc));
+    }
+    out
+}
