@@ -1,0 +1,59 @@
+//! One established connection ([`Conn`]: its socket, the sending side's state, how it
+//! ended) and the socket options that make a dead peer end it ([`set_liveness`]).
+
+use std::io;
+use std::net::TcpStream;
+use std::sync::{Mutex, OnceLock};
+
+use super::writer::WriteState;
+
+/// One established connection.
+pub(super) struct Conn {
+    pub(super) peer: usize,
+    pub(super) sock: TcpStream,
+    pub(super) writer: Mutex<WriteState>,
+    /// Set once the connection is unusable, with what was observed.
+    pub(super) gone: OnceLock<String>,
+}
+
+/// Idle time before the first keepalive probe, seconds.
+pub(super) const KEEPALIVE_IDLE_S: libc::c_int = 10;
+/// Time between keepalive probes, seconds.
+pub(super) const KEEPALIVE_INTERVAL_S: libc::c_int = 5;
+/// Unanswered probes before the connection is declared dead.
+pub(super) const KEEPALIVE_PROBES: libc::c_int = 3;
+/// Longest time sent data may stay unacknowledged before the connection is declared dead.
+pub(super) const USER_TIMEOUT_MS: libc::c_int = 30_000;
+
+/// Makes a dead peer end the connection even when nothing is being sent: keepalive probes
+/// after 10 s of silence (dead after 3 unanswered probes 5 s apart) and `TCP_USER_TIMEOUT`
+/// (data unacknowledged for 30 s). The reader thread then sees the error and the peer is
+/// lost for every communicator (`PeerLost`), instead of each wait running to its deadline.
+///
+/// # Errors
+/// When the socket refuses an option.
+pub(super) fn set_liveness(s: &TcpStream) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let set = |level: libc::c_int, name: libc::c_int, value: libc::c_int| -> io::Result<()> {
+        // SAFETY: setsockopt on an open socket with a pointer to a live c_int and its size.
+        let r = unsafe {
+            libc::setsockopt(
+                s.as_raw_fd(),
+                level,
+                name,
+                (&value as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    };
+    set(libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1)?;
+    set(libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, KEEPALIVE_IDLE_S)?;
+    set(libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, KEEPALIVE_INTERVAL_S)?;
+    set(libc::IPPROTO_TCP, libc::TCP_KEEPCNT, KEEPALIVE_PROBES)?;
+    set(libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT, USER_TIMEOUT_MS)
+}

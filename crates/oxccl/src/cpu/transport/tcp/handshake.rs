@@ -1,0 +1,216 @@
+//! How a connection is opened and vetted: finding a peer's published address ([`lookup`]),
+//! dialing it ([`dial`], the client side), and the handshake both sides run, the job-secret
+//! proof of [`auth`] then the identity exchange ([`Ident`], [`Verdict`]; [`serve`] is the
+//! server side).
+
+use std::collections::HashSet;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+
+use super::remaining;
+use crate::bootstrap::auth::{self, AuthError, Secret, SECRET_ENV};
+use crate::bootstrap::Rendezvous;
+use crate::error::{Error, Result};
+
+/// The handshake context of transport connections (the store uses another).
+pub const AUTH_CONTEXT: &[u8] = b"oxccl-tcp";
+const ID_MAGIC: [u8; 8] = *b"OXTCPID1";
+const HELLO_LEN: usize = 8 + 8 + 8 + 8 + 8;
+pub(super) const REPLY_LEN: usize = 8 + 8 + 1;
+
+pub(super) fn address_key(prefix: &str, rank: usize) -> String {
+    format!("{prefix}/tcp/{rank}")
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    let mut a = [0u8; 8];
+    if let Some(s) = b.get(at..at + 8) {
+        a.copy_from_slice(s);
+    }
+    u64::from_le_bytes(a)
+}
+
+/// Who this endpoint is, as the identity exchange states it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Ident {
+    pub(super) me: usize,
+    world: usize,
+    /// A hash of the rendezvous prefix: connections from another setup are refused.
+    tag: [u8; 8],
+}
+
+impl Ident {
+    pub(super) fn new(me: usize, world: usize, prefix: &str) -> Ident {
+        let mut h = Sha256::new();
+        h.update(b"oxccl-tcp-prefix\0");
+        h.update(prefix.as_bytes());
+        let digest = h.finalize();
+        let mut tag = [0u8; 8];
+        tag.copy_from_slice(&digest[..8]);
+        Ident { me, world, tag }
+    }
+
+    pub(super) fn hello(&self, dst: usize) -> [u8; HELLO_LEN] {
+        let mut b = [0u8; HELLO_LEN];
+        b[..8].copy_from_slice(&ID_MAGIC);
+        b[8..16].copy_from_slice(&(self.me as u64).to_le_bytes());
+        b[16..24].copy_from_slice(&(dst as u64).to_le_bytes());
+        b[24..32].copy_from_slice(&(self.world as u64).to_le_bytes());
+        b[32..40].copy_from_slice(&self.tag);
+        b
+    }
+}
+
+/// Why the server refused a client's identity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub(super) enum Verdict {
+    Accepted = 0,
+    NotMe = 1,
+    OtherWorld = 2,
+    OtherSetup = 3,
+    Unexpected = 4,
+}
+
+impl Verdict {
+    fn from_byte(b: u8) -> Option<Verdict> {
+        [Verdict::Accepted, Verdict::NotMe, Verdict::OtherWorld, Verdict::OtherSetup, Verdict::Unexpected]
+            .get(usize::from(b))
+            .copied()
+    }
+
+    fn text(self, server: usize, client: usize) -> String {
+        match self {
+            Verdict::Accepted => "accepted".into(),
+            Verdict::NotMe => format!("rank {server} is not the rank the client dialed (a stale address?)"),
+            Verdict::OtherWorld => "the two ranks disagree on the world size".into(),
+            Verdict::OtherSetup => {
+                "the two ranks belong to different setups (another job, or another rendezvous prefix)".into()
+            }
+            Verdict::Unexpected => format!(
+                "rank {server} does not expect a connection from rank {client} (do the ranks agree on their peers?)"
+            ),
+        }
+    }
+}
+
+/// Server side of the identity exchange: the client's rank, or why it was refused.
+fn check_hello(hello: &[u8; HELLO_LEN], me: &Ident, expected: &HashSet<usize>) -> (Verdict, u64) {
+    let src = u64_at(hello, 8);
+    let verdict = if hello[..8] != ID_MAGIC {
+        Verdict::OtherSetup
+    } else if u64_at(hello, 24) != me.world as u64 {
+        Verdict::OtherWorld
+    } else if u64_at(hello, 16) != me.me as u64 {
+        Verdict::NotMe
+    } else if hello[32..40] != me.tag {
+        Verdict::OtherSetup
+    } else if !usize::try_from(src).is_ok_and(|s| expected.contains(&s)) {
+        Verdict::Unexpected
+    } else {
+        Verdict::Accepted
+    };
+    (verdict, src)
+}
+
+/// Runs the server side of a connection's handshake; the client's rank.
+pub(super) fn serve(
+    s: &mut TcpStream,
+    secret: &Secret,
+    me: &Ident,
+    expected: &HashSet<usize>,
+) -> std::result::Result<usize, String> {
+    auth::accept(s, secret, AUTH_CONTEXT).map_err(|e| e.to_string())?;
+    let mut hello = [0u8; HELLO_LEN];
+    s.read_exact(&mut hello).map_err(|e| format!("the identity exchange failed: {e}"))?;
+    let (verdict, src) = check_hello(&hello, me, expected);
+    let mut reply = [0u8; REPLY_LEN];
+    reply[..8].copy_from_slice(&ID_MAGIC);
+    reply[8..16].copy_from_slice(&(me.me as u64).to_le_bytes());
+    reply[16] = verdict as u8;
+    s.write_all(&reply).map_err(|e| format!("the identity exchange failed: {e}"))?;
+    match (verdict, usize::try_from(src)) {
+        (Verdict::Accepted, Ok(src)) => Ok(src),
+        _ => Err(format!("a peer claiming to be rank {src} was refused: {}", verdict.text(me.me, src as usize))),
+    }
+}
+
+fn auth_failure(context: String, e: AuthError) -> Error {
+    match e {
+        AuthError::Io(io) => Error::io(context, &io),
+        other => Error::Io {
+            context,
+            kind: io::ErrorKind::PermissionDenied,
+            message: format!("{other}; every rank of a job must use the same {SECRET_ENV}"),
+        },
+    }
+}
+
+/// Connects to `peer` (the higher rank of the pair) and runs the client side of the handshake.
+pub(super) fn dial(peer: usize, addr: SocketAddr, secret: &Secret, me: &Ident, deadline: Instant) -> Result<TcpStream> {
+    let context = || format!("connecting rank {} to rank {peer} at {addr}", me.me);
+    let mut backoff = Duration::from_millis(10);
+    let mut last: Option<io::Error> = None;
+    let mut s = loop {
+        let left = remaining(deadline);
+        if left.is_zero() {
+            return Err(Error::Io {
+                context: context(),
+                kind: io::ErrorKind::TimedOut,
+                message: format!(
+                    "no connection within the connect timeout (last error: {})",
+                    last.map_or_else(|| "none".to_string(), |e| e.to_string())
+                ),
+            });
+        }
+        match TcpStream::connect_timeout(&addr, left) {
+            Ok(s) => break s,
+            Err(e) if matches!(e.kind(), io::ErrorKind::InvalidInput | io::ErrorKind::PermissionDenied) => {
+                return Err(Error::io(context(), &e));
+            }
+            Err(e) => {
+                last = Some(e);
+                std::thread::sleep(backoff.min(remaining(deadline)));
+                backoff = (backoff * 2).min(Duration::from_millis(250));
+            }
+        }
+    };
+    let io_err = |e: io::Error| Error::io(context(), &e);
+    let left = remaining(deadline).max(Duration::from_millis(1));
+    s.set_nodelay(true).map_err(io_err)?;
+    s.set_read_timeout(Some(left)).map_err(io_err)?;
+    s.set_write_timeout(Some(left)).map_err(io_err)?;
+    auth::connect(&mut s, secret, AUTH_CONTEXT)
+        .map_err(|e| auth_failure(format!("authenticating rank {} to rank {peer} at {addr}", me.me), e))?;
+    s.write_all(&me.hello(peer)).map_err(io_err)?;
+    let mut reply = [0u8; REPLY_LEN];
+    s.read_exact(&mut reply).map_err(io_err)?;
+    let refused = |message: String| Error::Io { context: context(), kind: io::ErrorKind::InvalidData, message };
+    if reply[..8] != ID_MAGIC {
+        return Err(refused("the peer does not speak the oxccl TCP protocol".into()));
+    }
+    let theirs = u64_at(&reply, 8);
+    match Verdict::from_byte(reply[16]) {
+        Some(Verdict::Accepted) if theirs == peer as u64 => Ok(s),
+        Some(Verdict::Accepted) => {
+            Err(refused(format!("the address published for rank {peer} belongs to rank {theirs}")))
+        }
+        Some(v) => Err(refused(format!("rank {peer} refused the connection: {}", v.text(peer, me.me)))),
+        None => Err(refused(format!("rank {peer} answered with an unknown verdict {}", reply[16]))),
+    }
+}
+
+/// Looks `peer`'s published address up.
+pub(super) fn lookup(rdv: &dyn Rendezvous, prefix: &str, peer: usize, deadline: Instant) -> Result<SocketAddr> {
+    let key = address_key(prefix, peer);
+    let raw = rdv.lookup(&key, remaining(deadline))?;
+    std::str::from_utf8(&raw).ok().and_then(|t| t.trim().parse().ok()).ok_or_else(|| {
+        Error::Store(format!(
+            "the address of rank {peer} under `{key}` is not host:port: {:?}",
+            String::from_utf8_lossy(&raw[..raw.len().min(80)])
+        ))
+    })
+}

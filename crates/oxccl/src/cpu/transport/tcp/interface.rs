@@ -1,0 +1,138 @@
+//! Which address a rank listens on and publishes: [`select_address`], from the options, the
+//! host's IPv4 interfaces and `OXCCL_SOCKET_IFNAME`.
+
+use std::io;
+use std::net::{IpAddr, Ipv4Addr};
+
+use super::options::{TcpOptions, IFNAME_ENV};
+use crate::error::{Error, Result};
+
+/// An IPv4 interface address, as the selector sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Iface {
+    pub(super) name: String,
+    pub(super) ip: Ipv4Addr,
+    pub(super) up: bool,
+}
+
+fn interfaces() -> io::Result<Vec<Iface>> {
+    Ok(if_addrs::get_if_addrs()?
+        .into_iter()
+        .filter_map(|i| {
+            let up = i.is_oper_up();
+            match i.addr {
+                if_addrs::IfAddr::V4(a) => Some(Iface { name: i.name, ip: a.ip, up }),
+                if_addrs::IfAddr::V6(_) => None,
+            }
+        })
+        .collect())
+}
+
+/// The address a rank listens on and publishes: `opts.bind_addr` when set, else the IPv4
+/// address of the interface `opts.ifname` names, else the first up non-loopback IPv4
+/// interface, else 127.0.0.1.
+///
+/// # Errors
+/// [`Error::Config`] when `bind_addr` is unspecified (0.0.0.0 cannot be published) or
+/// `ifname` matches no interface (the message lists the interfaces found);
+/// [`Error::Io`] when the interfaces cannot be listed for `ifname`.
+pub fn select_address(opts: &TcpOptions) -> Result<IpAddr> {
+    if let Some(ip) = opts.bind_addr {
+        if ip.is_unspecified() {
+            return Err(Error::Config(format!(
+                "the TCP bind address {ip} cannot be published to peers; give an interface's address or set {IFNAME_ENV}"
+            )));
+        }
+        return Ok(ip);
+    }
+    match opts.ifname.as_deref() {
+        Some(spec) => {
+            let found =
+                interfaces().map_err(|e| Error::io(format!("listing network interfaces for {IFNAME_ENV}"), &e))?;
+            pick(Some(spec), &found).map(IpAddr::V4)
+        }
+        None => Ok(IpAddr::V4(interfaces().ok().and_then(|f| pick(None, &f).ok()).unwrap_or(Ipv4Addr::LOCALHOST))),
+    }
+}
+
+/// `OXCCL_SOCKET_IFNAME`, parsed.
+struct IfSpec {
+    exclude: bool,
+    /// (name or prefix, exact only)
+    items: Vec<(String, bool)>,
+}
+
+impl IfSpec {
+    fn parse(spec: &str) -> Result<IfSpec> {
+        let spec = spec.trim();
+        let (exclude, list) = match spec.strip_prefix('^') {
+            Some(rest) => (true, rest),
+            None => (false, spec),
+        };
+        let items: Vec<(String, bool)> = list
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(|s| match s.strip_prefix('=') {
+                Some(exact) => (exact.to_string(), true),
+                None => (s.to_string(), false),
+            })
+            .collect();
+        if items.is_empty() {
+            return Err(Error::Config(format!("{IFNAME_ENV}={spec:?} names no interface")));
+        }
+        Ok(IfSpec { exclude, items })
+    }
+
+    fn matches(&self, name: &str) -> bool {
+        self.items.iter().any(|(p, exact)| if *exact { name == p } else { name.starts_with(p.as_str()) })
+    }
+
+    fn names_exactly(&self, name: &str) -> bool {
+        self.items.iter().any(|(p, _)| name == p)
+    }
+}
+
+fn describe(found: &[Iface]) -> String {
+    if found.is_empty() {
+        return "none".into();
+    }
+    found
+        .iter()
+        .map(|i| format!("{} {}{}", i.name, i.ip, if i.up { "" } else { " (down)" }))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Picks an address among `found` as [`select_address`] describes.
+pub(super) fn pick(spec: Option<&str>, found: &[Iface]) -> Result<Ipv4Addr> {
+    let virtual_name = |n: &str| ["docker", "veth", "virbr", "br-"].iter().any(|p| n.starts_with(p));
+    let Some(spec) = spec else {
+        return Ok(found
+            .iter()
+            .enumerate()
+            .filter(|(_, i)| i.up && !i.ip.is_loopback() && !i.ip.is_link_local() && !i.ip.is_unspecified())
+            .min_by_key(|&(k, i)| (virtual_name(&i.name), k))
+            .map_or(Ipv4Addr::LOCALHOST, |(_, i)| i.ip));
+    };
+    let parsed = IfSpec::parse(spec)?;
+    let best = if parsed.exclude {
+        found
+            .iter()
+            .enumerate()
+            .filter(|(_, i)| !parsed.matches(&i.name) && !i.ip.is_unspecified())
+            .min_by_key(|&(k, i)| (i.ip.is_loopback(), !i.up, k))
+    } else {
+        found
+            .iter()
+            .enumerate()
+            .filter(|(_, i)| parsed.matches(&i.name) && !i.ip.is_unspecified())
+            .min_by_key(|&(k, i)| (!parsed.names_exactly(&i.name), !i.up, k))
+    };
+    best.map(|(_, i)| i.ip).ok_or_else(|| {
+        Error::Config(format!(
+            "{IFNAME_ENV}={spec:?} matches no interface with an IPv4 address; interfaces found: {}",
+            describe(found)
+        ))
+    })
+}

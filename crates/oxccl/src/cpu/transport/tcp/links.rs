@@ -1,0 +1,241 @@
+//! [`TcpLinks`]: a rank's TCP connections to its peers, how they are established, and the
+//! [`Link`] that sends frames over them.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::net::{Shutdown, SocketAddr, TcpListener};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use super::acceptor::Acceptor;
+use super::connection::{set_liveness, Conn};
+use super::handshake::{address_key, dial, lookup, Ident};
+use super::interface::select_address;
+use super::options::{TcpOptions, MAX_FRAME_ENV};
+use super::reader::spawn_reader;
+use super::writer::WriteFail;
+use crate::bootstrap::auth::Secret;
+use crate::bootstrap::Rendezvous;
+use crate::cpu::transport::frame::{self, FrameKind};
+use crate::cpu::transport::mailbox::Mailbox;
+use crate::cpu::transport::routed::Link;
+use crate::cpu::transport::{Header, TransportError};
+use crate::error::{Error, Result};
+
+/// A rank's TCP connections to its peers: a [`Link`] for
+/// [`RoutedTransport`](crate::cpu::transport::routed::RoutedTransport). What arrives is
+/// delivered into the mailbox given to [`TcpLinks::establish`].
+///
+/// Dropping it shuts every connection down (peers see it close and lose this rank) and joins
+/// the reader threads.
+pub struct TcpLinks {
+    rank: usize,
+    addr: SocketAddr,
+    max_frame: usize,
+    mailbox: Arc<Mailbox>,
+    /// Indexed by peer rank.
+    conns: Vec<Option<Arc<Conn>>>,
+    closing: Arc<AtomicBool>,
+    readers: Vec<JoinHandle<()>>,
+}
+
+impl fmt::Debug for TcpLinks {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TcpLinks")
+            .field("rank", &self.rank)
+            .field("addr", &self.addr)
+            .field("peers", &self.peers())
+            .field("max_frame", &self.max_frame)
+            .finish()
+    }
+}
+
+impl TcpLinks {
+    /// Connects rank `rank` of a world of `world` to each rank in `peers` (the module docs
+    /// describe how): listens on [`select_address`]'s address, publishes `host:port` under
+    /// `{prefix}/tcp/{rank}` through `rdv`, dials the peers above `rank`, accepts the peers
+    /// below it, authenticates every connection with `secret` and checks both ranks, and
+    /// starts one reader thread per connection delivering into `mailbox`. Every peer must
+    /// call it with the same `world`, `prefix` and secret, and with peer lists that agree
+    /// (`p` lists `q` exactly when `q` lists `p`). `prefix` should be unique per job launch:
+    /// an address left under it by an earlier launch would be dialed.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a rank or peer out of range, repeated or equal to
+    /// `rank`; [`Error::Config`] for unusable options or interface choice; [`Error::Store`]
+    /// when the rendezvous fails or a published address is not `host:port`;
+    /// [`Error::Io`] when listening or connecting fails, when authentication fails
+    /// (`PermissionDenied`, naming `OXCCL_SECRET`), when a peer refuses this rank's identity
+    /// (`InvalidData`), or when peers have not connected within `opts.connect_timeout`
+    /// (`TimedOut`, listing the missing ranks and the connections that were refused and why).
+    #[allow(clippy::too_many_arguments)]
+    pub fn establish(
+        rank: usize,
+        world: usize,
+        peers: &[usize],
+        rdv: &dyn Rendezvous,
+        prefix: &str,
+        secret: &Secret,
+        opts: &TcpOptions,
+        mailbox: Arc<Mailbox>,
+    ) -> Result<TcpLinks> {
+        opts.check()?;
+        if rank >= world {
+            return Err(Error::invalid(format!("TCP transport: rank {rank} of a world of {world}")));
+        }
+        let mut listed = vec![false; world];
+        for &p in peers {
+            if p >= world || p == rank || listed[p] {
+                return Err(Error::invalid(format!(
+                    "TCP transport: peer {p} of rank {rank} (world of {world}) is out of range, this rank, or listed twice"
+                )));
+            }
+            listed[p] = true;
+        }
+        let deadline = Instant::now() + opts.connect_timeout;
+        let ip = select_address(opts)?;
+        let listener = TcpListener::bind((ip, 0))
+            .map_err(|e| Error::io(format!("listening on {ip} for the TCP transport"), &e))?;
+        let addr = listener.local_addr().map_err(|e| Error::io("reading the TCP transport's listening address", &e))?;
+        rdv.publish(&address_key(prefix, rank), addr.to_string().as_bytes())?;
+
+        let me = Ident::new(rank, world, prefix);
+        let lower: HashSet<usize> = peers.iter().copied().filter(|&p| p < rank).collect();
+        let mut higher: Vec<usize> = peers.iter().copied().filter(|&p| p > rank).collect();
+        higher.sort_unstable();
+        let mut acceptor =
+            if lower.is_empty() { None } else { Some(Acceptor::start(listener, secret, me, lower.clone(), deadline)?) };
+
+        let mut streams = Vec::with_capacity(peers.len());
+        for p in higher {
+            let at = lookup(rdv, prefix, p, deadline)?;
+            streams.push((p, dial(p, at, secret, &me, deadline)?));
+        }
+        if let Some(acc) = acceptor.as_mut() {
+            streams.extend(acc.collect(rank, &lower, addr, deadline, opts.connect_timeout)?);
+        }
+        drop(acceptor);
+
+        let mut links = TcpLinks {
+            rank,
+            addr,
+            max_frame: opts.max_frame,
+            mailbox,
+            conns: vec![None; world],
+            closing: Arc::new(AtomicBool::new(false)),
+            readers: Vec::with_capacity(streams.len()),
+        };
+        for (p, s) in streams {
+            let ready = s
+                .set_nodelay(true)
+                .and_then(|()| set_liveness(&s))
+                .and_then(|()| s.set_read_timeout(None))
+                .and_then(|()| s.set_write_timeout(None));
+            ready.map_err(|e| Error::io(format!("preparing the TCP connection to rank {p}"), &e))?;
+            let conn = Arc::new(Conn { peer: p, sock: s, writer: Mutex::default(), gone: OnceLock::new() });
+            links.conns[p] = Some(Arc::clone(&conn));
+            let reader =
+                spawn_reader(rank, conn, Arc::clone(&links.mailbox), links.max_frame, Arc::clone(&links.closing))
+                    .map_err(|e| Error::io("starting a TCP reader thread", &e))?;
+            links.readers.push(reader);
+        }
+        Ok(links)
+    }
+
+    /// The address this rank listened on and published.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The ranks this endpoint is connected to, ascending.
+    pub fn peers(&self) -> Vec<usize> {
+        self.conns.iter().enumerate().filter(|(_, c)| c.is_some()).map(|(p, _)| p).collect()
+    }
+
+    /// Shuts every connection down now, as if this process had ended: peers see the
+    /// connections close and lose this rank, waits here on any peer end with
+    /// `PeerLost`, and later sends fail with `PeerLost`. Dropping the links does this too.
+    pub fn shutdown(&self) {
+        self.closing.store(true, Ordering::Release);
+        for conn in self.conns.iter().flatten() {
+            let _ = conn.gone.set(format!("rank {} shut its TCP connections down", self.rank));
+            let _ = conn.sock.shutdown(Shutdown::Both);
+        }
+    }
+
+    /// Marks `conn` unusable, closes it, and loses its peer.
+    fn break_conn(&self, conn: &Conn, detail: String) -> String {
+        let detail = conn.gone.get_or_init(|| detail).clone();
+        let _ = conn.sock.shutdown(Shutdown::Both);
+        self.mailbox.lose(conn.peer, &detail);
+        detail
+    }
+}
+
+impl Link for TcpLinks {
+    /// Writes the frame's header and payload to `peer`'s connection, after every earlier
+    /// frame to `peer`.
+    ///
+    /// # Errors
+    /// `Timeout` when `deadline` passes first (if part of the frame was written the
+    /// connection is closed, since the stream is out of step); `PeerLost` when the
+    /// connection is gone or breaks; `Other` ([`Error::Config`]) for a payload above the
+    /// frame limit, or ([`Error::InvalidArgument`]) for a rank without a connection.
+    fn send_frame(
+        &self,
+        peer: usize,
+        kind: FrameKind,
+        header: &Header,
+        payload: &[u8],
+        deadline: Instant,
+    ) -> std::result::Result<(), TransportError> {
+        let conn = self.conns.get(peer).and_then(Option::as_ref).ok_or_else(|| {
+            TransportError::Other(Error::invalid(format!("rank {} has no TCP connection to rank {peer}", self.rank)))
+        })?;
+        if payload.len() > self.max_frame {
+            return Err(TransportError::Other(Error::Config(format!(
+                "a message of {} bytes to rank {peer} exceeds the frame limit of {} bytes; raise {MAX_FRAME_ENV} on every rank",
+                payload.len(),
+                self.max_frame
+            ))));
+        }
+        let head = frame::encode_header(kind, header, payload.len());
+        // A sender that panicked mid-frame leaves `mid_frame` set, which is checked below.
+        let mut w = crate::sync::relock(&conn.writer);
+        if let Some(detail) = conn.gone.get() {
+            return Err(TransportError::PeerLost { peer, detail: detail.clone() });
+        }
+        if w.mid_frame {
+            let detail =
+                self.break_conn(conn, format!("an earlier send to rank {peer} stopped in the middle of a frame"));
+            return Err(TransportError::PeerLost { peer, detail });
+        }
+        match w.write_frame(&conn.sock, &head, payload, deadline) {
+            Ok(()) => Ok(()),
+            Err(WriteFail::Timeout) => {
+                if w.mid_frame {
+                    self.break_conn(
+                        conn,
+                        format!("a send to rank {peer} timed out in the middle of a frame; the connection was closed"),
+                    );
+                }
+                Err(TransportError::Timeout { peer })
+            }
+            Err(WriteFail::Io(e)) => {
+                let detail = self.break_conn(conn, format!("sending to rank {peer} over TCP failed: {e}"));
+                Err(TransportError::PeerLost { peer, detail })
+            }
+        }
+    }
+}
+
+impl Drop for TcpLinks {
+    fn drop(&mut self) {
+        self.shutdown();
+        for r in self.readers.drain(..) {
+            let _ = r.join();
+        }
+    }
+}

@@ -1,0 +1,656 @@
+//! Tests of the TCP transport: worlds of threads over loopback, hostile and broken peers,
+//! the reader on arbitrary bytes, interface choice and options.
+
+use std::collections::HashMap;
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use proptest::prelude::*;
+
+use super::connection::{set_liveness, KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, KEEPALIVE_PROBES, USER_TIMEOUT_MS};
+use super::handshake::{dial, lookup, Ident, Verdict, REPLY_LEN};
+use super::interface::{pick, Iface};
+use super::options::parse_size;
+use super::reader::{pump, read_payload, End, PREALLOC};
+use super::{remaining, select_address, TcpLinks, TcpOptions, AUTH_CONTEXT, IFNAME_ENV, MAX_FRAME_ENV};
+use crate::bootstrap::auth::{self, Secret, SECRET_ENV};
+use crate::bootstrap::Rendezvous;
+use crate::communicator::Communicator;
+use crate::config::Config;
+use crate::cpu::engine::{CpuBackend, WORLD_COMM_ID};
+use crate::cpu::transport::frame::{self, FrameKind, HEADER_LEN, MAX_NOTICE_LEN};
+use crate::cpu::transport::mailbox::Mailbox;
+use crate::cpu::transport::routed::{Link, RoutedTransport};
+use crate::cpu::transport::{Channel, Header, Stage, Transport, TransportError};
+use crate::error::{Error, Result};
+use crate::fingerprint::{Fingerprint, OpKind};
+use crate::{Algorithm, DType, ReduceOp};
+
+/// An in-memory rendezvous shared by the threads of a test.
+#[derive(Default)]
+struct MemRdv {
+    map: Mutex<HashMap<String, Vec<u8>>>,
+    cv: Condvar,
+}
+
+impl Rendezvous for MemRdv {
+    fn publish(&self, key: &str, value: &[u8]) -> Result<()> {
+        self.map.lock().unwrap().insert(key.to_string(), value.to_vec());
+        self.cv.notify_all();
+        Ok(())
+    }
+
+    fn lookup(&self, key: &str, timeout: Duration) -> Result<Vec<u8>> {
+        let deadline = Instant::now() + timeout;
+        let mut map = self.map.lock().unwrap();
+        loop {
+            if let Some(v) = map.get(key) {
+                return Ok(v.clone());
+            }
+            let left = remaining(deadline);
+            if left.is_zero() {
+                return Err(Error::Store(format!("`{key}` was not published in time")));
+            }
+            map = self.cv.wait_timeout(map, left).unwrap().0;
+        }
+    }
+}
+
+const PREFIX: &str = "job-1";
+
+fn opts() -> TcpOptions {
+    TcpOptions {
+        ifname: None,
+        bind_addr: Some(IpAddr::V4(Ipv4Addr::LOCALHOST)),
+        connect_timeout: Duration::from_secs(10),
+        max_frame: 1 << 26,
+    }
+}
+
+fn secret() -> Secret {
+    Secret::from_text("tcp-test-secret").unwrap()
+}
+
+fn all_but(r: usize, n: usize) -> Vec<usize> {
+    (0..n).filter(|&p| p != r).collect()
+}
+
+fn establish(r: usize, n: usize, rdv: &MemRdv, secret: &Secret, opts: &TcpOptions) -> Result<(Arc<Mailbox>, TcpLinks)> {
+    let mb = Arc::new(Mailbox::new());
+    TcpLinks::establish(r, n, &all_but(r, n), rdv, PREFIX, secret, opts, Arc::clone(&mb)).map(|l| (mb, l))
+}
+
+/// Establishes every rank of a world on its own thread.
+fn links_world(
+    n: usize,
+    secret_of: impl Fn(usize) -> Secret + Sync,
+    opts: &TcpOptions,
+) -> Vec<Result<(Arc<Mailbox>, TcpLinks)>> {
+    let rdv = MemRdv::default();
+    thread::scope(|s| {
+        let hs: Vec<_> = (0..n)
+            .map(|r| {
+                let (rdv, secret_of) = (&rdv, &secret_of);
+                s.spawn(move || establish(r, n, rdv, &secret_of(r), opts))
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+fn transport(r: usize, n: usize, mb: Arc<Mailbox>, links: &Arc<TcpLinks>) -> RoutedTransport {
+    let routes = (0..n).map(|p| if p == r { None } else { Some(Arc::clone(links) as Arc<dyn Link>) }).collect();
+    RoutedTransport::new(r, mb, routes).unwrap()
+}
+
+fn communicator(r: usize, n: usize, mb: Arc<Mailbox>, links: &Arc<TcpLinks>) -> Communicator {
+    let cfg = Config::new().timeout(Duration::from_secs(20)).resolve_with(|_| None).unwrap();
+    let ranks: Arc<[usize]> = (0..n).collect();
+    let t = Arc::new(transport(r, n, mb, links));
+    Communicator::from_backend(Arc::new(CpuBackend::new("tcp-test", t, WORLD_COMM_ID, ranks, r, cfg).unwrap()))
+}
+
+fn tcp_world(n: usize) -> Vec<(Communicator, Arc<TcpLinks>)> {
+    links_world(n, |_| secret(), &opts())
+        .into_iter()
+        .enumerate()
+        .map(|(r, res)| {
+            let (mb, links) = res.unwrap();
+            let links = Arc::new(links);
+            (communicator(r, n, mb, &links), links)
+        })
+        .collect()
+}
+
+fn on_threads<R: Send>(comms: &[Communicator], f: impl Fn(&Communicator) -> R + Sync) -> Vec<R> {
+    let f = &f;
+    thread::scope(|s| {
+        let hs: Vec<_> = comms.iter().map(|c| s.spawn(move || f(c))).collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+fn input(r: usize, count: usize) -> Vec<i64> {
+    (0..count).map(|i| (r * 1000 + i) as i64 - 500).collect()
+}
+
+#[test]
+fn collectives_over_tcp_match_sequential_references() {
+    for n in 2..=5 {
+        let world = tcp_world(n);
+        let comms: Vec<Communicator> = world.iter().map(|(c, _)| c.clone()).collect();
+        let count = 1031;
+        for algo in [Algorithm::Ring, Algorithm::RecursiveDoubling] {
+            let sum: Vec<i64> = (0..count).map(|i| (0..n).map(|r| input(r, count)[i]).sum()).collect();
+            let max: Vec<f64> =
+                (0..count).map(|i| (0..n).map(|r| input(r, count)[i] as f64).fold(f64::MIN, f64::max)).collect();
+            let got = on_threads(&comms, |c| {
+                let c = c.with_algorithm(algo);
+                let mut x = input(c.rank(), count);
+                c.all_reduce(&mut x, ReduceOp::Sum)?;
+                let mut y: Vec<f64> = input(c.rank(), count).iter().map(|&v| v as f64).collect();
+                c.all_reduce(&mut y, ReduceOp::Max)?;
+                Ok::<_, Error>((x, y))
+            });
+            for (r, g) in got.into_iter().enumerate() {
+                let (x, y) = g.unwrap_or_else(|e| panic!("n={n} {algo:?} rank {r}: {e}"));
+                assert_eq!(x, sum, "n={n} {algo:?} rank {r}");
+                assert_eq!(y, max, "n={n} {algo:?} rank {r}");
+            }
+        }
+        // A large ring all_reduce: frames far above the coalescing size.
+        let big = 1 << 18;
+        let got = on_threads(&comms, |c| {
+            let mut x: Vec<f32> = (0..big).map(|i| ((i % 97) + c.rank()) as f32).collect();
+            c.with_algorithm(Algorithm::Ring).all_reduce(&mut x, ReduceOp::Sum).map(|()| x)
+        });
+        let want: Vec<f32> = (0..big).map(|i| (0..n).map(|r| ((i % 97) + r) as f32).sum()).collect();
+        for g in got {
+            assert!(g.unwrap() == want, "n={n}: large all_reduce differs");
+        }
+        let got = on_threads(&comms, |c| {
+            let mine = vec![c.rank() as i32 * 10 + 1; 7];
+            let mut all = vec![0i32; 7 * n];
+            c.all_gather(&mine, &mut all).map(|()| all)
+        });
+        let want: Vec<i32> = (0..n).flat_map(|r| vec![r as i32 * 10 + 1; 7]).collect();
+        for g in got {
+            assert_eq!(g.unwrap(), want);
+        }
+        let root = n - 1;
+        let got = on_threads(&comms, |c| {
+            let mut b = if c.rank() == root { input(root, 300) } else { vec![0; 300] };
+            c.broadcast(&mut b, root).map(|()| b)
+        });
+        for g in got {
+            assert_eq!(g.unwrap(), input(root, 300));
+        }
+        let got = on_threads(&comms, |c| {
+            let (r, n) = (c.rank(), c.world_size());
+            let msg: Vec<u32> = (0..r as u32 + 3).collect();
+            c.send(&msg, (r + 1) % n, 5)?;
+            let mut buf = vec![0u32; 16];
+            let len = c.recv(&mut buf, (r + n - 1) % n, 5)?;
+            buf.truncate(len);
+            c.barrier()?;
+            Ok::<_, Error>(buf)
+        });
+        for (r, g) in got.into_iter().enumerate() {
+            let from = (r + n - 1) % n;
+            assert_eq!(g.unwrap(), (0..from as u32 + 3).collect::<Vec<_>>(), "n={n} rank {r}");
+        }
+        for (r, (_, links)) in world.iter().enumerate() {
+            assert_eq!(links.peers(), all_but(r, n));
+            assert!(links.local_addr().ip().is_loopback());
+        }
+    }
+}
+
+fn names_rank_1(e: &Error) -> bool {
+    match e {
+        Error::PeerLost { rank, .. } => *rank == 1,
+        Error::Aborted { reason } => reason.contains("rank 1"),
+        _ => false,
+    }
+}
+
+#[test]
+fn a_vanished_peer_fails_the_others_fast() {
+    // Abrupt: the connections close as when the process dies. Graceful: the communicator
+    // is dropped first (release notices), then the links.
+    for abrupt in [true, false] {
+        let mut world = tcp_world(3);
+        let (c1, l1) = world.remove(1);
+        let comms: Vec<Communicator> = world.iter().map(|(c, _)| c.clone()).collect();
+        let started = Instant::now();
+        let got = thread::scope(|s| {
+            s.spawn(move || {
+                thread::sleep(Duration::from_millis(200));
+                if abrupt {
+                    l1.shutdown();
+                }
+                drop(c1);
+                drop(l1);
+            });
+            on_threads(&comms, |c| {
+                let mut x = vec![1i64; 4096];
+                let r = c.with_algorithm(Algorithm::Ring).all_reduce(&mut x, ReduceOp::Sum);
+                (r, started.elapsed())
+            })
+        });
+        for (r, took) in got {
+            let e = r.expect_err("the collective cannot succeed without rank 1");
+            assert!(names_rank_1(&e), "abrupt={abrupt}: {e:?}");
+            assert!(took < Duration::from_secs(5), "abrupt={abrupt}: took {took:?}");
+        }
+    }
+}
+
+fn short_opts() -> TcpOptions {
+    TcpOptions { connect_timeout: Duration::from_secs(2), ..opts() }
+}
+
+#[test]
+fn a_client_with_the_wrong_secret_cannot_join() {
+    let bad = Secret::from_text("not the job's secret").unwrap();
+    // Rank 0 (good) dials rank 1 (wrong secret).
+    let got = links_world(2, |r| if r == 1 { bad.clone() } else { secret() }, &short_opts());
+    let e0 = got[0].as_ref().unwrap_err().to_string();
+    let e1 = got[1].as_ref().unwrap_err().to_string();
+    assert!(e0.contains(SECRET_ENV) && e0.contains("rank 1"), "{e0}");
+    assert!(e1.contains("failed to prove"), "{e1}");
+    // Rank 0 (wrong secret) dials rank 1 (good): the good side names the problem.
+    let got = links_world(2, |r| if r == 0 { bad.clone() } else { secret() }, &short_opts());
+    let e0 = got[0].as_ref().unwrap_err().to_string();
+    let e1 = got[1].as_ref().unwrap_err().to_string();
+    assert!(e0.contains(SECRET_ENV), "{e0}");
+    assert!(e1.contains("failed to prove it knows the job secret") && e1.contains("[0]"), "{e1}");
+}
+
+fn read_until_closed(s: &mut TcpStream) {
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut buf = [0u8; 256];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return,
+            Ok(_) => {}
+            Err(e) if matches!(e.kind(), io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionAborted) => return,
+            Err(e) => panic!("the connection was not closed: {e}"),
+        }
+    }
+}
+
+#[test]
+fn garbage_clients_are_refused_without_disturbing_the_world() {
+    let rdv = &MemRdv::default();
+    let n = 3;
+    let (world, mut silent) = thread::scope(|s| {
+        let top = s.spawn(|| establish(2, n, rdv, &secret(), &opts()));
+        let addr: SocketAddr =
+            String::from_utf8(rdv.lookup("job-1/tcp/2", Duration::from_secs(5)).unwrap()).unwrap().parse().unwrap();
+        // Plain garbage.
+        let mut g = TcpStream::connect(addr).unwrap();
+        g.write_all(&[0xAB; 100]).unwrap();
+        read_until_closed(&mut g);
+        // A frame header with an absurd length instead of a handshake.
+        let mut g = TcpStream::connect(addr).unwrap();
+        let mut head = frame::encode_header(FrameKind::Data, &header(3), 0);
+        head[48..56].copy_from_slice(&u64::MAX.to_le_bytes());
+        g.write_all(&head).unwrap();
+        g.write_all(&[0; 16]).unwrap();
+        read_until_closed(&mut g);
+        // A truncated handshake.
+        let mut g = TcpStream::connect(addr).unwrap();
+        let mut challenge = [0u8; 40];
+        g.read_exact(&mut challenge).unwrap();
+        g.write_all(&challenge[..10]).unwrap();
+        g.shutdown(Shutdown::Write).unwrap();
+        read_until_closed(&mut g);
+        // Authenticated, but claiming impossible identities.
+        for (src, world, prefix) in [(7, n, PREFIX), (2, n, PREFIX), (0, n + 1, PREFIX), (0, n, "other-job")] {
+            let mut g = TcpStream::connect(addr).unwrap();
+            auth::connect(&mut g, &secret(), AUTH_CONTEXT).unwrap();
+            g.write_all(&Ident::new(src, world, prefix).hello(2)).unwrap();
+            let mut reply = [0u8; REPLY_LEN];
+            g.read_exact(&mut reply).unwrap();
+            assert_ne!(reply[16], Verdict::Accepted as u8, "src {src} world {world} prefix {prefix}");
+            read_until_closed(&mut g);
+        }
+        // A client that says nothing must not hold the others up.
+        let silent = TcpStream::connect(addr).unwrap();
+        let lower: Vec<_> = (0..2).map(|r| s.spawn(move || establish(r, n, rdv, &secret(), &opts()))).collect();
+        let mut world: Vec<_> = lower.into_iter().map(|h| h.join().unwrap().unwrap()).collect();
+        world.push(top.join().unwrap().unwrap());
+        (world, silent)
+    });
+    read_until_closed(&mut silent);
+    let comms: Vec<Communicator> =
+        world.into_iter().enumerate().map(|(r, (mb, links))| communicator(r, n, mb, &Arc::new(links))).collect();
+    let got = on_threads(&comms, |c| {
+        let mut x = input(c.rank(), 100);
+        c.all_reduce(&mut x, ReduceOp::Sum).map(|()| x)
+    });
+    let want: Vec<i64> = (0..100).map(|i| (0..n).map(|r| input(r, 100)[i]).sum()).collect();
+    for g in got {
+        assert_eq!(g.unwrap(), want);
+    }
+}
+
+fn header(comm_id: u64) -> Header {
+    Header {
+        comm_id,
+        channel: Channel::PointToPoint(3),
+        fingerprint: Fingerprint {
+            seq: 0,
+            op: OpKind::Send,
+            dtype: DType::U8,
+            count: 5,
+            root: None,
+            reduce: None,
+            algorithm: Algorithm::Linear,
+        },
+    }
+}
+
+fn lost_detail(mb: &Mailbox, peer: usize) -> String {
+    match mb.recv(
+        peer,
+        99,
+        Channel::Collective,
+        Some(Stage::Collective(0)),
+        &mut [],
+        Instant::now() + Duration::from_secs(5),
+    ) {
+        Err(TransportError::PeerLost { peer: p, detail }) if p == peer => detail,
+        other => panic!("expected rank {peer} to be lost, got {other:?}"),
+    }
+}
+
+/// A world of `n` in which rank 0 is played by hand: its authenticated connections to
+/// ranks 1.., and the real ranks' mailboxes and links.
+fn with_fake_rank0(n: usize) -> (Vec<TcpStream>, Vec<(Arc<Mailbox>, TcpLinks)>) {
+    let rdv = &MemRdv::default();
+    thread::scope(|s| {
+        let real: Vec<_> = (1..n).map(|r| s.spawn(move || establish(r, n, rdv, &secret(), &opts()))).collect();
+        let me = Ident::new(0, n, PREFIX);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let fake =
+            (1..n).map(|p| dial(p, lookup(rdv, PREFIX, p, deadline).unwrap(), &secret(), &me, deadline).unwrap());
+        let fake = fake.collect();
+        (fake, real.into_iter().map(|h| h.join().unwrap().unwrap()).collect())
+    })
+}
+
+#[test]
+fn bad_frames_from_an_authenticated_peer_lose_only_that_peer() {
+    let n = 3;
+    let (fake, real) = with_fake_rank0(n);
+    let (mut fake, mut real) = (fake.into_iter(), real.into_iter());
+    let (mut to1, mut to2) = (fake.next().unwrap(), fake.next().unwrap());
+    let ((mb1, l1), (mb2, l2)) = (real.next().unwrap(), real.next().unwrap());
+    // A good frame first, then one with an absurd length.
+    to1.write_all(&frame::encode_header(FrameKind::Data, &header(9), 5)).unwrap();
+    to1.write_all(b"hello").unwrap();
+    let mut buf = [0u8; 8];
+    let got =
+        mb1.recv(0, 9, Channel::PointToPoint(3), None, &mut buf, Instant::now() + Duration::from_secs(5)).unwrap();
+    assert_eq!(&buf[..got.len], b"hello");
+    let mut head = frame::encode_header(FrameKind::Data, &header(9), 0);
+    head[48..56].copy_from_slice(&u64::MAX.to_le_bytes());
+    to1.write_all(&head).unwrap();
+    let d = lost_detail(&mb1, 0);
+    assert!(d.contains("limit") && d.contains("closed"), "{d}");
+    read_until_closed(&mut to1);
+    // A truncated frame.
+    to2.write_all(&frame::encode_header(FrameKind::Data, &header(9), 1000)).unwrap();
+    to2.write_all(&[1; 10]).unwrap();
+    to2.shutdown(Shutdown::Write).unwrap();
+    let d = lost_detail(&mb2, 0);
+    assert!(d.contains("middle of a frame"), "{d}");
+    // Ranks 1 and 2 still talk, both ways.
+    let (l1, l2) = (Arc::new(l1), Arc::new(l2));
+    let (t1, t2) = (transport(1, n, mb1, &l1), transport(2, n, mb2, &l2));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let big: Vec<u8> = (0..200_000u32).map(|i| i as u8).collect();
+    t1.send(2, &header(5), &big, deadline).unwrap();
+    t2.send(1, &header(5), b"back", deadline).unwrap();
+    let mut buf = vec![0u8; big.len()];
+    let got = t2.recv(1, 5, Channel::PointToPoint(3), None, &mut buf, deadline).unwrap();
+    assert_eq!(got.len, big.len());
+    assert!(buf == big);
+    let got = t1.recv(2, 5, Channel::PointToPoint(3), None, &mut buf, deadline).unwrap();
+    assert_eq!(&buf[..got.len], b"back");
+    // Sends to the lost fake peer fail; a frame above the limit is refused before sending.
+    assert!(matches!(t1.send(0, &header(5), b"x", deadline), Err(TransportError::PeerLost { peer: 0, .. })));
+    let huge = vec![0u8; (1 << 26) + 1];
+    assert!(matches!(
+        l1.send_frame(2, FrameKind::Data, &header(5), &huge, deadline),
+        Err(TransportError::Other(Error::Config(_)))
+    ));
+    drop(to2);
+}
+
+#[test]
+fn sends_to_a_peer_that_does_not_read_time_out() {
+    let (fake, real) = with_fake_rank0(2);
+    let mut to1 = fake.into_iter().next().unwrap();
+    let (_mb, l1) = real.into_iter().next().unwrap();
+    // A deadline that has passed: nothing is written, the connection stays usable.
+    let past = Instant::now();
+    assert_eq!(l1.send_frame(0, FrameKind::Data, &header(2), b"late", past), Err(TransportError::Timeout { peer: 0 }));
+    l1.send_frame(0, FrameKind::Data, &header(2), b"ok", Instant::now() + Duration::from_secs(5)).unwrap();
+    let mut head = [0u8; HEADER_LEN + 2];
+    to1.read_exact(&mut head).unwrap();
+    let f = frame::decode_header(&head, 16).unwrap();
+    assert_eq!((f.header, f.payload_len, &head[HEADER_LEN..]), (header(2), 2, &b"ok"[..]));
+    // More than the socket buffers hold, to a peer that does not read: the deadline holds,
+    // and the half-written frame closes the connection.
+    let big = vec![7u8; 48 << 20];
+    let started = Instant::now();
+    let r = l1.send_frame(0, FrameKind::Data, &header(2), &big, started + Duration::from_millis(300));
+    assert_eq!(r, Err(TransportError::Timeout { peer: 0 }));
+    assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+    let r = l1.send_frame(0, FrameKind::Data, &header(2), b"x", Instant::now() + Duration::from_secs(5));
+    assert!(matches!(&r, Err(TransportError::PeerLost { peer: 0, detail }) if detail.contains("timed out")), "{r:?}");
+}
+
+#[test]
+fn connections_probe_for_dead_peers() {
+    use std::os::fd::AsRawFd;
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+    set_liveness(&c).unwrap();
+    let get = |level, name| {
+        let mut v: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: getsockopt into a live c_int with its size.
+        let r = unsafe { libc::getsockopt(c.as_raw_fd(), level, name, (&mut v as *mut libc::c_int).cast(), &mut len) };
+        assert_eq!(r, 0);
+        v
+    };
+    assert_eq!(get(libc::SOL_SOCKET, libc::SO_KEEPALIVE), 1);
+    assert_eq!(get(libc::IPPROTO_TCP, libc::TCP_KEEPIDLE), KEEPALIVE_IDLE_S);
+    assert_eq!(get(libc::IPPROTO_TCP, libc::TCP_KEEPINTVL), KEEPALIVE_INTERVAL_S);
+    assert_eq!(get(libc::IPPROTO_TCP, libc::TCP_KEEPCNT), KEEPALIVE_PROBES);
+    assert_eq!(get(libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT), USER_TIMEOUT_MS);
+}
+
+#[test]
+fn failure_and_release_notices_reach_the_mailbox() {
+    let mut stream = Vec::new();
+    for (kind, payload) in [
+        (FrameKind::Data, b"abc".to_vec()),
+        (FrameKind::Failure, frame::encode_error(&Error::Aborted { reason: "boom".into() })),
+    ] {
+        let mut h = header(4);
+        if kind == FrameKind::Failure {
+            // Failed at collective 5: the stage travels in the sequence number.
+            h.comm_id = 6;
+            h.fingerprint.seq = 5;
+        }
+        stream.extend_from_slice(&frame::encode_header(kind, &h, payload.len()));
+        stream.extend_from_slice(&payload);
+    }
+    stream.extend_from_slice(&frame::encode_header(FrameKind::Release, &header(4), 0));
+    let mb = Mailbox::new();
+    assert!(matches!(pump(&mut stream.as_slice(), 2, &mb, 1 << 20), End::Closed));
+    let deadline = Instant::now() + Duration::from_secs(1);
+    let mut buf = [0u8; 3];
+    assert_eq!(mb.recv(2, 4, Channel::PointToPoint(3), None, &mut buf, deadline).unwrap().len, 3);
+    assert!(matches!(
+        mb.probe(2, 4, Channel::Collective, Some(Stage::Collective(0))),
+        Err(TransportError::PeerLost { peer: 2, .. })
+    ));
+    match mb.probe(2, 6, Channel::Collective, Some(Stage::Collective(0))) {
+        Err(TransportError::PeerFailed { peer: 2, error: Error::Aborted { reason } }) => assert_eq!(reason, "boom"),
+        other => panic!("{other:?}"),
+    }
+    // Waits on another peer end from stage 5 on, not before.
+    assert!(matches!(mb.probe(1, 6, Channel::Collective, Some(Stage::Collective(4))), Ok(None)));
+    assert!(matches!(
+        mb.probe(1, 6, Channel::Collective, Some(Stage::Collective(5))),
+        Err(TransportError::PeerFailed { peer: 2, .. })
+    ));
+}
+
+#[test]
+fn malformed_streams_end_the_reader_cleanly() {
+    let mb = Mailbox::new();
+    let good = frame::encode_header(FrameKind::Data, &header(1), 4);
+    let cases: Vec<(Vec<u8>, &str)> = vec![
+        (vec![], "closed"),
+        (good[..30].to_vec(), "truncated"),
+        ([&good[..], b"ab"].concat(), "truncated"),
+        (vec![0xFF; 100], "magic"),
+        (frame::encode_header(FrameKind::Release, &header(1), 3).to_vec(), "release"),
+        (frame::encode_header(FrameKind::Failure, &header(1), MAX_NOTICE_LEN + 1).to_vec(), "failure notice of"),
+        ([&frame::encode_header(FrameKind::Failure, &header(1), 1)[..], &[42]].concat(), "cannot be decoded"),
+        (frame::encode_header(FrameKind::Data, &header(1), (1 << 20) + 1).to_vec(), "limit"),
+    ];
+    for (bytes, want) in cases {
+        let end = pump(&mut bytes.as_slice(), 0, &mb, 1 << 20);
+        let text = format!("{end:?}").to_lowercase();
+        assert!(text.contains(want), "{want}: {text}");
+    }
+    // A huge length within the limit, with the bytes missing: no huge allocation up front.
+    let head = frame::encode_header(FrameKind::Data, &header(1), 1 << 40);
+    assert!(matches!(pump(&mut &head[..], 0, &mb, usize::MAX), End::Truncated));
+}
+
+#[test]
+fn payloads_above_the_first_allocation_are_read_whole() {
+    let len = PREALLOC + PREALLOC / 2 + 3;
+    let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+    assert!(read_payload(&mut data.as_slice(), len).unwrap() == data);
+    assert_eq!(read_payload(&mut &data[..len - 1], len).unwrap_err().kind(), io::ErrorKind::UnexpectedEof);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn readers_take_any_bytes(bytes in prop::collection::vec(any::<u8>(), 0..400), max in 0usize..512) {
+        let mb = Mailbox::new();
+        let end = pump(&mut bytes.as_slice(), 1, &mb, max);
+        prop_assert!(!matches!(end, End::Failed(_)));
+    }
+
+    #[test]
+    fn readers_deliver_valid_frames_in_order(
+        frames in prop::collection::vec((frame::fuzz::header(), prop::collection::vec(any::<u8>(), 0..64)), 0..8),
+        junk in prop::collection::vec(any::<u8>(), 0..80),
+    ) {
+        let mut bytes = Vec::new();
+        for (h, p) in &frames {
+            let mut h = *h;
+            h.comm_id = 1;
+            bytes.extend_from_slice(&frame::encode_header(FrameKind::Data, &h, p.len()));
+            bytes.extend_from_slice(p);
+        }
+        bytes.extend_from_slice(&junk);
+        let mb = Mailbox::new();
+        let end = pump(&mut bytes.as_slice(), 0, &mb, 64);
+        prop_assert!(!matches!(end, End::Failed(_)));
+        let deadline = Instant::now();
+        for (h, p) in &frames {
+            let mut buf = [0u8; 64];
+            let got = mb.recv(0, 1, h.channel, Some(Stage::Collective(0)), &mut buf, deadline);
+            let got = got.map_err(|e| TestCaseError::fail(format!("{e:?}")))?;
+            prop_assert_eq!(got.header.fingerprint, h.fingerprint);
+            prop_assert_eq!(&buf[..got.len], &p[..]);
+        }
+    }
+}
+
+fn iface(name: &str, ip: [u8; 4], up: bool) -> Iface {
+    Iface { name: name.into(), ip: Ipv4Addr::from(ip), up }
+}
+
+#[test]
+fn interfaces_are_chosen_like_nccl_socket_ifname() {
+    let found = vec![
+        iface("lo", [127, 0, 0, 1], true),
+        iface("docker0", [172, 17, 0, 1], true),
+        iface("eth0.100", [10, 1, 0, 2], true),
+        iface("eth0", [10, 0, 0, 2], true),
+        iface("eth1", [10, 0, 1, 2], false),
+        iface("ib0", [10, 9, 0, 2], true),
+    ];
+    let ip = |spec: Option<&str>| pick(spec, &found).map(|a| a.to_string());
+    assert_eq!(ip(Some("eth0")).unwrap(), "10.0.0.2");
+    assert_eq!(ip(Some("eth")).unwrap(), "10.1.0.2");
+    assert_eq!(ip(Some("=eth1")).unwrap(), "10.0.1.2");
+    assert_eq!(ip(Some(" ib , eth ")).unwrap(), "10.1.0.2");
+    assert_eq!(ip(Some("^docker,eth,lo")).unwrap(), "10.9.0.2");
+    assert_eq!(ip(Some("^eth,ib,docker")).unwrap(), "127.0.0.1");
+    assert_eq!(ip(None).unwrap(), "10.1.0.2");
+    assert_eq!(pick(None, &found[..2]).unwrap().to_string(), "172.17.0.1");
+    assert_eq!(pick(None, &found[..1]).unwrap(), Ipv4Addr::LOCALHOST);
+    assert_eq!(pick(None, &[]).unwrap(), Ipv4Addr::LOCALHOST);
+    let e = ip(Some("wlan0")).unwrap_err().to_string();
+    assert!(e.contains(IFNAME_ENV) && e.contains("eth1 10.0.1.2 (down)") && e.contains("lo 127.0.0.1"), "{e}");
+    assert!(ip(Some("^")).is_err());
+    assert!(ip(Some(" , ")).is_err());
+    // The real interfaces of this machine: every Linux host has `lo`.
+    let real = TcpOptions { ifname: Some("=lo".into()), ..TcpOptions::default() };
+    assert_eq!(select_address(&real).unwrap(), IpAddr::V4(Ipv4Addr::LOCALHOST));
+    let e = select_address(&TcpOptions { ifname: Some("no-such-if".into()), ..TcpOptions::default() }).unwrap_err();
+    assert!(matches!(&e, Error::Config(m) if m.contains("lo 127.0.0.1")), "{e}");
+    let any = TcpOptions { bind_addr: Some(IpAddr::V4(Ipv4Addr::UNSPECIFIED)), ..TcpOptions::default() };
+    assert!(matches!(select_address(&any), Err(Error::Config(_))));
+}
+
+#[test]
+fn options_come_from_the_environment() {
+    let env = |vars: &'static [(&'static str, &'static str)]| {
+        move |k: &str| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+    };
+    let o = TcpOptions::from_env_with(env(&[(IFNAME_ENV, "eth0"), (MAX_FRAME_ENV, "64M")])).unwrap();
+    assert_eq!((o.ifname.as_deref(), o.max_frame), (Some("eth0"), 64 << 20));
+    assert_eq!(TcpOptions::from_env_with(env(&[])).unwrap(), TcpOptions::default());
+    for bad in ["", "12X", "1K", "99999999999999T"] {
+        let vars: &'static [(&str, &str)] = Box::leak(Box::new([(MAX_FRAME_ENV, bad)]));
+        let e = TcpOptions::from_env_with(env(vars)).unwrap_err();
+        assert!(matches!(&e, Error::Config(m) if m.contains(MAX_FRAME_ENV)), "{bad}: {e}");
+    }
+    assert_eq!(parse_size(" 2 GiB ").unwrap(), 2 << 30);
+    assert_eq!(parse_size("4096").unwrap(), 4096);
+}
+
+#[test]
+fn establish_checks_its_arguments() {
+    let rdv = MemRdv::default();
+    let mb = Arc::new(Mailbox::new());
+    let o = opts();
+    for (rank, world, peers) in [(3, 3, vec![0]), (0, 3, vec![3]), (0, 3, vec![0]), (0, 3, vec![1, 1])] {
+        let e = TcpLinks::establish(rank, world, &peers, &rdv, PREFIX, &secret(), &o, Arc::clone(&mb)).unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+    }
+    // A world of one: nothing to connect.
+    let l = TcpLinks::establish(0, 1, &[], &rdv, PREFIX, &secret(), &o, mb).unwrap();
+    assert!(l.peers().is_empty());
+    assert!(format!("{l:?}").contains("TcpLinks"));
+}
