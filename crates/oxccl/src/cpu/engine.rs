@@ -10,11 +10,11 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use super::algorithms::shared_memory::ShmCollectives;
 use super::algorithms::{all_gather, Ctx};
 use super::dispatch;
 use super::point_to_point::P2pCtx;
 use super::selector;
-use super::transport::shm::collectives::ShmCollectives;
 use super::transport::{Stage, Transport};
 use crate::algorithm::Algorithm;
 use crate::backend::completion::Slot;

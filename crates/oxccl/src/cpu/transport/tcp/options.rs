@@ -1,17 +1,18 @@
-//! The TCP transport's options: [`TcpOptions`], its defaults, and how they are read from
-//! the environment (`OXCCL_SOCKET_IFNAME`, `OXCCL_MAX_FRAME`).
+//! The TCP transport's options: [`TcpOptions`] and its defaults. The `cpu` backend fills
+//! them from its resolved settings (`OXCCL_SOCKET_IFNAME`, `OXCCL_MAX_FRAME`: see
+//! [`config::registry`](crate::config::registry)); nothing here reads the environment.
 
 use std::net::IpAddr;
 use std::time::Duration;
 
+use crate::config::registry;
 use crate::cpu::transport::frame::MAX_NOTICE_LEN;
 use crate::error::{Error, Result};
 
-/// The environment variable that chooses the interface (like `NCCL_SOCKET_IFNAME`).
-pub const IFNAME_ENV: &str = "OXCCL_SOCKET_IFNAME";
-/// The environment variable that bounds the payload of one frame, in bytes (`K`, `M`, `G`
-/// suffixes are powers of 1024).
-pub const MAX_FRAME_ENV: &str = "OXCCL_MAX_FRAME";
+/// The setting that chooses the interface (like `NCCL_SOCKET_IFNAME`), for messages.
+pub const IFNAME_ENV: &str = registry::SOCKET_IFNAME.name;
+/// The setting that bounds the payload of one frame, for messages.
+pub const MAX_FRAME_ENV: &str = registry::MAX_FRAME.name;
 /// The default bound on one frame's payload. Large because the algorithms send a whole
 /// buffer (or a whole block of it) as one frame; readers allocate as bytes arrive.
 #[cfg(target_pointer_width = "64")]
@@ -53,27 +54,11 @@ impl Default for TcpOptions {
 }
 
 impl TcpOptions {
-    /// The defaults, with `OXCCL_SOCKET_IFNAME` and `OXCCL_MAX_FRAME` from the environment.
+    /// Checks the options before any connection is made.
     ///
     /// # Errors
-    /// [`Error::Config`] naming the variable whose value cannot be used.
-    pub fn from_env() -> Result<TcpOptions> {
-        TcpOptions::from_env_with(|k| std::env::var(k).ok())
-    }
-
-    /// Like [`TcpOptions::from_env`], reading variables through `env`.
-    ///
-    /// # Errors
-    /// [`Error::Config`] naming the variable whose value cannot be used.
-    pub fn from_env_with(env: impl Fn(&str) -> Option<String>) -> Result<TcpOptions> {
-        let mut o = TcpOptions { ifname: env(IFNAME_ENV).filter(|v| !v.trim().is_empty()), ..TcpOptions::default() };
-        if let Some(v) = env(MAX_FRAME_ENV) {
-            o.max_frame = parse_size(&v).map_err(|e| Error::Config(format!("{MAX_FRAME_ENV}={v:?}: {e}")))?;
-        }
-        o.check()?;
-        Ok(o)
-    }
-
+    /// [`Error::Config`] for a frame bound below what failure notices need, or a zero
+    /// connect timeout.
     pub(super) fn check(&self) -> Result<()> {
         if self.max_frame < MAX_NOTICE_LEN {
             return Err(Error::Config(format!(
@@ -86,23 +71,4 @@ impl TcpOptions {
         }
         Ok(())
     }
-}
-
-/// Parses `1048576`, `64K`, `16M`, `4G`, `1GiB`... (powers of 1024) into bytes.
-pub(super) fn parse_size(s: &str) -> std::result::Result<usize, String> {
-    let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: u64 = num.parse().map_err(|_| "expected a number of bytes, like 1048576, 64M or 4G".to_string())?;
-    let shift = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 0,
-        "k" | "kb" | "kib" => 10,
-        "m" | "mb" | "mib" => 20,
-        "g" | "gb" | "gib" => 30,
-        "t" | "tb" | "tib" => 40,
-        other => return Err(format!("unknown unit {other:?} (use K, M, G or T)")),
-    };
-    n.checked_mul(1u64 << shift)
-        .and_then(|b| usize::try_from(b).ok())
-        .ok_or_else(|| "too large for this machine".to_string())
 }

@@ -13,12 +13,13 @@ use proptest::prelude::*;
 use super::connection::{set_liveness, KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, KEEPALIVE_PROBES, USER_TIMEOUT_MS};
 use super::handshake::{dial, lookup, Ident, Verdict, REPLY_LEN};
 use super::interface::{pick, Iface};
-use super::options::parse_size;
 use super::reader::{pump, read_payload, End, PREALLOC};
 use super::{remaining, select_address, TcpLinks, TcpOptions, AUTH_CONTEXT, IFNAME_ENV, MAX_FRAME_ENV};
 use crate::bootstrap::auth::{self, Secret, SECRET_ENV};
 use crate::bootstrap::Rendezvous;
 use crate::communicator::Communicator;
+use crate::config::parse::format_size;
+use crate::config::registry::{self, Kind};
 use crate::config::Config;
 use crate::cpu::engine::{CpuBackend, WORLD_COMM_ID};
 use crate::cpu::transport::frame::{self, FrameKind, HEADER_LEN, MAX_NOTICE_LEN};
@@ -624,20 +625,16 @@ fn interfaces_are_chosen_like_nccl_socket_ifname() {
 }
 
 #[test]
-fn options_come_from_the_environment() {
-    let env = |vars: &'static [(&'static str, &'static str)]| {
-        move |k: &str| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
-    };
-    let o = TcpOptions::from_env_with(env(&[(IFNAME_ENV, "eth0"), (MAX_FRAME_ENV, "64M")])).unwrap();
-    assert_eq!((o.ifname.as_deref(), o.max_frame), (Some("eth0"), 64 << 20));
-    assert_eq!(TcpOptions::from_env_with(env(&[])).unwrap(), TcpOptions::default());
-    for bad in ["", "12X", "1K", "99999999999999T"] {
-        let vars: &'static [(&str, &str)] = Box::leak(Box::new([(MAX_FRAME_ENV, bad)]));
-        let e = TcpOptions::from_env_with(env(vars)).unwrap_err();
-        assert!(matches!(&e, Error::Config(m) if m.contains(MAX_FRAME_ENV)), "{bad}: {e}");
-    }
-    assert_eq!(parse_size(" 2 GiB ").unwrap(), 2 << 30);
-    assert_eq!(parse_size("4096").unwrap(), 4096);
+fn options_are_checked_and_agree_with_the_registry() {
+    let small = TcpOptions { max_frame: MAX_NOTICE_LEN - 1, ..TcpOptions::default() };
+    assert!(matches!(small.check(), Err(Error::Config(m)) if m.contains(MAX_FRAME_ENV)));
+    let never = TcpOptions { connect_timeout: Duration::ZERO, ..TcpOptions::default() };
+    assert!(never.check().is_err());
+    assert!(TcpOptions::default().check().is_ok());
+    // The registry refuses a frame bound below what failure notices need, so a resolved
+    // configuration always passes `check`.
+    assert!(matches!(registry::MAX_FRAME.kind, Kind::Size { min, .. } if min >= MAX_NOTICE_LEN));
+    assert_eq!(registry::MAX_FRAME.default, format_size(super::DEFAULT_MAX_FRAME));
 }
 
 #[test]

@@ -26,13 +26,13 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use super::copy;
-use super::futex;
-use super::segment::{unique_name, Segment};
+use super::{barrier, block_bytes, broadcast, Ctx};
 use crate::backend::reduce::reduce_sources;
 use crate::backend::Op;
-use crate::cpu::algorithms::{barrier, block_bytes, broadcast, Ctx};
 use crate::cpu::transport::frame::{decode_fp, fingerprint_bytes, FP_LEN};
+use crate::cpu::transport::shm::copy;
+use crate::cpu::transport::shm::futex;
+use crate::cpu::transport::shm::segment::{unique_name, Segment};
 use crate::cpu::transport::{Channel, Stage};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -503,7 +503,7 @@ mod tests {
     #[test]
     fn large_operations_stream_their_results() {
         // Above `STREAM_FROM`, results are written with cache-bypassing stores.
-        let count = super::copy::STREAM_FROM / 4 + 1001;
+        let count = crate::cpu::transport::shm::copy::STREAM_FROM / 4 + 1001;
         for n in [2, 3] {
             world_with(n, 1 << 16, Some(SLOT), |comm| {
                 let r = comm.rank();
