@@ -275,7 +275,7 @@ fn tcp_transport_refuses_an_impostor() {
         std::net::TcpStream::connect(&addr).unwrap_or_else(|e| panic!("connecting to rank 1 at {addr}: {e}"));
     sock.set_read_timeout(Some(Duration::from_secs(10))).expect("a read timeout");
     sock.set_write_timeout(Some(Duration::from_secs(10))).expect("a write timeout");
-    let r = auth::connect(&mut sock, &wrong, oxccl::cpu::transport::tcp::AUTH_CONTEXT);
+    let r = auth::connect(&mut sock, &wrong, oxccl::testing::TCP_AUTH_CONTEXT);
     println!("impostor at {addr}: {r:?}");
     match r {
         Err(e @ AuthError::RefusedByServer) => {

@@ -12,8 +12,6 @@ use std::time::Duration;
 
 use oxccl::backend::CallOptions;
 use oxccl::backend::{Backend, Completion, MessageInfo, Mode, Op, P2p, Pending};
-use oxccl::cpu::engine::{CpuBackend, WORLD_COMM_ID};
-use oxccl::cpu::transport::memory::MemoryHub;
 use oxccl::{Communicator, Error, OpKind};
 use oxccl_conformance::{Report, SuiteOptions};
 
@@ -173,15 +171,10 @@ impl Backend for Faulty {
 
 /// Runs the suite under `opts` on a faulty world of `n` ranks.
 fn run_faulty(n: usize, fault: Fault, opts: &SuiteOptions) -> Report {
-    let cfg = oxccl::Config::new().resolve().unwrap();
-    let hub = MemoryHub::new(n);
-    let ranks: Arc<[usize]> = (0..n).collect();
-    let comms: Vec<Communicator> = (0..n)
-        .map(|r| {
-            let t = Arc::new(hub.endpoint(r).unwrap());
-            let b = CpuBackend::new("faulty", t, WORLD_COMM_ID, Arc::clone(&ranks), r, cfg.clone()).unwrap();
-            Communicator::from_backend(Arc::new(Faulty { inner: Arc::new(b), fault }))
-        })
+    let comms: Vec<Communicator> = oxccl::testing::local_backends(&oxccl::Config::new(), n, "faulty")
+        .unwrap()
+        .into_iter()
+        .map(|inner| Communicator::from_backend(Arc::new(Faulty { inner, fault })))
         .collect();
     let reports = std::thread::scope(|s| {
         let hs: Vec<_> = comms.into_iter().map(|c| s.spawn(move || oxccl_conformance::run_suite(&c, opts))).collect();

@@ -2,8 +2,16 @@
 //!
 //! One safe, typed API (all_reduce, reduce, broadcast, all_gather, reduce_scatter,
 //! all_to_all, gather, scatter, barrier, their uneven variants, tagged send/recv, probe and
-//! batches) over several backends. Today: `local`, N ranks as threads in one process,
-//! running the same algorithms the multi-process CPU backend will run.
+//! batches) over several backends:
+//!
+//! | backend | what it is |
+//! |---|---|
+//! | `cpu` (default) | one rank per process, on one host or many: shared memory within a host, TCP across hosts |
+//! | `local` | N ranks as threads of one process, the same algorithms over an in-memory transport |
+//! | `mpi` | the system MPI (cargo feature `mpi`), picked under `mpirun` |
+//!
+//! A program started by a launcher (`oxccl run`, torchrun, `mpirun`, `srun`) joins its
+//! job with [`init`]; one process can also run a world of threads with [`local::run`]:
 //!
 //! ```
 //! use oxccl::ReduceOp;
@@ -15,8 +23,22 @@
 //! assert!(out.iter().all(|r| r.as_ref().unwrap() == &vec![1.5f32; 3]));
 //! ```
 //!
-//! Layers, top to bottom: [`Communicator`] (typed, checked) → [`backend::Backend`]
-//! (type-erased) → [`cpu`] (engine, algorithms, transports). See `DESIGN.md`.
+//! ```no_run
+//! // Under `oxccl run -n 4 -- ./prog` (or torchrun, mpirun): one rank per process.
+//! let comm = oxccl::init()?;
+//! let mut grads = vec![comm.rank() as f32; 1024];
+//! comm.all_reduce(&mut grads, oxccl::ReduceOp::Sum)?;
+//! # Ok::<(), oxccl::Error>(())
+//! ```
+//!
+//! Settings come from [`Config`] (builder) over `OXCCL_*` variables over defaults: see
+//! [`config`] for the table. Errors are one [`Error`] enum whose variants say what to do.
+//!
+//! Layers, top to bottom (each calls only downward; `ARCHITECTURE.md` has the map):
+//! [`init`]/[`local`] (make communicators) → [`Communicator`] (typed, checked, async with
+//! [`Scope`]/[`Work`]) → the backends (`cpu`, [`mpi`]) → [`backend`] (the type-erased trait
+//! and what every engine shares) and [`bootstrap`] (launchers, rendezvous store) → the
+//! vocabulary ([`DType`], [`ReduceOp`], [`Error`], [`config`], ...).
 
 #![deny(missing_docs)]
 
@@ -25,7 +47,7 @@ pub mod backend;
 pub mod bootstrap;
 pub mod communicator;
 pub mod config;
-pub mod cpu;
+mod cpu;
 pub mod device;
 pub mod dtype;
 pub mod error;
@@ -36,6 +58,8 @@ pub mod mpi;
 pub mod reduce_op;
 mod sync;
 pub mod tensor;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use algorithm::Algorithm;
 pub use backend::MessageInfo;

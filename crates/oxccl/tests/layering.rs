@@ -20,7 +20,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("shared below the backends", &["backend", "bootstrap"]),
     ("backends", &["cpu", "mpi", "xccl"]),
     ("front door", &["communicator", "tensor", "mesh"]),
-    ("construction", &["init"]),
+    ("construction", &["init", "testing"]),
 ];
 
 /// Same-layer references that are allowed: (from, to).

@@ -11,13 +11,55 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::reduce_op::ReduceOp;
 
-/// Arithmetic the kernels need, per element type.
-trait Arith: bytemuck::Pod {
+mod sealed {
+    pub trait Sealed {}
+    impl<T: bytemuck::Pod> Sealed for T {}
+}
+
+/// The reduction rules of every element type, in one place for every engine: integer sums
+/// and products wrap (two's complement), float min/max let a NaN lose against a number
+/// (minNum/maxNum), f16/bf16 combine in f32 and round each step to nearest-even, and `Avg`
+/// divides a sum by the count (integers truncate toward zero).
+pub trait Arith: bytemuck::Pod + sealed::Sealed {
+    /// `a + b`.
     fn add(a: Self, b: Self) -> Self;
+    /// `a * b`.
     fn mul(a: Self, b: Self) -> Self;
+    /// The smaller (a NaN loses).
     fn min(a: Self, b: Self) -> Self;
+    /// The larger (a NaN loses).
     fn max(a: Self, b: Self) -> Self;
+    /// `a / n`, for `Avg`.
     fn div_count(a: Self, n: usize) -> Self;
+    /// `a op b`; `Avg` combines as `Sum` (the division comes once, at the end).
+    #[inline(always)]
+    fn combine(op: ReduceOp, a: Self, b: Self) -> Self {
+        match op {
+            ReduceOp::Sum | ReduceOp::Avg => Self::add(a, b),
+            ReduceOp::Prod => Self::mul(a, b),
+            ReduceOp::Min => Self::min(a, b),
+            ReduceOp::Max => Self::max(a, b),
+        }
+    }
+}
+
+/// `inout[i] = input[i] op inout[i]` for `len` elements of `T` over memory that need not be
+/// aligned: the shape of an MPI user operation (`MPI_Op_create`), whose temporaries MPI does
+/// not promise to align.
+///
+/// # Safety
+/// `input` must point to `len` readable and `inout` to `len` readable and writable elements
+/// of `T` (alignment not required); the ranges may not overlap.
+pub unsafe fn combine_unaligned<T: Arith>(op: ReduceOp, input: *const u8, inout: *mut u8, len: usize) {
+    let (a, b) = (input.cast::<T>(), inout.cast::<T>());
+    for i in 0..len {
+        // SAFETY: i < len, and the caller promises `len` elements behind both pointers.
+        unsafe {
+            let x = a.add(i).read_unaligned();
+            let y = b.add(i).read_unaligned();
+            b.add(i).write_unaligned(T::combine(op, x, y));
+        }
+    }
 }
 
 macro_rules! int_arith {
@@ -359,5 +401,68 @@ mod tests {
     fn length_mismatch_is_an_error() {
         let mut a = vec![0u8; 8];
         assert!(combine(DType::F32, ReduceOp::Sum, &mut a, &[0u8; 4]).is_err());
+    }
+
+    // The unaligned entry point of MPI user operations (these tests lived with the mpi
+    // backend, which used to repeat the rules).
+
+    fn run_unaligned<T: Arith>(op: ReduceOp, a: &[T], b: &mut [T]) {
+        assert_eq!(a.len(), b.len());
+        // SAFETY: both slices hold a.len() elements and do not overlap.
+        unsafe { combine_unaligned::<T>(op, a.as_ptr().cast(), b.as_mut_ptr().cast(), a.len()) }
+    }
+
+    #[test]
+    fn unaligned_min_max_let_nan_lose() {
+        let a = [f32::NAN, 1.0, -0.0, f32::INFINITY];
+        let mut b = [2.0f32, f32::NAN, 0.0, 3.0];
+        run_unaligned(ReduceOp::Min, &a, &mut b);
+        assert_eq!(b[0], 2.0);
+        assert_eq!(b[1], 1.0);
+        assert_eq!(b[2], 0.0);
+        assert_eq!(b[3], 3.0);
+        let mut c = [f64::NAN, 5.0];
+        run_unaligned(ReduceOp::Max, &[f64::NAN, f64::NAN], &mut c);
+        assert!(c[0].is_nan());
+        assert_eq!(c[1], 5.0);
+        let mut h = [f16::NAN, f16::from_f32(-2.0)];
+        run_unaligned(ReduceOp::Max, &[f16::from_f32(1.5), f16::NAN], &mut h);
+        assert_eq!(h, [f16::from_f32(1.5), f16::from_f32(-2.0)]);
+    }
+
+    #[test]
+    fn unaligned_half_sums_round_each_step_to_nearest_even() {
+        // 1 + 2^-11 is halfway between two f16 values: ties to even gives 1.0.
+        let mut b = [f16::from_f32(1.0)];
+        run_unaligned(ReduceOp::Sum, &[f16::from_f32(2f32.powi(-11))], &mut b);
+        assert_eq!(b[0], f16::from_f32(1.0));
+        let mut b = [bf16::from_f32(3.0)];
+        run_unaligned(ReduceOp::Prod, &[bf16::from_f32(-0.5)], &mut b);
+        assert_eq!(b[0], bf16::from_f32(-1.5));
+        let mut b = [f16::from_f32(60000.0)];
+        run_unaligned(ReduceOp::Sum, &[f16::from_f32(60000.0)], &mut b);
+        assert!(b[0].is_infinite());
+    }
+
+    #[test]
+    fn unaligned_byte_sums_wrap() {
+        let mut b = [250u8, 1];
+        run_unaligned(ReduceOp::Sum, &[10u8, 2], &mut b);
+        assert_eq!(b, [4, 3]);
+        let mut c = [-128i8];
+        run_unaligned(ReduceOp::Sum, &[-1i8], &mut c);
+        assert_eq!(c, [127]);
+    }
+
+    #[test]
+    fn unaligned_buffers() {
+        let mut raw = [0u8; 9];
+        let a = [1.0f32, 2.0];
+        raw[1..5].copy_from_slice(&3.0f32.to_ne_bytes());
+        raw[5..9].copy_from_slice(&4.0f32.to_ne_bytes());
+        // SAFETY: `raw[1..]` holds two (unaligned) f32 values; `a` two aligned ones.
+        unsafe { combine_unaligned::<f32>(ReduceOp::Sum, a.as_ptr().cast(), raw.as_mut_ptr().add(1), 2) };
+        assert_eq!(f32::from_ne_bytes(raw[1..5].try_into().unwrap()), 4.0);
+        assert_eq!(f32::from_ne_bytes(raw[5..9].try_into().unwrap()), 6.0);
     }
 }

@@ -75,7 +75,7 @@ pub struct MpiConfig {
     pub thread_level: ThreadLevel,
     /// Exchange a fingerprint (sequence number, op, dtype, count, root, reduce op, algorithm)
     /// with every peer before each collective, so that ranks calling different collectives
-    /// get [`Error::Mismatch`] instead of a hang or garbage, and timeouts name the rank that
+    /// get [`Error::Mismatch`](crate::Error::Mismatch) instead of a hang or garbage, and timeouts name the rank that
     /// did not arrive. Costs one small message to and from every peer per collective (a
     /// latency of a few microseconds on one host); switch it off for speed-only runs.
     pub fingerprint: bool,

@@ -124,7 +124,7 @@ fn run_all_gather(ctx: &Ctx, buf: &mut [u8], block: usize, algo: Algorithm) -> R
 pub unsafe fn run(ctx: &Ctx, op: &Op, algo: Algorithm) -> Result<()> {
     let n = ctx.size();
     let rank = ctx.rank();
-    // SAFETY (for every `bytes`/`bytes_mut` below): the buffers satisfy the submit contract
+    // SAFETY: for every `bytes`/`bytes_mut` below, the buffers satisfy the submit contract
     // (this function's own contract), and where input and output alias (in-place forms,
     // recognised by pointer equality) only the output slice is created.
     unsafe {

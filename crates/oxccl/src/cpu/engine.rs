@@ -278,9 +278,11 @@ impl Inner {
                 _ => selector::choose(kind, op.message_bytes(), self.ranks.len(), forced),
             };
             let ctx = self.ctx(op.fingerprint(seq, algo), opts);
-            // SAFETY: `op` came through `Backend::submit`, whose contract the submitter upholds.
             let r = match native {
+                // SAFETY: `op` came through `Backend::submit`, whose contract the submitter
+                // upholds.
                 Some(n) if algo == Algorithm::SharedMemory => unsafe { n.run(&ctx, op) },
+                // SAFETY: as above.
                 _ => unsafe { dispatch::run(&ctx, op, algo) },
             };
             r.map(|()| Completion::default())

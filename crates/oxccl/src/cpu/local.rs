@@ -17,6 +17,14 @@ pub const NAME: &str = "local";
 /// # Errors
 /// [`Error::InvalidArgument`] when `n` is 0.
 pub fn world(cfg: &ResolvedConfig, n: usize) -> Result<Vec<CpuBackend>> {
+    named_world(cfg, n, NAME)
+}
+
+/// [`world`] whose backends report `name` (tests that wrap them say so).
+///
+/// # Errors
+/// As [`world`].
+pub fn named_world(cfg: &ResolvedConfig, n: usize, name: &'static str) -> Result<Vec<CpuBackend>> {
     if n == 0 {
         return Err(Error::invalid("a world needs at least one rank"));
     }
@@ -25,7 +33,7 @@ pub fn world(cfg: &ResolvedConfig, n: usize) -> Result<Vec<CpuBackend>> {
     (0..n)
         .map(|r| {
             let t = Arc::new(hub.endpoint(r)?);
-            CpuBackend::new(NAME, t, WORLD_COMM_ID, Arc::clone(&ranks), r, cfg.clone())
+            CpuBackend::new(name, t, WORLD_COMM_ID, Arc::clone(&ranks), r, cfg.clone())
         })
         .collect()
 }

@@ -33,8 +33,6 @@ use crate::error::{Error, Result};
 
 /// The backend's name.
 pub const NAME: &str = "cpu";
-/// Default bytes per slot of the shared-memory collectives (`OXCCL_SHM_SLOT_BYTES`).
-pub const DEFAULT_SLOT: usize = 1 << 20;
 
 pub use crate::config::TransportChoice;
 

@@ -17,7 +17,6 @@ use std::ffi::{c_int, c_void};
 use mpi::ffi;
 
 use super::init::check;
-use super::kernels;
 use crate::config::HalfReduce;
 use crate::dtype::DType;
 use crate::error::Result;
@@ -48,7 +47,7 @@ macro_rules! user_fn {
             // with (always the type of `$t`) in `a` (in) and `b` (inout).
             unsafe {
                 let n = usize::try_from(*len).unwrap_or(0);
-                kernels::apply::<$t>($op, a.cast_const().cast(), b.cast(), n)
+                crate::backend::reduce::combine_unaligned::<$t>($op, a.cast_const().cast(), b.cast(), n)
             }
         }
     };

@@ -340,8 +340,8 @@ impl Shared {
             let mut flag: c_int = 0;
             // SAFETY: MPI_Status is plain data.
             let mut status: ffi::MPI_Status = unsafe { std::mem::zeroed() };
-            // SAFETY: probing our own communicator.
             check(
+                // SAFETY: probing our own communicator.
                 unsafe { ffi::MPI_Iprobe(ffi::RSMPI_ANY_SOURCE, SIDE_TAG, self.comm.0, &mut flag, &mut status) },
                 "MPI_Iprobe",
             )?;
@@ -350,8 +350,8 @@ impl Shared {
             }
             let src = status.MPI_SOURCE;
             let mut m: Msg = [0; WORDS];
-            // SAFETY: the probed message is WORDS u64 values from `src` (every side message is).
             check(
+                // SAFETY: the probed message is WORDS u64 values from `src` (every side message is).
                 unsafe {
                     ffi::MPI_Recv(
                         m.as_mut_ptr().cast(),

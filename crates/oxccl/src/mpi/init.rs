@@ -195,8 +195,8 @@ pub(crate) fn acquire(cfg: &MpiConfig) -> Result<Arc<Runtime>> {
         unsafe { ffi::MPI_Query_thread(&mut provided) };
     }
     let level = level_of(provided);
-    // SAFETY: MPI is initialised; errors on the world communicator now return codes.
     check(
+        // SAFETY: MPI is initialised; errors on the world communicator now return codes.
         unsafe { ffi::MPI_Comm_set_errhandler(Runtime::world(), ffi::RSMPI_ERRORS_RETURN) },
         "MPI_Comm_set_errhandler",
     )?;

@@ -36,8 +36,6 @@
 //! calls).
 
 pub mod cuda;
-#[cfg_attr(not(feature = "mpi"), allow(dead_code))]
-mod kernels;
 
 #[cfg(feature = "mpi")]
 mod dtype;

@@ -298,7 +298,7 @@ pub(crate) unsafe fn post_collective(
     let op = &p.sanitize(op);
     let mut req = null_req();
     let half = rt.cfg.half_reduce;
-    // SAFETY (every MPI call below): buffers satisfy the caller's contract or are temporaries
+    // SAFETY: for every MPI call below, buffers satisfy the caller's contract or are temporaries
     // owned by `p` (kept alive with the requests); counts fit C ints (check_limits).
     unsafe {
         let rc = match op {

@@ -83,6 +83,7 @@ impl Group {
     }
 
     /// The original blocks owned by participant `id`.
+    #[cfg(test)]
     pub fn blocks(&self, id: usize) -> Range<usize> {
         self.start(id)..self.start(id + 1)
     }

@@ -411,11 +411,12 @@ impl ShmCollectives {
                 unsafe { self.all_reduce_copy_out(ctx, prev, output, es, streaming)? };
             }
             self.wait_all(ctx, Phase::Arrive, step)?;
-            // SAFETY (slices below): every rank published `arrive = step` after filling its
+            // SAFETY: (the slices below) every rank published `arrive = step` after filling its
             // slot (release/acquire), and rewrites it only at step + 2, after we publish
             // `done = step`. `input` stays unwritten in this range until the copy-out of
             // this chunk (an in-place `output` is written only after the reduction).
             srcs.clear();
+            // SAFETY: as argued above.
             srcs.extend((0..self.n).map(|p| unsafe {
                 if p == self.me {
                     std::slice::from_raw_parts(input.add(at * es + mine.start), mine.len())

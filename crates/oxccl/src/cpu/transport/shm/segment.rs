@@ -138,11 +138,6 @@ impl Segment {
     pub fn len(&self) -> usize {
         self.len
     }
-
-    /// Whether the segment has no bytes.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
 }
 
 impl Drop for Segment {

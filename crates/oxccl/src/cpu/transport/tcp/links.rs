@@ -145,6 +145,7 @@ impl TcpLinks {
     }
 
     /// The address this rank listened on and published.
+    #[cfg(test)]
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
     }

@@ -60,10 +60,14 @@ mod writer;
 
 use std::time::{Duration, Instant};
 
+#[cfg(any(test, feature = "testing"))]
 pub use handshake::AUTH_CONTEXT;
-pub use interface::select_address;
+#[cfg(test)]
+use interface::select_address;
 pub use links::TcpLinks;
-pub use options::{TcpOptions, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_FRAME, IFNAME_ENV, MAX_FRAME_ENV};
+pub use options::TcpOptions;
+#[cfg(test)]
+use options::{DEFAULT_MAX_FRAME, IFNAME_ENV, MAX_FRAME_ENV};
 
 /// What is left of the time until `deadline` (zero once it has passed).
 fn remaining(deadline: Instant) -> Duration {
