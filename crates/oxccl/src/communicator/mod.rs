@@ -164,7 +164,8 @@ impl Communicator {
     }
 
     /// Reduce out of place: the root's `output` becomes the reduction of all `input`s.
-    /// `output` is required at the root and ignored elsewhere.
+    /// `output` is required at the root; at the other ranks an `output`, if passed, is
+    /// neither read nor written (it keeps its contents).
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a root out of range, a missing or wrongly sized output
@@ -189,7 +190,8 @@ impl Communicator {
     }
 
     /// Broadcast out of place: every rank's `output` becomes the root's `input`
-    /// (`input` is required at the root and ignored elsewhere).
+    /// (`input` is required at the root; at the other ranks an `input`, if passed, is not
+    /// read).
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a root out of range or a missing/wrongly sized input at
@@ -276,8 +278,9 @@ impl Communicator {
         self.run(self.op_all_to_all_v(raw(input), send_counts, raw_mut(output), recv_counts)?).map(drop)
     }
 
-    /// Gather to `root`: the root's `output` (world_size × `input.len()`, required at the root,
-    /// ignored elsewhere) receives every rank's `input` in rank order.
+    /// Gather to `root`: the root's `output` (world_size × `input.len()`, required at the root)
+    /// receives every rank's `input` in rank order. At the other ranks an `output`, if
+    /// passed, is neither read nor written (it keeps its contents).
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a root out of range or a missing/wrongly sized output.
@@ -286,7 +289,8 @@ impl Communicator {
     }
 
     /// Scatter from `root`: rank i's `output` becomes block i of the root's `input`
-    /// (world_size × `output.len()`, required at the root, ignored elsewhere).
+    /// (world_size × `output.len()`, required at the root; at the other ranks an `input`, if
+    /// passed, is not read).
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a root out of range or a missing/wrongly sized input.

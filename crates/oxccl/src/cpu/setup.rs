@@ -86,6 +86,38 @@ pub fn host_id(configured: Option<&str>) -> String {
     format!("{host}/{netns}")
 }
 
+/// Every rank's host identity, as each published it on arrival. A rank that does not
+/// arrive within `timeout` is named as such (with every other rank still missing), not as a
+/// store key.
+fn arrivals(rank: usize, n: usize, rdv: &dyn Rendezvous, prefix: &str, timeout: Duration) -> Result<Vec<Vec<u8>>> {
+    let key = |r: usize| format!("{prefix}/host/{r}");
+    let mut hosts = Vec::with_capacity(n);
+    for r in 0..n {
+        match rdv.lookup(&key(r), timeout) {
+            Ok(h) => hosts.push(h),
+            Err(Error::Store(detail)) => {
+                let missing: Vec<String> =
+                    (r..n).filter(|&q| rdv.lookup(&key(q), Duration::ZERO).is_err()).map(|q| q.to_string()).collect();
+                if missing.is_empty() {
+                    return Err(Error::Store(detail)); // not a missing rank: the store failed
+                }
+                let who = if missing.len() == 1 {
+                    format!("rank {}", missing[0])
+                } else {
+                    format!("ranks {}", missing.join(", "))
+                };
+                return Err(Error::Store(format!(
+                    "{who} never arrived: rank {rank} of a world of {n} waited {timeout:?} for it. Check that \
+                     every rank was started (world size {n}), with the same MASTER_ADDR/MASTER_PORT (or \
+                     OXCCL_STORE_ADDR) and OXCCL_SECRET, and look at the missing ranks' own output"
+                )));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(hosts)
+}
+
 /// Builds rank `rank` of a world of `n` over `rdv` (a collective: every rank calls it).
 #[allow(clippy::too_many_arguments)]
 fn build(
@@ -99,8 +131,7 @@ fn build(
     cfg: &ResolvedConfig,
 ) -> Result<CpuBackend> {
     rdv.publish(&format!("{prefix}/host/{rank}"), host.as_bytes())?;
-    let hosts: Vec<Vec<u8>> =
-        (0..n).map(|r| rdv.lookup(&format!("{prefix}/host/{r}"), opts.setup_timeout)).collect::<Result<_>>()?;
+    let hosts = arrivals(rank, n, rdv, prefix, opts.setup_timeout)?;
     let mine = hosts[rank].clone();
     let local: Vec<usize> = (0..n).filter(|&r| hosts[r] == mine).collect();
     let single_host = local.len() == n;
@@ -170,6 +201,19 @@ fn secret_required() -> Error {
     )
 }
 
+/// Claims `rank` in the store: each rank does once, so a second claimer is a second process
+/// started with the same rank.
+fn claim_rank(store: &StoreClient, prefix: &str, rank: usize, n: usize, launcher: &str) -> Result<()> {
+    if store.add(&format!("{prefix}/claim/{rank}"), 1)? > 1 {
+        return Err(Error::Config(format!(
+            "two processes were started as rank {rank} of a world of {n} ({launcher} says so for both): every \
+             process needs its own rank in 0..{n}; check the launcher's rank variables (RANK, \
+             OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID)"
+        )));
+    }
+    Ok(())
+}
+
 /// Creates this process's rank from the launcher's environment.
 ///
 /// # Errors
@@ -222,13 +266,26 @@ pub fn init_process(cfg: &ResolvedConfig) -> Result<CpuBackend> {
                 })?,
             };
             if rank == 0 {
-                keep.push(Box::new(StoreServer::bind(&format!("0.0.0.0:{port}"), secret.clone())?));
+                let server = StoreServer::bind(&format!("0.0.0.0:{port}"), secret.clone()).map_err(|e| match e {
+                    Error::Io { context, kind: std::io::ErrorKind::AddrInUse, message } => Error::Io {
+                        context: format!(
+                            "{context}: rank 0 hosts the store, and port {port} is taken: either another job \
+                             uses it (choose another MASTER_PORT, or set OXCCL_STORE_PORT), or two processes \
+                             were started as rank 0 (check that each process has its own RANK)"
+                        ),
+                        kind: std::io::ErrorKind::AddrInUse,
+                        message,
+                    },
+                    e => e,
+                })?;
+                keep.push(Box::new(server));
             }
             format!("{host}:{port}")
         }
     };
     let store = StoreClient::connect(&addr, &secret, opts.setup_timeout)?;
     let prefix = format!("oxccl/g{}", GENERATION.fetch_add(1, Ordering::Relaxed));
+    claim_rank(&store, &prefix, rank, n, &info.launcher.to_string())?;
     let backend = build(rank, n, &store, &prefix, &secret, &host_id(cfg.cpu.host_id.as_deref()), &opts, cfg)?;
     // Every link is up when `build` returns (TCP and shared-memory setup wait for all their
     // peers), so no extra barrier, which would take a sequence number the user sees.
@@ -352,5 +409,30 @@ mod tests {
         assert_eq!(o.shm.spin, Duration::ZERO);
         assert_eq!(o.tcp.ifname.as_deref(), Some("=lo"));
         assert_eq!(o.slot_bytes, 1 << 20);
+    }
+
+    #[test]
+    fn missing_ranks_are_named_as_ranks() {
+        let rdv = MemoryRendezvous::default();
+        rdv.publish("p/host/0", b"a").unwrap();
+        rdv.publish("p/host/2", b"a").unwrap();
+        let e = arrivals(0, 4, &rdv, "p", Duration::from_millis(20)).unwrap_err().to_string();
+        assert!(e.contains("ranks 1, 3 never arrived") && e.contains("world of 4"), "{e}");
+        rdv.publish("p/host/1", b"b").unwrap();
+        let e = arrivals(2, 4, &rdv, "p", Duration::from_millis(20)).unwrap_err().to_string();
+        assert!(e.contains("rank 3 never arrived") && !e.contains("p/host"), "{e}");
+        rdv.publish("p/host/3", b"b").unwrap();
+        assert_eq!(arrivals(2, 4, &rdv, "p", Duration::from_millis(20)).unwrap().len(), 4);
+    }
+
+    #[test]
+    fn a_rank_claimed_twice_is_refused() {
+        let secret = Secret::generate().unwrap();
+        let server = StoreServer::bind("127.0.0.1:0", secret.clone()).unwrap();
+        let client = StoreClient::connect(&server.local_addr().to_string(), &secret, Duration::from_secs(5)).unwrap();
+        claim_rank(&client, "j", 1, 2, "torchrun").unwrap();
+        claim_rank(&client, "j", 0, 2, "torchrun").unwrap();
+        let e = claim_rank(&client, "j", 1, 2, "torchrun").unwrap_err().to_string();
+        assert!(e.contains("two processes were started as rank 1") && e.contains("RANK"), "{e}");
     }
 }
