@@ -1,44 +1,36 @@
-//! One communicator of the `mpi` backend: the MPI communicator, the queue of operations in
-//! submission order, and the side channel that makes MPI's failures look like oxccl's.
+//! One communicator of the `mpi` backend: the MPI communicator and the queue of operations in
+//! submission order. The side channel that makes MPI's failures look like oxccl's is
+//! `side.rs`; what becomes of a dropped communicator, `graveyard.rs`.
 //!
 //! Everything is non-blocking: an operation is posted with MPI's `I*` calls and advanced
 //! by polling ([`Shared::poll`], from `wait`/`is_completed`; no thread per operation), so
 //! every wait can honour its deadline and an `abort()` from another thread.
 //!
-//! ## The side channel
+//! ## Operations
 //!
-//! One MPI communicator carries everything: collectives (which never match point-to-point
-//! traffic), user messages (MPI tag `1 + tag mod MPI_TAG_UB`), and small fixed-size side
-//! messages with tag 0, always received by probing (`MPI_Iprobe` + `MPI_Recv`) into a
-//! per-peer stash. Side messages from one peer arrive in the order sent:
-//!
-//! * `FP`: the fingerprint of the sender's next collective (sequence number, op, dtype,
-//!   count, root, reduce op, algorithm; colour and key for `split`). Before posting a
-//!   collective, each rank waits for every peer's fingerprint and compares: any difference
-//!   ends the call on *every* rank with [`Error::Mismatch`] naming the first differing rank,
-//!   without running the mismatched collective (MPI would hang or mix the data). A rank that
-//!   times out here knows which peer it waited for. Cost: one 80-byte message to and from
-//!   every peer per collective; [`MpiConfig::fingerprint`](super::MpiConfig) switches it off
-//!   (then mismatches are undefined behaviour as in plain MPI, and timeouts of
-//!   non-rooted collectives name no peer).
-//! * `HDR`: the dtype and count of a user message, sent ahead of it; the receiver checks
-//!   them before posting `MPI_Irecv` (a different dtype or a longer message is a
-//!   [`Error::Mismatch`], not a truncation error), and [`Shared::probe`] reads them.
-//! * `ABORT` / `FAIL`: this rank aborted or failed; the peer poisons its communicator
-//!   ([`Error::Aborted`]) at once, which ends its waits.
-//! * `LEFT`: the sender dropped its communicator. It is the last message from that peer, so
-//!   a rank waiting for that peer's fingerprint or header reads `LEFT` instead and reports
-//!   [`Error::PeerLost`]. (A dead *process* is MPI's business: `mpirun` ends the job.)
+//! A collective first sends its fingerprint to every peer (an `FP` side message) and waits
+//! for theirs (unless [`MpiConfig::fingerprint`](super::MpiConfig) is off); any difference
+//! ends it with [`Error::Mismatch`] before anything is posted. It is then posted once every
+//! earlier operation of the communicator has posted, so that all ranks post their
+//! collectives in the same order. A batch of point-to-point messages sends a header (`HDR`)
+//! ahead of each send and waits for the header of each receive before posting
+//! `MPI_Irecv`. A `split` exchanges colours and keys within its fingerprints, then calls
+//! `MPI_Comm_split`. Every poll first receives the side messages that have arrived (into a
+//! per-peer stash), tests the outbox and drains the graveyard.
 //!
 //! ## Failures
 //!
 //! A timeout, mismatch, lost peer or MPI error poisons the communicator: later calls return
-//! [`Error::Aborted`], and the peers are told. Requests of an abandoned operation cannot be
-//! taken back from MPI (non-blocking collectives cannot be cancelled; receives are
-//! cancelled): they stay in the communicator with their temporaries until finalisation.
+//! [`Error::Aborted`], and the peers are told (an `ABORT` or `FAIL` side message). Requests
+//! of an abandoned operation cannot be taken back from MPI (non-blocking collectives cannot
+//! be cancelled; receives are cancelled): they stay in the communicator with their
+//! temporaries until finalisation (through the graveyard once the communicator is dropped).
 //! **Known hazard**: if a peer still joins an abandoned collective later (it had not yet seen
 //! the failure notice), MPI may complete it into the user's buffer after the caller got its
 //! error back; the notice races with that peer's next call only.
+//!
+//! Dropping a communicator abandons its queued operations, sends `LEFT` to every peer and
+//! hands the MPI communicator to the graveyard, which frees it once every peer has left.
 
 use crate::sync::relock;
 use std::collections::VecDeque;
@@ -49,8 +41,10 @@ use std::time::{Duration, Instant};
 use mpi::ffi;
 
 use super::cuda::{self, Staged};
+use super::graveyard;
 use super::init::{check, Runtime};
 use super::ops::{self, Posted};
+use super::side::{self, Msg, Outbox, WORDS};
 use crate::algorithm::Algorithm;
 use crate::backend::completion::Slot;
 use crate::backend::poison::Poison;
@@ -61,23 +55,6 @@ use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, OpKind};
-use crate::reduce_op::ReduceOp;
-
-/// MPI tag of side messages.
-const SIDE_TAG: c_int = 0;
-const WORDS: usize = 10;
-type Msg = [u64; WORDS];
-
-const FP: u64 = 1;
-const HDR: u64 = 2;
-const ABORT: u64 = 3;
-const FAIL: u64 = 4;
-const LEFT: u64 = 5;
-
-fn null_req() -> ffi::MPI_Request {
-    // SAFETY: reading the rsmpi shim's constant.
-    unsafe { ffi::RSMPI_REQUEST_NULL }
-}
 
 /// An MPI communicator handle.
 #[derive(Clone, Copy)]
@@ -87,10 +64,6 @@ pub(crate) struct Comm(pub ffi::MPI_Comm);
 unsafe impl Send for Comm {}
 // SAFETY: as above.
 unsafe impl Sync for Comm {}
-
-struct Req(ffi::MPI_Request);
-// SAFETY: request handles may be tested from any thread under the thread level granted.
-unsafe impl Send for Req {}
 
 /// The completion of one operation: its result, and the communicator a split creates.
 #[derive(Default)]
@@ -149,7 +122,7 @@ struct Active {
 
 /// What an abandoned operation leaves behind: requests MPI may still use, and their
 /// temporaries.
-struct Abandoned {
+pub(super) struct Abandoned {
     _posted: Posted,
     _staged: Staged,
 }
@@ -160,7 +133,7 @@ struct State {
     poisoned: Poison,
     stash: Vec<VecDeque<Msg>>,
     queue: VecDeque<Active>,
-    outbox: Vec<(Vec<u64>, Req)>,
+    outbox: Outbox,
     abandoned: Vec<Abandoned>,
 }
 
@@ -172,85 +145,6 @@ pub(crate) struct Shared {
     pub n: usize,
     pub cfg: ResolvedConfig,
     state: Mutex<State>,
-}
-
-fn text_words(kind: u64, text: &str) -> Msg {
-    let mut m = [0u64; WORDS];
-    m[0] = kind;
-    let mut bytes = [0u8; (WORDS - 1) * 8];
-    let mut end = text.len().min(bytes.len());
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    bytes[..end].copy_from_slice(&text.as_bytes()[..end]);
-    for (i, c) in bytes.chunks(8).enumerate() {
-        let mut w = [0u8; 8];
-        w.copy_from_slice(c);
-        m[i + 1] = u64::from_le_bytes(w);
-    }
-    m
-}
-
-fn words_text(m: &Msg) -> String {
-    let bytes: Vec<u8> = m[1..].iter().flat_map(|w| w.to_le_bytes()).take_while(|&b| b != 0).collect();
-    String::from_utf8_lossy(&bytes).into_owned()
-}
-
-fn fp_msg(fp: &Fingerprint, x0: u64, x1: u64) -> Msg {
-    [
-        FP,
-        fp.seq,
-        fp.op as u64,
-        fp.dtype as u64,
-        fp.count,
-        fp.root.map_or(0, |r| u64::from(r) + 1),
-        fp.reduce.map_or(0, |r| r as u64 + 1),
-        fp.algorithm as u64,
-        x0,
-        x1,
-    ]
-}
-
-fn tag8(x: u64) -> Option<u8> {
-    u8::try_from(x).ok()
-}
-
-fn decode_fp(m: &Msg) -> Option<Fingerprint> {
-    Some(Fingerprint {
-        seq: m[1],
-        op: OpKind::from_tag(tag8(m[2])?)?,
-        dtype: DType::from_tag(tag8(m[3])?)?,
-        count: m[4],
-        root: if m[5] == 0 { None } else { Some(u32::try_from(m[5] - 1).ok()?) },
-        reduce: if m[6] == 0 { None } else { Some(ReduceOp::from_tag(tag8(m[6] - 1)?)?) },
-        algorithm: Algorithm::from_tag(tag8(m[7])?)?,
-    })
-}
-
-/// Removes and returns the first message of `q` that `want` accepts; `Err` when the peer's
-/// `LEFT` comes first (it sent nothing more).
-fn take(q: &mut VecDeque<Msg>, want: impl Fn(&Msg) -> bool) -> std::result::Result<Option<Msg>, ()> {
-    for i in 0..q.len() {
-        if want(&q[i]) {
-            return Ok(q.remove(i));
-        }
-        if q[i][0] == LEFT {
-            return Err(());
-        }
-    }
-    Ok(None)
-}
-
-fn peek(q: &VecDeque<Msg>, want: impl Fn(&Msg) -> bool) -> std::result::Result<Option<Msg>, ()> {
-    for m in q {
-        if want(m) {
-            return Ok(Some(*m));
-        }
-        if m[0] == LEFT {
-            return Err(());
-        }
-    }
-    Ok(None)
 }
 
 fn overlap(a: &RawBuf, b: &RawBufMut) -> bool {
@@ -302,79 +196,16 @@ impl Shared {
         (0..self.n).filter(move |&p| p != self.rank)
     }
 
-    fn send_side(&self, st: &mut State, peer: usize, msg: Msg) -> Result<()> {
-        let b = msg.to_vec();
-        let mut req = null_req();
-        let dest = c_int::try_from(peer).map_err(|_| Error::Internal("peer out of range".into()))?;
-        // SAFETY: the boxed message stays in the outbox until the request completes.
-        let rc = unsafe {
-            ffi::MPI_Isend(
-                b.as_ptr().cast(),
-                WORDS as c_int,
-                ffi::RSMPI_UINT64_T,
-                dest,
-                SIDE_TAG,
-                self.comm.0,
-                &mut req,
-            )
-        };
-        check(rc, "MPI_Isend (side channel)")?;
-        st.outbox.push((b, Req(req)));
-        Ok(())
-    }
-
-    fn flush_outbox(st: &mut State) {
-        st.outbox.retain_mut(|(_, r)| {
-            let mut flag: c_int = 0;
-            // SAFETY: MPI_Status is plain data; `r` is an active send request of this process.
-            let mut status: ffi::MPI_Status = unsafe { std::mem::zeroed() };
-            // SAFETY: as above.
-            let rc = unsafe { ffi::MPI_Test(&mut r.0, &mut flag, &mut status) };
-            rc == 0 && flag == 0
-        });
-    }
-
     /// Receives every side message that has arrived; notices poison at once.
     fn drain_side(&self, st: &mut State) -> Result<()> {
-        loop {
-            let mut flag: c_int = 0;
-            // SAFETY: MPI_Status is plain data.
-            let mut status: ffi::MPI_Status = unsafe { std::mem::zeroed() };
-            check(
-                // SAFETY: probing our own communicator.
-                unsafe { ffi::MPI_Iprobe(ffi::RSMPI_ANY_SOURCE, SIDE_TAG, self.comm.0, &mut flag, &mut status) },
-                "MPI_Iprobe",
-            )?;
-            if flag == 0 {
-                return Ok(());
-            }
-            let src = status.MPI_SOURCE;
-            let mut m: Msg = [0; WORDS];
-            check(
-                // SAFETY: the probed message is WORDS u64 values from `src` (every side message is).
-                unsafe {
-                    ffi::MPI_Recv(
-                        m.as_mut_ptr().cast(),
-                        WORDS as c_int,
-                        ffi::RSMPI_UINT64_T,
-                        src,
-                        SIDE_TAG,
-                        self.comm.0,
-                        &mut status,
-                    )
-                },
-                "MPI_Recv (side channel)",
-            )?;
+        while let Some((src, m)) = side::recv(self.comm)? {
             let Some(src) = usize::try_from(src).ok().filter(|&s| s < self.n) else { continue };
-            match m[0] {
-                ABORT | FAIL => {
-                    let what = if m[0] == ABORT { "aborted the communicator" } else { "failed" };
-                    let reason = format!("rank {src} {what}: {}", words_text(&m));
-                    self.poison(st, Error::Aborted { reason }, false);
-                }
-                _ => st.stash[src].push_back(m),
+            match side::decode_notice(src, &m) {
+                Some(e) => self.poison(st, e, false),
+                None => st.stash[src].push_back(m),
             }
         }
+        Ok(())
     }
 
     /// Marks the communicator failed with `e`: queued operations fail, peers are told
@@ -391,13 +222,9 @@ impl Shared {
             self.abandon(st, a, aborted.clone());
         }
         if notify {
-            let (kind, text) = match &e {
-                Error::Aborted { reason } => (ABORT, reason.clone()),
-                e => (FAIL, e.to_string()),
-            };
-            let msg = text_words(kind, &text);
+            let msg = side::notice_msg(&e);
             for p in self.peers() {
-                let _ = self.send_side(st, p, msg);
+                let _ = st.outbox.send(self.comm, p, msg);
             }
         }
     }
@@ -471,7 +298,7 @@ impl Shared {
                     a.stage = Stage::Exchange(vec![None; self.n]);
                     self.peers().try_for_each(|p| {
                         let fp = self.fp_for(&a, p, true);
-                        self.send_side(&mut st, p, fp_msg(&fp, 0, 0))
+                        st.outbox.send(self.comm, p, side::fp_msg(&fp, 0, 0))
                     })
                 } else {
                     a.stage = Stage::Ready;
@@ -496,11 +323,10 @@ impl Shared {
         for p in ps {
             match p {
                 P2p::Send { buf, peer, tag } => {
-                    let hdr = [HDR, u64::from(tag), buf.dtype as u64, buf.count as u64, a.fp.seq, 0, 0, 0, 0, 0];
-                    self.send_side(st, peer, hdr)?;
+                    st.outbox.send(self.comm, peer, side::hdr_msg(tag, buf.dtype, buf.count, a.fp.seq))?;
                     // SAFETY: the submit contract keeps `buf` readable now.
                     let (copy, req) = unsafe { ops::post_send_buffered(self.comm.0, buf, peer, self.data_tag(tag))? };
-                    st.outbox.push((copy, Req(req)));
+                    st.outbox.push(copy, req);
                 }
                 P2p::Recv { buf, peer, tag } => recvs.push(RecvSpec { buf, peer, tag, got: false }),
             }
@@ -517,8 +343,8 @@ impl Shared {
         if let Err(e) = self.drain_side(st) {
             self.poison(st, e, true);
         }
-        Self::flush_outbox(st);
-        drain_grave();
+        st.outbox.flush();
+        graveyard::drain_grave();
         let mut queue = std::mem::take(&mut st.queue);
         let mut keep = VecDeque::with_capacity(queue.len());
         let mut may_post = true;
@@ -591,7 +417,7 @@ impl Shared {
                         if p == self.rank || slot.is_some() {
                             continue;
                         }
-                        match take(&mut st.stash[p], |m| m[0] == FP) {
+                        match side::take(&mut st.stash[p], side::is_fp) {
                             Ok(Some(m)) => *slot = Some(m),
                             Ok(None) => missing = true,
                             Err(()) => return Err(self.lost(p, &a.fp)),
@@ -603,7 +429,7 @@ impl Shared {
                     let msgs: Vec<Msg> = got.iter().map(|m| m.unwrap_or([0; WORDS])).collect();
                     for p in self.peers() {
                         let ours = self.fp_for(a, p, false);
-                        let theirs = decode_fp(&msgs[p]).ok_or_else(|| {
+                        let theirs = side::decode_fp(&msgs[p]).ok_or_else(|| {
                             Error::Internal(format!("rank {p} sent a malformed fingerprint {:?}", msgs[p]))
                         })?;
                         if ours != theirs {
@@ -641,14 +467,15 @@ impl Shared {
                         if r.got {
                             continue;
                         }
-                        let tag = u64::from(r.tag);
-                        let m = match take(&mut st.stash[r.peer], |m| m[0] == HDR && m[1] == tag) {
+                        let tag = r.tag;
+                        let m = match side::take(&mut st.stash[r.peer], |m| side::is_hdr(m, tag)) {
                             Ok(Some(m)) => m,
                             Ok(None) => return Ok(false),
                             Err(()) => return Err(self.lost(r.peer, &a.fp)),
                         };
-                        let dtype = tag8(m[2]).and_then(DType::from_tag);
-                        let count = usize::try_from(m[3]).unwrap_or(usize::MAX);
+                        let hdr = side::decode_hdr(&m);
+                        let dtype = hdr.dtype;
+                        let count = usize::try_from(hdr.count).unwrap_or(usize::MAX);
                         if dtype != Some(r.buf.dtype) || count > r.buf.count {
                             let ours = Fingerprint {
                                 seq: a.fp.seq,
@@ -662,7 +489,7 @@ impl Shared {
                             let theirs = Fingerprint {
                                 op: OpKind::Send,
                                 dtype: dtype.unwrap_or(DType::U8),
-                                count: m[3],
+                                count: hdr.count,
                                 ..ours
                             };
                             return Err(Error::Mismatch { peer: r.peer, ours, theirs });
@@ -696,8 +523,7 @@ impl Shared {
             if r == self.rank {
                 (color, key)
             } else {
-                let m = &msgs[r];
-                (u32::try_from(m[8]).ok(), m[9] as i64)
+                side::split_entry(&msgs[r])
             }
         };
         let all: Vec<(Option<u32>, i64)> = (0..self.n).map(entry).collect();
@@ -768,8 +594,8 @@ impl Shared {
                 received: Vec::new(),
                 recv_from: 0,
             };
-            let msg = fp_msg(&fp, color.map_or(u64::MAX, u64::from), key as u64);
-            match self.peers().try_for_each(|p| self.send_side(&mut st, p, msg)) {
+            let msg = side::split_msg(&fp, color, key);
+            match self.peers().try_for_each(|p| st.outbox.send(self.comm, p, msg)) {
                 Ok(()) => st.queue.push_back(a),
                 Err(e) => {
                     self.abandon(&mut st, a, e.clone());
@@ -793,16 +619,16 @@ impl Shared {
             self.poison(&mut st, e.clone(), true);
             return Err(e);
         }
-        let t = u64::from(tag);
-        match peek(&st.stash[peer], |m| m[0] == HDR && m[1] == t) {
-            Ok(Some(m)) => Ok(Some(MessageInfo {
-                source: peer,
-                tag,
-                dtype: tag8(m[2])
-                    .and_then(DType::from_tag)
-                    .ok_or_else(|| Error::Internal(format!("rank {peer} sent a malformed header")))?,
-                count: usize::try_from(m[3]).unwrap_or(usize::MAX),
-            })),
+        match side::peek(&st.stash[peer], |m| side::is_hdr(m, tag)) {
+            Ok(Some(m)) => {
+                let hdr = side::decode_hdr(&m);
+                Ok(Some(MessageInfo {
+                    source: peer,
+                    tag,
+                    dtype: hdr.dtype.ok_or_else(|| Error::Internal(format!("rank {peer} sent a malformed header")))?,
+                    count: usize::try_from(hdr.count).unwrap_or(usize::MAX),
+                }))
+            }
             Ok(None) => Ok(None),
             Err(()) => Err(Error::PeerLost {
                 rank: peer,
@@ -832,136 +658,14 @@ impl Drop for Shared {
             self.abandon(&mut st, a, Error::Aborted { reason: "the communicator was dropped".into() });
         }
         for p in self.peers() {
-            let _ = self.send_side(&mut st, p, [LEFT, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+            let _ = st.outbox.send(self.comm, p, side::LEFT_MSG);
         }
         let _ = self.drain_side(&mut st);
-        let waiting = (0..self.n).map(|p| p != self.rank && !st.stash[p].iter().any(|m| m[0] == LEFT)).collect();
-        let dead = Dead {
-            comm: self.comm,
-            waiting,
-            outbox: std::mem::take(&mut st.outbox),
-            abandoned: std::mem::take(&mut st.abandoned),
-        };
-        relock(&GRAVE).push(dead);
+        let waiting = (0..self.n).map(|p| p != self.rank && !side::has_left(&st.stash[p])).collect();
+        let outbox = std::mem::take(&mut st.outbox);
+        let abandoned = std::mem::take(&mut st.abandoned);
+        graveyard::bury(self.comm, waiting, outbox, abandoned);
         drop(st);
-        drain_grave();
-    }
-}
-
-/// A dropped communicator waiting for its peers' `LEFT` before `MPI_Comm_free`.
-struct Dead {
-    comm: Comm,
-    waiting: Vec<bool>,
-    outbox: Vec<(Vec<u64>, Req)>,
-    abandoned: Vec<Abandoned>,
-}
-
-static GRAVE: Mutex<Vec<Dead>> = Mutex::new(Vec::new());
-
-/// Receives what arrives on dropped communicators and frees those whose peers all left.
-/// The caller holds the runtime's lock when MPI is not thread-multiple.
-fn drain_grave() {
-    let Ok(mut g) = GRAVE.try_lock() else { return };
-    g.retain_mut(|d| {
-        if d.waiting.iter().any(|&w| w) {
-            loop {
-                let mut flag: c_int = 0;
-                // SAFETY: MPI_Status is plain data; probing a communicator we still own.
-                let mut status: ffi::MPI_Status = unsafe { std::mem::zeroed() };
-                // SAFETY: as above.
-                let rc = unsafe { ffi::MPI_Iprobe(ffi::RSMPI_ANY_SOURCE, SIDE_TAG, d.comm.0, &mut flag, &mut status) };
-                if rc != 0 || flag == 0 {
-                    break;
-                }
-                let mut m: Msg = [0; WORDS];
-                let src = status.MPI_SOURCE;
-                // SAFETY: receiving the probed side message into a buffer of its size.
-                let rc = unsafe {
-                    ffi::MPI_Recv(
-                        m.as_mut_ptr().cast(),
-                        WORDS as c_int,
-                        ffi::RSMPI_UINT64_T,
-                        src,
-                        SIDE_TAG,
-                        d.comm.0,
-                        &mut status,
-                    )
-                };
-                if rc != 0 {
-                    break;
-                }
-                if m[0] == LEFT {
-                    if let Some(w) = usize::try_from(src).ok().and_then(|s| d.waiting.get_mut(s)) {
-                        *w = false;
-                    }
-                }
-            }
-        }
-        let mut st = State { outbox: std::mem::take(&mut d.outbox), ..State::default() };
-        Shared::flush_outbox(&mut st);
-        d.outbox = st.outbox;
-        let done = !d.waiting.iter().any(|&w| w) && d.outbox.is_empty();
-        if done && d.abandoned.is_empty() {
-            // SAFETY: every peer has left and nothing of ours is pending on the communicator.
-            unsafe { ffi::MPI_Comm_free(&mut d.comm.0) };
-            return false;
-        }
-        true
-    });
-}
-
-/// Frees every dropped communicator (at finalisation). Abandoned requests and their
-/// temporaries are leaked: MPI may still refer to them.
-pub(crate) fn bury_all() {
-    let mut g = relock(&GRAVE);
-    for mut d in g.drain(..) {
-        // SAFETY: finalisation: nothing of oxccl uses the communicator any more.
-        unsafe { ffi::MPI_Comm_free(&mut d.comm.0) };
-        std::mem::forget(std::mem::take(&mut d.abandoned));
-        std::mem::forget(std::mem::take(&mut d.outbox));
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn fingerprints_round_trip() {
-        let fp = Fingerprint {
-            seq: 7,
-            op: OpKind::Reduce,
-            dtype: DType::BF16,
-            count: 12345,
-            root: Some(3),
-            reduce: Some(ReduceOp::Avg),
-            algorithm: Algorithm::BinomialTree,
-        };
-        assert_eq!(decode_fp(&fp_msg(&fp, 1, 2)), Some(fp));
-        let none = Fingerprint { root: None, reduce: None, ..fp };
-        assert_eq!(decode_fp(&fp_msg(&none, 0, 0)), Some(none));
-        let mut bad = fp_msg(&fp, 0, 0);
-        bad[2] = 200;
-        assert_eq!(decode_fp(&bad), None);
-    }
-
-    #[test]
-    fn notice_text_round_trips_and_truncates_on_char_boundaries() {
-        assert_eq!(words_text(&text_words(ABORT, "stop now")), "stop now");
-        let long = "é".repeat(100);
-        let t = words_text(&text_words(FAIL, &long));
-        assert!(t.len() <= 72 && t.chars().all(|c| c == 'é'), "{t}");
-    }
-
-    #[test]
-    fn take_stops_at_left() {
-        let mut q: VecDeque<Msg> = VecDeque::new();
-        q.push_back([HDR, 5, 0, 0, 0, 0, 0, 0, 0, 0]);
-        q.push_back([FP, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
-        q.push_back([LEFT, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
-        assert_eq!(take(&mut q, |m| m[0] == FP).unwrap().map(|m| m[0]), Some(FP));
-        assert!(take(&mut q, |m| m[0] == FP).is_err());
-        assert_eq!(peek(&q, |m| m[0] == HDR && m[1] == 5).unwrap().map(|m| m[1]), Some(5));
-        assert!(peek(&q, |m| m[0] == HDR && m[1] == 6).is_err());
+        graveyard::drain_grave();
     }
 }

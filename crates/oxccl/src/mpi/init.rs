@@ -266,7 +266,7 @@ impl Drop for Runtime {
     fn drop(&mut self) {
         let mut slot = relock(&SLOT);
         let _serial = self.lock();
-        super::engine::bury_all();
+        super::graveyard::bury_all();
         self.ops.free();
         if self.owns {
             // SAFETY: the last communicator is gone; nothing of oxccl uses MPI any more.

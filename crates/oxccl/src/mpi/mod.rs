@@ -25,7 +25,10 @@
 //!   [`Error::Backend`](crate::Error::Backend) with MPI's own error string. Argument
 //!   errors are the front door's (and this backend's limit checks), before any communication.
 //!   Mismatches, timeouts, aborts and lost peers: see `engine.rs` (a fingerprint exchange
-//!   before each collective, polling against deadlines, a side channel for notices).
+//!   before each collective, polling against deadlines) and `side.rs` (the side channel:
+//!   fingerprints, message headers, notices of aborts, failures and departures).
+//!   A dropped communicator waits in `graveyard.rs` until every peer has left before
+//!   `MPI_Comm_free`.
 //! * **Groups**: `split`/`new_group` are `MPI_Comm_split` (colours and keys are exchanged
 //!   first, so `i64` keys and any `u32` colour work); a [`DeviceMesh`](crate::DeviceMesh)
 //!   works on top unchanged.
@@ -42,11 +45,15 @@ mod dtype;
 #[cfg(feature = "mpi")]
 mod engine;
 #[cfg(feature = "mpi")]
+mod graveyard;
+#[cfg(feature = "mpi")]
 mod init;
 #[cfg(feature = "mpi")]
 mod ops;
 #[cfg(feature = "mpi")]
 mod request;
+#[cfg(feature = "mpi")]
+mod side;
 
 pub use crate::config::mpi::{CudaAware, HalfReduce, MpiConfig, ThreadLevel};
 pub use cuda::{register_device_copy, CudaSupport, DeviceCopy};
