@@ -72,14 +72,15 @@ impl Secret {
         Secret::from_text(&text)
     }
 
-    /// The secret in `OXCCL_SECRET`, if set.
+    /// The secret in `OXCCL_SECRET`, if set (read by the configuration registry's rules:
+    /// an empty variable is unset).
     ///
     /// # Errors
-    /// [`Error::Config`] when it is set but empty.
+    /// [`Error::Config`] when the value cannot be used.
     pub fn from_env() -> Result<Option<Secret>, Error> {
-        match std::env::var(SECRET_ENV) {
-            Ok(v) => Secret::from_text(&v).map(Some),
-            Err(_) => Ok(None),
+        match crate::config::registry::SECRET.from_env()? {
+            Some(v) => Secret::from_text(&v).map(Some),
+            None => Ok(None),
         }
     }
 

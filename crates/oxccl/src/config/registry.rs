@@ -70,6 +70,22 @@ pub struct Setting {
 }
 
 impl Setting {
+    /// This setting's value in the process environment, checked against its kind; `None`
+    /// when unset or empty. For tools that need one setting alone; everything else goes
+    /// through [`Config::resolve`](super::Config::resolve).
+    ///
+    /// # Errors
+    /// [`Error::Config`](crate::Error::Config) naming the variable and its value.
+    pub fn from_env(&self) -> crate::error::Result<Option<String>> {
+        match std::env::var(self.name) {
+            Ok(v) if !v.trim().is_empty() => match self.check(&v) {
+                Ok(()) => Ok(Some(v)),
+                Err(why) => Err(crate::error::Error::Config(format!("{}={v:?}: {why}", self.name))),
+            },
+            _ => Ok(None),
+        }
+    }
+
     /// Checks `value` against the kind of this setting.
     ///
     /// # Errors

@@ -203,8 +203,12 @@ pub(crate) fn acquire(cfg: &MpiConfig) -> Result<Arc<Runtime>> {
     let library = library_version();
     let serialized = level < ThreadLevel::Multiple;
     if serialized {
-        let rank = std::env::var("OMPI_COMM_WORLD_RANK").or_else(|_| std::env::var("PMI_RANK")).unwrap_or_default();
-        if rank.is_empty() || rank == "0" {
+        // Said once per job: by MPI's own rank 0 (no launcher variables needed).
+        let mut world_rank: c_int = 0;
+        // SAFETY: MPI is initialised and the world communicator is valid; on an error the
+        // rank stays 0 and the note is printed, which is harmless.
+        unsafe { ffi::MPI_Comm_rank(Runtime::world(), &mut world_rank) };
+        if world_rank == 0 {
             eprintln!(
                 "oxccl: MPI granted {} (asked for {}); the mpi backend serialises every MPI call behind one \
                  process-wide lock, so communicators used from several threads wait for each other{}",
