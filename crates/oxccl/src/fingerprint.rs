@@ -119,6 +119,14 @@ pub struct Fingerprint {
     pub algorithm: Algorithm,
 }
 
+impl Fingerprint {
+    /// The fingerprint of a split (`Communicator::split`, `new_group`) as collective `seq`:
+    /// every rank exchanges its (color, key) pair, two `i64` values.
+    pub fn of_split(seq: u64, algorithm: Algorithm) -> Fingerprint {
+        Fingerprint { seq, op: OpKind::Split, dtype: DType::I64, count: 2, root: None, reduce: None, algorithm }
+    }
+}
+
 impl fmt::Display for Fingerprint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}#{}({} x {}", self.op, self.seq, self.dtype, self.count)?;

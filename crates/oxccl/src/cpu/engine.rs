@@ -358,15 +358,7 @@ impl Inner {
     fn split(&self, color: Option<u32>, key: i64, opts: &CallOptions) -> Result<Option<CpuBackend>> {
         let seq = self.next_seq()?;
         let n = self.ranks.len();
-        let fp = Fingerprint {
-            seq,
-            op: OpKind::Split,
-            dtype: DType::I64,
-            count: 2,
-            root: None,
-            reduce: None,
-            algorithm: Algorithm::Ring,
-        };
+        let fp = Fingerprint::of_split(seq, Algorithm::Ring);
         let ctx = self.ctx(fp, opts);
         let mut table = vec![0i64; 2 * n];
         table[2 * self.rank] = color.map_or(-1, i64::from);

@@ -570,15 +570,7 @@ impl Shared {
             st.poisoned.check()?;
             let seq = st.seq;
             st.seq += 1;
-            let fp = Fingerprint {
-                seq,
-                op: OpKind::Split,
-                dtype: DType::I64,
-                count: 2,
-                root: None,
-                reduce: None,
-                algorithm: Algorithm::Auto,
-            };
+            let fp = Fingerprint::of_split(seq, Algorithm::Auto);
             let started = Instant::now();
             let cell = Arc::new(Cell::default());
             let a = Active {

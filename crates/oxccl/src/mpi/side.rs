@@ -373,15 +373,7 @@ mod tests {
             Some(Error::Aborted { reason }) if reason.starts_with("rank 1 failed: ") && reason.contains("boom")));
         assert!(decode_notice(0, &h).is_none() && decode_notice(0, &LEFT_MSG).is_none());
 
-        let fp = Fingerprint {
-            seq: 1,
-            op: OpKind::Split,
-            dtype: DType::I64,
-            count: 2,
-            root: None,
-            reduce: None,
-            algorithm: Algorithm::Auto,
-        };
+        let fp = Fingerprint::of_split(1, Algorithm::Auto);
         let m = split_msg(&fp, Some(7), -3);
         assert!(is_fp(&m));
         assert_eq!(decode_fp(&m), Some(fp));
