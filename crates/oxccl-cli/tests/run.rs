@@ -80,6 +80,51 @@ fn two_sleeping_ranks() -> (std::process::Child, BufReader<std::process::ChildSt
 }
 
 #[test]
+fn the_killed_rank_is_blamed_not_the_ranks_that_exit_when_they_lose_it() {
+    // Rank 1 holds a FIFO open to each other rank; they exit with code 1 the moment it
+    // closes (EOF), as ranks do on losing a peer, within a millisecond of its SIGKILL. Any
+    // rank could be seen dead first; the launcher must blame the killed one, every time.
+    let script = r#"if [ "$RANK" = 1 ]; then exec 3>"$FIFOS/0" 4>"$FIFOS/2" 5>"$FIFOS/3"; echo ready $$; exec sleep 30; fi
+cat "$FIFOS/$RANK" >/dev/null; exit 1"#;
+    let dir = std::env::temp_dir().join(format!("oxccl-run-blame-{}", std::process::id()));
+    for trial in 0..8 {
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        for r in [0, 2, 3] {
+            let made = std::process::Command::new("mkfifo").arg(dir.join(r.to_string())).status().expect("mkfifo");
+            assert!(made.success(), "mkfifo failed");
+        }
+        let mut cmd = oxccl(["run", "-n", "4", "--", "sh", "-c", script]);
+        let mut child = cmd.env("FIFOS", &dir).spawn().expect("start");
+        let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+        let mut line = String::new();
+        let mut victim = None;
+        while victim.is_none() && out.read_line(&mut line).unwrap_or(0) > 0 {
+            victim = line.trim().strip_prefix("[rank 1] ready ").and_then(|p| p.parse::<i32>().ok());
+            line.clear();
+        }
+        let victim = victim.expect("rank 1 should report ready");
+        kill(Pid::from_raw(victim), Signal::SIGKILL).expect("SIGKILL rank 1");
+        child.stdout = Some(out.into_inner());
+        let f = wait(child, LIMIT);
+        let all = format!("trial {trial}:\n{}", f.all());
+        assert_eq!(f.code(), Some(128 + 9), "{all}");
+        assert!(f.stderr.contains("oxccl run: rank 1 failed first: killed by signal 9 (SIGKILL)"), "{all}");
+        assert!(f.stderr.contains("rank 1: killed by signal 9 (SIGKILL), the first to fail"), "{all}");
+        for r in [0, 2, 3] {
+            // Usually a consequence; on a very busy machine it may still be running when the
+            // launcher stops the job.
+            let line =
+                f.stderr.lines().find(|l| l.trim_start().starts_with(&format!("rank {r}: "))).unwrap_or_default();
+            let consequence = line.contains("exit code 1, ") && line.ends_with("rank 1 failed (a consequence)");
+            let stopped = line.contains("terminated by the launcher after rank 1 failed");
+            assert!(consequence || stopped, "rank {r} is neither a consequence nor stopped; {all}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn sigterm_to_the_launcher_stops_every_rank() {
     // Wait until both ranks run (each prints its pid), then signal the launcher.
     let (mut child, out, pids) = two_sleeping_ranks();

@@ -3,6 +3,13 @@
 //! output, forwards signals, and fails fast: when one rank fails, the others are stopped
 //! (SIGTERM, then SIGKILL after a grace period) and a one-line summary per rank is printed.
 //!
+//! Exits are seen as they happen: a thread per rank blocks in `waitid` until its process
+//! exits and timestamps it ([`spawn::watch_exit`]), and the supervision loop wakes on that
+//! notice. When one rank dies, the ranks that lose it often exit (with an error code) within
+//! a millisecond; the summary blames the first cause ([`summary::first_cause`]): among the
+//! failures seen together, a rank killed by a signal before those that exited with an error,
+//! then the earliest. The others are listed as consequences.
+//!
 //! - [`rendezvous`]: the job secret and the store;
 //! - [`spawn`]: each rank's environment and process;
 //! - [`output`]: forwarding output with `[rank R] ` prefixes;
@@ -21,12 +28,13 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use spawn::{Output, Placement};
-use summary::{Cause, End, JobReport, RankEnd, Stop};
+use summary::{Cause, End, Failure, JobReport, RankEnd, Stop};
 
 /// The default grace period between SIGTERM and SIGKILL.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(3);
 
-/// How often the launcher looks at its ranks, signals and deadlines.
+/// How often the launcher looks at its signals and deadlines (and at ranks whose exit no
+/// thread watches); an exit wakes it at once.
 const POLL: Duration = Duration::from_millis(10);
 
 /// How long the launcher waits, once every rank has exited, for their last output.
@@ -120,19 +128,47 @@ struct Proc {
     rank: usize,
     /// Its process (the leader of its own process group).
     child: Child,
+    /// Whether a thread watches for its exit ([`spawn::watch_exit`]); if not, it is polled.
+    watched: bool,
     /// How it ended, once reaped.
     end: Option<End>,
+    /// When its exit was first seen: by its watching thread, or by the launcher's `try_wait`.
+    seen: Option<Instant>,
     /// The strongest signal the launcher sent it.
     stopped: Option<Stop>,
 }
 
 impl Proc {
+    /// Records that the rank's exit was seen at `at` (keeping the earliest sighting).
+    fn saw_exit(&mut self, at: Instant) {
+        self.seen = Some(self.seen.map_or(at, |s| s.min(at)));
+    }
+
+    /// Reaps the rank if it has exited; `at` is when that was noticed. A watched rank that
+    /// turns out to be running (its watcher's wait failed) is polled from then on.
+    fn reap(&mut self, at: Instant) {
+        if self.end.is_some() {
+            return;
+        }
+        match self.child.try_wait() {
+            Ok(Some(status)) => self.end = Some(End::from_status(status)),
+            Ok(None) => {
+                self.watched = false;
+                return;
+            }
+            // The child cannot be waited for (should not happen): count it as failed.
+            Err(_) => self.end = Some(End::Code(-1)),
+        }
+        self.saw_exit(at);
+    }
+
     /// Signals the rank's process group, unless the rank has already exited (a rank that
     /// finished on its own is not reported as stopped by the launcher).
     fn signal(&mut self, sig: i32, stop: Stop) {
         if self.end.is_none() {
             if let Ok(Some(status)) = self.child.try_wait() {
                 self.end = Some(End::from_status(status));
+                self.saw_exit(Instant::now());
                 return;
             }
             if signals::signal_group(self.child.id(), sig) {
@@ -171,6 +207,7 @@ pub fn launch(spec: &LaunchSpec) -> Result<JobReport, String> {
     let mut catcher =
         signals::Catcher::install().map_err(|e| format!("could not install the launcher's signal handlers: {e}"))?;
     let (done_tx, done_rx) = mpsc::channel();
+    let (exit_tx, exit_rx) = mpsc::channel::<(usize, Instant)>();
     let mut procs: Vec<Proc> = Vec::with_capacity(spec.nproc);
     let mut forwarders = Vec::new();
     for local in 0..spec.nproc {
@@ -194,7 +231,14 @@ pub fn launch(spec: &LaunchSpec) -> Result<JobReport, String> {
             child.stdout.take().map(|p| output::spawn(p, output::Sink::Stdout, prefix.clone(), done_tx.clone())),
             child.stderr.take().map(|p| output::spawn(p, output::Sink::Stderr, prefix.clone(), done_tx.clone())),
         ];
-        procs.push(Proc { rank, child, end: None, stopped: None });
+        let index = procs.len();
+        let tx = exit_tx.clone();
+        // Without a watcher (no thread to be had) the rank is polled, as precisely as POLL.
+        let watched = spawn::watch_exit(child.id(), move |at| {
+            let _ = tx.send((index, at));
+        })
+        .is_ok();
+        procs.push(Proc { rank, child, watched, end: None, seen: None, stopped: None });
         for p in pipes.into_iter().flatten() {
             match p {
                 Ok(f) => forwarders.push(f),
@@ -206,8 +250,9 @@ pub fn launch(spec: &LaunchSpec) -> Result<JobReport, String> {
         }
     }
     drop(done_tx);
+    drop(exit_tx);
 
-    let report = supervise(&mut procs, &mut catcher, spec.timeout, spec.grace);
+    let report = supervise(&mut procs, &exit_rx, &mut catcher, spec.timeout, spec.grace);
     drop(catcher);
     output::finish(forwarders, &done_rx, Instant::now() + OUTPUT_DRAIN);
     if let Some(s) = store {
@@ -225,9 +270,11 @@ fn abandon(procs: &mut [Proc]) {
 }
 
 /// Watches the ranks until all have exited, stopping them all on the first failure, a
-/// signal to the launcher or the timeout.
+/// signal to the launcher or the timeout. `exits` brings `(index in procs, when)` as each
+/// watched rank exits.
 fn supervise(
     procs: &mut [Proc],
+    exits: &mpsc::Receiver<(usize, Instant)>,
     catcher: &mut signals::Catcher,
     timeout: Option<Duration>,
     grace: Duration,
@@ -240,23 +287,39 @@ fn supervise(
     let mut kill_as = Stop::Kill;
     let mut killed = false;
     loop {
-        for p in procs.iter_mut().filter(|p| p.end.is_none()) {
-            let end = match p.child.try_wait() {
-                Ok(Some(status)) => End::from_status(status),
-                Ok(None) => continue,
-                // The child cannot be waited for (should not happen): count it as failed.
-                Err(_) => End::Code(-1),
-            };
-            p.end = Some(end);
-            if !end.ok() && cause.is_none() && p.stopped.is_none() {
-                cause = Some(Cause::RankFailed { rank: p.rank, end });
+        // Sleep until an exit or the next poll; then take every exit already reported.
+        let first = match exits.recv_timeout(POLL) {
+            Ok(notice) => Some(notice),
+            Err(mpsc::RecvTimeoutError::Timeout) => None,
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                // Every watcher has reported (or none could start): poll.
+                std::thread::sleep(POLL);
+                None
+            }
+        };
+        for (i, at) in first.into_iter().chain(exits.try_iter()) {
+            if let Some(p) = procs.get_mut(i) {
+                p.saw_exit(at);
+                p.reap(at);
             }
         }
-        if procs.iter().all(|p| p.end.is_some()) {
+        let now = Instant::now();
+        for p in procs.iter_mut().filter(|p| !p.watched) {
+            p.reap(now);
+        }
+        let all_done = procs.iter().all(|p| p.end.is_some());
+        let sigs = if all_done { Vec::new() } else { catcher.pending() };
+        let timed_out = timeout.is_some_and(|t| now.duration_since(start) >= t);
+        if cause.is_none() {
+            // A rank's failure that came before the signal or the deadline is still the
+            // cause; otherwise wait a moment for simultaneous failures before choosing.
+            let decide_now = all_done || !sigs.is_empty() || timed_out;
+            cause = blame(procs, start, now, decide_now);
+        }
+        if all_done {
             break;
         }
-        let now = Instant::now();
-        for sig in catcher.pending() {
+        for sig in sigs {
             if kill_at.is_none() {
                 // The first signal is forwarded as is; the ranks get the grace period.
                 cause.get_or_insert(Cause::Signal(sig));
@@ -268,7 +331,7 @@ fn supervise(
                 kill_as = Stop::KillNow;
             }
         }
-        if cause.is_none() && timeout.is_some_and(|t| now.duration_since(start) >= t) {
+        if cause.is_none() && timed_out {
             cause = timeout.map(Cause::Timeout);
         }
         if cause.is_some() && kill_at.is_none() {
@@ -279,13 +342,32 @@ fn supervise(
             procs.iter_mut().for_each(|p| p.signal(SIGKILL, kill_as));
             killed = true;
         }
-        std::thread::sleep(POLL);
     }
+    let since = |at: Option<Instant>| at.map(|a| a.saturating_duration_since(start));
     let ranks = procs
         .iter()
-        .map(|p| RankEnd { rank: p.rank, end: p.end.unwrap_or(End::Code(-1)), stopped: p.stopped })
+        .map(|p| RankEnd { rank: p.rank, end: p.end.unwrap_or(End::Code(-1)), stopped: p.stopped, seen: since(p.seen) })
         .collect();
     JobReport { ranks, cause, grace }
+}
+
+/// The rank failure that stops the job, if one is due: the [`summary::first_cause`] of the
+/// ranks that failed on their own, once [`summary::SIMULTANEOUS`] has passed since the first
+/// of them was seen (so that ranks dying together are compared), or at once with `now`.
+fn blame(procs: &[Proc], start: Instant, at: Instant, now: bool) -> Option<Cause> {
+    let failures: Vec<Failure> = procs
+        .iter()
+        .filter(|p| p.stopped.is_none())
+        .filter_map(|p| {
+            let end = p.end.filter(|e| !e.ok())?;
+            Some(Failure { rank: p.rank, end, seen: p.seen?.saturating_duration_since(start) })
+        })
+        .collect();
+    let first_seen = failures.iter().map(|f| f.seen).min()?;
+    if !now && at.saturating_duration_since(start) < first_seen + summary::SIMULTANEOUS {
+        return None;
+    }
+    summary::first_cause(&failures).map(|f| Cause::RankFailed { rank: f.rank, end: f.end })
 }
 
 /// Prints the summary of a failed job to stderr (nothing on success).

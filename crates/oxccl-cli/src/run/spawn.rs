@@ -1,5 +1,6 @@
 //! Starting the ranks of this node: the environment each one gets (torchrun's variables plus
-//! oxccl's) and the process itself, in its own process group, stdin closed, output piped.
+//! oxccl's) and the process itself, in its own process group, stdin closed, output piped;
+//! and watching for its exit ([`watch_exit`]).
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
@@ -112,6 +113,44 @@ pub fn spawn(
     cmd.spawn()
 }
 
+/// Starts a thread that blocks until child `pid` has exited and then calls `exited` with the
+/// moment it saw the exit, so the launcher learns of each exit as it happens rather than at
+/// its next poll, and can tell which rank died first.
+///
+/// The thread does not reap the child (`waitid` with `WNOWAIT`): it stays a zombie until the
+/// launcher's `Child::try_wait`, so its pid (the id of its process group, which the launcher
+/// signals) cannot be reused meanwhile. `exited` is also called when the wait itself fails
+/// (the child was already reaped, or an unexpected error): the launcher then looks at the
+/// child with `try_wait` and falls back to polling it.
+///
+/// # Errors
+/// When the thread cannot be started; the caller then polls the child instead.
+pub fn watch_exit(pid: u32, exited: impl FnOnce(std::time::Instant) + Send + 'static) -> std::io::Result<()> {
+    std::thread::Builder::new().name(format!("oxccl-wait {pid}")).spawn(move || {
+        let _ = wait_exited(pid);
+        exited(std::time::Instant::now());
+    })?;
+    Ok(())
+}
+
+/// Blocks until child `pid` has exited (or cannot be waited for), leaving it waitable.
+fn wait_exited(pid: u32) -> std::io::Result<()> {
+    let id = libc::id_t::from(pid);
+    let mut info = std::mem::MaybeUninit::<libc::siginfo_t>::zeroed();
+    loop {
+        // SAFETY: `info` points to a writable siginfo_t that outlives the call, which is all
+        // waitid needs; WNOWAIT leaves the child's state untouched (it is not reaped).
+        let r = unsafe { libc::waitid(libc::P_PID, id, info.as_mut_ptr(), libc::WEXITED | libc::WNOWAIT) };
+        if r == 0 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -144,6 +183,22 @@ mod tests {
     fn ipv6_store_addresses_get_brackets() {
         let p = Placement { master_addr: "::1".into(), ..placement(0) };
         assert_eq!(p.store_addr(), "[::1]:29500");
+    }
+
+    #[test]
+    fn an_exit_is_seen_without_reaping_the_child() {
+        let mut child = spawn(&"sh".into(), &["-c".into(), "exit 7".into()], &[("A", String::new())], Output::Prefixed)
+            .expect("start sh");
+        let (tx, rx) = std::sync::mpsc::channel();
+        watch_exit(child.id(), move |at| {
+            let _ = tx.send(at);
+        })
+        .expect("watcher thread");
+        let seen = rx.recv_timeout(std::time::Duration::from_secs(10)).expect("exit seen");
+        assert!(seen <= std::time::Instant::now());
+        // Still waitable: the watcher left the exit status for the launcher.
+        let status = child.wait().expect("wait");
+        assert_eq!(status.code(), Some(7));
     }
 
     #[test]

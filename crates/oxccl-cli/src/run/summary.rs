@@ -21,6 +21,15 @@ impl End {
         self == End::Code(0)
     }
 
+    /// Whether this end looks like a reaction to a lost peer rather than a first cause: an
+    /// exit code other than 0 (what a rank returns once its communicator reports a lost peer),
+    /// or SIGPIPE (what a program that does not ignore it gets when it writes to a dead
+    /// peer's socket). Any other signal (SIGKILL, SIGSEGV, SIGTERM from outside, ...) came
+    /// to the rank itself.
+    fn may_be_a_reaction(self) -> bool {
+        !matches!(self, End::Signal(s) if s != libc::SIGPIPE)
+    }
+
     /// The end of a finished child.
     pub fn from_status(status: std::process::ExitStatus) -> End {
         use std::os::unix::process::ExitStatusExt;
@@ -43,10 +52,42 @@ impl fmt::Display for End {
     }
 }
 
+/// How long after the first failure seen the launcher still counts other failures as
+/// simultaneous with it when choosing the first cause (see [`first_cause`]). Exits are
+/// timestamped by a thread per rank as they happen, but those threads may be scheduled a few
+/// milliseconds late on a busy machine, while a rank that loses a peer may exit within a
+/// millisecond of it.
+pub const SIMULTANEOUS: Duration = Duration::from_millis(30);
+
+/// A rank that ended badly on its own (not stopped by the launcher): a candidate first cause.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Failure {
+    /// The rank.
+    pub rank: usize,
+    /// How it ended.
+    pub end: End,
+    /// When the launcher saw it end, since the job started.
+    pub seen: Duration,
+}
+
+/// The failure that caused the others, among `failures`: of those seen within
+/// [`SIMULTANEOUS`] of the first one seen, a rank killed by a signal (see
+/// [`End::may_be_a_reaction`]) before one that exited with an error code (which ranks do
+/// right after losing a peer), then the earliest seen, then the lowest rank. `None` when
+/// there is no failure.
+pub fn first_cause(failures: &[Failure]) -> Option<Failure> {
+    let first = failures.iter().map(|f| f.seen).min()?;
+    failures
+        .iter()
+        .filter(|f| f.seen <= first + SIMULTANEOUS)
+        .min_by_key(|f| (f.end.may_be_a_reaction(), f.seen, f.rank))
+        .copied()
+}
+
 /// Why the launcher stopped the ranks that were still running.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Cause {
-    /// This rank failed first.
+    /// This rank failed first (see [`first_cause`]).
     RankFailed {
         /// The rank.
         rank: usize,
@@ -91,6 +132,8 @@ pub struct RankEnd {
     pub end: End,
     /// The launcher's signal, if it had to stop this rank.
     pub stopped: Option<Stop>,
+    /// When the launcher saw it end, since the job started (`None`: not known).
+    pub seen: Option<Duration>,
 }
 
 /// A finished job.
@@ -110,6 +153,15 @@ fn fmt_duration(d: Duration) -> String {
         format!("{s:.0}s")
     } else {
         format!("{s}s")
+    }
+}
+
+/// A short gap between two exits: `4ms`, `under 1ms`, `1.2s`.
+fn fmt_gap(d: Duration) -> String {
+    match d.as_millis() {
+        0 => "under 1ms".to_string(),
+        ms @ 1..=999 => format!("{ms}ms"),
+        _ => format!("{:.1}s", d.as_secs_f64()),
     }
 }
 
@@ -137,32 +189,72 @@ impl JobReport {
         }
     }
 
+    /// The rank that failed first, when a rank's failure stopped the job.
+    fn first_failed(&self) -> Option<&RankEnd> {
+        match self.cause {
+            Some(Cause::RankFailed { rank, .. }) => self.ranks.iter().find(|r| r.rank == rank),
+            _ => None,
+        }
+    }
+
+    /// Whether `r` failed on its own after the rank that failed first (it was not stopped
+    /// by the launcher): most likely because it lost that rank.
+    fn is_consequence(&self, r: &RankEnd) -> bool {
+        matches!(self.cause, Some(Cause::RankFailed { rank, .. }) if rank != r.rank)
+            && r.stopped.is_none()
+            && !r.end.ok()
+    }
+
     /// The headline of a failed job (`oxccl run: ...`), or `None` on success.
     pub fn headline(&self) -> Option<String> {
+        let plural = |n: usize| if n == 1 { "" } else { "s" };
         let stopped = self.ranks.iter().filter(|r| r.stopped.is_some()).count();
         let other = if matches!(self.cause, Some(Cause::RankFailed { .. })) { " other" } else { "" };
-        let others = if stopped == 0 {
+        let others =
+            if stopped == 0 { String::new() } else { format!("; stopped {stopped}{other} rank{}", plural(stopped)) };
+        let after = self.ranks.iter().filter(|r| self.is_consequence(r)).count();
+        let consequences = if after == 0 {
             String::new()
         } else {
-            format!("; stopped {stopped}{other} rank{}", if stopped == 1 { "" } else { "s" })
+            format!(
+                "; {after} other rank{} then failed on {}",
+                plural(after),
+                if after == 1 { "its own" } else { "their own" }
+            )
         };
         match self.cause {
             None if self.succeeded() => None,
             None => Some("oxccl run: the job failed".to_string()),
-            Some(Cause::RankFailed { rank, end }) => Some(format!("oxccl run: rank {rank} failed: {end}{others}")),
+            Some(Cause::RankFailed { rank, end }) => {
+                Some(format!("oxccl run: rank {rank} failed first: {end}{consequences}{others}"))
+            }
             Some(c @ Cause::Timeout(_)) => Some(format!("oxccl run: {c}{others}")),
             Some(Cause::Signal(s)) => Some(format!("oxccl run: received {}{others}", signal_name(s))),
         }
     }
 
-    /// One line per rank: `rank 2: exit code 1`, `rank 3: killed by signal 9 (SIGKILL)`,
-    /// `rank 0: terminated by the launcher after rank 2 failed`.
+    /// One line per rank: `rank 2: exit code 1, the first to fail`, `rank 3: killed by
+    /// signal 9 (SIGKILL)`, `rank 1: exit code 1, 2ms after rank 2 failed (a consequence)`,
+    /// `rank 0: terminated by the launcher after rank 2 failed (SIGTERM)`.
     pub fn lines(&self) -> Vec<String> {
         self.ranks.iter().map(|r| self.line(r)).collect()
     }
 
     fn line(&self, r: &RankEnd) -> String {
         let Some(stop) = r.stopped else {
+            let first = self.first_failed();
+            if first.is_some_and(|f| f.rank == r.rank) {
+                return format!("rank {}: {}, the first to fail", r.rank, r.end);
+            }
+            if let Some(f) = first.filter(|_| self.is_consequence(r)) {
+                let when = match (r.seen, f.seen) {
+                    (Some(mine), Some(theirs)) if mine >= theirs => format!("{} after", fmt_gap(mine - theirs)),
+                    // Seen a little before the first failure (see `first_cause`).
+                    (Some(mine), Some(theirs)) => format!("within {} of when", fmt_gap(theirs - mine)),
+                    _ => "after".to_string(),
+                };
+                return format!("rank {}: {}, {when} rank {} failed (a consequence)", r.rank, r.end, f.rank);
+            }
             return format!("rank {}: {}", r.rank, r.end);
         };
         let why = self.cause.map(|c| format!(" after {c}")).unwrap_or_default();
@@ -193,7 +285,7 @@ mod tests {
     }
 
     fn ok(rank: usize) -> RankEnd {
-        RankEnd { rank, end: End::Code(0), stopped: None }
+        RankEnd { rank, end: End::Code(0), stopped: None, seen: None }
     }
 
     #[test]
@@ -207,18 +299,18 @@ mod tests {
 
     #[test]
     fn a_failed_rank_names_itself_and_the_stopped_ones() {
-        let failed = RankEnd { rank: 1, end: End::Code(3), stopped: None };
-        let term = RankEnd { rank: 0, end: End::Signal(15), stopped: Some(Stop::Term) };
-        let kill = RankEnd { rank: 2, end: End::Signal(9), stopped: Some(Stop::Kill) };
+        let failed = RankEnd { rank: 1, end: End::Code(3), stopped: None, seen: None };
+        let term = RankEnd { rank: 0, end: End::Signal(15), stopped: Some(Stop::Term), seen: None };
+        let kill = RankEnd { rank: 2, end: End::Signal(9), stopped: Some(Stop::Kill), seen: None };
         let r = report(vec![term, failed, kill], Some(Cause::RankFailed { rank: 1, end: End::Code(3) }));
         assert!(!r.succeeded());
         assert_eq!(r.exit_code(), 3);
-        assert_eq!(r.headline().unwrap(), "oxccl run: rank 1 failed: exit code 3; stopped 2 other ranks");
+        assert_eq!(r.headline().unwrap(), "oxccl run: rank 1 failed first: exit code 3; stopped 2 other ranks");
         assert_eq!(
             r.lines(),
             vec![
                 "rank 0: terminated by the launcher after rank 1 failed (SIGTERM)",
-                "rank 1: exit code 3",
+                "rank 1: exit code 3, the first to fail",
                 "rank 2: terminated by the launcher after rank 1 failed (SIGKILL: it was still running 3s after SIGTERM)",
             ]
         );
@@ -226,12 +318,12 @@ mod tests {
 
     #[test]
     fn signals_timeouts_and_codes() {
-        let killed = RankEnd { rank: 3, end: End::Signal(9), stopped: None };
+        let killed = RankEnd { rank: 3, end: End::Signal(9), stopped: None, seen: None };
         assert_eq!(report(vec![killed], None).lines(), vec!["rank 3: killed by signal 9 (SIGKILL)"]);
         let r = report(vec![killed], Some(Cause::RankFailed { rank: 3, end: End::Signal(9) }));
         assert_eq!(r.exit_code(), 137);
 
-        let handled = RankEnd { rank: 0, end: End::Code(143), stopped: Some(Stop::Term) };
+        let handled = RankEnd { rank: 0, end: End::Code(143), stopped: Some(Stop::Term), seen: None };
         let r = report(vec![handled], Some(Cause::Timeout(Duration::from_millis(1500))));
         assert_eq!(r.exit_code(), 124);
         assert_eq!(r.headline().unwrap(), "oxccl run: the job's timeout of 1.5s passed; stopped 1 rank");
@@ -240,9 +332,9 @@ mod tests {
             vec!["rank 0: terminated by the launcher after the job's timeout of 1.5s passed (it then exited with code 143)"]
         );
 
-        let int = RankEnd { rank: 0, end: End::Signal(2), stopped: Some(Stop::Forwarded(2)) };
-        let now = RankEnd { rank: 1, end: End::Signal(9), stopped: Some(Stop::KillNow) };
-        let late = RankEnd { rank: 2, end: End::Signal(9), stopped: Some(Stop::Kill) };
+        let int = RankEnd { rank: 0, end: End::Signal(2), stopped: Some(Stop::Forwarded(2)), seen: None };
+        let now = RankEnd { rank: 1, end: End::Signal(9), stopped: Some(Stop::KillNow), seen: None };
+        let late = RankEnd { rank: 2, end: End::Signal(9), stopped: Some(Stop::Kill), seen: None };
         let r = report(vec![now, late], Some(Cause::Signal(2)));
         assert_eq!(
             r.lines(),
@@ -257,6 +349,70 @@ mod tests {
         assert_eq!(r.exit_code(), 130);
         assert_eq!(r.headline().unwrap(), "oxccl run: received SIGINT; stopped 1 rank");
         assert_eq!(r.lines(), vec!["rank 0: terminated by the launcher after oxccl run received SIGINT (SIGINT)"]);
-        assert_eq!(report(vec![RankEnd { rank: 0, end: End::Code(300), stopped: None }], None).exit_code(), 1);
+        assert_eq!(
+            report(vec![RankEnd { rank: 0, end: End::Code(300), stopped: None, seen: None }], None).exit_code(),
+            1
+        );
+    }
+
+    fn failure(rank: usize, end: End, seen_ms: u64) -> Failure {
+        Failure { rank, end, seen: Duration::from_millis(seen_ms) }
+    }
+
+    #[test]
+    fn the_first_cause_is_the_killed_rank_not_the_ones_that_lost_it() {
+        assert_eq!(first_cause(&[]), None);
+        // The survivor's exit was timestamped first, but within the same moment as the
+        // SIGKILL: the signal is the cause.
+        let survivor = failure(0, End::Code(1), 100);
+        let killed = failure(1, End::Signal(9), 102);
+        assert_eq!(first_cause(&[survivor, killed]), Some(killed));
+        assert_eq!(first_cause(&[killed, survivor]), Some(killed));
+        // A signal well after the first failure is a consequence like any other.
+        let late = failure(1, End::Signal(9), 100 + SIMULTANEOUS.as_millis() as u64 + 50);
+        assert_eq!(first_cause(&[survivor, late]), Some(survivor));
+        // SIGPIPE is what a rank gets writing to a dead peer: no preference.
+        let pipe = failure(2, End::Signal(libc::SIGPIPE), 101);
+        assert_eq!(first_cause(&[pipe, survivor]), Some(survivor));
+        // Among exit codes (or among signals): the earliest seen, then the lowest rank.
+        let a = failure(3, End::Code(2), 105);
+        let b = failure(2, End::Code(1), 103);
+        assert_eq!(first_cause(&[a, b]), Some(b));
+        let c = failure(1, End::Code(1), 103);
+        assert_eq!(first_cause(&[a, b, c]), Some(c));
+    }
+
+    #[test]
+    fn the_others_are_listed_as_consequences() {
+        let ms = |m: u64| Some(Duration::from_millis(m));
+        let killed = RankEnd { rank: 1, end: End::Signal(9), stopped: None, seen: ms(10) };
+        let before = RankEnd { rank: 0, end: End::Code(1), stopped: None, seen: ms(9) };
+        let after = RankEnd { rank: 2, end: End::Code(1), stopped: None, seen: ms(14) };
+        let fine = RankEnd { rank: 3, end: End::Code(0), stopped: None, seen: ms(12) };
+        let term = RankEnd { rank: 4, end: End::Signal(15), stopped: Some(Stop::Term), seen: ms(40) };
+        let r =
+            report(vec![before, killed, after, fine, term], Some(Cause::RankFailed { rank: 1, end: End::Signal(9) }));
+        assert_eq!(r.exit_code(), 137);
+        assert_eq!(
+            r.headline().unwrap(),
+            "oxccl run: rank 1 failed first: killed by signal 9 (SIGKILL); 2 other ranks then failed on their own; \
+             stopped 1 other rank"
+        );
+        assert_eq!(
+            r.lines(),
+            vec![
+                "rank 0: exit code 1, within 1ms of when rank 1 failed (a consequence)",
+                "rank 1: killed by signal 9 (SIGKILL), the first to fail",
+                "rank 2: exit code 1, 4ms after rank 1 failed (a consequence)",
+                "rank 3: exit code 0",
+                "rank 4: terminated by the launcher after rank 1 failed (SIGTERM)",
+            ]
+        );
+        let unknown = RankEnd { seen: None, ..after };
+        let r = report(vec![killed, unknown], Some(Cause::RankFailed { rank: 1, end: End::Signal(9) }));
+        assert_eq!(r.lines()[1], "rank 2: exit code 1, after rank 1 failed (a consequence)");
+        assert!(r.headline().unwrap().ends_with("; 1 other rank then failed on its own"), "{:?}", r.headline());
+        assert_eq!(fmt_gap(Duration::from_micros(300)), "under 1ms");
+        assert_eq!(fmt_gap(Duration::from_millis(1234)), "1.2s");
     }
 }
