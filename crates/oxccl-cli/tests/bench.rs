@@ -161,3 +161,63 @@ fn two_nodes_on_one_host_meet_at_node_0s_store() {
     assert!(f0.stdout.contains("[rank 0] # oxccl bench: 4 ranks on backend cpu"), "{}", f0.all());
     assert!(f0.stdout.contains("# Out of bounds values : 0 OK"), "{}", f0.all());
 }
+
+/// The advice to start under a launcher, given only outside one.
+const LAUNCH_ADVICE: &str = "start oxccl bench with `--ranks N`, or under a launcher";
+
+#[test]
+fn launcher_advice_only_when_the_launch_environment_is_missing_outside_a_launcher() {
+    let bench = |env: &[(&str, &str)]| {
+        let mut c = oxccl(["bench", "all_reduce", "--backend", "cpu", "-e", "64", "-n", "1", "-w", "0"]);
+        // Were a case to wait for a store after all, it would fail fast.
+        c.env("OXCCL_TIMEOUT", "2s").envs(env.iter().copied());
+        run(c, LIMIT)
+    };
+    // By hand, half a launch environment (no secret, no store): start it properly.
+    let f = bench(&[("RANK", "1"), ("WORLD_SIZE", "2")]);
+    assert_eq!(f.code(), Some(1), "{}", f.all());
+    assert!(f.stderr.contains("could not join the job") && f.stderr.contains(LAUNCH_ADVICE), "{}", f.all());
+
+    let f = bench(&[("RANK", "1")]);
+    assert!(f.stderr.contains("WORLD_SIZE is not") && f.stderr.contains(LAUNCH_ADVICE), "{}", f.all());
+
+    // A launch environment missing WORLD_SIZE under a launcher: the launcher's setup to fix.
+    for (var, val, name) in [
+        ("OXCCL_LAUNCHER", "oxccl", "oxccl run"),
+        ("TORCHELASTIC_RUN_ID", "x", "torchrun"),
+        ("PMI_SIZE", "2", "mpirun"),
+    ] {
+        let f = bench(&[("RANK", "1"), (var, val)]);
+        assert_eq!(f.code(), Some(1), "{}", f.all());
+        assert!(f.stderr.contains("could not join the job"), "{}", f.all());
+        assert!(!f.stderr.contains(LAUNCH_ADVICE), "{var}: {}", f.all());
+        assert!(f.stderr.contains(&format!("runs under {name}")), "{var}: {}", f.all());
+    }
+
+    // A store that does not answer, under oxccl run: no launch advice, but where to look.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("free port");
+    let store = closed.to_string();
+    let f = bench(&[
+        ("OXCCL_LAUNCHER", "oxccl"),
+        ("RANK", "1"),
+        ("WORLD_SIZE", "2"),
+        ("OXCCL_SECRET", "test-secret"),
+        ("OXCCL_STORE_ADDR", &store),
+        ("OXCCL_TIMEOUT", "1s"),
+    ]);
+    assert_eq!(f.code(), Some(1), "{}", f.all());
+    assert!(f.stderr.contains("no store answered") && !f.stderr.contains(LAUNCH_ADVICE), "{}", f.all());
+    assert!(f.stderr.contains("Another rank may have failed first"), "{}", f.all());
+}
+
+#[test]
+fn a_rank_of_oxccl_run_that_cannot_join_is_not_told_to_use_oxccl_run() {
+    // Rank 1 loses its RANK (WORLD_SIZE stays): a broken launch environment under oxccl run.
+    let bin = env!("CARGO_BIN_EXE_oxccl");
+    let script = format!(r#"[ "$RANK" = 1 ] && unset RANK; exec {bin} bench all_reduce --backend cpu -e 64 -n 1 -w 0"#);
+    let f = run(oxccl(["run", "-n", "2", "--timeout", "30", "--", "sh", "-c", &script]), LIMIT);
+    assert_ne!(f.code(), Some(0), "{}", f.all());
+    assert!(f.stderr.contains("[rank 1] oxccl bench: error: could not join the job"), "{}", f.all());
+    assert!(f.stderr.contains("runs under oxccl run"), "{}", f.all());
+    assert!(!f.stderr.contains(LAUNCH_ADVICE), "{}", f.all());
+}

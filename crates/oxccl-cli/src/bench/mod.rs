@@ -8,12 +8,14 @@
 //!
 //! - [`ops`]: the operations, their buffers and one function per operation;
 //! - [`sizes`]: `64K`-style sizes and the sweep;
+//! - [`join`]: joining a launched job, and the advice when that fails;
 //! - [`check`]: inputs and expected results;
 //! - [`table`]: the nccl-tests table;
 //! - [`json`]: `--json` output;
 //! - [`progress`]: the progress indicator.
 
 pub mod check;
+pub mod join;
 pub mod json;
 pub mod ops;
 pub mod progress;
@@ -97,18 +99,14 @@ pub fn run_threads(n: usize, plan: &Plan) -> Result<u64, String> {
 /// wrong values.
 ///
 /// # Errors
-/// When this process cannot join the job, or an operation fails.
+/// When this process cannot join the job (with advice that fits the error and the launcher,
+/// see [`join`]), or an operation fails.
 pub fn run_process(backend: Option<&str>, plan: &Plan) -> Result<u64, String> {
     let cfg = match backend {
         Some(b) => oxccl::Config::new().backend(b),
         None => oxccl::Config::new(),
     };
-    let comm = cfg.init().map_err(|e| {
-        format!(
-            "could not join the job: {e}. Start oxccl bench with `--ranks N`, or under `oxccl run -n N`, \
-             torchrun or mpirun"
-        )
-    })?;
+    let comm = cfg.init().map_err(|e| join::join_error(&e, join::launcher(|k| std::env::var(k).ok())))?;
     run_rank(&comm, plan)
 }
 
