@@ -142,6 +142,28 @@ impl Mailbox {
         });
     }
 
+    /// The failure `src` reported for `comm_id`, waiting for its notice until `until`. A peer
+    /// that fails tells the others why and then usually exits: a send to it that finds the
+    /// connection closed should report the cause it announced, not the closed connection,
+    /// and the notice may still be on its way in (a write can find the connection broken
+    /// before the reader has taken in what arrived ahead of the close).
+    pub fn failure_from(&self, comm_id: u64, src: usize, until: Instant) -> Option<Error> {
+        let mut st = self.lock();
+        loop {
+            let found = st.comms.get(&comm_id).and_then(|c| c.failed.iter().find(|f| f.src == src));
+            if let Some(f) = found {
+                return Some(f.error.clone());
+            }
+            let now = Instant::now();
+            if now >= until {
+                return None;
+            }
+            st.waiting += 1;
+            st = self.arrived.wait_timeout(st, until - now).unwrap_or_else(|p| p.into_inner()).0;
+            st.waiting -= 1;
+        }
+    }
+
     /// `src` is gone for every communicator (its connection broke, its process died).
     pub fn lose(&self, src: usize, detail: &str) {
         self.update(|st| {

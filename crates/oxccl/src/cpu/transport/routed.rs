@@ -13,6 +13,10 @@ use super::mailbox::Mailbox;
 use super::{Channel, Header, Received, Stage, Transport, TransportError};
 use crate::error::Error;
 
+/// How long a send that found a peer's connection closed waits for the failure notice the
+/// peer may have sent ahead of closing (see [`RoutedTransport`]'s `send`).
+const LAST_WORDS: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// Moves frames from this endpoint to peers. Implementations deliver what arrives from
 /// their peers into the endpoint's [`Mailbox`] (data with `deliver`, failure notices with
 /// `fail`, release notices with `close`, a broken connection with `lose`).
@@ -111,7 +115,19 @@ impl Transport for RoutedTransport {
             self.mailbox.deliver(peer, *header, payload.to_vec());
             return Ok(());
         }
-        self.link(peer)?.send_frame(peer, FrameKind::Data, header, payload, deadline)
+        match self.link(peer)?.send_frame(peer, FrameKind::Data, header, payload, deadline) {
+            // A peer that failed sends its notice ahead of closing: that cause names the rank
+            // to blame. Give the notice a moment to be taken in (the write may have found
+            // the connection broken before the reader got to it).
+            Err(TransportError::PeerLost { peer, detail }) => {
+                let until = deadline.min(Instant::now() + LAST_WORDS);
+                match self.mailbox.failure_from(header.comm_id, peer, until) {
+                    Some(error) => Err(TransportError::PeerFailed { peer, error }),
+                    None => Err(TransportError::PeerLost { peer, detail }),
+                }
+            }
+            r => r,
+        }
     }
 
     fn recv(
@@ -149,5 +165,61 @@ impl Transport for RoutedTransport {
     fn release(&self, comm_id: u64, peers: &[usize]) {
         self.mailbox.forget(comm_id);
         self.notice(peers, FrameKind::Release, comm_id, Stage::Setup, &[]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fingerprint::{Fingerprint, OpKind};
+
+    /// A link whose every peer has closed its connection.
+    struct Closed;
+
+    impl Link for Closed {
+        fn send_frame(
+            &self,
+            peer: usize,
+            _: FrameKind,
+            _: &Header,
+            _: &[u8],
+            _: Instant,
+        ) -> Result<(), TransportError> {
+            Err(TransportError::PeerLost { peer, detail: format!("the connection to rank {peer} closed") })
+        }
+    }
+
+    fn header(comm_id: u64) -> Header {
+        let fingerprint = Fingerprint {
+            seq: 4,
+            op: OpKind::AllReduce,
+            dtype: crate::DType::F32,
+            count: 1,
+            root: None,
+            reduce: None,
+            algorithm: crate::Algorithm::Ring,
+        };
+        Header { comm_id, channel: Channel::Collective, fingerprint }
+    }
+
+    /// Rank 0 lost rank 1, told rank 2 so, and exited: rank 2's next send to rank 0 finds the
+    /// connection closed and must report rank 0's notice (which names rank 1), not the close.
+    #[test]
+    fn a_send_to_a_peer_that_announced_its_failure_reports_the_cause() {
+        let mailbox = Arc::new(Mailbox::new());
+        let link: Arc<dyn Link> = Arc::new(Closed);
+        let t = RoutedTransport::new(2, Arc::clone(&mailbox), vec![Some(Arc::clone(&link)), Some(link), None])
+            .expect("routes");
+        let cause = Error::PeerLost { rank: 1, detail: "killed".into() };
+        mailbox.fail(7, 0, Stage::Collective(4), cause.clone());
+        let deadline = Instant::now() + std::time::Duration::from_secs(1);
+        match t.send(0, &header(7), b"x", deadline) {
+            Err(TransportError::PeerFailed { peer: 0, error }) => assert_eq!(error.to_string(), cause.to_string()),
+            other => panic!("expected rank 0's failure, got {other:?}"),
+        }
+        // Without a notice (rank 1 itself, another communicator) the closed connection is
+        // what there is to say.
+        assert!(matches!(t.send(1, &header(7), b"x", deadline), Err(TransportError::PeerLost { peer: 1, .. })));
+        assert!(matches!(t.send(0, &header(8), b"x", deadline), Err(TransportError::PeerLost { peer: 0, .. })));
     }
 }
