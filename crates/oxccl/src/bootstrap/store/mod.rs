@@ -22,8 +22,11 @@
 //! # Security
 //! Every connection starts with the job secret's challenge-response
 //! ([`auth`](crate::bootstrap::auth), context `oxccl-store`): the server refuses a client
-//! that does not know the secret (and logs `oxccl store: refused <addr>: <reason>` to
-//! stderr), and the client refuses a server that cannot prove it knows it. A connection
+//! that does not know the secret, and the client refuses a server that cannot prove it
+//! knows it. The server logs the first refusal to stderr (`oxccl store: refused <addr>:
+//! <reason>`); since anyone who reaches the port can cause refusals, later ones are only
+//! counted: one line at most every 10 s (`refused N more connections since ...`, with the
+//! latest address and reason), and the count left unreported when the server stops. A connection
 //! that does not finish the handshake within 10 s is dropped, so a silent client cannot hold
 //! a thread. Only then are requests read, in frames with a bounded header whose every
 //! length is checked against its limit before use: keys up to 4 KiB

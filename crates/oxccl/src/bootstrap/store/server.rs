@@ -1,4 +1,9 @@
 //! The store server: an accept thread, one thread per connection, one map behind a mutex.
+//!
+//! Diagnostics go to a [`Log`] (stderr unless a test captures them), each line prefixed
+//! `oxccl store:`. Refused connections (a wrong secret, garbage, silence) are rate-limited
+//! ([`Refusals`]): anyone who can reach the port can cause them, and each would otherwise be
+//! a line in the job's output.
 
 use crate::sync::relock as lock;
 use std::collections::HashMap;
@@ -18,6 +23,122 @@ use crate::error::{Error, Result};
 const AUTH_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long writing a response may block on a client that does not read.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(60);
+/// After the first refused connection, how often at most a line counts the later ones.
+const REFUSAL_REPORT_EVERY: Duration = Duration::from_secs(10);
+
+/// Where a store server writes its diagnostics, one line at a time (without the newline).
+/// Each server has its own; the default is stderr.
+#[derive(Clone)]
+pub(crate) struct Log(Arc<dyn Fn(&str) + Send + Sync>);
+
+impl Log {
+    /// Lines to the process's stderr.
+    pub(crate) fn stderr() -> Log {
+        Log(Arc::new(|line| eprintln!("{line}")))
+    }
+
+    /// Lines to `sink` (tests capture them).
+    #[cfg(test)]
+    pub(crate) fn to(sink: impl Fn(&str) + Send + Sync + 'static) -> Log {
+        Log(Arc::new(sink))
+    }
+
+    fn line(&self, line: &str) {
+        (self.0)(line)
+    }
+}
+
+/// How a server runs, beyond its address and secret.
+#[derive(Clone)]
+pub(crate) struct ServerOptions {
+    /// How long a new connection may take to authenticate.
+    pub(crate) auth_timeout: Duration,
+    /// Where diagnostics go.
+    pub(crate) log: Log,
+    /// After the first refusal, the shortest time between two lines counting later ones.
+    pub(crate) report_every: Duration,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        ServerOptions { auth_timeout: AUTH_TIMEOUT, log: Log::stderr(), report_every: REFUSAL_REPORT_EVERY }
+    }
+}
+
+/// Rate-limited reporting of refused connections: the first is said in full (peer and
+/// reason); the later ones are counted, and the count is said (with the latest peer and
+/// reason) with the first refusal at least `every` after the previous line, and when the
+/// server stops.
+struct Refusals {
+    every: Duration,
+    state: Mutex<RefusalState>,
+}
+
+#[derive(Default)]
+struct RefusalState {
+    /// When the last line about refusals was written (`None`: no refusal yet).
+    last_line: Option<Instant>,
+    /// Refusals since that line.
+    unreported: u64,
+    /// The latest of them: its peer and reason.
+    latest: Option<(SocketAddr, String)>,
+}
+
+impl Refusals {
+    fn new(every: Duration) -> Refusals {
+        Refusals { every, state: Mutex::new(RefusalState::default()) }
+    }
+
+    /// Counts a refusal of `peer` for `reason`, and says so on `log` if one is due.
+    fn refused(&self, log: &Log, peer: SocketAddr, reason: &dyn fmt::Display) {
+        let now = Instant::now();
+        let mut st = lock(&self.state);
+        let Some(last) = st.last_line else {
+            st.last_line = Some(now);
+            log.line(&format!(
+                "{} (further refusals are counted, reported at most every {})",
+                refusal_line(peer, reason),
+                secs(self.every)
+            ));
+            return;
+        };
+        st.unreported += 1;
+        st.latest = Some((peer, reason.to_string()));
+        if now.saturating_duration_since(last) >= self.every {
+            Self::report(&mut st, log, now);
+        }
+    }
+
+    /// Says how many refusals went unreported, if any (the server is stopping).
+    fn flush(&self, log: &Log) {
+        Self::report(&mut lock(&self.state), log, Instant::now());
+    }
+
+    fn report(st: &mut RefusalState, log: &Log, now: Instant) {
+        let (Some(last), Some((peer, reason))) = (st.last_line, st.latest.take()) else { return };
+        if st.unreported == 0 {
+            return;
+        }
+        let n = st.unreported;
+        log.line(&format!(
+            "oxccl store: refused {n} more connection{} since the last report {} ago (the latest: {peer}: {reason})",
+            if n == 1 { "" } else { "s" },
+            secs(now.saturating_duration_since(last))
+        ));
+        st.unreported = 0;
+        st.last_line = Some(now);
+    }
+}
+
+/// `10s`, `1.5s`.
+fn secs(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s.fract() == 0.0 {
+        format!("{s:.0}s")
+    } else {
+        format!("{s:.1}s")
+    }
+}
 
 /// A TCP key-value store for rendezvous, serving in background threads.
 ///
@@ -38,6 +159,8 @@ impl fmt::Debug for StoreServer {
 struct Shared {
     secret: Secret,
     auth_timeout: Duration,
+    log: Log,
+    refusals: Refusals,
     data: Mutex<Data>,
     /// Signalled whenever a key is added or changed, and at shutdown.
     changed: Condvar,
@@ -63,11 +186,12 @@ impl StoreServer {
     /// [`Error::Io`] when the address cannot be bound (in use, not local, malformed) or the
     /// accept thread cannot be started.
     pub fn bind(addr: &str, secret: Secret) -> Result<StoreServer> {
-        Self::bind_with(addr, secret, AUTH_TIMEOUT)
+        Self::bind_with(addr, secret, ServerOptions::default())
     }
 
-    /// [`bind`](Self::bind) with another authentication timeout (tests use a short one).
-    pub(crate) fn bind_with(addr: &str, secret: Secret, auth_timeout: Duration) -> Result<StoreServer> {
+    /// [`bind`](Self::bind) with other options (tests use a short authentication timeout,
+    /// or capture the log).
+    pub(crate) fn bind_with(addr: &str, secret: Secret, opts: ServerOptions) -> Result<StoreServer> {
         let listener = TcpListener::bind(addr).map_err(|e| {
             let hint = if e.kind() == io::ErrorKind::AddrInUse {
                 " (is another job's store using this port? choose another MASTER_PORT)"
@@ -79,7 +203,9 @@ impl StoreServer {
         let local = listener.local_addr().map_err(|e| Error::io("reading the store's bound address", &e))?;
         let shared = Arc::new(Shared {
             secret,
-            auth_timeout,
+            auth_timeout: opts.auth_timeout,
+            refusals: Refusals::new(opts.report_every),
+            log: opts.log,
             data: Mutex::new(Data { map: HashMap::new(), stopping: false }),
             changed: Condvar::new(),
             conns: Mutex::new(Conns { stopping: false, next_id: 0, live: HashMap::new() }),
@@ -127,6 +253,7 @@ impl StoreServer {
                 let _ = h.join();
             }
         }
+        self.shared.refusals.flush(&self.shared.log);
     }
 }
 
@@ -154,7 +281,7 @@ fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
                     return;
                 }
                 // Out of descriptors and the like: say so, back off, keep serving.
-                eprintln!("oxccl store: accept failed: {e}");
+                shared.log.line(&format!("oxccl store: accept failed: {e}"));
                 thread::sleep(Duration::from_millis(50));
                 continue;
             }
@@ -165,7 +292,7 @@ fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
                 return;
             }
             let Ok(clone) = stream.try_clone() else {
-                eprintln!("oxccl store: refused {peer}: cannot track the connection");
+                shared.refused(peer, &"cannot track the connection");
                 continue;
             };
             let id = c.next_id;
@@ -188,7 +315,8 @@ fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
             }
             Err(e) => {
                 c.live.remove(&id);
-                eprintln!("oxccl store: refused {peer}: cannot start a thread for it: {e}");
+                drop(c);
+                shared.refused(peer, &format!("cannot start a thread for it: {e}"));
             }
         }
     }
@@ -203,6 +331,13 @@ fn stopping(shared: &Shared) -> bool {
     lock(&shared.conns).stopping
 }
 
+impl Shared {
+    /// Reports a refused connection (rate-limited, see [`Refusals`]).
+    fn refused(&self, peer: SocketAddr, reason: &dyn fmt::Display) {
+        self.refusals.refused(&self.log, peer, reason);
+    }
+}
+
 /// One connection: authenticate, then answer requests until the client leaves.
 fn serve(shared: &Shared, mut stream: TcpStream, peer: SocketAddr) {
     let _ = stream.set_nodelay(true);
@@ -211,7 +346,7 @@ fn serve(shared: &Shared, mut stream: TcpStream, peer: SocketAddr) {
         .set_read_timeout(Some(shared.auth_timeout))
         .and_then(|()| stream.set_write_timeout(Some(shared.auth_timeout)))
     {
-        eprintln!("{}", refusal_line(peer, &e));
+        shared.refused(peer, &e);
         return;
     }
     if let Err(e) = auth::accept(&mut stream, &shared.secret, AUTH_CONTEXT) {
@@ -219,9 +354,9 @@ fn serve(shared: &Shared, mut stream: TcpStream, peer: SocketAddr) {
             match e {
                 auth::AuthError::Io(io) if matches!(io.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => {
                     let why = format!("no handshake within {:.1}s", shared.auth_timeout.as_secs_f64());
-                    eprintln!("{}", refusal_line(peer, &why));
+                    shared.refused(peer, &why);
                 }
-                e => eprintln!("{}", refusal_line(peer, &e)),
+                e => shared.refused(peer, &e),
             }
         }
         return;
@@ -240,18 +375,18 @@ fn serve(shared: &Shared, mut stream: TcpStream, peer: SocketAddr) {
                     io::ErrorKind::ConnectionReset | io::ErrorKind::ConnectionAborted | io::ErrorKind::BrokenPipe
                 );
                 if !normal && !stopping(shared) {
-                    eprintln!("oxccl store: closed {peer}: {e}");
+                    shared.log.line(&format!("oxccl store: closed {peer}: {e}"));
                 }
                 return;
             }
             Err(e @ FrameError::Truncated { .. }) => {
                 if !stopping(shared) {
-                    eprintln!("oxccl store: closed {peer}: {e}");
+                    shared.log.line(&format!("oxccl store: closed {peer}: {e}"));
                 }
                 return;
             }
             Err(e @ FrameError::TooLarge(_)) => {
-                eprintln!("oxccl store: closed {peer}: {e}");
+                shared.log.line(&format!("oxccl store: closed {peer}: {e}"));
                 let _ = send(&mut stream, &Response::Error(format!("malformed frame: {e}")));
                 return;
             }
@@ -259,7 +394,7 @@ fn serve(shared: &Shared, mut stream: TcpStream, peer: SocketAddr) {
         let response = match Request::decode(&body) {
             Ok(req) => handle(shared, req),
             Err(e) => {
-                eprintln!("oxccl store: closed {peer}: malformed request: {e}");
+                shared.log.line(&format!("oxccl store: closed {peer}: malformed request: {e}"));
                 let _ = send(&mut stream, &Response::Error(format!("malformed request: {e}")));
                 return;
             }

@@ -3,12 +3,12 @@
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::{Arc, Barrier};
+use std::sync::{Arc, Barrier, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use super::protocol::{read_frame, Response};
-use super::server::refusal_line;
+use super::server::{refusal_line, Log, ServerOptions};
 use super::*;
 use crate::bootstrap::auth::{self, Secret};
 use crate::bootstrap::Rendezvous;
@@ -278,6 +278,95 @@ fn refusals_are_logged_in_one_line_with_the_peer() {
     assert!(!line.contains('\n'));
 }
 
+/// A server whose log lines are captured, counting refusals every `every`.
+fn logged_server(every: Duration) -> (StoreServer, Secret, String, Arc<Mutex<Vec<String>>>) {
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let sink = Arc::clone(&lines);
+    let log = Log::to(move |l| sink.lock().unwrap().push(l.to_string()));
+    let secret = Secret::generate().unwrap();
+    let opts = ServerOptions { log, report_every: every, ..ServerOptions::default() };
+    let s = StoreServer::bind_with("127.0.0.1:0", secret.clone(), opts).unwrap();
+    let addr = s.local_addr().to_string();
+    (s, secret, addr, lines)
+}
+
+/// `n` connections that the server refuses (a wrong secret, or garbage), each seen closed.
+fn refused_connections(addr: &str, n: usize) {
+    let wrong = Secret::from_text("not the job's secret").unwrap();
+    for i in 0..n {
+        let mut s = TcpStream::connect(addr).unwrap();
+        if i % 2 == 0 {
+            assert!(auth::connect(&mut s, &wrong, AUTH_CONTEXT).is_err());
+        } else {
+            let _ =
+                s.write_all(b"GET / HTTP/1.1\r\nHost: store\r\nUser-Agent: curl\r\nAccept: */*\r\n\r\nxxxxxxxxxxxx");
+        }
+        // Closed only once the refusal is logged (or counted).
+        until_closed(&mut s);
+    }
+}
+
+/// The refusals the lines account for: 1 for the first, N for each "refused N more".
+fn refusals_counted(lines: &[String]) -> u64 {
+    lines
+        .iter()
+        .map(|l| match l.strip_prefix("oxccl store: refused ").and_then(|r| r.split_once(" more connection")) {
+            Some((n, _)) => n.parse::<u64>().unwrap_or_else(|_| panic!("count in {l}")),
+            None => 1,
+        })
+        .sum()
+}
+
+#[test]
+fn many_refusals_make_few_lines_and_a_count_at_shutdown() {
+    let (s, secret, addr, lines) = logged_server(Duration::from_secs(3600));
+    refused_connections(&addr, 100);
+    // Authenticated clients are not refusals.
+    still_serves(&addr, &secret);
+    let before = lines.lock().unwrap().clone();
+    assert_eq!(before.len(), 1, "{before:#?}");
+    let first = &before[0];
+    assert!(first.starts_with("oxccl store: refused 127.0.0.1:"), "{first}");
+    assert!(first.contains("job secret (OXCCL_SECRET)") && first.contains("reported at most every 3600s"), "{first}");
+    s.shutdown();
+    let after = lines.lock().unwrap().clone();
+    assert_eq!(after.len(), 2, "{after:#?}");
+    assert!(after[1].starts_with("oxccl store: refused 99 more connections since the last report "), "{}", after[1]);
+    assert!(after[1].contains("(the latest: 127.0.0.1:"), "{}", after[1]);
+}
+
+#[test]
+fn refusals_are_counted_at_most_once_per_interval() {
+    let every = Duration::from_millis(100);
+    let (s, _secret, addr, lines) = logged_server(every);
+    let start = Instant::now();
+    for _ in 0..4 {
+        refused_connections(&addr, 50);
+        thread::sleep(every);
+    }
+    let elapsed = start.elapsed();
+    s.shutdown();
+    let lines = lines.lock().unwrap().clone();
+    // The first line, at most one per interval since, and the final count.
+    let bound = 2 + (elapsed.as_millis() / every.as_millis()) as usize;
+    assert!(lines.len() <= bound && lines.len() >= 2, "{} lines in {elapsed:?}: {lines:#?}", lines.len());
+    assert!(lines.iter().all(|l| l.starts_with("oxccl store: refused ")), "{lines:#?}");
+    assert_eq!(refusals_counted(&lines), 200, "every refusal is accounted for: {lines:#?}");
+}
+
+#[test]
+fn no_refusal_no_line_at_shutdown() {
+    let (s, secret, addr, lines) = logged_server(Duration::from_millis(1));
+    still_serves(&addr, &secret);
+    s.shutdown();
+    assert!(lines.lock().unwrap().is_empty());
+    // One refusal: one line, nothing more at shutdown.
+    let (s, _secret, addr, lines) = logged_server(Duration::from_millis(1));
+    refused_connections(&addr, 1);
+    s.shutdown();
+    assert_eq!(lines.lock().unwrap().len(), 1);
+}
+
 #[test]
 fn garbage_before_authentication_is_disconnected() {
     let (_s, secret, addr) = server();
@@ -296,7 +385,8 @@ fn garbage_before_authentication_is_disconnected() {
 #[test]
 fn a_silent_client_is_dropped_after_the_auth_timeout() {
     let secret = Secret::generate().unwrap();
-    let s = StoreServer::bind_with("127.0.0.1:0", secret.clone(), Duration::from_millis(300)).unwrap();
+    let opts = ServerOptions { auth_timeout: Duration::from_millis(300), ..ServerOptions::default() };
+    let s = StoreServer::bind_with("127.0.0.1:0", secret.clone(), opts).unwrap();
     let addr = s.local_addr().to_string();
     let start = Instant::now();
     let mut silent = TcpStream::connect(&addr).unwrap();
