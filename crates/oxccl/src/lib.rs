@@ -58,6 +58,7 @@ pub mod mpi;
 pub mod reduce_op;
 mod sync;
 pub mod tensor;
+mod xccl;
 #[cfg(feature = "testing")]
 pub mod testing;
 

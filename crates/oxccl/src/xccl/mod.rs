@@ -1,0 +1,19 @@
+//! The GPU backends: `nccl` (NVIDIA) and `rccl` (AMD), one code path over one table of the
+//! `nccl*` C API and a device runtime per vendor, all loaded at run time.
+//!
+//! Rooms:
+//! - [`dl`]: opening a shared library from a list of candidates, saying what every try found.
+//! - `library/`: the NCCL function table (NCCL and RCCL export the same names), its C types,
+//!   where the libraries are searched, and the version rules.
+//! - `runtime/`: the device runtimes (CUDA driver, HIP) behind one trait, and the host double
+//!   that tests use in their place.
+//!
+//! Nothing here needs a CUDA toolkit, ROCm or NCCL to build: every library is opened with
+//! `dlopen`, and a missing one is [`Error::BackendUnavailable`](crate::Error) naming every
+//! path tried.
+
+// The engine that uses these rooms lands in steps (issue 9); until it does, parts are only
+// reached from their tests.
+#![cfg_attr(not(test), allow(dead_code))]
+
+pub(crate) mod dl;
