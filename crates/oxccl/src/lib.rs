@@ -58,14 +58,14 @@ pub mod mpi;
 pub mod reduce_op;
 mod sync;
 pub mod tensor;
-mod xccl;
 #[cfg(feature = "testing")]
 pub mod testing;
+mod xccl;
 
 pub use algorithm::Algorithm;
 pub use backend::MessageInfo;
 pub use communicator::work;
-pub use communicator::{Batch, Communicator};
+pub use communicator::{Batch, Buffer, BufferMut, Communicator};
 pub use communicator::{Scope, Work};
 pub use config::Config;
 pub use device::Device;

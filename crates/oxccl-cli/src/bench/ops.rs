@@ -283,7 +283,7 @@ pub fn reduce<T: BenchElem>(comm: &Communicator, b: &mut Buffers<T>, a: &OpArgs)
     match a.place {
         Place::OutOfPlace => {
             let output = (comm.rank() == a.root).then_some(b.output.as_mut_slice());
-            comm.reduce_into(&b.input, output, a.redop, a.root)
+            comm.reduce_into(&b.input[..], output, a.redop, a.root)
         }
         Place::InPlace => comm.reduce(&mut b.output, a.redop, a.root),
     }
@@ -300,7 +300,7 @@ pub fn all_to_all<T: BenchElem>(comm: &Communicator, b: &mut Buffers<T>, a: &OpA
 /// gather to the root (out of place only).
 pub fn gather<T: BenchElem>(comm: &Communicator, b: &mut Buffers<T>, a: &OpArgs) -> Result<()> {
     let output = (comm.rank() == a.root).then_some(b.output.as_mut_slice());
-    comm.gather(&b.input, output, a.root)
+    comm.gather(&b.input[..], output, a.root)
 }
 
 /// scatter from the root (out of place only).

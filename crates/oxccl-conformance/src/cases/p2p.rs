@@ -81,7 +81,7 @@ fn recv_into_larger_buffer(comm: &Communicator, cx: &Cx) -> Verdict {
     let p = Point::new("send/recv", comm).dtype(DType::F32).note("5-element message into a 13-element buffer");
     let mine = cx.input::<f32>(key, me, 5, Dist::Bits);
     call!(chk, p, comm.send(&mine, next, TAG));
-    call!(chk, p, comm.send::<f32>(&[], next, TAG));
+    call!(chk, p, comm.send::<[f32]>(&[], next, TAG));
     let before = cx.sentinel::<f32>(key, me, 13);
     let mut buf = before.clone();
     let got = call!(chk, p, comm.recv(&mut buf, prev, TAG));
@@ -132,7 +132,7 @@ fn probe(comm: &Communicator, cx: &Cx) -> Verdict {
     let key = cx.sub(0);
     let mine = cx.input::<f64>(key, me, 11, Dist::Bits);
     call!(chk, p, comm.send(&mine, next, 5));
-    call!(chk, p, comm.send::<u8>(&[], next, 6));
+    call!(chk, p, comm.send::<[u8]>(&[], next, 6));
     let want = MessageInfo { source: prev, tag: 5, dtype: DType::F64, count: 11 };
     let deadline = Instant::now() + cx.opts.timeout;
     let info = loop {

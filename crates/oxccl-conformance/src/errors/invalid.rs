@@ -93,8 +93,8 @@ pub(super) fn invalid_root(slot: &mut Option<Communicator>, cx: &ECx) -> Local {
         v.expect(&format!("reduce_into(root={root}, output=None)"), c.reduce_into(&buf, None, ReduceOp::Sum, root));
         v.expect(&format!("broadcast(root={root})"), c.broadcast(&mut buf, root));
         v.expect(&format!("broadcast_into(root={root})"), c.broadcast_into(Some(&buf), &mut out, root));
-        v.expect(&format!("gather(root={root})"), c.gather(&buf, Some(&mut big), root));
-        v.expect(&format!("scatter(root={root})"), c.scatter(Some(&big), &mut out, root));
+        v.expect(&format!("gather(root={root})"), c.gather(&buf[..], Some(&mut big), root));
+        v.expect(&format!("scatter(root={root})"), c.scatter(Some(&big[..]), &mut out, root));
         let r = c.scope(|s| {
             v.expect(&format!("async reduce(root={root})"), s.reduce(&mut buf, ReduceOp::Max, root).map(drop));
             v.expect(&format!("async broadcast(root={root})"), s.broadcast(&mut out, root).map(drop));
@@ -155,16 +155,19 @@ pub(super) fn invalid_lengths(slot: &mut Option<Communicator>, cx: &ECx) -> Loca
     if me == root {
         v.expect(
             "reduce_into at the root (output 5 for input 4)",
-            c.reduce_into(&four, Some(&mut five), ReduceOp::Sum, root),
+            c.reduce_into(&four[..], Some(&mut five), ReduceOp::Sum, root),
         );
         v.expect("reduce_into at the root (no output)", c.reduce_into(&four, None, ReduceOp::Sum, root));
-        v.expect("broadcast_into at the root (input 4, output 5)", c.broadcast_into(Some(&four), &mut five, root));
+        v.expect("broadcast_into at the root (input 4, output 5)", c.broadcast_into(Some(&four[..]), &mut five, root));
         v.expect("broadcast_into at the root (no input)", c.broadcast_into(None, &mut five, root));
-        v.expect("gather at the root (output != n * input)", c.gather(&four, Some(&mut vec![0f32; 4 * n + 2]), root));
+        v.expect(
+            "gather at the root (output != n * input)",
+            c.gather(&four[..], Some(&mut vec![0f32; 4 * n + 2]), root),
+        );
         v.expect("gather at the root (no output)", c.gather(&four, None, root));
         v.expect(
             "scatter at the root (input != n * output)",
-            c.scatter(Some(&vec![0f32; 4 * n + 3]), &mut [0f32; 4], root),
+            c.scatter(Some(&vec![0f32; 4 * n + 3][..]), &mut [0f32; 4], root),
         );
         v.expect("scatter at the root (no input)", c.scatter(None, &mut [0f32; 4], root));
     }
@@ -286,7 +289,7 @@ pub(super) fn invalid_algorithm(slot: &mut Option<Communicator>, cx: &ECx) -> Lo
                 OpKind::AllToAll => c.all_to_all(&x, &mut y),
                 OpKind::AllToAllV => c.all_to_all_v(&x, &ones, &mut y, &ones),
                 OpKind::Gather => c.gather(&x[..1], Some(&mut y), me),
-                OpKind::Scatter => c.scatter(Some(&x), &mut y[..1], me),
+                OpKind::Scatter => c.scatter(Some(&x[..]), &mut y[..1], me),
                 OpKind::Barrier => c.barrier(),
                 OpKind::Send => c.send(&x, me, 0),
                 OpKind::Recv => c.recv(&mut x, me, 0).map(drop),

@@ -20,8 +20,9 @@ pub mod reduce;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::device::Device;
 use crate::dtype::DType;
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 pub use op::{Op, P2p, RawBuf, RawBufMut};
 pub use options::CallOptions;
@@ -77,6 +78,22 @@ pub trait Backend: Send + Sync + 'static {
     fn world_size(&self) -> usize;
     /// The default deadline of this communicator's waits.
     fn timeout(&self) -> Duration;
+
+    /// Checks that this backend can reach memory on `device` (the front door calls it for
+    /// every buffer before an operation is started). The default accepts host memory only.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] saying which memory the backend takes.
+    fn check_device(&self, device: Device) -> Result<()> {
+        match device {
+            Device::Cpu => Ok(()),
+            other => Err(Error::invalid(format!(
+                "the {} backend takes host memory only, and this buffer is on {other}; \
+                 use a GPU backend (OXCCL_BACKEND=nccl or rccl) for device buffers, or copy to the host",
+                self.name()
+            ))),
+        }
+    }
 
     /// Starts `op`.
     ///

@@ -3,11 +3,10 @@
 
 use std::marker::PhantomData;
 
-use super::{raw, raw_mut};
+use super::{raw, raw_mut, Buffer, BufferMut};
 #[cfg(doc)]
 use super::{Communicator, Scope};
 use crate::backend::P2p;
-use crate::dtype::Element;
 use crate::error::{Error, Result};
 
 /// Point-to-point operations collected for [`Communicator::run_batch`] or
@@ -31,7 +30,7 @@ impl<'a> Batch<'a> {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a peer out of range.
-    pub fn send<T: Element>(&mut self, buf: &'a [T], peer: usize, tag: u32) -> Result<&mut Self> {
+    pub fn send<B: Buffer + ?Sized>(&mut self, buf: &'a B, peer: usize, tag: u32) -> Result<&mut Self> {
         self.check_peer(peer)?;
         self.ops.push(P2p::Send { buf: raw(buf), peer, tag });
         Ok(self)
@@ -41,7 +40,7 @@ impl<'a> Batch<'a> {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a peer out of range.
-    pub fn recv<T: Element>(&mut self, buf: &'a mut [T], peer: usize, tag: u32) -> Result<&mut Self> {
+    pub fn recv<B: BufferMut + ?Sized>(&mut self, buf: &'a mut B, peer: usize, tag: u32) -> Result<&mut Self> {
         self.check_peer(peer)?;
         self.ops.push(P2p::Recv { buf: raw_mut(buf), peer, tag });
         Ok(self)

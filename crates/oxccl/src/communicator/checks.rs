@@ -35,6 +35,22 @@ impl Communicator {
         }
     }
 
+    /// Every buffer of `op` must be on one device, and one the backend can reach.
+    pub(super) fn check_devices(&self, op: &Op) -> Result<()> {
+        let devices = op.devices();
+        let Some(&first) = devices.first() else { return Ok(()) };
+        if let Some(&other) = devices.iter().find(|&&d| d != first) {
+            return Err(Error::invalid(format!(
+                "{}: the buffers are on different devices ({first} and {other}); every buffer of one call must be on the same device",
+                op.kind()
+            )));
+        }
+        self.backend.check_device(first).map_err(|e| match e {
+            Error::InvalidArgument(m) => Error::invalid(format!("{}: {m}", op.kind())),
+            e => e,
+        })
+    }
+
     pub(super) fn block_count(&self, what: &str, total: usize) -> Result<usize> {
         let n = self.world_size();
         if !total.is_multiple_of(n) {

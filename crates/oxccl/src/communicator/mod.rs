@@ -12,16 +12,16 @@ use std::time::Duration;
 use crate::algorithm::Algorithm;
 use crate::backend::CallOptions;
 use crate::backend::{Backend, Completion, MessageInfo, Mode, Op, P2p, RawBuf, RawBufMut};
-use crate::device::Device;
-use crate::dtype::Element;
 use crate::error::{Error, Result};
 use crate::reduce_op::ReduceOp;
 mod batch;
+pub mod buffer;
 mod checks;
 mod scope;
 pub mod work;
 
 pub use batch::Batch;
+pub use buffer::{Buffer, BufferMut};
 pub use work::{Scope, Work};
 
 /// One rank's handle on a group of ranks that communicate.
@@ -47,22 +47,12 @@ impl std::fmt::Debug for Communicator {
     }
 }
 
-pub(crate) fn raw<T: Element>(s: &[T]) -> RawBuf {
-    RawBuf { ptr: s.as_ptr().cast(), count: s.len(), dtype: T::DTYPE, device: Device::Cpu }
+pub(crate) fn raw<B: Buffer + ?Sized>(b: &B) -> RawBuf {
+    b.as_raw()
 }
 
-pub(crate) fn raw_mut<T: Element>(s: &mut [T]) -> RawBufMut {
-    RawBufMut { ptr: s.as_mut_ptr().cast(), count: s.len(), dtype: T::DTYPE, device: Device::Cpu }
-}
-
-/// Rebuilds a slice handed to an async operation, once the operation has completed.
-///
-/// # Safety
-/// `b` must come from `raw_mut` of a `&'a mut [T]` whose borrow is still held, and the
-/// operation using it must have completed.
-pub(crate) unsafe fn rebuild<'a, T: Element>(b: RawBufMut) -> &'a mut [T] {
-    // SAFETY: guaranteed by this function's contract.
-    unsafe { std::slice::from_raw_parts_mut(b.ptr.cast::<T>(), b.count) }
+pub(crate) fn raw_mut<B: BufferMut + ?Sized>(b: &mut B) -> RawBufMut {
+    b.as_raw_mut()
 }
 
 impl Communicator {
@@ -121,6 +111,7 @@ impl Communicator {
         finish: impl FnOnce(Completion) -> R + 'a,
     ) -> Result<Work<'a, R>> {
         self.check_opts(op.kind())?;
+        self.check_devices(&op)?;
         // SAFETY: forwarded from this function's contract.
         let pending = unsafe { self.backend.submit(op, mode, &self.opts)? };
         Ok(Work::new(pending, Box::new(finish)))
@@ -140,7 +131,7 @@ impl Communicator {
     /// # Errors
     /// Communication errors ([`Error::Timeout`], [`Error::Mismatch`], [`Error::PeerLost`],
     /// [`Error::Aborted`]).
-    pub fn all_reduce<T: Element>(&self, buf: &mut [T], op: ReduceOp) -> Result<()> {
+    pub fn all_reduce<B: BufferMut + ?Sized>(&self, buf: &mut B, op: ReduceOp) -> Result<()> {
         let o = raw_mut(buf);
         self.run(self.op_all_reduce(o.as_const(), o, op)?).map(drop)
     }
@@ -149,7 +140,12 @@ impl Communicator {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when the lengths differ; communication errors.
-    pub fn all_reduce_into<T: Element>(&self, input: &[T], output: &mut [T], op: ReduceOp) -> Result<()> {
+    pub fn all_reduce_into<I: Buffer + ?Sized, O: BufferMut<Elem = I::Elem> + ?Sized>(
+        &self,
+        input: &I,
+        output: &mut O,
+        op: ReduceOp,
+    ) -> Result<()> {
         self.run(self.op_all_reduce(raw(input), raw_mut(output), op)?).map(drop)
     }
 
@@ -158,7 +154,7 @@ impl Communicator {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a root out of range; communication errors.
-    pub fn reduce<T: Element>(&self, buf: &mut [T], op: ReduceOp, root: usize) -> Result<()> {
+    pub fn reduce<B: BufferMut + ?Sized>(&self, buf: &mut B, op: ReduceOp, root: usize) -> Result<()> {
         let o = raw_mut(buf);
         self.run(self.op_reduce(o.as_const(), Some(o), op, root)?).map(drop)
     }
@@ -170,21 +166,21 @@ impl Communicator {
     /// # Errors
     /// [`Error::InvalidArgument`] for a root out of range, a missing or wrongly sized output
     /// at the root; communication errors.
-    pub fn reduce_into<T: Element>(
+    pub fn reduce_into<B: BufferMut + ?Sized>(
         &self,
-        input: &[T],
-        output: Option<&mut [T]>,
+        input: &B,
+        output: Option<&mut B>,
         op: ReduceOp,
         root: usize,
     ) -> Result<()> {
-        self.run(self.op_reduce(raw(input), output.map(raw_mut), op, root)?).map(drop)
+        self.run(self.op_reduce(raw(input), output.map(|o| raw_mut(o)), op, root)?).map(drop)
     }
 
     /// Broadcast in place: every rank's `buf` becomes the root's `buf`.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a root out of range; communication errors.
-    pub fn broadcast<T: Element>(&self, buf: &mut [T], root: usize) -> Result<()> {
+    pub fn broadcast<B: BufferMut + ?Sized>(&self, buf: &mut B, root: usize) -> Result<()> {
         let o = raw_mut(buf);
         self.run(self.op_broadcast(Some(o.as_const()), o, root)?).map(drop)
     }
@@ -196,15 +192,19 @@ impl Communicator {
     /// # Errors
     /// [`Error::InvalidArgument`] for a root out of range or a missing/wrongly sized input at
     /// the root; communication errors.
-    pub fn broadcast_into<T: Element>(&self, input: Option<&[T]>, output: &mut [T], root: usize) -> Result<()> {
-        self.run(self.op_broadcast(input.map(raw), raw_mut(output), root)?).map(drop)
+    pub fn broadcast_into<B: BufferMut + ?Sized>(&self, input: Option<&B>, output: &mut B, root: usize) -> Result<()> {
+        self.run(self.op_broadcast(input.map(|i| raw(i)), raw_mut(output), root)?).map(drop)
     }
 
     /// All-gather: `output` (world_size × `input.len()`) receives every rank's `input` in rank order.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when `output` has the wrong length; communication errors.
-    pub fn all_gather<T: Element>(&self, input: &[T], output: &mut [T]) -> Result<()> {
+    pub fn all_gather<I: Buffer + ?Sized, O: BufferMut<Elem = I::Elem> + ?Sized>(
+        &self,
+        input: &I,
+        output: &mut O,
+    ) -> Result<()> {
         self.run(self.op_all_gather(raw(input), raw_mut(output))?).map(drop)
     }
 
@@ -213,7 +213,7 @@ impl Communicator {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when `buf.len()` does not divide by the world size.
-    pub fn all_gather_in_place<T: Element>(&self, buf: &mut [T]) -> Result<()> {
+    pub fn all_gather_in_place<B: BufferMut + ?Sized>(&self, buf: &mut B) -> Result<()> {
         self.run(self.op_all_gather_in_place(raw_mut(buf))?).map(drop)
     }
 
@@ -222,7 +222,12 @@ impl Communicator {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when `counts` has not one entry per rank or a length disagrees.
-    pub fn all_gather_v<T: Element>(&self, input: &[T], output: &mut [T], counts: &[usize]) -> Result<()> {
+    pub fn all_gather_v<I: Buffer + ?Sized, O: BufferMut<Elem = I::Elem> + ?Sized>(
+        &self,
+        input: &I,
+        output: &mut O,
+        counts: &[usize],
+    ) -> Result<()> {
         self.run(self.op_all_gather_v(raw(input), raw_mut(output), counts)?).map(drop)
     }
 
@@ -231,7 +236,12 @@ impl Communicator {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when `input.len() != world_size * output.len()`.
-    pub fn reduce_scatter<T: Element>(&self, input: &[T], output: &mut [T], op: ReduceOp) -> Result<()> {
+    pub fn reduce_scatter<I: Buffer + ?Sized, O: BufferMut<Elem = I::Elem> + ?Sized>(
+        &self,
+        input: &I,
+        output: &mut O,
+        op: ReduceOp,
+    ) -> Result<()> {
         self.run(self.op_reduce_scatter(raw(input), raw_mut(output), op)?).map(drop)
     }
 
@@ -240,7 +250,7 @@ impl Communicator {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when `buf.len()` does not divide by the world size.
-    pub fn reduce_scatter_in_place<T: Element>(&self, buf: &mut [T], op: ReduceOp) -> Result<()> {
+    pub fn reduce_scatter_in_place<B: BufferMut + ?Sized>(&self, buf: &mut B, op: ReduceOp) -> Result<()> {
         self.run(self.op_reduce_scatter_in_place(raw_mut(buf), op)?).map(drop)
     }
 
@@ -249,7 +259,11 @@ impl Communicator {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when the lengths differ or do not divide by the world size.
-    pub fn all_to_all<T: Element>(&self, input: &[T], output: &mut [T]) -> Result<()> {
+    pub fn all_to_all<I: Buffer + ?Sized, O: BufferMut<Elem = I::Elem> + ?Sized>(
+        &self,
+        input: &I,
+        output: &mut O,
+    ) -> Result<()> {
         self.run(self.op_all_to_all(raw(input), raw_mut(output))?).map(drop)
     }
 
@@ -257,7 +271,7 @@ impl Communicator {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when `buf.len()` does not divide by the world size.
-    pub fn all_to_all_in_place<T: Element>(&self, buf: &mut [T]) -> Result<()> {
+    pub fn all_to_all_in_place<B: BufferMut + ?Sized>(&self, buf: &mut B) -> Result<()> {
         let o = raw_mut(buf);
         self.run(self.op_all_to_all(o.as_const(), o)?).map(drop)
     }
@@ -268,11 +282,11 @@ impl Communicator {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when counts and lengths disagree; communication errors.
-    pub fn all_to_all_v<T: Element>(
+    pub fn all_to_all_v<I: Buffer + ?Sized, O: BufferMut<Elem = I::Elem> + ?Sized>(
         &self,
-        input: &[T],
+        input: &I,
         send_counts: &[usize],
-        output: &mut [T],
+        output: &mut O,
         recv_counts: &[usize],
     ) -> Result<()> {
         self.run(self.op_all_to_all_v(raw(input), send_counts, raw_mut(output), recv_counts)?).map(drop)
@@ -284,8 +298,8 @@ impl Communicator {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a root out of range or a missing/wrongly sized output.
-    pub fn gather<T: Element>(&self, input: &[T], output: Option<&mut [T]>, root: usize) -> Result<()> {
-        self.run(self.op_gather(raw(input), output.map(raw_mut), root)?).map(drop)
+    pub fn gather<B: BufferMut + ?Sized>(&self, input: &B, output: Option<&mut B>, root: usize) -> Result<()> {
+        self.run(self.op_gather(raw(input), output.map(|o| raw_mut(o)), root)?).map(drop)
     }
 
     /// Scatter from `root`: rank i's `output` becomes block i of the root's `input`
@@ -294,8 +308,8 @@ impl Communicator {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a root out of range or a missing/wrongly sized input.
-    pub fn scatter<T: Element>(&self, input: Option<&[T]>, output: &mut [T], root: usize) -> Result<()> {
-        self.run(self.op_scatter(input.map(raw), raw_mut(output), root)?).map(drop)
+    pub fn scatter<B: BufferMut + ?Sized>(&self, input: Option<&B>, output: &mut B, root: usize) -> Result<()> {
+        self.run(self.op_scatter(input.map(|i| raw(i)), raw_mut(output), root)?).map(drop)
     }
 
     /// Waits until every rank has called `barrier`.
@@ -313,7 +327,7 @@ impl Communicator {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a peer out of range; communication errors.
-    pub fn send<T: Element>(&self, buf: &[T], peer: usize, tag: u32) -> Result<()> {
+    pub fn send<B: Buffer + ?Sized>(&self, buf: &B, peer: usize, tag: u32) -> Result<()> {
         self.p2p_peer("send", peer)?;
         self.run(Op::Batch(vec![P2p::Send { buf: raw(buf), peer, tag }])).map(drop)
     }
@@ -324,7 +338,7 @@ impl Communicator {
     /// # Errors
     /// [`Error::Mismatch`] when the message has another dtype or does not fit;
     /// [`Error::InvalidArgument`] for a peer out of range; communication errors.
-    pub fn recv<T: Element>(&self, buf: &mut [T], peer: usize, tag: u32) -> Result<usize> {
+    pub fn recv<B: BufferMut + ?Sized>(&self, buf: &mut B, peer: usize, tag: u32) -> Result<usize> {
         self.p2p_peer("recv", peer)?;
         let c = self.run(Op::Batch(vec![P2p::Recv { buf: raw_mut(buf), peer, tag }]))?;
         Ok(c.received.first().copied().unwrap_or(0))

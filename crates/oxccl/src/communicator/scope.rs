@@ -5,9 +5,8 @@ use super::work::{Scope, Work};
 use super::Batch;
 #[cfg(doc)]
 use super::Communicator;
-use super::{raw, raw_mut, rebuild};
+use super::{raw, Buffer, BufferMut};
 use crate::backend::{Completion, Mode, Op, P2p, RawBufMut};
-use crate::dtype::Element;
 use crate::error::Result;
 use crate::reduce_op::ReduceOp;
 
@@ -23,22 +22,37 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     }
 
     /// Starts the operation `build` makes of `buf`'s raw form; `wait()` hands `buf` back.
-    fn start_out<T: Element>(
+    fn start_out<B: BufferMut + ?Sized + 'scope>(
         &self,
-        buf: &'scope mut [T],
+        buf: &'scope mut B,
         build: impl FnOnce(RawBufMut) -> Result<Op>,
-    ) -> Result<Work<'scope, &'scope mut [T]>> {
-        let o = raw_mut(buf);
-        // SAFETY: `o` comes from a borrow held for 'scope and the finisher runs only after
-        // the operation completed.
-        self.start(build(o)?, move |_| unsafe { rebuild(o) })
+    ) -> Result<Work<'scope, &'scope mut B>> {
+        let (o, back) = lend(buf);
+        // SAFETY: `back` is called only by the finisher, after the operation completed.
+        self.start(build(o)?, move |_| unsafe { back.take() })
+    }
+
+    /// As [`start_out`](Self::start_out) for a buffer only the root passes.
+    fn start_opt_out<B: BufferMut + ?Sized + 'scope>(
+        &self,
+        buf: Option<&'scope mut B>,
+        build: impl FnOnce(Option<RawBufMut>) -> Result<Op>,
+    ) -> Result<Work<'scope, Option<&'scope mut B>>> {
+        let lent = buf.map(lend);
+        let o = lent.as_ref().map(|(o, _)| *o);
+        // SAFETY: as in `start_out`.
+        self.start(build(o)?, move |_| lent.map(|(_, back)| unsafe { back.take() }))
     }
 
     /// Async [`Communicator::all_reduce`].
     ///
     /// # Errors
     /// Argument errors now; communication errors from [`Work::wait`].
-    pub fn all_reduce<T: Element>(&self, buf: &'scope mut [T], op: ReduceOp) -> Result<Work<'scope, &'scope mut [T]>> {
+    pub fn all_reduce<B: BufferMut + ?Sized + 'scope>(
+        &self,
+        buf: &'scope mut B,
+        op: ReduceOp,
+    ) -> Result<Work<'scope, &'scope mut B>> {
         self.start_out(buf, |o| self.comm.op_all_reduce(o.as_const(), o, op))
     }
 
@@ -46,12 +60,12 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     ///
     /// # Errors
     /// Argument errors now; communication errors from [`Work::wait`].
-    pub fn all_reduce_into<T: Element>(
+    pub fn all_reduce_into<I: Buffer + ?Sized, O: BufferMut<Elem = I::Elem> + ?Sized + 'scope>(
         &self,
-        input: &'scope [T],
-        output: &'scope mut [T],
+        input: &'scope I,
+        output: &'scope mut O,
         op: ReduceOp,
-    ) -> Result<Work<'scope, &'scope mut [T]>> {
+    ) -> Result<Work<'scope, &'scope mut O>> {
         self.start_out(output, |o| self.comm.op_all_reduce(raw(input), o, op))
     }
 
@@ -59,12 +73,12 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     ///
     /// # Errors
     /// Argument errors now; communication errors from [`Work::wait`].
-    pub fn reduce<T: Element>(
+    pub fn reduce<B: BufferMut + ?Sized + 'scope>(
         &self,
-        buf: &'scope mut [T],
+        buf: &'scope mut B,
         op: ReduceOp,
         root: usize,
-    ) -> Result<Work<'scope, &'scope mut [T]>> {
+    ) -> Result<Work<'scope, &'scope mut B>> {
         self.start_out(buf, |o| self.comm.op_reduce(o.as_const(), Some(o), op, root))
     }
 
@@ -72,7 +86,11 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     ///
     /// # Errors
     /// Argument errors now; communication errors from [`Work::wait`].
-    pub fn broadcast<T: Element>(&self, buf: &'scope mut [T], root: usize) -> Result<Work<'scope, &'scope mut [T]>> {
+    pub fn broadcast<B: BufferMut + ?Sized + 'scope>(
+        &self,
+        buf: &'scope mut B,
+        root: usize,
+    ) -> Result<Work<'scope, &'scope mut B>> {
         self.start_out(buf, |o| self.comm.op_broadcast(Some(o.as_const()), o, root))
     }
 
@@ -80,11 +98,11 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     ///
     /// # Errors
     /// Argument errors now; communication errors from [`Work::wait`].
-    pub fn all_gather<T: Element>(
+    pub fn all_gather<I: Buffer + ?Sized, O: BufferMut<Elem = I::Elem> + ?Sized + 'scope>(
         &self,
-        input: &'scope [T],
-        output: &'scope mut [T],
-    ) -> Result<Work<'scope, &'scope mut [T]>> {
+        input: &'scope I,
+        output: &'scope mut O,
+    ) -> Result<Work<'scope, &'scope mut O>> {
         self.start_out(output, |o| self.comm.op_all_gather(raw(input), o))
     }
 
@@ -92,12 +110,12 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     ///
     /// # Errors
     /// Argument errors now; communication errors from [`Work::wait`].
-    pub fn reduce_scatter<T: Element>(
+    pub fn reduce_scatter<I: Buffer + ?Sized, O: BufferMut<Elem = I::Elem> + ?Sized + 'scope>(
         &self,
-        input: &'scope [T],
-        output: &'scope mut [T],
+        input: &'scope I,
+        output: &'scope mut O,
         op: ReduceOp,
-    ) -> Result<Work<'scope, &'scope mut [T]>> {
+    ) -> Result<Work<'scope, &'scope mut O>> {
         self.start_out(output, |o| self.comm.op_reduce_scatter(raw(input), o, op))
     }
 
@@ -105,11 +123,11 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     ///
     /// # Errors
     /// Argument errors now; communication errors from [`Work::wait`].
-    pub fn all_to_all<T: Element>(
+    pub fn all_to_all<I: Buffer + ?Sized, O: BufferMut<Elem = I::Elem> + ?Sized + 'scope>(
         &self,
-        input: &'scope [T],
-        output: &'scope mut [T],
-    ) -> Result<Work<'scope, &'scope mut [T]>> {
+        input: &'scope I,
+        output: &'scope mut O,
+    ) -> Result<Work<'scope, &'scope mut O>> {
         self.start_out(output, |o| self.comm.op_all_to_all(raw(input), o))
     }
 
@@ -117,36 +135,37 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     ///
     /// # Errors
     /// Argument errors now; communication errors from [`Work::wait`].
-    pub fn reduce_into<T: Element>(
+    pub fn reduce_into<B: BufferMut + ?Sized + 'scope>(
         &self,
-        input: &'scope [T],
-        output: Option<&'scope mut [T]>,
+        input: &'scope B,
+        output: Option<&'scope mut B>,
         op: ReduceOp,
         root: usize,
-    ) -> Result<Work<'scope, Option<&'scope mut [T]>>> {
-        let o = output.map(raw_mut);
-        // SAFETY: as in `start_out`: a borrow held for 'scope, rebuilt after completion.
-        self.start(self.comm.op_reduce(raw(input), o, op, root)?, move |_| o.map(|o| unsafe { rebuild(o) }))
+    ) -> Result<Work<'scope, Option<&'scope mut B>>> {
+        self.start_opt_out(output, |o| self.comm.op_reduce(raw(input), o, op, root))
     }
 
     /// Async [`Communicator::broadcast_into`].
     ///
     /// # Errors
     /// Argument errors now; communication errors from [`Work::wait`].
-    pub fn broadcast_into<T: Element>(
+    pub fn broadcast_into<B: BufferMut + ?Sized + 'scope>(
         &self,
-        input: Option<&'scope [T]>,
-        output: &'scope mut [T],
+        input: Option<&'scope B>,
+        output: &'scope mut B,
         root: usize,
-    ) -> Result<Work<'scope, &'scope mut [T]>> {
-        self.start_out(output, |o| self.comm.op_broadcast(input.map(raw), o, root))
+    ) -> Result<Work<'scope, &'scope mut B>> {
+        self.start_out(output, |o| self.comm.op_broadcast(input.map(|i| raw(i)), o, root))
     }
 
     /// Async [`Communicator::all_gather_in_place`].
     ///
     /// # Errors
     /// Argument errors now; communication errors from [`Work::wait`].
-    pub fn all_gather_in_place<T: Element>(&self, buf: &'scope mut [T]) -> Result<Work<'scope, &'scope mut [T]>> {
+    pub fn all_gather_in_place<B: BufferMut + ?Sized + 'scope>(
+        &self,
+        buf: &'scope mut B,
+    ) -> Result<Work<'scope, &'scope mut B>> {
         self.start_out(buf, |o| self.comm.op_all_gather_in_place(o))
     }
 
@@ -154,12 +173,12 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     ///
     /// # Errors
     /// Argument errors now; communication errors from [`Work::wait`].
-    pub fn all_gather_v<T: Element>(
+    pub fn all_gather_v<I: Buffer + ?Sized, O: BufferMut<Elem = I::Elem> + ?Sized + 'scope>(
         &self,
-        input: &'scope [T],
-        output: &'scope mut [T],
+        input: &'scope I,
+        output: &'scope mut O,
         counts: &[usize],
-    ) -> Result<Work<'scope, &'scope mut [T]>> {
+    ) -> Result<Work<'scope, &'scope mut O>> {
         self.start_out(output, |o| self.comm.op_all_gather_v(raw(input), o, counts))
     }
 
@@ -167,11 +186,11 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     ///
     /// # Errors
     /// Argument errors now; communication errors from [`Work::wait`].
-    pub fn reduce_scatter_in_place<T: Element>(
+    pub fn reduce_scatter_in_place<B: BufferMut + ?Sized + 'scope>(
         &self,
-        buf: &'scope mut [T],
+        buf: &'scope mut B,
         op: ReduceOp,
-    ) -> Result<Work<'scope, &'scope mut [T]>> {
+    ) -> Result<Work<'scope, &'scope mut B>> {
         self.start_out(buf, |o| self.comm.op_reduce_scatter_in_place(o, op))
     }
 
@@ -179,7 +198,10 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     ///
     /// # Errors
     /// Argument errors now; communication errors from [`Work::wait`].
-    pub fn all_to_all_in_place<T: Element>(&self, buf: &'scope mut [T]) -> Result<Work<'scope, &'scope mut [T]>> {
+    pub fn all_to_all_in_place<B: BufferMut + ?Sized + 'scope>(
+        &self,
+        buf: &'scope mut B,
+    ) -> Result<Work<'scope, &'scope mut B>> {
         self.start_out(buf, |o| self.comm.op_all_to_all(o.as_const(), o))
     }
 
@@ -187,13 +209,13 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     ///
     /// # Errors
     /// Argument errors now; communication errors from [`Work::wait`].
-    pub fn all_to_all_v<T: Element>(
+    pub fn all_to_all_v<I: Buffer + ?Sized, O: BufferMut<Elem = I::Elem> + ?Sized + 'scope>(
         &self,
-        input: &'scope [T],
+        input: &'scope I,
         send_counts: &[usize],
-        output: &'scope mut [T],
+        output: &'scope mut O,
         recv_counts: &[usize],
-    ) -> Result<Work<'scope, &'scope mut [T]>> {
+    ) -> Result<Work<'scope, &'scope mut O>> {
         self.start_out(output, |o| self.comm.op_all_to_all_v(raw(input), send_counts, o, recv_counts))
     }
 
@@ -201,28 +223,26 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     ///
     /// # Errors
     /// Argument errors now; communication errors from [`Work::wait`].
-    pub fn gather<T: Element>(
+    pub fn gather<B: BufferMut + ?Sized + 'scope>(
         &self,
-        input: &'scope [T],
-        output: Option<&'scope mut [T]>,
+        input: &'scope B,
+        output: Option<&'scope mut B>,
         root: usize,
-    ) -> Result<Work<'scope, Option<&'scope mut [T]>>> {
-        let o = output.map(raw_mut);
-        // SAFETY: as in `start_out`: a borrow held for 'scope, rebuilt after completion.
-        self.start(self.comm.op_gather(raw(input), o, root)?, move |_| o.map(|o| unsafe { rebuild(o) }))
+    ) -> Result<Work<'scope, Option<&'scope mut B>>> {
+        self.start_opt_out(output, |o| self.comm.op_gather(raw(input), o, root))
     }
 
     /// Async [`Communicator::scatter`].
     ///
     /// # Errors
     /// Argument errors now; communication errors from [`Work::wait`].
-    pub fn scatter<T: Element>(
+    pub fn scatter<B: BufferMut + ?Sized + 'scope>(
         &self,
-        input: Option<&'scope [T]>,
-        output: &'scope mut [T],
+        input: Option<&'scope B>,
+        output: &'scope mut B,
         root: usize,
-    ) -> Result<Work<'scope, &'scope mut [T]>> {
-        self.start_out(output, |o| self.comm.op_scatter(input.map(raw), o, root))
+    ) -> Result<Work<'scope, &'scope mut B>> {
+        self.start_out(output, |o| self.comm.op_scatter(input.map(|i| raw(i)), o, root))
     }
 
     /// Async [`Communicator::barrier`].
@@ -237,7 +257,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     ///
     /// # Errors
     /// Argument errors now; communication errors from [`Work::wait`].
-    pub fn send<T: Element>(&self, buf: &'scope [T], peer: usize, tag: u32) -> Result<Work<'scope, ()>> {
+    pub fn send<B: Buffer + ?Sized>(&self, buf: &'scope B, peer: usize, tag: u32) -> Result<Work<'scope, ()>> {
         self.comm.p2p_peer("send", peer)?;
         self.start(Op::Batch(vec![P2p::Send { buf: raw(buf), peer, tag }]), |_| ())
     }
@@ -246,17 +266,17 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     ///
     /// # Errors
     /// Argument errors now; communication errors from [`Work::wait`].
-    pub fn recv<T: Element>(
+    pub fn recv<B: BufferMut + ?Sized + 'scope>(
         &self,
-        buf: &'scope mut [T],
+        buf: &'scope mut B,
         peer: usize,
         tag: u32,
-    ) -> Result<Work<'scope, (&'scope mut [T], usize)>> {
+    ) -> Result<Work<'scope, (&'scope mut B, usize)>> {
         self.comm.p2p_peer("recv", peer)?;
-        let o = raw_mut(buf);
+        let (o, back) = lend(buf);
         self.start(Op::Batch(vec![P2p::Recv { buf: o, peer, tag }]), move |c| {
-            // SAFETY: as in `start_out`: a borrow held for 'scope, rebuilt after completion.
-            (unsafe { rebuild(o) }, c.received.first().copied().unwrap_or(0))
+            // SAFETY: the finisher runs after the operation completed.
+            (unsafe { back.take() }, c.received.first().copied().unwrap_or(0))
         })
     }
 
@@ -266,5 +286,34 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     /// Communication errors from [`Work::wait`].
     pub fn run_batch(&self, batch: Batch<'scope>) -> Result<Work<'scope, Vec<usize>>> {
         self.start(Op::Batch(batch.ops), |c| c.received)
+    }
+}
+
+/// A buffer lent to an async operation: the raw description the operation uses, and the
+/// way back to the buffer once it has completed.
+fn lend<'scope, B: BufferMut + ?Sized>(buf: &'scope mut B) -> (RawBufMut, Lent<'scope, B>) {
+    let ptr: *mut B = buf;
+    // SAFETY: `ptr` comes from an exclusive borrow held for 'scope; the description is
+    // derived from it here, and `Lent::take` recreates the borrow only after the operation
+    // that uses the description has completed, so the two are never used at once.
+    let raw = unsafe { (*ptr).as_raw_mut() };
+    (raw, Lent { ptr, _borrow: std::marker::PhantomData })
+}
+
+/// The exclusive borrow of a buffer whose memory an operation in flight is using.
+struct Lent<'scope, B: ?Sized> {
+    ptr: *mut B,
+    _borrow: std::marker::PhantomData<&'scope mut B>,
+}
+
+impl<'scope, B: ?Sized> Lent<'scope, B> {
+    /// The buffer again.
+    ///
+    /// # Safety
+    /// The operation using the buffer's memory has completed.
+    unsafe fn take(self) -> &'scope mut B {
+        // SAFETY: `ptr` came from a `&'scope mut B` (see `lend`) that nothing else used since;
+        // the caller guarantees the operation is done with the memory.
+        unsafe { &mut *self.ptr }
     }
 }

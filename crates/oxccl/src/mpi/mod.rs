@@ -123,6 +123,11 @@ mod with_mpi {
         fn timeout(&self) -> Duration {
             self.shared.timeout()
         }
+        /// Any memory: device buffers go to a CUDA-aware MPI directly or are staged through
+        /// host memory (see [`cuda`](super::cuda)).
+        fn check_device(&self, _device: crate::device::Device) -> Result<()> {
+            Ok(())
+        }
         unsafe fn submit(&self, op: Op, _mode: Mode, opts: &CallOptions) -> Result<Arc<dyn Pending>> {
             // Blocking and async calls run alike (non-blocking MPI, polled by the waiter).
             // SAFETY: forwarded from the caller, who upholds the same contract.
