@@ -10,6 +10,7 @@
 //! poisoned state ([`poison`]), the per-call options and algorithm resolution
 //! ([`options`]), and the [`factory`] trait by which `init` finds the backends.
 
+pub mod buffer;
 pub mod completion;
 pub mod factory;
 pub mod op;

@@ -15,13 +15,12 @@ use crate::backend::{Backend, Completion, MessageInfo, Mode, Op, P2p, RawBuf, Ra
 use crate::error::{Error, Result};
 use crate::reduce_op::ReduceOp;
 mod batch;
-pub mod buffer;
 mod checks;
 mod scope;
 pub mod work;
 
+pub use crate::backend::buffer::{Buffer, BufferMut};
 pub use batch::Batch;
-pub use buffer::{Buffer, BufferMut};
 pub use work::{Scope, Work};
 
 /// One rank's handle on a group of ranks that communicate.

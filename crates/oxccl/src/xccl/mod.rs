@@ -17,4 +17,5 @@
 #![allow(dead_code)]
 
 pub(crate) mod dl;
+pub mod memory;
 pub(crate) mod runtime;

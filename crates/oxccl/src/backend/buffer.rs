@@ -1,6 +1,6 @@
 //! The memory a collective reads and writes: [`Buffer`] and [`BufferMut`].
 //!
-//! Every call of the front door takes its buffers through these two traits, so one call
+//! Every call of the front door ([`Communicator`](crate::Communicator)) takes its buffers through these two traits, so one call
 //! serves host memory (slices, vectors, arrays) and device memory (oxccl's
 //! `DeviceBuffer`, cudarc's `CudaSlice` with the `cudarc` feature): the buffer says where its
 //! memory is ([`Device`](crate::Device)), and the communicator's backend refuses memory it
@@ -11,7 +11,7 @@
 //! take it as an `Option` of the *other* buffer's type, so a plain `None` needs no
 //! annotation.
 
-use crate::backend::{RawBuf, RawBufMut};
+use super::{RawBuf, RawBufMut};
 use crate::device::Device;
 use crate::dtype::Element;
 
