@@ -17,5 +17,7 @@
 #![allow(dead_code)]
 
 pub(crate) mod dl;
+#[cfg(any(test, feature = "testing"))]
+pub(crate) mod double;
 pub mod memory;
 pub(crate) mod runtime;
