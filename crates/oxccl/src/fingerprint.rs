@@ -125,6 +125,53 @@ impl Fingerprint {
     pub fn of_split(seq: u64, algorithm: Algorithm) -> Fingerprint {
         Fingerprint { seq, op: OpKind::Split, dtype: DType::I64, count: 2, root: None, reduce: None, algorithm }
     }
+
+    /// The length of [`to_bytes`](Self::to_bytes).
+    pub const BYTES: usize = 24;
+
+    /// The fingerprint in 24 bytes, as it travels between ranks: sequence number, count and
+    /// root (little-endian; no root is `u32::MAX`), then the tags of op, dtype, reduction
+    /// (none is 255) and algorithm.
+    pub fn to_bytes(&self) -> [u8; Fingerprint::BYTES] {
+        let mut b = [0u8; Fingerprint::BYTES];
+        b[0..8].copy_from_slice(&self.seq.to_le_bytes());
+        b[8..16].copy_from_slice(&self.count.to_le_bytes());
+        b[16..20].copy_from_slice(&self.root.unwrap_or(u32::MAX).to_le_bytes());
+        b[20..24].copy_from_slice(&[
+            self.op as u8,
+            self.dtype as u8,
+            self.reduce.map_or(u8::MAX, |r| r as u8),
+            self.algorithm as u8,
+        ]);
+        b
+    }
+
+    /// Decodes [`to_bytes`](Self::to_bytes).
+    ///
+    /// # Errors
+    /// What is wrong: a truncated encoding or an unknown tag.
+    pub fn from_bytes(b: &[u8]) -> std::result::Result<Fingerprint, &'static str> {
+        let b: &[u8; Fingerprint::BYTES] =
+            b.get(..Fingerprint::BYTES).and_then(|b| b.try_into().ok()).ok_or("truncated fingerprint")?;
+        let word = |at: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&b[at..at + 8]);
+            u64::from_le_bytes(w)
+        };
+        let root = u32::from_le_bytes([b[16], b[17], b[18], b[19]]);
+        Ok(Fingerprint {
+            seq: word(0),
+            count: word(8),
+            root: (root != u32::MAX).then_some(root),
+            op: OpKind::from_tag(b[20]).ok_or("unknown op tag in a fingerprint")?,
+            dtype: DType::from_tag(b[21]).ok_or("unknown dtype tag in a fingerprint")?,
+            reduce: match b[22] {
+                u8::MAX => None,
+                t => Some(ReduceOp::from_tag(t).ok_or("unknown reduce op tag in a fingerprint")?),
+            },
+            algorithm: Algorithm::from_tag(b[23]).ok_or("unknown algorithm tag in a fingerprint")?,
+        })
+    }
 }
 
 impl fmt::Display for Fingerprint {

@@ -175,28 +175,16 @@ pub fn decode_header(b: &[u8], max_payload: usize) -> Result<FrameHeader, FrameE
     Ok(FrameHeader { kind, header: Header { comm_id: u64_at(b, 12), channel, fingerprint }, payload_len })
 }
 
-/// Size of an encoded fingerprint ([`fingerprint_bytes`]).
-pub const FP_LEN: usize = 24;
+/// Bytes of an encoded fingerprint ([`Fingerprint::to_bytes`]).
+pub const FP_LEN: usize = Fingerprint::BYTES;
 
-/// The 24-byte encoding of a fingerprint used in failure notices and in the shared-memory
-/// collectives' control lines: seq, count (u64 LE), root (u32 LE), then the op, dtype,
-/// reduce op and algorithm tags.
+/// [`Fingerprint::to_bytes`].
 pub fn fingerprint_bytes(fp: &Fingerprint) -> [u8; FP_LEN] {
-    let mut b = [0u8; FP_LEN];
-    b[0..8].copy_from_slice(&fp.seq.to_le_bytes());
-    b[8..16].copy_from_slice(&fp.count.to_le_bytes());
-    b[16..20].copy_from_slice(&fp.root.unwrap_or(NONE_U32).to_le_bytes());
-    b[20..24].copy_from_slice(&[
-        fp.op as u8,
-        fp.dtype as u8,
-        fp.reduce.map_or(NONE_U8, |r| r as u8),
-        fp.algorithm as u8,
-    ]);
-    b
+    fp.to_bytes()
 }
 
 fn encode_fp(out: &mut Vec<u8>, fp: &Fingerprint) {
-    out.extend_from_slice(&fingerprint_bytes(fp));
+    out.extend_from_slice(&fp.to_bytes());
 }
 
 /// Decodes [`fingerprint_bytes`].
@@ -204,21 +192,7 @@ fn encode_fp(out: &mut Vec<u8>, fp: &Fingerprint) {
 /// # Errors
 /// [`FrameError`] for a truncated encoding or an unknown tag.
 pub fn decode_fp(b: &[u8]) -> Result<Fingerprint, FrameError> {
-    if b.len() < FP_LEN {
-        return Err(bad("truncated fingerprint"));
-    }
-    let op = OpKind::from_tag(b[20]).ok_or_else(|| bad("unknown op tag in a notice"))?;
-    let dtype = DType::from_tag(b[21]).ok_or_else(|| bad("unknown dtype tag in a notice"))?;
-    let reduce = match b[22] {
-        NONE_U8 => None,
-        t => Some(ReduceOp::from_tag(t).ok_or_else(|| bad("unknown reduce op tag in a notice"))?),
-    };
-    let algorithm = Algorithm::from_tag(b[23]).ok_or_else(|| bad("unknown algorithm tag in a notice"))?;
-    let root = match u32_at(b, 16) {
-        NONE_U32 => None,
-        r => Some(r),
-    };
-    Ok(Fingerprint { seq: u64_at(b, 0), count: u64_at(b, 8), root, op, dtype, reduce, algorithm })
+    Fingerprint::from_bytes(b).map_err(bad)
 }
 
 /// Encodes an error for a failure notice. Mismatches, timeouts and lost peers keep their
