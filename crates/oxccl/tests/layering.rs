@@ -44,6 +44,9 @@ const SAME_LAYER: &[(&str, &str)] = &[
     // Tensors and meshes are views over communicators.
     ("tensor", "communicator"),
     ("mesh", "communicator"),
+    // The GPU backends run their host side (bootstrap, fingerprint checks, point-to-point
+    // envelopes, liveness) over a cpu communicator, as torch runs gloo beside nccl.
+    ("xccl", "cpu"),
 ];
 
 fn layer_of(module: &str) -> Option<(usize, &'static str)> {

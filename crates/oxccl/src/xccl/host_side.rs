@@ -1,0 +1,279 @@
+//! The host side of a GPU communicator: a host communicator over the same ranks (the `cpu`
+//! backend in a launched job, `local` in tests) that carries what NCCL cannot:
+//!
+//! - **Fingerprint checks.** NCCL cannot tell that two ranks called different collectives (it
+//!   hangs or corrupts). With the check on, every rank exchanges the fingerprint of each
+//!   collective before enqueuing it (an all_gather of 24 bytes per rank) and a difference is
+//!   [`Error::Mismatch`] naming both sides.
+//! - **Envelopes for point-to-point.** NCCL matches sends to receives by order alone and needs
+//!   the receive count in advance; oxccl's `recv` takes any message up to the buffer's length
+//!   and reports its count, and `probe` looks ahead. Each send first posts an envelope (tag,
+//!   dtype, count) on the host communicator; a receive reads the next envelope from its peer,
+//!   checks the tag (messages between two ranks are received in the order they were sent, as
+//!   NCCL delivers them) and receives exactly that count.
+//! - **Liveness.** While a GPU operation is waited on, the host communicator's view of the
+//!   peers (a closed connection, a dead process) turns a hang into [`Error::PeerLost`].
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::backend::{Backend, CallOptions, Mode, Op, P2p, RawBuf, RawBufMut};
+use crate::device::Device;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::fingerprint::Fingerprint;
+use crate::sync::relock;
+
+/// The host tag of envelopes (user tags travel inside them).
+const ENVELOPE_TAG: u32 = 0x0cc1_0001;
+/// A tag nothing is ever sent on: probing it reports a peer that is gone.
+const LIVENESS_TAG: u32 = 0x0cc1_0002;
+
+/// What a send announces to its receiver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Envelope {
+    /// The user's tag.
+    pub(crate) tag: u32,
+    /// The element type.
+    pub(crate) dtype: DType,
+    /// The element count.
+    pub(crate) count: usize,
+}
+
+impl Envelope {
+    fn encode(&self) -> [u64; 3] {
+        [u64::from(self.tag), self.dtype as u64, self.count as u64]
+    }
+
+    fn decode(w: [u64; 3], peer: usize) -> Result<Envelope> {
+        let bad = || Error::Internal(format!("rank {peer} sent a malformed point-to-point envelope {w:?}"));
+        let tag = u32::try_from(w[0]).map_err(|_| bad())?;
+        let dtype = u8::try_from(w[1]).ok().and_then(DType::from_tag).ok_or_else(bad)?;
+        let count = usize::try_from(w[2]).map_err(|_| bad())?;
+        Ok(Envelope { tag, dtype, count })
+    }
+}
+
+/// A GPU communicator's host communicator and what it keeps for point-to-point.
+pub(crate) struct HostSide {
+    comm: Arc<dyn Backend>,
+    /// Whether collectives are fingerprint-checked.
+    check: bool,
+    /// Envelopes received ahead of their receive (by `probe`), per peer, in order.
+    early: Mutex<Vec<VecDeque<Envelope>>>,
+}
+
+impl HostSide {
+    /// The host side over `comm` (same ranks as the GPU communicator), checking
+    /// fingerprints when `check`.
+    pub(crate) fn new(comm: Arc<dyn Backend>, check: bool) -> HostSide {
+        let n = comm.world_size();
+        HostSide { comm, check, early: Mutex::new(vec![VecDeque::new(); n]) }
+    }
+
+    /// The host communicator.
+    pub(crate) fn comm(&self) -> &Arc<dyn Backend> {
+        &self.comm
+    }
+
+    /// Whether collectives are fingerprint-checked.
+    pub(crate) fn checks(&self) -> bool {
+        self.check
+    }
+
+    fn opts(timeout: Duration) -> CallOptions {
+        CallOptions { timeout: Some(timeout), ..CallOptions::default() }
+    }
+
+    /// Runs `op` on the host communicator and waits for it.
+    ///
+    /// # Safety
+    /// `op`'s buffers are valid until this returns.
+    unsafe fn run(&self, op: Op, timeout: Duration) -> Result<crate::backend::Completion> {
+        // SAFETY: forwarded from this function's contract; `wait` returns after completion.
+        let pending = unsafe { self.comm.submit(op, Mode::Blocking, &Self::opts(timeout))? };
+        pending.wait(None).unwrap_or_else(|| Err(Error::Internal("a blocking host operation did not complete".into())))
+    }
+
+    /// Exchanges `fp` with every rank (when checking is on) and fails with
+    /// [`Error::Mismatch`] naming the first rank whose fingerprint differs.
+    ///
+    /// # Errors
+    /// `Mismatch`; the host communicator's errors (a lost peer, a timeout).
+    pub(crate) fn check_collective(&self, fp: &Fingerprint, timeout: Duration) -> Result<()> {
+        if !self.check {
+            return Ok(());
+        }
+        let n = self.comm.world_size();
+        let mine = fp.to_bytes();
+        let mut all = vec![0u8; n * Fingerprint::BYTES];
+        let op = Op::AllGather {
+            input: RawBuf { ptr: mine.as_ptr(), count: mine.len(), dtype: DType::U8, device: Device::Cpu },
+            output: RawBufMut { ptr: all.as_mut_ptr(), count: all.len(), dtype: DType::U8, device: Device::Cpu },
+        };
+        // SAFETY: both buffers are locals that outlive the blocking call.
+        unsafe { self.run(op, timeout)? };
+        for (peer, theirs) in all.chunks_exact(Fingerprint::BYTES).enumerate() {
+            let theirs = Fingerprint::from_bytes(theirs)
+                .map_err(|e| Error::Internal(format!("rank {peer} sent a bad fingerprint: {e}")))?;
+            if theirs != *fp {
+                return Err(Error::Mismatch { peer, ours: *fp, theirs });
+            }
+        }
+        Ok(())
+    }
+
+    /// Posts the envelopes of `sends` (peer and envelope) to their receivers.
+    ///
+    /// # Errors
+    /// The host communicator's errors.
+    pub(crate) fn announce(&self, sends: &[(usize, Envelope)], timeout: Duration) -> Result<()> {
+        if sends.is_empty() {
+            return Ok(());
+        }
+        let words: Vec<[u64; 3]> = sends.iter().map(|(_, e)| e.encode()).collect();
+        let ops = sends
+            .iter()
+            .zip(&words)
+            .map(|(&(peer, _), w)| P2p::Send {
+                buf: RawBuf { ptr: w.as_ptr().cast(), count: 3, dtype: DType::U64, device: Device::Cpu },
+                peer,
+                tag: ENVELOPE_TAG,
+            })
+            .collect();
+        // SAFETY: `words` outlives the blocking call.
+        unsafe { self.run(Op::Batch(ops), timeout) }.map(drop)
+    }
+
+    /// The next envelope from `peer` (one that `probe` took in early, or the next to arrive).
+    ///
+    /// # Errors
+    /// The host communicator's errors (a lost peer, a timeout); a malformed envelope.
+    pub(crate) fn next_envelope(&self, peer: usize, timeout: Duration) -> Result<Envelope> {
+        if let Some(e) = relock(&self.early).get_mut(peer).and_then(VecDeque::pop_front) {
+            return Ok(e);
+        }
+        self.receive_envelope(peer, timeout)
+    }
+
+    fn receive_envelope(&self, peer: usize, timeout: Duration) -> Result<Envelope> {
+        let mut w = [0u64; 3];
+        let op = Op::Batch(vec![P2p::Recv {
+            buf: RawBufMut { ptr: w.as_mut_ptr().cast(), count: 3, dtype: DType::U64, device: Device::Cpu },
+            peer,
+            tag: ENVELOPE_TAG,
+        }]);
+        // SAFETY: `w` outlives the blocking call.
+        let done = unsafe { self.run(op, timeout)? };
+        if done.received.first() != Some(&3) {
+            return Err(Error::Internal(format!("rank {peer} sent a truncated point-to-point envelope")));
+        }
+        Envelope::decode(w, peer)
+    }
+
+    /// The envelope of the next message from `peer`, if it has arrived (without receiving
+    /// the message).
+    ///
+    /// # Errors
+    /// The host communicator's errors.
+    pub(crate) fn peek(&self, peer: usize, timeout: Duration) -> Result<Option<Envelope>> {
+        if let Some(e) = relock(&self.early).get(peer).and_then(|q| q.front().copied()) {
+            return Ok(Some(e));
+        }
+        if self.comm.probe(peer, ENVELOPE_TAG)?.is_none() {
+            return Ok(None);
+        }
+        let e = self.receive_envelope(peer, timeout)?;
+        if let Some(q) = relock(&self.early).get_mut(peer) {
+            q.push_back(e);
+        }
+        Ok(Some(e))
+    }
+
+    /// Fails when the host communicator knows a peer to be gone.
+    ///
+    /// # Errors
+    /// [`Error::PeerLost`] (or `Aborted`) as the host communicator reports it.
+    pub(crate) fn liveness(&self) -> Result<()> {
+        let me = self.comm.rank();
+        (0..self.comm.world_size()).filter(|&p| p != me).try_for_each(|p| self.comm.probe(p, LIVENESS_TAG).map(drop))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algorithm::Algorithm;
+    use crate::config::Config;
+    use crate::fingerprint::OpKind;
+
+    const T: Duration = Duration::from_secs(10);
+
+    fn sides(n: usize, check: bool) -> Vec<HostSide> {
+        let cfg = Config::new().resolve().expect("default config");
+        crate::cpu::local::world(&cfg, n)
+            .expect("local world")
+            .into_iter()
+            .map(|b| HostSide::new(Arc::new(b), check))
+            .collect()
+    }
+
+    fn fp(seq: u64, count: u64) -> Fingerprint {
+        Fingerprint {
+            seq,
+            op: OpKind::AllReduce,
+            dtype: DType::F32,
+            count,
+            root: None,
+            reduce: Some(crate::ReduceOp::Sum),
+            algorithm: Algorithm::Auto,
+        }
+    }
+
+    #[test]
+    fn a_differing_fingerprint_is_a_mismatch_naming_the_peer() {
+        let s = sides(3, true);
+        let r: Vec<Result<()>> = std::thread::scope(|sc| {
+            let hs: Vec<_> = s
+                .iter()
+                .enumerate()
+                .map(|(i, h)| sc.spawn(move || h.check_collective(&fp(0, if i == 2 { 5 } else { 4 }), T)))
+                .collect();
+            hs.into_iter().map(|h| h.join().expect("rank")).collect()
+        });
+        match &r[0] {
+            Err(Error::Mismatch { peer: 2, ours, theirs }) => assert_eq!((ours.count, theirs.count), (4, 5)),
+            other => panic!("rank 0: {other:?}"),
+        }
+        assert!(matches!(&r[2], Err(Error::Mismatch { peer: 0, .. })), "{:?}", r[2]);
+        // Off: nothing is exchanged, nothing is checked.
+        let off = sides(2, false);
+        assert!(off[0].check_collective(&fp(0, 1), T).is_ok() && !off[0].checks());
+    }
+
+    #[test]
+    fn envelopes_arrive_in_order_and_probe_takes_them_in_early() {
+        let s = sides(2, false);
+        let e = |tag, count| Envelope { tag, dtype: DType::I32, count };
+        s[0].announce(&[(1, e(7, 3)), (1, e(9, 0))], T).expect("announce");
+        // Probe sees the first without consuming it; twice the same answer.
+        let deadline = std::time::Instant::now() + T;
+        let seen = loop {
+            if let Some(x) = s[1].peek(0, T).expect("peek") {
+                break x;
+            }
+            assert!(std::time::Instant::now() < deadline, "the envelope never arrived");
+            std::thread::yield_now();
+        };
+        assert_eq!(seen, e(7, 3));
+        assert_eq!(s[1].peek(0, T).expect("peek"), Some(e(7, 3)));
+        assert_eq!(s[1].next_envelope(0, T).expect("next"), e(7, 3));
+        assert_eq!(s[1].next_envelope(0, T).expect("next"), e(9, 0));
+        assert!(s[1].liveness().is_ok());
+        // A peer that goes away is reported.
+        let mut s = s;
+        drop(s.remove(0));
+        assert!(matches!(s[0].liveness(), Err(Error::PeerLost { rank: 0, .. })), "{:?}", s[0].liveness());
+    }
+}
