@@ -63,7 +63,7 @@ pub mod testing;
 mod xccl;
 
 pub use algorithm::Algorithm;
-pub use backend::MessageInfo;
+pub use backend::{MessageInfo, Stream, StreamOrder};
 pub use communicator::work;
 pub use communicator::{Batch, Buffer, BufferMut, Communicator};
 pub use communicator::{Scope, Work};

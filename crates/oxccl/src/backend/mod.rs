@@ -26,7 +26,7 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 
 pub use op::{Op, P2p, RawBuf, RawBufMut};
-pub use options::CallOptions;
+pub use options::{CallOptions, Stream, StreamOrder};
 
 /// What a completed operation reports.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

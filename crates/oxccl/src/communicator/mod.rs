@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::algorithm::Algorithm;
-use crate::backend::CallOptions;
 use crate::backend::{Backend, Completion, MessageInfo, Mode, Op, P2p, RawBuf, RawBufMut};
+use crate::backend::{CallOptions, Stream, StreamOrder};
 use crate::error::{Error, Result};
 use crate::reduce_op::ReduceOp;
 mod batch;
@@ -90,6 +90,23 @@ impl Communicator {
     /// A handle whose calls wait at most `timeout` before failing with [`Error::Timeout`].
     pub fn with_timeout(&self, timeout: Duration) -> Communicator {
         Communicator { backend: Arc::clone(&self.backend), opts: CallOptions { timeout: Some(timeout), ..self.opts } }
+    }
+
+    /// A handle whose GPU operations are ordered after the work already queued on `stream`
+    /// (the communicator's own stream waits for it on the device; the host never blocks).
+    /// Host backends ignore it.
+    pub fn with_stream(&self, stream: Stream) -> Communicator {
+        let opts = CallOptions { stream: Some(StreamOrder::After(stream)), ..self.opts };
+        Communicator { backend: Arc::clone(&self.backend), opts }
+    }
+
+    /// A handle whose GPU operations are queued on `stream` itself: no extra
+    /// synchronization, and later work on `stream` sees their results. Blocking calls still
+    /// wait for completion; async ones complete when the stream reaches them. Host backends
+    /// ignore it.
+    pub fn on_stream(&self, stream: Stream) -> Communicator {
+        let opts = CallOptions { stream: Some(StreamOrder::On(stream)), ..self.opts };
+        Communicator { backend: Arc::clone(&self.backend), opts }
     }
 
     /// Aborts the communicator from any thread: every wait on it returns [`Error::Aborted`]
