@@ -17,4 +17,5 @@
 #![allow(dead_code)]
 
 pub(crate) mod dl;
+pub(crate) mod library;
 pub(crate) mod runtime;
