@@ -1,8 +1,11 @@
-//! Tests of the NCCL library room: version codes and the C layouts.
+//! Tests of the NCCL library room: version codes, the C layouts and the search order.
 
 use std::ffi::c_int;
 use std::mem::{align_of, offset_of, size_of};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
+use super::search::{Flavor, SearchEnv};
 use super::types::{
     NcclConfig, NcclDataType, NcclRedOp, NcclResult, NcclUniqueId, NCCL_CONFIG_MAGIC, NCCL_UNIQUE_ID_BYTES,
 };
@@ -10,6 +13,45 @@ use super::version::{optional_since, Version, MIN_SUPPORTED};
 use crate::dtype::DType;
 use crate::error::Error;
 use crate::reduce_op::ReduceOp;
+use crate::xccl::dl::Candidate;
+
+// ---------------------------------------------------------------------------------------
+// Helpers
+
+/// A directory under the system's temporary directory, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!("oxccl-library-{}-{n}-{tag}", std::process::id()));
+        std::fs::create_dir_all(&path).expect("create a temporary directory");
+        TempDir(path)
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+
+    /// Creates `rel` (and its parents) as a directory inside.
+    fn mkdir(&self, rel: &str) -> PathBuf {
+        let p = self.0.join(rel);
+        std::fs::create_dir_all(&p).expect("create a directory");
+        p
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The paths of `candidates`, as strings.
+fn paths(candidates: &[Candidate]) -> Vec<String> {
+    candidates.iter().map(|c| c.path.display().to_string()).collect()
+}
 
 // ---------------------------------------------------------------------------------------
 // Versions
@@ -149,4 +191,123 @@ fn unique_id_from_bytes_checks_the_length() {
     assert_eq!(id.as_bytes(), &bytes);
     let err = NcclUniqueId::from_bytes(&bytes[..100]).expect_err("too short");
     assert!(matches!(&err, Error::InvalidArgument(m) if m.contains("128") && m.contains("100")), "{err}");
+}
+
+// ---------------------------------------------------------------------------------------
+// Where libraries are looked for
+
+#[test]
+fn nccl_candidates_follow_the_documented_order() {
+    let env = SearchEnv {
+        nccl_home: Some("/opt/nccl".into()),
+        cuda_home: Some("/usr/local/cuda".into()),
+        rocm_path: Some("/opt/rocm-6.2".into()),
+        ..SearchEnv::default()
+    };
+    let c = env.candidates(Flavor::Nccl);
+    assert_eq!(
+        paths(&c),
+        [
+            "/opt/nccl/lib/libnccl.so.2",
+            "/opt/nccl/lib64/libnccl.so.2",
+            "/usr/local/cuda/lib64/libnccl.so.2",
+            "libnccl.so.2",
+            "libnccl.so",
+        ]
+    );
+    assert_eq!(c[0].origin, "$NCCL_HOME/lib");
+    assert_eq!(c[1].origin, "$NCCL_HOME/lib64");
+    assert_eq!(c[2].origin, "$CUDA_HOME/lib64");
+    assert_eq!(c[3].origin, "the loader's search path");
+}
+
+#[test]
+fn candidates_without_environment_are_the_loader_names_and_opt_rocm() {
+    let env = SearchEnv::default();
+    assert_eq!(paths(&env.candidates(Flavor::Nccl)), ["libnccl.so.2", "libnccl.so"]);
+    let rccl = env.candidates(Flavor::Rccl);
+    assert_eq!(paths(&rccl), ["/opt/rocm/lib/librccl.so.1", "librccl.so.1", "librccl.so"]);
+    assert!(rccl[0].origin.contains("ROCM_PATH is not set"), "{}", rccl[0].origin);
+}
+
+#[test]
+fn rccl_candidates_use_rocm_path() {
+    let env =
+        SearchEnv { rocm_path: Some("/opt/rocm-6.2.0".into()), nccl_home: Some("/x".into()), ..SearchEnv::default() };
+    let c = env.candidates(Flavor::Rccl);
+    assert_eq!(paths(&c), ["/opt/rocm-6.2.0/lib/librccl.so.1", "librccl.so.1", "librccl.so"]);
+    assert_eq!(c[0].origin, "$ROCM_PATH/lib");
+}
+
+#[test]
+fn duplicate_paths_keep_their_first_origin() {
+    // NCCL_HOME and CUDA_HOME both pointing at the toolkit (NVIDIA's packages put NCCL there);
+    // the trailing slash does not make a different path.
+    let env = SearchEnv {
+        nccl_home: Some("/usr/local/cuda".into()),
+        cuda_home: Some("/usr/local/cuda/".into()),
+        ..SearchEnv::default()
+    };
+    let c = env.candidates(Flavor::Nccl);
+    assert_eq!(
+        paths(&c),
+        ["/usr/local/cuda/lib/libnccl.so.2", "/usr/local/cuda/lib64/libnccl.so.2", "libnccl.so.2", "libnccl.so"]
+    );
+    assert_eq!(c[1].origin, "$NCCL_HOME/lib64");
+}
+
+#[test]
+fn an_explicit_library_is_the_only_candidate() {
+    let env = SearchEnv {
+        explicit: Some("/somewhere/libnccl-custom.so".into()),
+        nccl_home: Some("/opt/nccl".into()),
+        ..SearchEnv::default()
+    };
+    let c = env.candidates(Flavor::Nccl);
+    assert_eq!(paths(&c), ["/somewhere/libnccl-custom.so"]);
+    assert_eq!(c[0].origin, "the library named in the configuration");
+
+    // A directory stands for the library file in it.
+    let dir = TempDir::new("explicit-dir");
+    let env = SearchEnv { explicit: Some(dir.path().to_path_buf()), ..SearchEnv::default() };
+    assert_eq!(env.candidates(Flavor::Rccl)[0].path, dir.path().join("librccl.so.1"));
+}
+
+#[test]
+fn python_environment_wheel_layout_is_found() {
+    let venv = TempDir::new("venv");
+    let wheel = venv.mkdir("lib/python3.11/site-packages/nvidia/nccl/lib");
+    std::fs::write(wheel.join("libnccl.so.2"), b"not really a library").expect("write");
+    venv.mkdir("lib/pkgconfig"); // not a Python directory: ignored
+    let conda = TempDir::new("conda");
+    conda.mkdir("lib/python3.10");
+    conda.mkdir("lib/python3.12/site-packages");
+
+    let env = SearchEnv {
+        virtual_env: Some(venv.path().to_path_buf()),
+        conda_prefix: Some(conda.path().to_path_buf()),
+        ..SearchEnv::default()
+    };
+    let c = env.candidates(Flavor::Nccl);
+    let site = "site-packages/nvidia/nccl/lib/libnccl.so.2";
+    assert_eq!(
+        paths(&c),
+        [
+            venv.path().join("lib/python3.11").join(site).display().to_string(),
+            conda.path().join("lib/python3.10").join(site).display().to_string(),
+            conda.path().join("lib/python3.12").join(site).display().to_string(),
+            "libnccl.so.2".to_string(),
+            "libnccl.so".to_string(),
+        ]
+    );
+    assert_eq!(c[0].origin, "the nvidia-nccl wheel in $VIRTUAL_ENV");
+    assert_eq!(c[1].origin, "the nvidia-nccl wheel in $CONDA_PREFIX");
+
+    // The same environment named twice is searched once.
+    let env = SearchEnv {
+        virtual_env: Some(venv.path().to_path_buf()),
+        conda_prefix: Some(venv.path().to_path_buf()),
+        ..SearchEnv::default()
+    };
+    assert_eq!(env.candidates(Flavor::Nccl).len(), 3);
 }
