@@ -21,4 +21,5 @@ pub(crate) mod dl;
 pub(crate) mod double;
 pub(crate) mod host_side;
 pub mod memory;
+pub(crate) mod library;
 pub(crate) mod runtime;
