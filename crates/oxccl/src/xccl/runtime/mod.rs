@@ -17,6 +17,8 @@ use std::fmt;
 
 use crate::error::Result;
 
+pub(crate) mod host;
+
 /// Which vendor's runtime.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Vendor {
