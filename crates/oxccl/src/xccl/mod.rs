@@ -20,6 +20,6 @@ pub(crate) mod dl;
 #[cfg(any(test, feature = "testing"))]
 pub(crate) mod double;
 pub(crate) mod host_side;
-pub mod memory;
 pub(crate) mod library;
+pub mod memory;
 pub(crate) mod runtime;
