@@ -3,7 +3,7 @@
 //! Every call of the front door ([`Communicator`](crate::Communicator)) takes its buffers through these two traits, so one call
 //! serves host memory (slices, vectors, arrays) and device memory (oxccl's
 //! `DeviceBuffer`, cudarc's `CudaSlice` with the `cudarc` feature): the buffer says where its
-//! memory is ([`Device`](crate::Device)), and the communicator's backend refuses memory it
+//! memory is ([`Device`]), and the communicator's backend refuses memory it
 //! cannot reach with [`Error::InvalidArgument`](crate::Error::InvalidArgument).
 //!
 //! Calls with two buffers take any two buffer types of the same element type; calls with a

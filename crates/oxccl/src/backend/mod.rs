@@ -104,15 +104,15 @@ pub trait Backend: Send + Sync + 'static {
     /// read (outputs) or written (inputs and outputs) by anyone else until then.
     ///
     /// # Errors
-    /// [`Error::Aborted`](crate::Error::Aborted) when the communicator is poisoned; errors of
+    /// [`Error::Aborted`] when the communicator is poisoned; errors of
     /// the operation itself arrive through the [`Pending`].
     unsafe fn submit(&self, op: Op, mode: Mode, opts: &CallOptions) -> Result<Arc<dyn Pending>>;
 
     /// Reports the first message from `peer` with `tag` not yet received, without receiving it.
     ///
     /// # Errors
-    /// [`Error::Aborted`](crate::Error::Aborted) on a poisoned communicator,
-    /// [`Error::PeerLost`](crate::Error::PeerLost) when `peer` is gone and nothing is queued.
+    /// [`Error::Aborted`] on a poisoned communicator,
+    /// [`Error::PeerLost`] when `peer` is gone and nothing is queued.
     fn probe(&self, peer: usize, tag: u32) -> Result<Option<MessageInfo>>;
 
     /// Collective over all ranks: ranks with the same `Some(color)` form a new communicator,
@@ -123,6 +123,6 @@ pub trait Backend: Send + Sync + 'static {
     fn split(&self, color: Option<u32>, key: i64, opts: &CallOptions) -> Result<Option<Arc<dyn Backend>>>;
 
     /// Aborts the communicator: every wait on it, on any thread, returns
-    /// [`Error::Aborted`](crate::Error::Aborted), and peers are told so they fail fast too.
+    /// [`Error::Aborted`], and peers are told so they fail fast too.
     fn abort(&self, reason: &str);
 }

@@ -1,4 +1,4 @@
-//! The typed, safe front door: collectives on slices of [`Element`]s.
+//! The typed, safe front door: collectives on [`Buffer`]s: host slices and vectors, device buffers.
 //!
 //! Every argument is checked here, before anything is sent, so every backend refuses bad
 //! input with the same [`Error::InvalidArgument`] and the communicator stays usable.
