@@ -79,7 +79,7 @@ impl Gpu {
         let bytes = std::mem::size_of_val(data);
         let ptr = self.rt.alloc(self.ordinal, bytes)?;
         let buf = DeviceBuffer { gpu: self.clone(), ptr, len: data.len(), _elem: PhantomData };
-        buf.upload(0, data)?;
+        buf.upload(data)?;
         Ok(buf)
     }
 
@@ -166,7 +166,7 @@ impl<T: Element> DeviceBuffer<T> {
                 self.len
             )));
         }
-        self.upload(0, data)
+        self.upload(data)
     }
 
     /// A read-only view of elements `range`.
@@ -184,7 +184,8 @@ impl<T: Element> DeviceBuffer<T> {
     /// [`Error::InvalidArgument`] for a range outside the buffer.
     pub fn view_mut(&mut self, range: Range<usize>) -> Result<DeviceViewMut<'_, T>> {
         let ptr = self.offset(&range)?;
-        Ok(DeviceViewMut { gpu: &self.gpu, ptr, len: range.len(), _elem: PhantomData })
+        let view = DeviceView { gpu: &self.gpu, ptr, len: range.len(), _elem: PhantomData };
+        Ok(DeviceViewMut { view, _exclusive: PhantomData })
     }
 
     fn offset(&self, range: &Range<usize>) -> Result<u64> {
@@ -198,9 +199,9 @@ impl<T: Element> DeviceBuffer<T> {
         Ok(self.ptr + (range.start * std::mem::size_of::<T>()) as u64)
     }
 
-    /// Copies `data` to elements `at..` and waits for the copy.
-    fn upload(&self, at: usize, data: &[T]) -> Result<()> {
-        let dst = self.offset(&(at..at + data.len()))?;
+    /// Copies `data` to the start of the buffer and waits for the copy.
+    fn upload(&self, data: &[T]) -> Result<()> {
+        let dst = self.offset(&(0..data.len()))?;
         let rt = &self.gpu.rt;
         rt.set_current(self.gpu.ordinal)?;
         // SAFETY: `dst` is inside this buffer's allocation (checked above) and `data` is a
@@ -239,35 +240,20 @@ pub struct DeviceView<'a, T: Element> {
     _elem: PhantomData<&'a [T]>,
 }
 
-/// Part of a [`DeviceBuffer`], borrowed for writing.
+/// Part of a [`DeviceBuffer`], borrowed for writing; reads as a [`DeviceView`].
 pub struct DeviceViewMut<'a, T: Element> {
-    gpu: &'a Gpu,
-    ptr: u64,
-    len: usize,
-    _elem: PhantomData<&'a mut [T]>,
+    view: DeviceView<'a, T>,
+    _exclusive: PhantomData<&'a mut [T]>,
+}
+
+impl<'a, T: Element> std::ops::Deref for DeviceViewMut<'a, T> {
+    type Target = DeviceView<'a, T>;
+    fn deref(&self) -> &DeviceView<'a, T> {
+        &self.view
+    }
 }
 
 impl<T: Element> DeviceView<'_, T> {
-    /// The number of elements.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether the view has no elements.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Copies the view to a host vector.
-    ///
-    /// # Errors
-    /// The runtime's error.
-    pub fn to_vec(&self) -> Result<Vec<T>> {
-        download(self.gpu, self.ptr, self.len)
-    }
-}
-
-impl<T: Element> DeviceViewMut<'_, T> {
     /// The number of elements.
     pub fn len(&self) -> usize {
         self.len
@@ -343,13 +329,13 @@ unsafe impl<T: Element> Buffer for DeviceView<'_, T> {
 unsafe impl<T: Element> Buffer for DeviceViewMut<'_, T> {
     type Elem = T;
     fn as_raw(&self) -> RawBuf {
-        raw::<T>(self.gpu, self.ptr, self.len)
+        self.view.as_raw()
     }
 }
 
 // SAFETY: a mutable view borrows its buffer exclusively.
 unsafe impl<T: Element> BufferMut for DeviceViewMut<'_, T> {
     fn as_raw_mut(&mut self) -> RawBufMut {
-        raw_mut::<T>(self.gpu, self.ptr, self.len)
+        raw_mut::<T>(self.view.gpu, self.view.ptr, self.view.len)
     }
 }

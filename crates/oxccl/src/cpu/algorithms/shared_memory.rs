@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use super::{barrier, block_bytes, broadcast, Ctx};
 use crate::backend::reduce::reduce_sources;
 use crate::backend::Op;
-use crate::cpu::transport::frame::{decode_fp, fingerprint_bytes, FP_LEN};
+use crate::cpu::transport::frame::{decode_fp, FP_LEN};
 use crate::cpu::transport::shm::copy;
 use crate::cpu::transport::shm::futex;
 use crate::cpu::transport::shm::segment::{unique_name, Segment};
@@ -65,7 +65,7 @@ pub struct ShmCollectives {
 
 /// A fingerprint as the three words of a control line (the wire encoding of `frame`).
 fn pack(fp: &Fingerprint) -> [u64; 3] {
-    let b = fingerprint_bytes(fp);
+    let b = fp.to_bytes();
     let word = |i: usize| {
         let mut w = [0u8; 8];
         w.copy_from_slice(&b[8 * i..8 * i + 8]);

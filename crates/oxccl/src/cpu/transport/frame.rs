@@ -178,16 +178,7 @@ pub fn decode_header(b: &[u8], max_payload: usize) -> Result<FrameHeader, FrameE
 /// Bytes of an encoded fingerprint ([`Fingerprint::to_bytes`]).
 pub const FP_LEN: usize = Fingerprint::BYTES;
 
-/// [`Fingerprint::to_bytes`].
-pub fn fingerprint_bytes(fp: &Fingerprint) -> [u8; FP_LEN] {
-    fp.to_bytes()
-}
-
-fn encode_fp(out: &mut Vec<u8>, fp: &Fingerprint) {
-    out.extend_from_slice(&fp.to_bytes());
-}
-
-/// Decodes [`fingerprint_bytes`].
+/// Decodes [`Fingerprint::to_bytes`].
 ///
 /// # Errors
 /// [`FrameError`] for a truncated encoding or an unknown tag.
@@ -203,8 +194,8 @@ pub fn encode_error(e: &Error) -> Vec<u8> {
         Error::Mismatch { peer, ours, theirs } => {
             out.push(0);
             out.extend_from_slice(&(*peer as u64).to_le_bytes());
-            encode_fp(&mut out, ours);
-            encode_fp(&mut out, theirs);
+            out.extend_from_slice(&ours.to_bytes());
+            out.extend_from_slice(&theirs.to_bytes());
         }
         Error::Timeout { op, seq, peer, waited } => {
             out.push(1);

@@ -78,11 +78,6 @@ impl World {
         World { n, state: Mutex::new(State::default()), changed: Condvar::new() }
     }
 
-    /// The number of ranks.
-    pub(crate) fn size(&self) -> usize {
-        self.n
-    }
-
     /// Ends every wait, now and later, with `why`.
     pub(crate) fn abort(&self, why: &str) {
         let mut st = relock(&self.state);
