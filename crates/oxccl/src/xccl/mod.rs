@@ -19,6 +19,7 @@
 pub(crate) mod dl;
 #[cfg(any(test, feature = "testing"))]
 pub(crate) mod double;
+pub(crate) mod engine;
 pub(crate) mod host_side;
 pub(crate) mod library;
 pub mod memory;

@@ -1,0 +1,273 @@
+//! One NCCL communicator handle and its life: creation (non-blocking, NCCL's precondition for
+//! a safe abort), waiting for calls that returned `ncclInProgress`, the asynchronous error,
+//! split, abort and orderly destruction.
+//!
+//! The handle sits behind a mutex: every call on it holds the lock for the duration of the
+//! (non-blocking, hence short) NCCL call, and [`Comm::abort`] takes the handle out under the
+//! same lock, so no call can use a communicator that another thread has just aborted and
+//! freed. After an abort every call fails with [`Error::Aborted`].
+
+use std::ffi::c_int;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+use crate::sync::relock;
+use crate::xccl::library::types::{NcclConfig, NcclUniqueId};
+use crate::xccl::library::{Library, NcclComm, NcclResult, Progress};
+
+/// `NCCL_SPLIT_NOCOLOR` (nccl.h.in since 2.18.1): the color of a rank that takes no part in
+/// a split and gets no communicator.
+pub(crate) const NCCL_SPLIT_NOCOLOR: c_int = -1;
+
+/// What bounds a wait on the communicator: a deadline, a watch checked while waiting (a peer
+/// known to be gone, an abort from another thread), and the error to report past the
+/// deadline (the engine's names the operation and its sequence number).
+pub(crate) struct Guard<'a> {
+    /// When to give up.
+    pub(crate) deadline: Instant,
+    /// Checked on every poll; its error ends the wait.
+    pub(crate) watch: &'a dyn Fn() -> Result<()>,
+    /// The error past the deadline, given how long the wait took.
+    pub(crate) late: &'a dyn Fn(Duration) -> Error,
+}
+
+/// A raw handle that may move between threads: NCCL communicators may be used from any
+/// thread as long as calls on one communicator are not concurrent, which the mutex in
+/// [`Comm`] ensures.
+struct Handle(NcclComm);
+
+// SAFETY: see the type's documentation: NCCL allows a communicator to be used from any
+// thread; `Comm` serializes every call on it with its mutex.
+unsafe impl Send for Handle {}
+
+/// An NCCL communicator, created non-blocking.
+pub(crate) struct Comm {
+    lib: std::sync::Arc<Library>,
+    raw: Mutex<Option<Handle>>,
+    /// Why the communicator was aborted, once it was.
+    aborted: Mutex<Option<String>>,
+}
+
+impl Comm {
+    /// Creates rank `rank` of the `n`-rank communicator `id` (non-blocking), and waits until
+    /// NCCL has finished setting it up, within `guard`.
+    ///
+    /// The device the communicator uses is the one current on the calling thread.
+    ///
+    /// # Errors
+    /// NCCL's error ([`Error::Backend`]); `guard`'s errors (the half-made communicator is
+    /// aborted).
+    pub(crate) fn init(
+        lib: &std::sync::Arc<Library>,
+        n: usize,
+        id: &NcclUniqueId,
+        rank: usize,
+        guard: &Guard<'_>,
+    ) -> Result<Comm> {
+        let nranks =
+            c_int::try_from(n).map_err(|_| Error::invalid(format!("NCCL takes at most {} ranks", c_int::MAX)))?;
+        let me = c_int::try_from(rank).map_err(|_| Error::invalid("rank out of NCCL's range"))?;
+        let mut raw: NcclComm = std::ptr::null_mut();
+        let mut config = NcclConfig::with_blocking(false);
+        // SAFETY: ncclCommInitRankConfig writes the new handle through `raw`, reads the id by
+        // value and the config through a valid pointer to a `ncclConfig_v21400` (see
+        // `NcclConfig`); the calling thread's current device is the one the engine chose.
+        let result = unsafe { (lib.table.comm_init_rank_config)(&mut raw, nranks, *id, me, &mut config) };
+        let comm = Comm { lib: std::sync::Arc::clone(lib), raw: Mutex::new(None), aborted: Mutex::new(None) };
+        if raw.is_null() {
+            // Nothing to clean up: NCCL made no communicator.
+            lib.check("ncclCommInitRankConfig", result, raw)?;
+            return Err(Error::Backend {
+                code: i64::from(result.0),
+                message: "ncclCommInitRankConfig returned no communicator".into(),
+            });
+        }
+        *relock(&comm.raw) = Some(Handle(raw));
+        let progress = lib.check_progress("ncclCommInitRankConfig", result, raw);
+        let ready = progress.and_then(|p| match p {
+            Progress::Done => Ok(()),
+            Progress::InProgress => comm.wait_ready("ncclCommInitRankConfig", guard),
+        });
+        if let Err(e) = ready {
+            comm.abort(&format!("creating the NCCL communicator failed: {e}"));
+            return Err(e);
+        }
+        Ok(comm)
+    }
+
+    /// Runs `f` with the handle, under the lock.
+    ///
+    /// # Errors
+    /// [`Error::Aborted`] when the communicator was aborted or destroyed.
+    pub(crate) fn with<R>(&self, f: impl FnOnce(NcclComm) -> R) -> Result<R> {
+        let guard = relock(&self.raw);
+        match guard.as_ref() {
+            Some(h) => Ok(f(h.0)),
+            None => Err(self.gone()),
+        }
+    }
+
+    /// The error for a call on a communicator that is no more.
+    fn gone(&self) -> Error {
+        let reason = relock(&self.aborted).clone().unwrap_or_else(|| "the NCCL communicator was destroyed".into());
+        Error::Aborted { reason }
+    }
+
+    /// The library.
+    pub(crate) fn library(&self) -> &Library {
+        &self.lib
+    }
+
+    /// Checks the result of a call made through [`with`](Self::with) on a non-blocking
+    /// communicator; waits (as [`wait_ready`](Self::wait_ready)) when it is in progress.
+    ///
+    /// # Errors
+    /// NCCL's error; those of `wait_ready`.
+    pub(crate) fn settle(&self, call: &str, result: NcclResult, guard: &Guard<'_>) -> Result<()> {
+        let raw = self.with(|c| c)?;
+        match self.lib.check_progress(call, result, raw)? {
+            Progress::Done => Ok(()),
+            Progress::InProgress => self.wait_ready(call, guard),
+        }
+    }
+
+    /// The communicator's asynchronous error: `Ok(None)` when healthy (or still busy with a
+    /// non-blocking call), `Ok(Some(error))` after a failure NCCL detected (a remote error,
+    /// a network failure, an internal error).
+    ///
+    /// # Errors
+    /// [`Error::Aborted`] when the communicator is no more; the query's own failure.
+    pub(crate) fn async_error(&self) -> Result<Option<Error>> {
+        let (status, result, raw) = self.with(|c| {
+            let mut status = NcclResult::SUCCESS;
+            // SAFETY: `c` is a live communicator (we hold the lock that abort takes), and
+            // ncclCommGetAsyncError writes one result through a valid pointer.
+            let result = unsafe { (self.lib.table.comm_get_async_error)(c, &mut status) };
+            (status, result, c)
+        })?;
+        self.lib.check("ncclCommGetAsyncError", result, raw)?;
+        Ok(match status {
+            NcclResult::SUCCESS | NcclResult::IN_PROGRESS => None,
+            bad => Some(self.lib.error("the NCCL communicator", bad, raw)),
+        })
+    }
+
+    /// Polls the asynchronous error until a call that returned `ncclInProgress` has finished.
+    ///
+    /// # Errors
+    /// The call's error; `guard`'s errors.
+    pub(crate) fn wait_ready(&self, call: &str, guard: &Guard<'_>) -> Result<()> {
+        let started = Instant::now();
+        let mut pause = Duration::from_micros(1);
+        loop {
+            let (status, result, raw) = self.with(|c| {
+                let mut status = NcclResult::SUCCESS;
+                // SAFETY: as in `async_error`.
+                let result = unsafe { (self.lib.table.comm_get_async_error)(c, &mut status) };
+                (status, result, c)
+            })?;
+            self.lib.check("ncclCommGetAsyncError", result, raw)?;
+            match status {
+                NcclResult::SUCCESS => return Ok(()),
+                NcclResult::IN_PROGRESS => {}
+                bad => return Err(self.lib.error(call, bad, raw)),
+            }
+            (guard.watch)()?;
+            if Instant::now() >= guard.deadline {
+                return Err((guard.late)(started.elapsed()));
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(2));
+        }
+    }
+
+    /// Splits the communicator (`ncclCommSplit`, non-blocking): ranks with the same `color`
+    /// form a new communicator ordered by `key`; [`NCCL_SPLIT_NOCOLOR`] gets `None`.
+    ///
+    /// # Errors
+    /// The library lacks `ncclCommSplit` (an internal error: callers check first); NCCL's
+    /// error; the wait's errors.
+    pub(crate) fn split(&self, color: c_int, key: c_int, guard: &Guard<'_>) -> Result<Option<Comm>> {
+        let split = self
+            .lib
+            .table
+            .comm_split
+            .ok_or_else(|| Error::Internal("ncclCommSplit is missing from the loaded library".into()))?;
+        let mut new: NcclComm = std::ptr::null_mut();
+        let mut config = NcclConfig::with_blocking(false);
+        let result = self.with(|c| {
+            // SAFETY: `c` is live (lock held); ncclCommSplit writes the new handle through a
+            // valid pointer and reads a valid `ncclConfig_v21400`.
+            unsafe { split(c, color, key, &mut new, &mut config) }
+        })?;
+        let child = Comm { lib: std::sync::Arc::clone(&self.lib), raw: Mutex::new(None), aborted: Mutex::new(None) };
+        if !new.is_null() {
+            *relock(&child.raw) = Some(Handle(new));
+        }
+        // The split is collective over the parent: its progress shows on the parent (and on
+        // the child, which NCCL may hand out before it is ready).
+        let settled = self.settle("ncclCommSplit", result, guard).and_then(|()| {
+            if new.is_null() {
+                Ok(())
+            } else {
+                child.wait_ready("ncclCommSplit", guard)
+            }
+        });
+        if let Err(e) = settled {
+            child.abort(&format!("splitting the NCCL communicator failed: {e}"));
+            return Err(e);
+        }
+        Ok((!new.is_null()).then_some(child))
+    }
+
+    /// Aborts the communicator (`ncclCommAbort`): NCCL stops its kernels and frees it. Later
+    /// calls fail with [`Error::Aborted`] carrying `reason`. Idempotent.
+    pub(crate) fn abort(&self, reason: &str) {
+        let mut guard = relock(&self.raw);
+        relock(&self.aborted).get_or_insert_with(|| reason.to_string());
+        if let Some(h) = guard.take() {
+            // SAFETY: `h` is a live communicator taken out under the lock, so no other call
+            // uses it now or later; ncclCommAbort frees it.
+            let _ = unsafe { (self.lib.table.comm_abort)(h.0) };
+        }
+    }
+
+    /// Whether the communicator was aborted (or destroyed).
+    pub(crate) fn is_gone(&self) -> bool {
+        relock(&self.raw).is_none()
+    }
+
+    /// Destroys the communicator in order (`ncclCommFinalize`, waiting for it until
+    /// `deadline`, then `ncclCommDestroy`); aborts it instead when finalizing fails or takes
+    /// too long. Does nothing after an abort.
+    pub(crate) fn destroy(&self, deadline: Instant) {
+        let finalized = self
+            .with(|c| {
+                // SAFETY: `c` is live (lock held).
+                unsafe { (self.lib.table.comm_finalize)(c) }
+            })
+            .and_then(|r| {
+                let late = |waited: Duration| Error::Aborted {
+                    reason: format!("ncclCommFinalize did not finish within {waited:?}"),
+                };
+                self.settle("ncclCommFinalize", r, &Guard { deadline, watch: &|| Ok(()), late: &late })
+            });
+        if finalized.is_err() {
+            self.abort("the communicator was dropped");
+            return;
+        }
+        let mut guard = relock(&self.raw);
+        relock(&self.aborted).get_or_insert_with(|| "the communicator was dropped".into());
+        if let Some(h) = guard.take() {
+            // SAFETY: taken out under the lock, finalized, used by nobody afterwards.
+            let _ = unsafe { (self.lib.table.comm_destroy)(h.0) };
+        }
+    }
+}
+
+impl Drop for Comm {
+    fn drop(&mut self) {
+        self.abort("the communicator was dropped");
+    }
+}

@@ -1,0 +1,672 @@
+//! The GPU engine: one rank of an `nccl` or `rccl` communicator, as a [`Backend`].
+//!
+//! Rooms:
+//! - `comm.rs`: the NCCL communicator handle (created non-blocking, aborted safely);
+//! - `issue.rs`: how each operation becomes NCCL calls;
+//! - `p2p.rs`: envelopes and the queue of point-to-point batches;
+//! - `pending.rs`: completion by event, with deadline, asynchronous error and lost peers.
+//!
+//! # Streams
+//! Each communicator has its own stream. By default an operation is ordered after the work
+//! already queued on the caller's stream (the legacy default stream, or the one given with
+//! `Communicator::with_stream`) by an event the engine's stream waits for: the caller's
+//! stream is never blocked by communication. With `Communicator::on_stream` the calls are
+//! queued on the caller's stream itself, NCCL's own model. Every operation records a
+//! completion event; an asynchronous `Work` completes when it fires, a blocking call waits
+//! for it.
+//!
+//! # Failures
+//! Every wait polls the event, NCCL's asynchronous error (every millisecond) and the host
+//! side's view of the peers, against the operation's deadline. Past the deadline, or on any
+//! error, the communicator is poisoned and aborted (`ncclCommAbort`, safe because it was
+//! created non-blocking), the host communicator is aborted so the peers learn it at once,
+//! and the call returns the error ([`Error::Timeout`] names the operation and its sequence
+//! number). Mismatched collectives, which NCCL cannot detect, are caught by the optional
+//! fingerprint check of the host side.
+//!
+//! # Host buffers
+//! With `host_buffers` (the `auto` backend on a GPU host, like torch's
+//! `cpu:gloo,cuda:nccl`), operations whose buffers are all host memory run on the host
+//! communicator, in the same call order; otherwise host memory is an
+//! [`Error::InvalidArgument`].
+
+mod comm;
+mod issue;
+mod p2p;
+mod pending;
+#[cfg(test)]
+mod tests;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use self::comm::{Comm, Guard, NCCL_SPLIT_NOCOLOR};
+use self::issue::{Target, Transfer};
+use self::p2p::Queued;
+use self::pending::{DeviceTemp, GpuPending, Issued, PooledEvent, Ticket};
+use crate::backend::poison::Poison;
+use crate::backend::{Backend, CallOptions, MessageInfo, Mode, Op, Pending, RawBuf, RawBufMut, StreamOrder};
+use crate::device::Device;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::fingerprint::OpKind;
+use crate::sync::relock;
+use crate::xccl::host_side::HostSide;
+use crate::xccl::library::types::{NcclUniqueId, NCCL_UNIQUE_ID_BYTES};
+use crate::xccl::library::{Library, NcclResult};
+use crate::xccl::runtime::{DeviceRuntime, RawEvent, RawStream, Vendor};
+
+/// Events kept for reuse at most.
+const EVENT_POOL: usize = 64;
+/// How long a failed communicator's stream is given to drain after the abort.
+const DRAIN: Duration = Duration::from_secs(2);
+
+/// What a GPU communicator is made of.
+pub(crate) struct Parts {
+    /// `nccl` or `rccl`.
+    pub(crate) name: &'static str,
+    /// The loaded NCCL or RCCL.
+    pub(crate) lib: Arc<Library>,
+    /// The device runtime.
+    pub(crate) rt: Arc<dyn DeviceRuntime>,
+    /// The device ordinal this rank uses.
+    pub(crate) device: u32,
+    /// A host communicator over the same ranks.
+    pub(crate) host: Arc<dyn Backend>,
+    /// Whether collectives are fingerprint-checked.
+    pub(crate) check: bool,
+    /// Whether host buffers run on the host communicator (else they are refused).
+    pub(crate) host_buffers: bool,
+    /// The default deadline.
+    pub(crate) timeout: Duration,
+}
+
+/// One rank of a GPU communicator (see the module documentation).
+pub(crate) struct Engine {
+    inner: Arc<Inner>,
+}
+
+/// What the engine and its pending operations share.
+pub(crate) struct Inner {
+    name: &'static str,
+    lib: Arc<Library>,
+    rt: Arc<dyn DeviceRuntime>,
+    device: u32,
+    kind: Device,
+    rank: usize,
+    size: usize,
+    timeout: Duration,
+    host: HostSide,
+    host_buffers: bool,
+    comm: Comm,
+    /// The engine's own stream.
+    stream: RawStream,
+    /// Four bytes of device memory for the barrier.
+    scratch: u64,
+    /// Recorded on a caller's stream for the engine's stream to wait on (under `order`).
+    order_event: RawEvent,
+    /// Completion events for reuse.
+    events: Mutex<Vec<RawEvent>>,
+    /// Enqueue order: every NCCL call is made under this lock.
+    order: Mutex<Order>,
+    poison: Mutex<Poison>,
+}
+
+/// Counters and the point-to-point queue.
+#[derive(Default)]
+struct Order {
+    /// Collectives issued (their fingerprints' sequence numbers).
+    collectives: u64,
+    /// Point-to-point batches submitted.
+    p2p: u64,
+    /// Batches not yet issued.
+    queue: Vec<Queued>,
+}
+
+/// The device as buffers name it.
+fn device_of(rt: &dyn DeviceRuntime, ordinal: u32) -> Device {
+    match rt.vendor() {
+        Vendor::Cuda | Vendor::Host => Device::Cuda(ordinal),
+        Vendor::Hip => Device::Rocm(ordinal),
+    }
+}
+
+/// Runs a host operation and waits for it.
+///
+/// # Safety
+/// `op`'s buffers are valid until this returns.
+unsafe fn host_run(host: &dyn Backend, op: Op, timeout: Duration) -> Result<()> {
+    let opts = CallOptions { timeout: Some(timeout), ..CallOptions::default() };
+    // SAFETY: forwarded from this function's contract; `wait(None)` returns after completion.
+    let pending = unsafe { host.submit(op, Mode::Blocking, &opts)? };
+    pending.wait(None).unwrap_or_else(|| Err(Error::Internal("a blocking host operation did not complete".into())))?;
+    Ok(())
+}
+
+/// Rank 0 makes an NCCL unique id and every rank receives it over the host communicator
+/// (whose connections were authenticated with the job's secret when it was set up).
+fn exchange_id(lib: &Library, host: &dyn Backend, timeout: Duration) -> Result<NcclUniqueId> {
+    let mut id = NcclUniqueId::zeroed();
+    if host.rank() == 0 {
+        // SAFETY: ncclGetUniqueId writes one `ncclUniqueId` through a valid pointer.
+        let r = unsafe { (lib.table.get_unique_id)(&mut id) };
+        lib.check("ncclGetUniqueId", r, std::ptr::null_mut())?;
+    }
+    let mut bytes = *id.as_bytes();
+    let output =
+        RawBufMut { ptr: bytes.as_mut_ptr(), count: NCCL_UNIQUE_ID_BYTES, dtype: DType::U8, device: Device::Cpu };
+    let input = (host.rank() == 0).then(|| output.as_const());
+    // SAFETY: `bytes` outlives the blocking call.
+    unsafe { host_run(host, Op::Broadcast { input, output, root: 0 }, timeout)? };
+    NcclUniqueId::from_bytes(&bytes)
+}
+
+/// Every rank's `value`, gathered over the host communicator.
+fn host_all_gather(host: &dyn Backend, value: u64, timeout: Duration) -> Result<Vec<u64>> {
+    let mine = [value];
+    let mut all = vec![0u64; host.world_size()];
+    let op = Op::AllGather {
+        input: RawBuf { ptr: mine.as_ptr().cast(), count: 1, dtype: DType::U64, device: Device::Cpu },
+        output: RawBufMut { ptr: all.as_mut_ptr().cast(), count: all.len(), dtype: DType::U64, device: Device::Cpu },
+    };
+    // SAFETY: both buffers outlive the blocking call.
+    unsafe { host_run(host, op, timeout)? };
+    Ok(all)
+}
+
+impl Engine {
+    /// Creates this rank's communicator: the unique id travels over the host communicator,
+    /// the NCCL communicator is created non-blocking and waited for within the timeout.
+    ///
+    /// # Errors
+    /// The device cannot be used; NCCL's error; the host communicator's errors; a creation
+    /// that does not finish within the timeout (the half-made communicator is aborted).
+    pub(crate) fn create(parts: Parts) -> Result<Engine> {
+        parts.rt.set_current(parts.device)?;
+        let id = exchange_id(&parts.lib, parts.host.as_ref(), parts.timeout)?;
+        let host = HostSide::new(Arc::clone(&parts.host), parts.check);
+        let comm = Self::init_comm(&parts, &host, &id)?;
+        Self::assemble(parts, host, comm)
+    }
+
+    /// `ncclCommInitRankConfig` for the host side's rank, watched by the host side.
+    fn init_comm(parts: &Parts, host: &HostSide, id: &NcclUniqueId) -> Result<Comm> {
+        let (rank, size) = (host.comm().rank(), host.comm().world_size());
+        let kind = device_of(parts.rt.as_ref(), parts.device);
+        let late = |waited: Duration| Error::Backend {
+            code: i64::from(NcclResult::TIMEOUT.0),
+            message: format!(
+                "creating the {} communicator (rank {rank} of {size}, on {kind}) did not finish within {waited:?}; \
+                 every rank must create it at the same time. Set NCCL_DEBUG=WARN for NCCL's view",
+                parts.lib.flavor
+            ),
+        };
+        let guard = Guard { deadline: Instant::now() + parts.timeout, watch: &|| host.liveness(), late: &late };
+        Comm::init(&parts.lib, size, id, rank, &guard)
+    }
+
+    /// The engine around a ready communicator: its stream, scratch word and events.
+    fn assemble(parts: Parts, host: HostSide, comm: Comm) -> Result<Engine> {
+        let Parts { name, lib, rt, device, host_buffers, timeout, .. } = parts;
+        let stream = rt.stream_create(device)?;
+        let made = rt.alloc(device, 4).and_then(|scratch| match rt.event_create(device) {
+            Ok(ev) => Ok((scratch, ev)),
+            Err(e) => {
+                // SAFETY: just allocated, never used.
+                let _ = unsafe { rt.free(device, scratch) };
+                Err(e)
+            }
+        });
+        let (scratch, order_event) = match made {
+            Ok(x) => x,
+            Err(e) => {
+                // SAFETY: just created, nothing queued on it.
+                let _ = unsafe { rt.stream_destroy(stream) };
+                return Err(e);
+            }
+        };
+        let kind = device_of(rt.as_ref(), device);
+        let (rank, size) = (host.comm().rank(), host.comm().world_size());
+        let inner = Inner {
+            name,
+            lib,
+            rt,
+            device,
+            kind,
+            rank,
+            size,
+            timeout,
+            host,
+            host_buffers,
+            comm,
+            stream,
+            scratch,
+            order_event,
+            events: Mutex::new(Vec::new()),
+            order: Mutex::new(Order::default()),
+            poison: Mutex::new(Poison::default()),
+        };
+        Ok(Engine { inner: Arc::new(inner) })
+    }
+
+    /// The device this rank uses.
+    pub(crate) fn device(&self) -> Device {
+        self.inner.kind
+    }
+}
+
+impl Inner {
+    /// `Ok` unless the communicator is poisoned.
+    fn poisoned(&self) -> Result<()> {
+        relock(&self.poison).check()
+    }
+
+    /// What a wait watches besides its event: NCCL's asynchronous error and lost peers.
+    fn watch(&self) -> Result<()> {
+        self.poisoned()?;
+        if let Some(e) = self.comm.async_error()? {
+            return Err(e);
+        }
+        self.host.liveness()
+    }
+
+    /// Poisons the communicator with `e` (the first failure stays), aborts it and the host
+    /// communicator, lets the stream drain, and returns `e`.
+    fn fail(&self, e: Error) -> Error {
+        let first = relock(&self.poison).set(e.clone());
+        if first {
+            let reason = format!("rank {} failed: {e}", self.rank);
+            self.comm.abort(&reason);
+            self.host.comm().abort(&reason);
+            self.drain();
+        }
+        e
+    }
+
+    /// Waits (boundedly) until the engine's stream has run what was queued, after an abort
+    /// made every NCCL call on it return.
+    fn drain(&self) {
+        let Ok(ev) = self.event() else { return };
+        if self.rt.event_record(ev, self.stream).is_ok() {
+            let until = Instant::now() + DRAIN;
+            while Instant::now() < until && !matches!(self.rt.event_query(ev), Ok(true) | Err(_)) {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+        self.give_back_event(ev);
+    }
+
+    /// A completion event (from the pool when it has one).
+    fn event(&self) -> Result<RawEvent> {
+        if let Some(event) = relock(&self.events).pop() {
+            return Ok(event);
+        }
+        self.rt.event_create(self.device)
+    }
+
+    /// Returns an event to the pool.
+    fn give_back_event(&self, event: RawEvent) {
+        let mut pool = relock(&self.events);
+        if pool.len() < EVENT_POOL {
+            pool.push(event);
+        } else {
+            drop(pool);
+            // SAFETY: the event's last user is gone (its `PooledEvent` is being dropped).
+            let _ = unsafe { self.rt.event_destroy(event) };
+        }
+    }
+
+    /// `bytes` of device memory until the operation completes.
+    fn temp(self: &Arc<Self>, bytes: usize) -> Result<DeviceTemp> {
+        let ptr = self.rt.alloc(self.device, bytes)?;
+        Ok(DeviceTemp { inner: Arc::clone(self), ptr })
+    }
+
+    /// Issues the queued batches (see `p2p.rs`).
+    fn flush_queue(self: &Arc<Self>) -> Result<()> {
+        let mut order = relock(&self.order);
+        self.flush(&mut order.queue)
+    }
+
+    /// Makes the engine's stream wait for the work queued so far on the caller's stream.
+    fn follow(&self, caller: RawStream) -> Result<()> {
+        self.rt.event_record(self.order_event, caller)?;
+        self.rt.stream_wait_event(self.stream, self.order_event)
+    }
+
+    /// The stream an operation with `order` is queued on, ordered after the caller's work.
+    fn stream_for(&self, order: Option<StreamOrder>) -> Result<RawStream> {
+        match order {
+            Some(StreamOrder::On(s)) => Ok(RawStream(s.as_raw())),
+            Some(StreamOrder::After(s)) => self.follow(RawStream(s.as_raw())).map(|()| self.stream),
+            None => self.follow(RawStream::DEFAULT).map(|()| self.stream),
+        }
+    }
+
+    /// A guard for waits of operation `kind` number `seq`.
+    fn late(kind: OpKind, seq: u64) -> impl Fn(Duration) -> Error {
+        move |waited| Error::Timeout { op: kind, seq, peer: None, waited }
+    }
+
+    /// Records a completion event on `stream`.
+    fn complete_on(self: &Arc<Self>, stream: RawStream) -> Result<Arc<PooledEvent>> {
+        let ev = Arc::new(PooledEvent { inner: Arc::clone(self), event: self.event()? });
+        self.rt.event_record(ev.event, stream)?;
+        Ok(ev)
+    }
+
+    /// Issues `transfers` as one group on the engine's stream, after every caller stream
+    /// `orders` name; streams asked for with `On` wait for the group's completion event.
+    ///
+    /// # Safety
+    /// Every pointer of `transfers` is device memory valid until the event fires.
+    unsafe fn issue_group(
+        self: &Arc<Self>,
+        transfers: &[Transfer],
+        orders: &[Option<StreamOrder>],
+        deadline: Instant,
+    ) -> Result<Arc<PooledEvent>> {
+        self.rt.set_current(self.device)?;
+        let mut callers: Vec<RawStream> = Vec::new();
+        let mut on: Vec<RawStream> = Vec::new();
+        for o in orders {
+            let (s, is_on) = match o {
+                None => (RawStream::DEFAULT, false),
+                Some(StreamOrder::After(s)) => (RawStream(s.as_raw()), false),
+                Some(StreamOrder::On(s)) => (RawStream(s.as_raw()), true),
+            };
+            if !callers.contains(&s) {
+                callers.push(s);
+            }
+            if is_on && !on.contains(&s) {
+                on.push(s);
+            }
+        }
+        for s in callers {
+            self.follow(s)?;
+        }
+        let result = self.comm.with(|c| {
+            let target = Target {
+                lib: &self.lib,
+                comm: c,
+                stream: self.stream,
+                rt: self.rt.as_ref(),
+                rank: self.rank,
+                size: self.size,
+            };
+            // SAFETY: forwarded from this function's contract; `c` is live under the lock.
+            unsafe { target.group(transfers) }
+        })?;
+        let late = Self::late(OpKind::Batch, 0);
+        let guard = Guard { deadline, watch: &|| self.watch(), late: &late };
+        let settled = result.and_then(|r| self.comm.settle("ncclGroupEnd", r, &guard));
+        settled.map_err(|e| self.fail(e))?;
+        let ev = self.complete_on(self.stream)?;
+        for s in on {
+            self.rt.stream_wait_event(s, ev.event)?;
+        }
+        Ok(ev)
+    }
+
+    /// Issues a collective (under the order lock) and returns its completion.
+    ///
+    /// # Safety
+    /// As for [`Backend::submit`].
+    unsafe fn issue_collective(
+        self: &Arc<Self>,
+        op: &Op,
+        order: Option<StreamOrder>,
+        seq: u64,
+        deadline: Instant,
+    ) -> Result<Issued> {
+        self.rt.set_current(self.device)?;
+        let stream = self.stream_for(order)?;
+        let mut temps: Vec<DeviceTemp> = Vec::new();
+        let result = self.comm.with(|c| {
+            let target =
+                Target { lib: &self.lib, comm: c, stream, rt: self.rt.as_ref(), rank: self.rank, size: self.size };
+            let mut temp = |bytes: usize| {
+                let t = self.temp(bytes)?;
+                let p = t.ptr;
+                temps.push(t);
+                Ok(p)
+            };
+            // SAFETY: forwarded from this function's contract; `c` is live under the lock;
+            // `scratch` is the engine's 4-byte device word.
+            unsafe { target.collective(op, self.scratch, &mut temp) }
+        })?;
+        let late = Self::late(op.kind(), seq);
+        let guard = Guard { deadline, watch: &|| self.watch(), late: &late };
+        let settled = result.and_then(|r| self.comm.settle("the collective", r, &guard));
+        settled.map_err(|e| self.fail(e))?;
+        let event = self.complete_on(stream)?;
+        Ok(Issued { event, received: Vec::new(), temps, error: None })
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        let _ = self.rt.set_current(self.device);
+        if relock(&self.poison).is_set() {
+            self.comm.abort("the communicator was dropped");
+        } else {
+            self.comm.destroy(Instant::now() + self.timeout.min(Duration::from_secs(10)));
+        }
+        self.drain();
+        // SAFETY: the communicator is gone and the stream drained: nothing uses the stream,
+        // the events or the scratch word any more; each is released once.
+        unsafe {
+            let _ = self.rt.stream_destroy(self.stream);
+            let _ = self.rt.event_destroy(self.order_event);
+            for ev in relock(&self.events).drain(..) {
+                let _ = self.rt.event_destroy(ev);
+            }
+            let _ = self.rt.free(self.device, self.scratch);
+        }
+    }
+}
+
+impl Engine {
+    /// Refuses buffers this engine cannot take (see the module documentation).
+    fn check_buffers(&self, op: &Op) -> Result<bool> {
+        let devices = op.devices();
+        let i = &self.inner;
+        if i.host_buffers && !devices.is_empty() && devices.iter().all(|d| *d == Device::Cpu) {
+            return Ok(true);
+        }
+        for d in devices {
+            if d != i.kind {
+                return Err(self.wrong_device(d));
+            }
+        }
+        Ok(false)
+    }
+
+    fn wrong_device(&self, d: Device) -> Error {
+        let i = &self.inner;
+        match d {
+            Device::Cpu if i.host_buffers => Error::invalid(format!(
+                "this operation mixes host memory and {} memory; give every buffer of one call the same place",
+                i.kind
+            )),
+            Device::Cpu => Error::invalid(format!(
+                "the {} backend takes device memory on {}, and this buffer is host memory; copy it to the GPU \
+                 (e.g. Gpu::copy_from_host), or use OXCCL_BACKEND=auto, which sends host buffers through the cpu backend",
+                i.name, i.kind
+            )),
+            other => Error::invalid(format!(
+                "this {} communicator uses {}, and this buffer is on {other}; each rank's buffers must be on its \
+                 communicator's device",
+                i.name, i.kind
+            )),
+        }
+    }
+}
+
+impl Backend for Engine {
+    fn name(&self) -> &'static str {
+        self.inner.name
+    }
+
+    fn rank(&self) -> usize {
+        self.inner.rank
+    }
+
+    fn world_size(&self) -> usize {
+        self.inner.size
+    }
+
+    fn timeout(&self) -> Duration {
+        self.inner.timeout
+    }
+
+    fn check_device(&self, device: Device) -> Result<()> {
+        if device == self.inner.kind || (device == Device::Cpu && self.inner.host_buffers) {
+            Ok(())
+        } else {
+            Err(self.wrong_device(device))
+        }
+    }
+
+    unsafe fn submit(&self, op: Op, mode: Mode, opts: &CallOptions) -> Result<Arc<dyn Pending>> {
+        let i = &self.inner;
+        i.poisoned()?;
+        if self.check_buffers(&op)? {
+            // SAFETY: forwarded from our caller.
+            return unsafe { i.host.comm().submit(op, mode, opts) };
+        }
+        let timeout = opts.timeout_or(i.timeout);
+        let started = Instant::now();
+        let deadline = started + timeout;
+        let kind = op.kind();
+        if let Op::Batch(ops) = op {
+            i.host.announce(&p2p::envelopes(&ops), timeout)?;
+            let ticket = Arc::new(Ticket::default());
+            let mut order = relock(&i.order);
+            let seq = order.p2p;
+            order.p2p += 1;
+            order.queue.push(Queued { ops, ticket: Arc::clone(&ticket), deadline, order: opts.stream });
+            if mode == Mode::Blocking {
+                i.flush(&mut order.queue)?;
+            }
+            drop(order);
+            return Ok(Arc::new(GpuPending {
+                inner: Arc::clone(i),
+                ticket,
+                kind,
+                seq,
+                started,
+                deadline,
+                done: Mutex::new(None),
+            }));
+        }
+        let mut order = relock(&i.order);
+        let seq = order.collectives;
+        order.collectives += 1;
+        i.host.check_collective(&op.fingerprint(seq, crate::algorithm::Algorithm::Auto), timeout)?;
+        i.flush(&mut order.queue)?;
+        // SAFETY: forwarded from our caller.
+        let issued = unsafe { i.issue_collective(&op, opts.stream, seq, deadline)? };
+        drop(order);
+        Ok(Arc::new(GpuPending {
+            inner: Arc::clone(i),
+            ticket: Ticket::issued(Ok(issued)),
+            kind,
+            seq,
+            started,
+            deadline,
+            done: Mutex::new(None),
+        }))
+    }
+
+    fn probe(&self, peer: usize, tag: u32) -> Result<Option<MessageInfo>> {
+        let i = &self.inner;
+        i.poisoned()?;
+        i.flush_queue()?;
+        if let Some(e) = i.host.peek(peer, i.timeout)? {
+            return Ok((e.tag == tag).then_some(MessageInfo { source: peer, tag, dtype: e.dtype, count: e.count }));
+        }
+        if i.host_buffers {
+            return i.host.comm().probe(peer, tag);
+        }
+        Ok(None)
+    }
+
+    fn split(&self, color: Option<u32>, key: i64, opts: &CallOptions) -> Result<Option<Arc<dyn Backend>>> {
+        let i = &self.inner;
+        i.poisoned()?;
+        let timeout = opts.timeout_or(i.timeout);
+        let mut order = relock(&i.order);
+        i.flush(&mut order.queue)?;
+        let parent = i.host.comm();
+        let child_host = parent.split(color, key, opts)?;
+        let parts = |host: Arc<dyn Backend>| Parts {
+            name: i.name,
+            lib: Arc::clone(&i.lib),
+            rt: Arc::clone(&i.rt),
+            device: i.device,
+            host,
+            check: i.host.checks(),
+            host_buffers: i.host_buffers,
+            timeout: i.timeout,
+        };
+        i.rt.set_current(i.device)?;
+        if i.lib.table.comm_split.is_some() {
+            // NCCL's colors are non-negative ints: number the distinct colors densely, the
+            // same way on every rank; the key is the rank in the host split, whose order
+            // (key, rank) is the one oxccl promises.
+            let code = color.map_or(0, |c| u64::from(c) + 1);
+            let all = host_all_gather(parent.as_ref(), code, timeout)?;
+            let mut distinct: Vec<u64> = all.into_iter().filter(|&c| c != 0).collect();
+            distinct.sort_unstable();
+            distinct.dedup();
+            let nccl_color = match color {
+                None => NCCL_SPLIT_NOCOLOR,
+                Some(c) => {
+                    let at = distinct
+                        .binary_search(&(u64::from(c) + 1))
+                        .map_err(|_| Error::Internal("this rank's color is missing from the gathered colors".into()))?;
+                    std::ffi::c_int::try_from(at).map_err(|_| Error::invalid("too many split colors for NCCL"))?
+                }
+            };
+            let nccl_key = match &child_host {
+                Some(h) => {
+                    std::ffi::c_int::try_from(h.rank()).map_err(|_| Error::invalid("rank out of NCCL's range"))?
+                }
+                None => 0,
+            };
+            let late = Inner::late(OpKind::Barrier, order.collectives);
+            let guard = Guard { deadline: Instant::now() + timeout, watch: &|| i.watch(), late: &late };
+            let child = i.comm.split(nccl_color, nccl_key, &guard).map_err(|e| i.fail(e))?;
+            drop(order);
+            return match (child, child_host) {
+                (Some(comm), Some(host)) => {
+                    let p = parts(host);
+                    let side = HostSide::new(Arc::clone(&p.host), p.check);
+                    Ok(Some(Arc::new(Engine::assemble(p, side, comm)?) as Arc<dyn Backend>))
+                }
+                (None, None) => Ok(None),
+                _ => Err(Error::Internal("NCCL's split and the host split disagree about this rank".into())),
+            };
+        }
+        drop(order);
+        match child_host {
+            None => Ok(None),
+            Some(host) => {
+                let id = exchange_id(&i.lib, host.as_ref(), timeout)?;
+                let p = parts(host);
+                let side = HostSide::new(Arc::clone(&p.host), p.check);
+                let comm = Engine::init_comm(&p, &side, &id)?;
+                Ok(Some(Arc::new(Engine::assemble(p, side, comm)?) as Arc<dyn Backend>))
+            }
+        }
+    }
+
+    fn abort(&self, reason: &str) {
+        let i = &self.inner;
+        let e = Error::Aborted { reason: format!("rank {} called abort: {reason}", i.rank) };
+        relock(&i.poison).set(e);
+        i.comm.abort(reason);
+        i.host.comm().abort(reason);
+    }
+}

@@ -1,0 +1,177 @@
+//! Completion of GPU operations: an event recorded after the operation's calls, polled with
+//! the communicator's asynchronous error, the host side's view of the peers and the
+//! operation's deadline, so that a wait ends with the result or a clear error, never a hang.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::Inner;
+use crate::backend::{Completion, Pending};
+use crate::error::{Error, Result};
+use crate::fingerprint::OpKind;
+use crate::sync::relock;
+use crate::xccl::runtime::RawEvent;
+
+/// How often a waiting thread asks NCCL for its asynchronous error and the host side for
+/// lost peers (event queries are made on every turn).
+const WATCH_EVERY: Duration = Duration::from_millis(1);
+/// Turns of spinning before a waiting thread starts to sleep between polls.
+const SPINS: u32 = 4096;
+/// The longest sleep between polls.
+const MAX_PAUSE: Duration = Duration::from_micros(200);
+
+/// An event of the engine's pool, given back when the last operation using it is done.
+pub(crate) struct PooledEvent {
+    pub(super) inner: Arc<Inner>,
+    pub(super) event: RawEvent,
+}
+
+impl Drop for PooledEvent {
+    fn drop(&mut self) {
+        self.inner.give_back_event(self.event);
+    }
+}
+
+/// Device memory an operation needs until it completes (a copy of an in-place input, a
+/// landing place for a message too long for its buffer), freed after it.
+pub(crate) struct DeviceTemp {
+    pub(super) inner: Arc<Inner>,
+    pub(super) ptr: u64,
+}
+
+impl Drop for DeviceTemp {
+    fn drop(&mut self) {
+        // SAFETY: `ptr` came from `alloc` on the engine's device and is freed once, here;
+        // temporaries are dropped only after their operation's event fired or the
+        // communicator was aborted and its stream drained (see `Inner::fail`).
+        let _ = unsafe { self.inner.rt.free(self.inner.device, self.ptr) };
+    }
+}
+
+/// What issuing an operation produced.
+pub(crate) struct Issued {
+    /// Fires when the operation's calls have run.
+    pub(crate) event: Arc<PooledEvent>,
+    /// Element counts received, one per receive of a batch.
+    pub(crate) received: Vec<usize>,
+    /// Kept until completion.
+    pub(crate) temps: Vec<DeviceTemp>,
+    /// An error to report once the calls have run (a message longer than its buffer: it
+    /// was received elsewhere so that the sender's calls still match).
+    pub(crate) error: Option<Error>,
+}
+
+/// Where an operation's issue lands: at once for collectives, when the queue is flushed for
+/// point-to-point batches.
+#[derive(Default)]
+pub(crate) struct Ticket {
+    issued: Mutex<Option<Result<Arc<Issued>>>>,
+}
+
+impl Ticket {
+    /// A ticket already issued.
+    pub(crate) fn issued(r: Result<Issued>) -> Arc<Ticket> {
+        Arc::new(Ticket { issued: Mutex::new(Some(r.map(Arc::new))) })
+    }
+
+    /// Records the issue (the first one stays).
+    pub(crate) fn set(&self, r: Result<Issued>) {
+        relock(&self.issued).get_or_insert(r.map(Arc::new));
+    }
+
+    /// The issue, when it happened.
+    pub(crate) fn get(&self) -> Option<Result<Arc<Issued>>> {
+        relock(&self.issued).clone()
+    }
+}
+
+/// A submitted GPU operation (see the module documentation).
+pub(crate) struct GpuPending {
+    pub(super) inner: Arc<Inner>,
+    pub(super) ticket: Arc<Ticket>,
+    pub(super) kind: OpKind,
+    pub(super) seq: u64,
+    pub(super) started: Instant,
+    pub(super) deadline: Instant,
+    pub(super) done: Mutex<Option<Result<Completion>>>,
+}
+
+impl GpuPending {
+    /// Keeps the first result.
+    fn finish(&self, r: Result<Completion>) -> Result<Completion> {
+        relock(&self.done).get_or_insert(r).clone()
+    }
+
+    /// The operation's issue, flushing the engine's queue when it is still waiting there.
+    fn issued(&self) -> Result<Arc<Issued>> {
+        if let Some(r) = self.ticket.get() {
+            return r;
+        }
+        self.inner.flush_queue()?;
+        self.ticket.get().unwrap_or_else(|| Err(Error::Internal("a queued operation was not issued".into())))
+    }
+
+    /// The completion once the event fired.
+    fn completed(issued: &Issued) -> Result<Completion> {
+        match &issued.error {
+            Some(e) => Err(e.clone()),
+            None => Ok(Completion { received: issued.received.clone() }),
+        }
+    }
+}
+
+impl Pending for GpuPending {
+    fn wait(&self, timeout: Option<Duration>) -> Option<Result<Completion>> {
+        if let Some(r) = relock(&self.done).clone() {
+            return Some(r);
+        }
+        let until = timeout.map(|t| Instant::now() + t);
+        let issued = match self.issued() {
+            Ok(i) => i,
+            Err(e) => return Some(self.finish(Err(e))),
+        };
+        let mut turns = 0u32;
+        let mut pause = Duration::from_micros(5);
+        let mut watched = Instant::now();
+        loop {
+            match self.inner.rt.event_query(issued.event.event) {
+                Ok(true) => return Some(self.finish(Self::completed(&issued))),
+                Ok(false) => {}
+                Err(e) => return Some(self.finish(Err(self.inner.fail(e)))),
+            }
+            if let Err(e) = self.inner.poisoned() {
+                return Some(self.finish(Err(e)));
+            }
+            let now = Instant::now();
+            if now.duration_since(watched) >= WATCH_EVERY {
+                watched = now;
+                if let Err(e) = self.inner.watch() {
+                    return Some(self.finish(Err(self.inner.fail(e))));
+                }
+            }
+            if now >= self.deadline {
+                let e = Error::Timeout { op: self.kind, seq: self.seq, peer: None, waited: self.started.elapsed() };
+                return Some(self.finish(Err(self.inner.fail(e))));
+            }
+            if until.is_some_and(|u| now >= u) {
+                return None;
+            }
+            turns = turns.saturating_add(1);
+            if turns < SPINS {
+                std::hint::spin_loop();
+            } else {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(MAX_PAUSE);
+            }
+        }
+    }
+
+    fn is_completed(&self) -> bool {
+        if relock(&self.done).is_some() {
+            return true;
+        }
+        // A batch still in the engine's queue has not started; asking must not flush it
+        // (flushing may wait for a peer's envelope).
+        self.ticket.get().is_some() && self.wait(Some(Duration::ZERO)).is_some()
+    }
+}
