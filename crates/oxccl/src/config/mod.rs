@@ -11,6 +11,7 @@
 #![doc = include_str!("SETTINGS.md")]
 
 pub mod cpu;
+pub mod gpu;
 pub mod mpi;
 pub mod parse;
 pub mod registry;
@@ -24,6 +25,7 @@ use crate::fingerprint::OpKind;
 use registry::Setting;
 
 pub use cpu::{CpuSettings, SecretText, TransportChoice};
+pub use gpu::{GpuSettings, HostBuffers};
 pub use mpi::{CudaAware, HalfReduce, MpiConfig, ThreadLevel};
 
 /// The default deadline of every blocking wait.
@@ -88,6 +90,8 @@ pub struct ResolvedConfig {
     pub cpu: CpuSettings,
     /// Settings of the `mpi` backend.
     pub mpi: MpiConfig,
+    /// Settings of the `nccl` and `rccl` backends.
+    pub gpu: GpuSettings,
 }
 
 /// Where a setting's value came from, for error messages.
@@ -291,7 +295,8 @@ impl Config {
             secret: rd.get(&r::SECRET, |v| Ok(SecretText(v.to_string())))?,
         };
         let mpi = mpi::resolve(self.mpi.clone(), &rd)?;
-        Ok(ResolvedConfig { backend, timeout, algorithms, cpu, mpi })
+        let gpu = gpu::resolve(&rd)?;
+        Ok(ResolvedConfig { backend, timeout, algorithms, cpu, mpi, gpu })
     }
 }
 

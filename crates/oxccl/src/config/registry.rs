@@ -145,8 +145,8 @@ pub const BACKEND: Setting = Setting {
         ("rccl", "rccl"),
     ]),
     default: "auto",
-    default_doc: "`auto` (best available: `mpi` under mpirun when built in, else `cpu`)",
-    doc: "`auto`, `cpu`, `local`, `mpi` (`nccl`, `rccl` later)",
+    default_doc: "`auto` (best available: `nccl`/`rccl` with host buffers on `cpu` on a GPU host, `mpi` under mpirun when built in, else `cpu`)",
+    doc: "`auto`, `cpu`, `local`, `mpi`, `nccl`, `rccl`",
     origin: Origin::User,
 };
 /// `OXCCL_TIMEOUT`.
@@ -347,6 +347,53 @@ pub const MPI_ENV: Setting = Setting {
     origin: Origin::User,
 };
 
+/// `OXCCL_NCCL_LIBRARY`.
+pub const NCCL_LIBRARY: Setting = Setting {
+    name: "OXCCL_NCCL_LIBRARY",
+    kind: Kind::Text,
+    default: "",
+    default_doc: "searched: `$NCCL_HOME`, `$CUDA_HOME`, the `nvidia-nccl` wheel of `$VIRTUAL_ENV`/`$CONDA_PREFIX`, `libnccl.so.2`",
+    doc: "`nccl`: the NCCL library to load (a file, or a folder holding `libnccl.so.2`) instead of searching",
+    origin: Origin::User,
+};
+/// `OXCCL_RCCL_LIBRARY`.
+pub const RCCL_LIBRARY: Setting = Setting {
+    name: "OXCCL_RCCL_LIBRARY",
+    kind: Kind::Text,
+    default: "",
+    default_doc: "searched: `$ROCM_PATH/lib`, `librccl.so.1`",
+    doc: "`rccl`: the RCCL library to load (a file, or a folder holding `librccl.so.1`) instead of searching",
+    origin: Origin::User,
+};
+/// `OXCCL_GPU_DEVICE`.
+pub const GPU_DEVICE: Setting = Setting {
+    name: "OXCCL_GPU_DEVICE",
+    kind: Kind::Count { min: 0, max: 1 << 16 },
+    default: "",
+    default_doc: "`LOCAL_RANK` modulo the visible devices",
+    doc: "`nccl`/`rccl`: the device ordinal this process uses",
+    origin: Origin::User,
+};
+/// `OXCCL_GPU_FINGERPRINT`.
+pub const GPU_FINGERPRINT: Setting = Setting {
+    name: "OXCCL_GPU_FINGERPRINT",
+    kind: Kind::Flag,
+    default: "0",
+    default_doc: "`0`",
+    doc: "`nccl`/`rccl`: exchange a fingerprint before each collective, so mismatched calls fail with `Mismatch` instead of hanging",
+    origin: Origin::User,
+};
+
+/// `OXCCL_GPU_HOST_BUFFERS`.
+pub const GPU_HOST_BUFFERS: Setting = Setting {
+    name: "OXCCL_GPU_HOST_BUFFERS",
+    kind: Kind::Choice(&[("auto", "auto"), ("refuse", "refuse"), ("cpu", "cpu"), ("stage", "stage")]),
+    default: "auto",
+    default_doc: "`auto`: `cpu` under `OXCCL_BACKEND=auto`, else `refuse`",
+    doc: "`nccl`/`rccl`: host buffers are refused (`refuse`), run on the cpu backend (`cpu`) or copied through the GPU (`stage`)",
+    origin: Origin::User,
+};
+
 /// Every setting, in the order the docs list them.
 pub const ALL: &[Setting] = &[
     BACKEND,
@@ -370,6 +417,11 @@ pub const ALL: &[Setting] = &[
     MPI_CUDA_AWARE,
     MPI_FORCE_STAGING,
     MPI_ENV,
+    NCCL_LIBRARY,
+    RCCL_LIBRARY,
+    GPU_DEVICE,
+    GPU_FINGERPRINT,
+    GPU_HOST_BUFFERS,
 ];
 
 /// The setting called `name` (case-insensitive), if there is one.

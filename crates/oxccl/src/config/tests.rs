@@ -76,6 +76,11 @@ fn cases(name: &str) -> (&'static str, &'static str) {
         "OXCCL_MPI_CUDA_AWARE" => ("no", "perhaps"),
         "OXCCL_MPI_FORCE_STAGING" => ("1", "2"),
         "OXCCL_MPI_ENV" => ("OMPI_MCA_btl=self,vader; A=1", "novalue"),
+        "OXCCL_NCCL_LIBRARY" => ("/opt/nccl/lib/libnccl.so.2", ""),
+        "OXCCL_RCCL_LIBRARY" => ("/opt/rocm/lib", ""),
+        "OXCCL_GPU_DEVICE" => ("3", "-1"),
+        "OXCCL_GPU_FINGERPRINT" => ("on", "sometimes"),
+        "OXCCL_GPU_HOST_BUFFERS" => ("stage", "copy"),
         other => panic!("no test values for {other}: add them here"),
     }
 }
@@ -127,6 +132,18 @@ fn the_builder_wins_for_every_setting() {
     assert_eq!(from_env.cpu.transport, TransportChoice::Tcp);
     assert_eq!(from_env.cpu.socket_ifname.as_deref(), Some("eth9"));
     assert!(!from_env.mpi.fingerprint);
+    let gpu = Config::new()
+        .resolve_with(env(&[
+            ("OXCCL_NCCL_LIBRARY", "/x/libnccl.so.2"),
+            ("OXCCL_GPU_DEVICE", "2"),
+            ("OXCCL_GPU_FINGERPRINT", "1"),
+            ("OXCCL_GPU_HOST_BUFFERS", "cpu"),
+        ]))
+        .unwrap()
+        .gpu;
+    assert_eq!(gpu.nccl_library.as_deref(), Some(std::path::Path::new("/x/libnccl.so.2")));
+    assert_eq!((gpu.device, gpu.fingerprint, gpu.host_buffers), (Some(2), true, Some(crate::config::HostBuffers::Cpu)));
+    assert_eq!(Config::new().resolve_with(|_| None).unwrap().gpu, crate::config::GpuSettings::default());
     assert_eq!(from_env.cpu.secret, Some(SecretText("from-env".into())));
     let built = Config::new()
         .set("oxccl_shm_slot_bytes", "2M")

@@ -25,15 +25,16 @@
 //! fingerprint check of the host side.
 //!
 //! # Host buffers
-//! With `host_buffers` (the `auto` backend on a GPU host, like torch's
-//! `cpu:gloo,cuda:nccl`), operations whose buffers are all host memory run on the host
-//! communicator, in the same call order; otherwise host memory is an
-//! [`Error::InvalidArgument`].
+//! By [`HostBuffers`] (`OXCCL_GPU_HOST_BUFFERS`): refused with [`Error::InvalidArgument`]
+//! (the default of a named `nccl`/`rccl` backend); run on the host communicator in the same
+//! call order (`cpu`, the default under `auto`, like torch's `cpu:gloo,cuda:nccl`); or copied
+//! through device temporaries (`stage`, see `stage.rs`).
 
 mod comm;
 mod issue;
 mod p2p;
 mod pending;
+mod stage;
 #[cfg(test)]
 mod tests;
 
@@ -44,8 +45,10 @@ use self::comm::{Comm, Guard, NCCL_SPLIT_NOCOLOR};
 use self::issue::{Target, Transfer};
 use self::p2p::Queued;
 use self::pending::{DeviceTemp, GpuPending, Issued, PooledEvent, Ticket};
+use self::stage::Staged;
 use crate::backend::poison::Poison;
 use crate::backend::{Backend, CallOptions, MessageInfo, Mode, Op, Pending, RawBuf, RawBufMut, StreamOrder};
+use crate::config::HostBuffers;
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -75,8 +78,8 @@ pub(crate) struct Parts {
     pub(crate) host: Arc<dyn Backend>,
     /// Whether collectives are fingerprint-checked.
     pub(crate) check: bool,
-    /// Whether host buffers run on the host communicator (else they are refused).
-    pub(crate) host_buffers: bool,
+    /// What happens to host buffers.
+    pub(crate) host_buffers: HostBuffers,
     /// The default deadline.
     pub(crate) timeout: Duration,
 }
@@ -97,7 +100,7 @@ pub(crate) struct Inner {
     size: usize,
     timeout: Duration,
     host: HostSide,
-    host_buffers: bool,
+    host_buffers: HostBuffers,
     comm: Comm,
     /// The engine's own stream.
     stream: RawStream,
@@ -110,6 +113,16 @@ pub(crate) struct Inner {
     /// Enqueue order: every NCCL call is made under this lock.
     order: Mutex<Order>,
     poison: Mutex<Poison>,
+}
+
+/// Where an operation runs.
+enum Route {
+    /// NCCL, on the caller's device buffers.
+    Device,
+    /// The host communicator (host buffers, `OXCCL_GPU_HOST_BUFFERS=cpu`).
+    HostComm,
+    /// NCCL, on device copies of host buffers (`OXCCL_GPU_HOST_BUFFERS=stage`).
+    Stage,
 }
 
 /// Counters and the point-to-point queue.
@@ -356,7 +369,8 @@ impl Inner {
     }
 
     /// Issues `transfers` as one group on the engine's stream, after every caller stream
-    /// `orders` name; streams asked for with `On` wait for the group's completion event.
+    /// `orders` name, then queues `after`'s work on that stream; streams asked for with `On`
+    /// wait for the completion event recorded last.
     ///
     /// # Safety
     /// Every pointer of `transfers` is device memory valid until the event fires.
@@ -365,6 +379,7 @@ impl Inner {
         transfers: &[Transfer],
         orders: &[Option<StreamOrder>],
         deadline: Instant,
+        after: &mut dyn FnMut(RawStream) -> Result<()>,
     ) -> Result<Arc<PooledEvent>> {
         self.rt.set_current(self.device)?;
         let mut callers: Vec<RawStream> = Vec::new();
@@ -401,6 +416,7 @@ impl Inner {
         let guard = Guard { deadline, watch: &|| self.watch(), late: &late };
         let settled = result.and_then(|r| self.comm.settle("ncclGroupEnd", r, &guard));
         settled.map_err(|e| self.fail(e))?;
+        after(self.stream)?;
         let ev = self.complete_on(self.stream)?;
         for s in on {
             self.rt.stream_wait_event(s, ev.event)?;
@@ -418,9 +434,14 @@ impl Inner {
         order: Option<StreamOrder>,
         seq: u64,
         deadline: Instant,
+        staged: Option<Staged>,
     ) -> Result<Issued> {
         self.rt.set_current(self.device)?;
         let stream = self.stream_for(order)?;
+        if let Some(st) = &staged {
+            // SAFETY: the host ranges stay valid until completion (our contract).
+            unsafe { st.copy_in(self, stream)? };
+        }
         let mut temps: Vec<DeviceTemp> = Vec::new();
         let result = self.comm.with(|c| {
             let target =
@@ -439,6 +460,11 @@ impl Inner {
         let guard = Guard { deadline, watch: &|| self.watch(), late: &late };
         let settled = result.and_then(|r| self.comm.settle("the collective", r, &guard));
         settled.map_err(|e| self.fail(e))?;
+        if let Some(st) = staged {
+            // SAFETY: as for the copies in.
+            unsafe { st.copy_out(self, stream, &[])? };
+            temps.extend(st.temps);
+        }
         let event = self.complete_on(stream)?;
         Ok(Issued { event, received: Vec::new(), temps, error: None })
     }
@@ -467,31 +493,35 @@ impl Drop for Inner {
 }
 
 impl Engine {
-    /// Refuses buffers this engine cannot take (see the module documentation).
-    fn check_buffers(&self, op: &Op) -> Result<bool> {
-        let devices = op.devices();
+    /// Where `op` runs, or why it cannot (see the module documentation).
+    fn route(&self, op: &Op) -> Result<Route> {
         let i = &self.inner;
-        if i.host_buffers && !devices.is_empty() && devices.iter().all(|d| *d == Device::Cpu) {
-            return Ok(true);
+        if stage::all_host(op) {
+            match i.host_buffers {
+                HostBuffers::Cpu => return Ok(Route::HostComm),
+                HostBuffers::Stage => return Ok(Route::Stage),
+                HostBuffers::Refuse => {}
+            }
         }
-        for d in devices {
+        for d in op.devices() {
             if d != i.kind {
                 return Err(self.wrong_device(d));
             }
         }
-        Ok(false)
+        Ok(Route::Device)
     }
 
     fn wrong_device(&self, d: Device) -> Error {
         let i = &self.inner;
         match d {
-            Device::Cpu if i.host_buffers => Error::invalid(format!(
+            Device::Cpu if i.host_buffers != HostBuffers::Refuse => Error::invalid(format!(
                 "this operation mixes host memory and {} memory; give every buffer of one call the same place",
                 i.kind
             )),
             Device::Cpu => Error::invalid(format!(
                 "the {} backend takes device memory on {}, and this buffer is host memory; copy it to the GPU \
-                 (e.g. Gpu::copy_from_host), or use OXCCL_BACKEND=auto, which sends host buffers through the cpu backend",
+                 (e.g. Gpu::copy_from_host), or set OXCCL_GPU_HOST_BUFFERS=cpu (the default under OXCCL_BACKEND=auto) \
+                 to run host buffers on the cpu backend",
                 i.name, i.kind
             )),
             other => Error::invalid(format!(
@@ -521,7 +551,7 @@ impl Backend for Engine {
     }
 
     fn check_device(&self, device: Device) -> Result<()> {
-        if device == self.inner.kind || (device == Device::Cpu && self.inner.host_buffers) {
+        if device == self.inner.kind || (device == Device::Cpu && self.inner.host_buffers != HostBuffers::Refuse) {
             Ok(())
         } else {
             Err(self.wrong_device(device))
@@ -531,10 +561,16 @@ impl Backend for Engine {
     unsafe fn submit(&self, op: Op, mode: Mode, opts: &CallOptions) -> Result<Arc<dyn Pending>> {
         let i = &self.inner;
         i.poisoned()?;
-        if self.check_buffers(&op)? {
+        let (op, staged) = match self.route(&op)? {
+            Route::Device => (op, None),
             // SAFETY: forwarded from our caller.
-            return unsafe { i.host.comm().submit(op, mode, opts) };
-        }
+            Route::HostComm => return unsafe { i.host.comm().submit(op, mode, opts) },
+            Route::Stage => {
+                let mut staged = i.stage(op)?;
+                let op = std::mem::replace(&mut staged.op, Op::Barrier);
+                (op, Some(staged))
+            }
+        };
         let timeout = opts.timeout_or(i.timeout);
         let started = Instant::now();
         let deadline = started + timeout;
@@ -545,7 +581,13 @@ impl Backend for Engine {
             let mut order = relock(&i.order);
             let seq = order.p2p;
             order.p2p += 1;
-            order.queue.push(Queued { ops, ticket: Arc::clone(&ticket), deadline, order: opts.stream });
+            if let Some(st) = &staged {
+                i.rt.set_current(i.device)?;
+                // SAFETY: the host ranges stay valid until completion (our caller's contract);
+                // the group that uses the temporaries is queued later on the same stream.
+                unsafe { st.copy_in(i, i.stream)? };
+            }
+            order.queue.push(Queued { ops, ticket: Arc::clone(&ticket), deadline, order: opts.stream, staged });
             if mode == Mode::Blocking {
                 i.flush(&mut order.queue)?;
             }
@@ -566,7 +608,7 @@ impl Backend for Engine {
         i.host.check_collective(&op.fingerprint(seq, crate::algorithm::Algorithm::Auto), timeout)?;
         i.flush(&mut order.queue)?;
         // SAFETY: forwarded from our caller.
-        let issued = unsafe { i.issue_collective(&op, opts.stream, seq, deadline)? };
+        let issued = unsafe { i.issue_collective(&op, opts.stream, seq, deadline, staged)? };
         drop(order);
         Ok(Arc::new(GpuPending {
             inner: Arc::clone(i),
@@ -586,7 +628,7 @@ impl Backend for Engine {
         if let Some(e) = i.host.peek(peer, i.timeout)? {
             return Ok((e.tag == tag).then_some(MessageInfo { source: peer, tag, dtype: e.dtype, count: e.count }));
         }
-        if i.host_buffers {
+        if i.host_buffers == HostBuffers::Cpu {
             return i.host.comm().probe(peer, tag);
         }
         Ok(None)

@@ -26,6 +26,7 @@ use std::time::Instant;
 
 use super::issue::Transfer;
 use super::pending::{DeviceTemp, Issued, Ticket};
+use super::stage::Staged;
 use super::Inner;
 use crate::backend::{P2p, StreamOrder};
 use crate::error::{Error, Result};
@@ -41,6 +42,8 @@ pub(crate) struct Queued {
     pub(crate) deadline: Instant,
     /// How it is ordered with the caller's stream.
     pub(crate) order: Option<StreamOrder>,
+    /// Its host buffers' device copies (`OXCCL_GPU_HOST_BUFFERS=stage`).
+    pub(crate) staged: Option<Staged>,
 }
 
 /// A batch whose receives know their counts.
@@ -49,8 +52,11 @@ struct Settled {
     order: Option<StreamOrder>,
     transfers: Vec<Transfer>,
     received: Vec<usize>,
+    /// (count, element size) of each receive, for copying staged messages back.
+    elems: Vec<(usize, usize)>,
     temps: Vec<DeviceTemp>,
     error: Option<Error>,
+    staged: Option<Staged>,
 }
 
 /// The envelopes of a batch's sends, to post before anything else happens.
@@ -69,6 +75,7 @@ impl Inner {
         let mut taken: Vec<(usize, Envelope)> = Vec::new();
         let mut transfers = Vec::with_capacity(q.ops.len());
         let mut received = Vec::new();
+        let mut elems = Vec::new();
         let mut temps = Vec::new();
         let mut error = None;
         for p in &q.ops {
@@ -125,14 +132,16 @@ impl Inner {
                             ))
                         });
                         received.push(0);
+                        elems.push((0, buf.dtype.size()));
                     } else {
                         transfers.push(Transfer::Recv { ptr: buf.ptr, count: env.count, dtype: env.dtype, peer });
                         received.push(env.count);
+                        elems.push((env.count, buf.dtype.size()));
                     }
                 }
             }
         }
-        Ok(Settled { ticket: q.ticket, order: q.order, transfers, received, temps, error })
+        Ok(Settled { ticket: q.ticket, order: q.order, transfers, received, elems, temps, error, staged: q.staged })
     }
 
     /// Gives envelopes back to the front of their peers' queues (latest first, so the order
@@ -165,18 +174,21 @@ impl Inner {
         let transfers: Vec<Transfer> = settled.iter().flat_map(|s| s.transfers.iter().copied()).collect();
         let deadline = Instant::now() + self.timeout;
         let orders: Vec<Option<StreamOrder>> = settled.iter().map(|s| s.order).collect();
+        let mut after = |stream| {
+            settled.iter().filter_map(|s| s.staged.as_ref().map(|st| (st, &s.elems))).try_for_each(|(st, elems)| {
+                // SAFETY: the staged batch's host ranges stay valid until completion.
+                unsafe { st.copy_out(self, stream, elems) }
+            })
+        };
         // SAFETY: every pointer is a buffer of a submitted batch (valid until its Pending
         // reports completion, the submitter's contract) or a temporary kept with its batch.
-        let event = unsafe { self.issue_group(&transfers, &orders, deadline) };
+        let event = unsafe { self.issue_group(&transfers, &orders, deadline, &mut after) };
         match event {
             Ok(event) => {
                 for s in settled {
-                    s.ticket.set(Ok(Issued {
-                        event: Arc::clone(&event),
-                        received: s.received,
-                        temps: s.temps,
-                        error: s.error,
-                    }));
+                    let mut temps = s.temps;
+                    temps.extend(s.staged.map(|st| st.temps).unwrap_or_default());
+                    s.ticket.set(Ok(Issued { event: Arc::clone(&event), received: s.received, temps, error: s.error }));
                 }
                 Ok(())
             }
