@@ -21,3 +21,33 @@ pub fn local_backends(cfg: &Config, n: usize, name: &'static str) -> Result<Vec<
     let world = crate::cpu::local::named_world(&cfg.resolve()?, n, name)?;
     Ok(world.into_iter().map(|b| Arc::new(b) as Arc<dyn Backend>).collect())
 }
+
+/// The `n` ranks of a new `nccl` world on test doubles, as bare backends: host memory posing
+/// as device memory (rank `i` on fake device `i`), and a double of the NCCL library whose
+/// collectives are computed sequentially on the host. The whole `nccl` engine runs (its
+/// streams, events, non-blocking communicator, envelopes, fingerprints and failure paths);
+/// only the library and the driver underneath are doubles.
+///
+/// `old_library` leaves out the calls newer NCCL releases added (`ncclCommSplit`,
+/// `ncclAlltoAll`, `ncclGather`, `ncclScatter`, ...), so the engine's fallbacks run. The
+/// settings come from `cfg` (e.g. `OXCCL_GPU_HOST_BUFFERS=stage` runs host buffers through
+/// the device, `OXCCL_GPU_FINGERPRINT=1` checks every collective).
+///
+/// # Errors
+/// [`Error::Config`](crate::Error::Config) for unusable settings; the engine's errors.
+pub fn nccl_double_backends(cfg: &Config, n: usize, old_library: bool) -> Result<Vec<Arc<dyn Backend>>> {
+    use crate::xccl::double::nccl::{table, DoubleOptions};
+    use crate::xccl::library::{Flavor, Library};
+    use crate::xccl::runtime::{host::HostRuntime, DeviceRuntime};
+    let cfg = cfg.resolve()?;
+    let opts = if old_library {
+        DoubleOptions { split: false, all_to_all: false, gather_scatter: false, ..DoubleOptions::default() }
+    } else {
+        DoubleOptions::default()
+    };
+    let devices = u32::try_from(n).map_err(|_| crate::Error::invalid("too many ranks for the double"))?;
+    let rt: Arc<dyn DeviceRuntime> = Arc::new(HostRuntime::new(devices));
+    let lib = Arc::new(Library::from_table(table(&opts), Flavor::Nccl, "nccl-double")?);
+    let hosts = crate::cpu::local::world(&cfg, n)?.into_iter().map(|b| Arc::new(b) as Arc<dyn Backend>).collect();
+    crate::xccl::factory::world_over("nccl", &lib, &rt, hosts, &cfg, &|i| i as u32)
+}

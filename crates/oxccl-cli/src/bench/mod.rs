@@ -216,21 +216,34 @@ fn measure<T: BenchElem>(comm: &Communicator, op: BenchOp, size: usize, plan: &P
     // rank copying at once (µs); wrong values per placement.
     let mut times = [0.0f64; 4];
     let mut wrong = [0u64; 2];
+    // On a GPU backend the buffers live on the communicator's device: the host buffers
+    // hold the inputs and the checked results, and are copied over around the timed loops.
+    let gpu = match comm.device() {
+        oxccl::Device::Cpu => None,
+        d => Some(oxccl::Gpu::of(d)?),
+    };
     for (k, &place) in places.iter().enumerate() {
         let a = OpArgs { place, redop: plan.redop, root: plan.root };
         let mut b = ops::prepare::<T>(comm, op, count, &a);
-        for _ in 0..plan.warmup {
-            ops::run(comm, op, &mut b, &a)?;
+        if let Some(gpu) = &gpu {
+            let mut input = gpu.copy_from_host(&b.input)?;
+            let mut output = gpu.copy_from_host(&b.output)?;
+            times[k] = timed(comm, plan, || ops::run_on(comm, op, &input, &mut output, &a))?;
+            if plan.check {
+                ops::refill(comm, op, count, &a, &mut b);
+                input.copy_from_host(&b.input)?;
+                output.copy_from_host(&b.output)?;
+                ops::run_on(comm, op, &input, &mut output, &a)?;
+                b.output = output.to_vec()?;
+            }
+        } else {
+            times[k] = timed(comm, plan, || ops::run(comm, op, &mut b, &a))?;
+            if plan.check {
+                ops::refill(comm, op, count, &a, &mut b);
+                ops::run(comm, op, &mut b, &a)?;
+            }
         }
-        comm.barrier()?;
-        let t0 = Instant::now();
-        for _ in 0..plan.iters {
-            ops::run(comm, op, &mut b, &a)?;
-        }
-        times[k] = t0.elapsed().as_secs_f64() * 1e6 / plan.iters.max(1) as f64;
         if plan.check {
-            ops::refill(comm, op, count, &a, &mut b);
-            ops::run(comm, op, &mut b, &a)?;
             let ctx = CheckCtx { op, redop: plan.redop, root: plan.root, rank, n, count };
             wrong[k] = check::count_wrong(&ctx, &b, place);
         }
@@ -264,6 +277,19 @@ fn measure<T: BenchElem>(comm: &Communicator, op: BenchOp, size: usize, plan: &P
             all_ranks_gbps: table::gbps(bytes, times[3]),
         }),
     })
+}
+
+/// Warms up with `run`, lines the ranks up, and returns the loop-mean time of `run` in µs.
+fn timed(comm: &Communicator, plan: &Plan, mut run: impl FnMut() -> oxccl::Result<()>) -> oxccl::Result<f64> {
+    for _ in 0..plan.warmup {
+        run()?;
+    }
+    comm.barrier()?;
+    let t0 = Instant::now();
+    for _ in 0..plan.iters {
+        run()?;
+    }
+    Ok(t0.elapsed().as_secs_f64() * 1e6 / plan.iters.max(1) as f64)
 }
 
 /// The average time in µs of a single-threaded `copy_from_slice` of `bytes` bytes.

@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use oxccl::{Communicator, ReduceOp, Result};
+use oxccl::{BufferMut, Communicator, ReduceOp, Result};
 
 use super::check::{self, BenchElem, Pattern};
 
@@ -229,93 +229,45 @@ pub fn refill<T: BenchElem>(comm: &Communicator, op: BenchOp, count: usize, a: &
 /// # Errors
 /// The operation's error.
 pub fn run<T: BenchElem>(comm: &Communicator, op: BenchOp, b: &mut Buffers<T>, a: &OpArgs) -> Result<()> {
-    match op {
-        BenchOp::AllReduce => all_reduce(comm, b, a),
-        BenchOp::AllGather => all_gather(comm, b, a),
-        BenchOp::ReduceScatter => reduce_scatter(comm, b, a),
-        BenchOp::Broadcast => broadcast(comm, b, a),
-        BenchOp::Reduce => reduce(comm, b, a),
-        BenchOp::AllToAll => all_to_all(comm, b, a),
-        BenchOp::Gather => gather(comm, b, a),
-        BenchOp::Scatter => scatter(comm, b, a),
-        BenchOp::SendRecv => send_recv(comm, b, a),
-        BenchOp::Barrier => comm.barrier(),
-    }
+    run_on(comm, op, &b.input, &mut b.output, a)
 }
 
-/// all_reduce, out of place (`all_reduce_into`) or in place.
-pub fn all_reduce<T: BenchElem>(comm: &Communicator, b: &mut Buffers<T>, a: &OpArgs) -> Result<()> {
-    match a.place {
-        Place::OutOfPlace => comm.all_reduce_into(&b.input, &mut b.output, a.redop),
-        Place::InPlace => comm.all_reduce(&mut b.output, a.redop),
-    }
-}
-
-/// all_gather, out of place or in place (this rank's block of the one buffer is its input).
-pub fn all_gather<T: BenchElem>(comm: &Communicator, b: &mut Buffers<T>, a: &OpArgs) -> Result<()> {
-    match a.place {
-        Place::OutOfPlace => comm.all_gather(&b.input, &mut b.output),
-        Place::InPlace => comm.all_gather_in_place(&mut b.output),
-    }
-}
-
-/// reduce_scatter, out of place or in place (the result is this rank's block).
-pub fn reduce_scatter<T: BenchElem>(comm: &Communicator, b: &mut Buffers<T>, a: &OpArgs) -> Result<()> {
-    match a.place {
-        Place::OutOfPlace => comm.reduce_scatter(&b.input, &mut b.output, a.redop),
-        Place::InPlace => comm.reduce_scatter_in_place(&mut b.output, a.redop),
-    }
-}
-
-/// broadcast from the root, out of place or in place.
-pub fn broadcast<T: BenchElem>(comm: &Communicator, b: &mut Buffers<T>, a: &OpArgs) -> Result<()> {
-    match a.place {
-        Place::OutOfPlace => {
-            let input = (comm.rank() == a.root).then_some(b.input.as_slice());
-            comm.broadcast_into(input, &mut b.output, a.root)
+/// Runs `op` once on `comm` with any buffers (host slices, or device buffers for the GPU
+/// backends) laid out as [`prepare`] lays them out.
+///
+/// # Errors
+/// The operation's error.
+pub fn run_on<V: BufferMut + ?Sized>(comm: &Communicator, op: BenchOp, input: &V, output: &mut V, a: &OpArgs) -> Result<()> {
+    let root = comm.rank() == a.root;
+    match (op, a.place) {
+        (BenchOp::AllReduce, Place::OutOfPlace) => comm.all_reduce_into(input, output, a.redop),
+        (BenchOp::AllReduce, Place::InPlace) => comm.all_reduce(output, a.redop),
+        (BenchOp::AllGather, Place::OutOfPlace) => comm.all_gather(input, output),
+        // This rank's block of the one buffer is its input.
+        (BenchOp::AllGather, Place::InPlace) => comm.all_gather_in_place(output),
+        (BenchOp::ReduceScatter, Place::OutOfPlace) => comm.reduce_scatter(input, output, a.redop),
+        // The result is this rank's block.
+        (BenchOp::ReduceScatter, Place::InPlace) => comm.reduce_scatter_in_place(output, a.redop),
+        (BenchOp::Broadcast, Place::OutOfPlace) => comm.broadcast_into(root.then_some(input), output, a.root),
+        (BenchOp::Broadcast, Place::InPlace) => comm.broadcast(output, a.root),
+        (BenchOp::Reduce, Place::OutOfPlace) => comm.reduce_into(input, root.then_some(output), a.redop, a.root),
+        (BenchOp::Reduce, Place::InPlace) => comm.reduce(output, a.redop, a.root),
+        (BenchOp::AllToAll, Place::OutOfPlace) => comm.all_to_all(input, output),
+        (BenchOp::AllToAll, Place::InPlace) => comm.all_to_all_in_place(output),
+        // Out of place only.
+        (BenchOp::Gather, _) => comm.gather(input, root.then_some(output), a.root),
+        (BenchOp::Scatter, _) => comm.scatter(root.then_some(input), output, a.root),
+        (BenchOp::SendRecv, _) => {
+            // The ring exchange: one batch that sends the input to rank+1 and receives from
+            // rank−1.
+            let (rank, n) = (comm.rank(), comm.world_size());
+            let mut batch = comm.batch();
+            batch.send(input, (rank + 1) % n, 0)?;
+            batch.recv(output, (rank + n - 1) % n, 0)?;
+            comm.run_batch(batch).map(drop)
         }
-        Place::InPlace => comm.broadcast(&mut b.output, a.root),
+        (BenchOp::Barrier, _) => comm.barrier(),
     }
-}
-
-/// reduce to the root, out of place or in place.
-pub fn reduce<T: BenchElem>(comm: &Communicator, b: &mut Buffers<T>, a: &OpArgs) -> Result<()> {
-    match a.place {
-        Place::OutOfPlace => {
-            let output = (comm.rank() == a.root).then_some(b.output.as_mut_slice());
-            comm.reduce_into(&b.input[..], output, a.redop, a.root)
-        }
-        Place::InPlace => comm.reduce(&mut b.output, a.redop, a.root),
-    }
-}
-
-/// all_to_all, out of place or in place.
-pub fn all_to_all<T: BenchElem>(comm: &Communicator, b: &mut Buffers<T>, a: &OpArgs) -> Result<()> {
-    match a.place {
-        Place::OutOfPlace => comm.all_to_all(&b.input, &mut b.output),
-        Place::InPlace => comm.all_to_all_in_place(&mut b.output),
-    }
-}
-
-/// gather to the root (out of place only).
-pub fn gather<T: BenchElem>(comm: &Communicator, b: &mut Buffers<T>, a: &OpArgs) -> Result<()> {
-    let output = (comm.rank() == a.root).then_some(b.output.as_mut_slice());
-    comm.gather(&b.input[..], output, a.root)
-}
-
-/// scatter from the root (out of place only).
-pub fn scatter<T: BenchElem>(comm: &Communicator, b: &mut Buffers<T>, a: &OpArgs) -> Result<()> {
-    let input = (comm.rank() == a.root).then_some(b.input.as_slice());
-    comm.scatter(input, &mut b.output, a.root)
-}
-
-/// The ring exchange: one batch that sends the input to rank+1 and receives from rank−1.
-pub fn send_recv<T: BenchElem>(comm: &Communicator, b: &mut Buffers<T>, _a: &OpArgs) -> Result<()> {
-    let (rank, n) = (comm.rank(), comm.world_size());
-    let mut batch = comm.batch();
-    batch.send(&b.input, (rank + 1) % n, 0)?;
-    batch.recv(&mut b.output, (rank + n - 1) % n, 0)?;
-    comm.run_batch(batch).map(drop)
 }
 
 #[cfg(test)]

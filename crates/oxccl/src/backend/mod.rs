@@ -80,6 +80,12 @@ pub trait Backend: Send + Sync + 'static {
     /// The default deadline of this communicator's waits.
     fn timeout(&self) -> Duration;
 
+    /// The device this rank's collectives run on: `Cpu` for the host backends, the GPU for
+    /// `nccl`/`rccl` (where device buffers must live).
+    fn device(&self) -> Device {
+        Device::Cpu
+    }
+
     /// Checks that this backend can reach memory on `device` (the front door calls it for
     /// every buffer before an operation is started). The default accepts host memory only.
     ///

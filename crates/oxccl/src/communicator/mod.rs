@@ -76,6 +76,13 @@ impl Communicator {
         self.backend.name()
     }
 
+    /// Where this rank's collectives run: [`Device::Cpu`](crate::Device::Cpu) for the host
+    /// backends, the GPU for `nccl`/`rccl` (allocate device buffers there, e.g. with
+    /// [`Gpu::of`](crate::Gpu::of)).
+    pub fn device(&self) -> crate::device::Device {
+        self.backend.device()
+    }
+
     /// The deadline this handle's calls use.
     pub fn timeout(&self) -> Duration {
         self.opts.timeout.unwrap_or_else(|| self.backend.timeout())

@@ -29,6 +29,37 @@ impl fmt::Debug for Gpu {
 }
 
 impl Gpu {
+    /// The GPU `device` names: `cuda:N` through the CUDA driver (`libcuda.so.1`), `rocm:N`
+    /// through HIP (`libamdhip64.so`), each loaded once per process.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for [`Device::Cpu`] or an ordinal that does not exist;
+    /// [`Error::BackendUnavailable`] when the runtime or any device is missing.
+    pub fn of(device: Device) -> Result<Gpu> {
+        use super::library::Flavor;
+        match device {
+            Device::Cuda(n) => Gpu::new(super::factory::runtime(Flavor::Nccl)?, n),
+            Device::Rocm(n) => Gpu::new(super::factory::runtime(Flavor::Rccl)?, n),
+            Device::Cpu => Err(Error::invalid("Gpu::of(Device::Cpu): the host is not a GPU")),
+        }
+    }
+
+    /// CUDA device `ordinal` (see [`of`](Self::of)).
+    ///
+    /// # Errors
+    /// As for [`of`](Self::of).
+    pub fn cuda(ordinal: u32) -> Result<Gpu> {
+        Gpu::of(Device::Cuda(ordinal))
+    }
+
+    /// HIP (ROCm) device `ordinal` (see [`of`](Self::of)).
+    ///
+    /// # Errors
+    /// As for [`of`](Self::of).
+    pub fn hip(ordinal: u32) -> Result<Gpu> {
+        Gpu::of(Device::Rocm(ordinal))
+    }
+
     /// Device `ordinal` of `rt`.
     ///
     /// # Errors

@@ -46,6 +46,7 @@ use self::issue::{Target, Transfer};
 use self::p2p::Queued;
 use self::pending::{DeviceTemp, GpuPending, Issued, PooledEvent, Ticket};
 use self::stage::Staged;
+use crate::algorithm::AlgorithmOverrides;
 use crate::backend::poison::Poison;
 use crate::backend::{Backend, CallOptions, MessageInfo, Mode, Op, Pending, RawBuf, RawBufMut, StreamOrder};
 use crate::config::HostBuffers;
@@ -82,6 +83,9 @@ pub(crate) struct Parts {
     pub(crate) host_buffers: HostBuffers,
     /// The default deadline.
     pub(crate) timeout: Duration,
+    /// Configured algorithm overrides: NCCL picks its own algorithms (`NCCL_ALGO`), so a
+    /// forced one is only checked to apply and carried in the fingerprint, as on `mpi`.
+    pub(crate) algorithms: AlgorithmOverrides,
 }
 
 /// One rank of a GPU communicator (see the module documentation).
@@ -99,6 +103,7 @@ pub(crate) struct Inner {
     rank: usize,
     size: usize,
     timeout: Duration,
+    algorithms: AlgorithmOverrides,
     host: HostSide,
     host_buffers: HostBuffers,
     comm: Comm,
@@ -220,7 +225,7 @@ impl Engine {
 
     /// The engine around a ready communicator: its stream, scratch word and events.
     fn assemble(parts: Parts, host: HostSide, comm: Comm) -> Result<Engine> {
-        let Parts { name, lib, rt, device, host_buffers, timeout, .. } = parts;
+        let Parts { name, lib, rt, device, host_buffers, timeout, algorithms, .. } = parts;
         let stream = rt.stream_create(device)?;
         let made = rt.alloc(device, 4).and_then(|scratch| match rt.event_create(device) {
             Ok(ev) => Ok((scratch, ev)),
@@ -249,6 +254,7 @@ impl Engine {
             rank,
             size,
             timeout,
+            algorithms,
             host,
             host_buffers,
             comm,
@@ -262,10 +268,6 @@ impl Engine {
         Ok(Engine { inner: Arc::new(inner) })
     }
 
-    /// The device this rank uses.
-    pub(crate) fn device(&self) -> Device {
-        self.inner.kind
-    }
 }
 
 impl Inner {
@@ -550,6 +552,10 @@ impl Backend for Engine {
         self.inner.timeout
     }
 
+    fn device(&self) -> Device {
+        self.inner.kind
+    }
+
     fn check_device(&self, device: Device) -> Result<()> {
         if device == self.inner.kind || (device == Device::Cpu && self.inner.host_buffers != HostBuffers::Refuse) {
             Ok(())
@@ -575,6 +581,7 @@ impl Backend for Engine {
         let started = Instant::now();
         let deadline = started + timeout;
         let kind = op.kind();
+        let forced = opts.forced_algorithm(kind, &i.algorithms)?;
         if let Op::Batch(ops) = op {
             i.host.announce(&p2p::envelopes(&ops), timeout)?;
             let ticket = Arc::new(Ticket::default());
@@ -605,7 +612,7 @@ impl Backend for Engine {
         let mut order = relock(&i.order);
         let seq = order.collectives;
         order.collectives += 1;
-        i.host.check_collective(&op.fingerprint(seq, crate::algorithm::Algorithm::Auto), timeout)?;
+        i.host.check_collective(&op.fingerprint(seq, forced), timeout)?;
         i.flush(&mut order.queue)?;
         // SAFETY: forwarded from our caller.
         let issued = unsafe { i.issue_collective(&op, opts.stream, seq, deadline, staged)? };
@@ -651,6 +658,7 @@ impl Backend for Engine {
             check: i.host.checks(),
             host_buffers: i.host_buffers,
             timeout: i.timeout,
+            algorithms: i.algorithms.clone(),
         };
         i.rt.set_current(i.device)?;
         if i.lib.table.comm_split.is_some() {

@@ -1,0 +1,86 @@
+//! The conformance suite through the whole `nccl` backend, on test doubles of the CUDA
+//! driver and of the NCCL library (host memory posing as device memory; collectives computed
+//! sequentially by the double), so CI without a GPU runs every op and dtype through the
+//! engine: its streams and events, the non-blocking communicator, envelopes, fingerprints,
+//! split and the failure paths.
+//!
+//! The suite holds its data in host vectors; `OXCCL_GPU_HOST_BUFFERS=stage` copies them to
+//! device memory around each call, so NCCL sees device buffers (in-place forms included).
+//! `OXCCL_GPU_FINGERPRINT=1` turns mismatched collectives into `Mismatch`, which the error
+//! cases expect. Worlds of 1 to 4 ranks and an "old library" without the optional calls.
+
+use std::sync::Arc;
+
+use oxccl::{Communicator, Config};
+use oxccl_conformance::{run_suite, Report, SuiteOptions};
+
+fn check(report: &Report) {
+    println!("{}", report.to_string().lines().next().unwrap_or_default());
+    assert!(report.total() > 0, "no case ran");
+    assert!(
+        report.is_success(),
+        "{} of {} cases failed on a world of {}:\n{}",
+        report.failed(),
+        report.total(),
+        report.world_size,
+        report.failure_details(40, 3)
+    );
+}
+
+fn suite(n: usize, old_library: bool, opts: SuiteOptions) {
+    let cfg = Config::new()
+        .set("OXCCL_GPU_HOST_BUFFERS", "stage")
+        .and_then(|c| c.set("OXCCL_GPU_FINGERPRINT", "1"))
+        .expect("settings");
+    let backends = oxccl::testing::nccl_double_backends(&cfg, n, old_library).expect("nccl double world");
+    let reports: Vec<Report> = std::thread::scope(|s| {
+        let hs: Vec<_> = backends
+            .into_iter()
+            .map(|b| {
+                let opts = &opts;
+                s.spawn(move || {
+                    let comm = Communicator::from_backend(Arc::clone(&b));
+                    assert_eq!(comm.backend(), "nccl");
+                    run_suite(&comm, opts)
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().expect("rank thread")).collect()
+    });
+    check(&Report::merge(reports));
+}
+
+/// The per-case deadline: long enough for a 2-core CI machine, short for the timeout cases.
+fn options() -> SuiteOptions {
+    SuiteOptions::from_env().quick(true)
+}
+
+#[test]
+fn collectives_world_1() {
+    suite(1, false, options().skipping(["errors/"]));
+}
+
+#[test]
+fn collectives_world_2() {
+    suite(2, false, options().skipping(["errors/"]));
+}
+
+#[test]
+fn collectives_world_3_old_library() {
+    suite(3, true, options().skipping(["errors/"]));
+}
+
+#[test]
+fn collectives_world_4() {
+    suite(4, false, options().skipping(["errors/"]));
+}
+
+#[test]
+fn errors_world_2() {
+    suite(2, false, options().only(["errors/"]));
+}
+
+#[test]
+fn errors_world_3_old_library() {
+    suite(3, true, options().only(["errors/"]));
+}

@@ -1,0 +1,176 @@
+//! How `init` finds the GPU backends: `nccl` (CUDA driver + NCCL) and `rccl` (HIP + RCCL),
+//! each one rank per process, or a world of threads (one device each, round robin).
+//!
+//! A rank picks its device from `OXCCL_GPU_DEVICE`, else `LOCAL_RANK` modulo the visible
+//! devices (as torch does), else its rank modulo them. Its host side is the `cpu` backend
+//! over the same ranks (`local` for a world of threads), which carries the NCCL unique id,
+//! the envelopes of point-to-point messages, fingerprints and liveness.
+
+use std::sync::{Arc, OnceLock};
+
+use super::engine::{Engine, Parts};
+use super::library::{Flavor, Library, SearchEnv};
+use super::runtime::DeviceRuntime;
+use crate::backend::factory::BackendFactory;
+use crate::backend::Backend;
+use crate::bootstrap::env::LaunchInfo;
+use crate::config::{BackendChoice, HostBuffers, ResolvedConfig};
+use crate::cpu::factory::CpuFactory;
+use crate::error::{Error, Result};
+
+/// The factory of one GPU backend.
+pub(crate) struct GpuFactory {
+    flavor: Flavor,
+}
+
+/// `nccl`.
+pub(crate) static NCCL: GpuFactory = GpuFactory { flavor: Flavor::Nccl };
+/// `rccl`.
+pub(crate) static RCCL: GpuFactory = GpuFactory { flavor: Flavor::Rccl };
+
+/// The vendor runtimes, loaded once per process (loading initializes the driver).
+static CUDA: OnceLock<std::result::Result<Arc<dyn DeviceRuntime>, Error>> = OnceLock::new();
+static HIP: OnceLock<std::result::Result<Arc<dyn DeviceRuntime>, Error>> = OnceLock::new();
+
+/// The vendor runtime of `flavor` (CUDA for NCCL, HIP for RCCL), loaded once per process,
+/// with at least one device.
+///
+/// # Errors
+/// [`Error::BackendUnavailable`] naming what is missing (the driver library, a device).
+pub(crate) fn runtime(flavor: Flavor) -> Result<Arc<dyn DeviceRuntime>> {
+    let unavailable = |why: String| Error::BackendUnavailable { backend: flavor.backend().to_string(), why };
+    let rt = match flavor {
+            Flavor::Nccl => CUDA.get_or_init(|| super::runtime::cuda::CudaRuntime::load().map(|r| Arc::new(r) as Arc<dyn DeviceRuntime>)),
+            Flavor::Rccl => HIP.get_or_init(|| {
+                let rocm = std::env::var_os("ROCM_PATH").map(std::path::PathBuf::from);
+                super::runtime::hip::HipRuntime::load(rocm).map(|r| Arc::new(r) as Arc<dyn DeviceRuntime>)
+            }),
+        }
+    .clone()?;
+    let count = rt.device_count().map_err(|e| unavailable(format!("{} cannot count devices: {e}", rt.describe())))?;
+    if count == 0 {
+        return Err(unavailable(format!("{} sees no device", rt.describe())));
+    }
+    Ok(rt)
+}
+
+impl GpuFactory {
+    /// The vendor runtime.
+    fn runtime(&self) -> Result<Arc<dyn DeviceRuntime>> {
+        runtime(self.flavor)
+    }
+
+    /// The library, from the configured path or the search.
+    fn library(&self, cfg: &ResolvedConfig) -> Result<Arc<Library>> {
+        let mut env = SearchEnv::from_process();
+        env.explicit = match self.flavor {
+            Flavor::Nccl => cfg.gpu.nccl_library.clone(),
+            Flavor::Rccl => cfg.gpu.rccl_library.clone(),
+        };
+        Ok(Arc::new(Library::load(self.flavor, &env)?))
+    }
+
+    /// The device of rank `rank` (see the module documentation).
+    fn device(cfg: &ResolvedConfig, rt: &dyn DeviceRuntime, local_rank: usize) -> Result<u32> {
+        let count = rt.device_count()?;
+        match cfg.gpu.device {
+            Some(d) if d >= count => Err(Error::Config(format!(
+                "OXCCL_GPU_DEVICE={d}, but {} sees {count} device(s) (ordinals 0..{count}); check CUDA_VISIBLE_DEVICES \
+                 / HIP_VISIBLE_DEVICES",
+                rt.describe()
+            ))),
+            Some(d) => Ok(d),
+            None => Ok((local_rank % count as usize) as u32),
+        }
+    }
+}
+
+/// What the engine does with host buffers under `cfg`.
+fn host_buffers(cfg: &ResolvedConfig) -> HostBuffers {
+    cfg.gpu.host_buffers.unwrap_or(if cfg.backend == BackendChoice::Auto { HostBuffers::Cpu } else { HostBuffers::Refuse })
+}
+
+/// A world of `hosts.len()` GPU ranks in this process, one thread each (their creation is
+/// collective), rank `i` on device `devices(i)`.
+pub(crate) fn world_over(
+    name: &'static str,
+    lib: &Arc<Library>,
+    rt: &Arc<dyn DeviceRuntime>,
+    hosts: Vec<Arc<dyn Backend>>,
+    cfg: &ResolvedConfig,
+    devices: &dyn Fn(usize) -> u32,
+) -> Result<Vec<Arc<dyn Backend>>> {
+    let made: Vec<Result<Engine>> = std::thread::scope(|s| {
+        let handles: Vec<_> = hosts
+            .into_iter()
+            .enumerate()
+            .map(|(i, host)| {
+                let parts = Parts {
+                    name,
+                    lib: Arc::clone(lib),
+                    rt: Arc::clone(rt),
+                    device: devices(i),
+                    host,
+                    check: cfg.gpu.fingerprint,
+                    host_buffers: host_buffers(cfg),
+                    timeout: cfg.timeout,
+                    algorithms: cfg.algorithms.clone(),
+                };
+                s.spawn(move || Engine::create(parts))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(Error::Internal("creating a GPU rank panicked".into()))))
+            .collect()
+    });
+    made.into_iter().map(|r| r.map(|e| Arc::new(e) as Arc<dyn Backend>)).collect()
+}
+
+impl BackendFactory for GpuFactory {
+    fn name(&self) -> &'static str {
+        self.flavor.backend()
+    }
+
+    fn priority(&self) -> u32 {
+        // Above cpu (50): on a GPU host `auto` takes the GPU backend, whose host side is cpu.
+        70
+    }
+
+    fn availability(&self) -> std::result::Result<(), String> {
+        self.runtime().map(drop).map_err(|e| match e {
+            Error::BackendUnavailable { why, .. } => why,
+            other => other.to_string(),
+        })
+    }
+
+    fn create_world(&self, cfg: &ResolvedConfig, n: usize) -> Result<Vec<Arc<dyn Backend>>> {
+        let rt = self.runtime()?;
+        let lib = self.library(cfg)?;
+        let hosts: Vec<Arc<dyn Backend>> =
+            crate::cpu::local::world(cfg, n)?.into_iter().map(|b| Arc::new(b) as Arc<dyn Backend>).collect();
+        let count = rt.device_count()?;
+        let fixed = cfg.gpu.device.map(|_| Self::device(cfg, rt.as_ref(), 0)).transpose()?;
+        world_over(self.flavor.backend(), &lib, &rt, hosts, cfg, &|i| fixed.unwrap_or((i % count as usize) as u32))
+    }
+
+    fn create_process(&self, cfg: &ResolvedConfig) -> Result<Arc<dyn Backend>> {
+        let rt = self.runtime()?;
+        let lib = self.library(cfg)?;
+        let host = CpuFactory.create_process(cfg)?;
+        let local_rank = LaunchInfo::from_env().map(|l| l.local_rank).unwrap_or_else(|_| host.rank());
+        let device = Self::device(cfg, rt.as_ref(), local_rank)?;
+        let parts = Parts {
+            name: self.flavor.backend(),
+            lib,
+            rt,
+            device,
+            host,
+            check: cfg.gpu.fingerprint,
+            host_buffers: host_buffers(cfg),
+            timeout: cfg.timeout,
+            algorithms: cfg.algorithms.clone(),
+        };
+        Ok(Arc::new(Engine::create(parts)?))
+    }
+}
