@@ -256,12 +256,11 @@ fn collective(name: &'static str, comm: NcclComm, stream: *mut c_void, args: Arg
             h.wait(&member.net).map_err(failed)?;
         }
         // The scaled inputs of a pre-mul-sum live here until the collective returns.
-        let scaled = match pre_mul {
+        let scaled = pre_mul.map(|p| {
             // SAFETY: `send` holds `send_len` elements until the stream passes this job
             // (the contract of the NCCL call that queued it); `at` is the scalar's address.
-            Some(p) => Some(unsafe { scaled_copy(p, dtype, send, send_len) }),
-            None => None,
-        };
+            unsafe { scaled_copy(p, dtype, send, send_len) }
+        });
         let send = scaled.as_ref().map_or(send, |s| s.as_ptr().addr());
         let call = Call { coll, dtype, count, send, recv };
         // SAFETY: the buffers are what the NCCL call that queued this job described, valid
