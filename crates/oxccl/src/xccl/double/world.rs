@@ -7,6 +7,7 @@
 //! fingerprint check are what must catch it. [`World::abort`] ends every wait.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex};
 
 use crate::backend::reduce;
@@ -86,6 +87,36 @@ impl World {
         self.changed.notify_all();
     }
 
+    /// The abort reason, once aborted.
+    pub(crate) fn aborted(&self) -> Option<String> {
+        relock(&self.state).aborted.clone()
+    }
+
+    /// Waits until `open` is set (by someone who then calls [`wake`](Self::wake)) or the
+    /// world is aborted: a rank's operation "hanging on the GPU".
+    ///
+    /// # Errors
+    /// The abort reason.
+    pub(crate) fn hold(&self, open: &AtomicBool) -> Result<(), String> {
+        let mut st = relock(&self.state);
+        loop {
+            if let Some(why) = &st.aborted {
+                return Err(format!("the communicator was aborted: {why}"));
+            }
+            if open.load(Ordering::SeqCst) {
+                return Ok(());
+            }
+            st = self.changed.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Wakes every wait to check its condition again (after setting a [`hold`](Self::hold)'s
+    /// flag).
+    pub(crate) fn wake(&self) {
+        let _held = relock(&self.state);
+        self.changed.notify_all();
+    }
+
     /// Rank `rank`'s part of its collective number `index`: waits for every rank's part, and
     /// returns once the result is in every rank's receive buffer.
     ///
@@ -152,8 +183,10 @@ impl World {
                 if msg.len() != len {
                     return Err(format!("rank {src} sent {} bytes to rank {dst}, which receives {len}", msg.len()));
                 }
-                // SAFETY: `into` is `len` writable bytes (this function's contract).
-                unsafe { std::ptr::copy_nonoverlapping(msg.as_ptr(), into as *mut u8, len) };
+                if len > 0 {
+                    // SAFETY: `into` is `len` writable bytes (this function's contract).
+                    unsafe { std::ptr::copy_nonoverlapping(msg.as_ptr(), into as *mut u8, len) };
+                }
                 return Ok(());
             }
             st = self.changed.wait(st).unwrap_or_else(|p| p.into_inner());
@@ -176,6 +209,9 @@ unsafe fn compute(calls: &[Call]) -> Result<(), String> {
         unsafe { std::slice::from_raw_parts(at as *const u8, len) }.to_vec()
     };
     let write = |at: usize, data: &[u8]| {
+        if data.is_empty() {
+            return;
+        }
         // SAFETY: as above, for receive buffers; every input was copied out before the first
         // write, so overlapping buffers are fine.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), at as *mut u8, data.len()) };

@@ -15,6 +15,9 @@
 //! - Events (`event.rs`) fire when their stream reaches their record; one never recorded
 //!   counts as fired.
 //! - [`HostRuntime::stall`] (`stall.rs`) makes a stream hang until the test lets it go.
+//! - `anywhere.rs` reaches streams and the current device without holding the runtime
+//!   ([`enqueue_anywhere`], [`CurrentDevice`]): the NCCL double's `extern "C"` functions
+//!   have no other way to find them.
 //!
 //! # Handles
 //! A [`RawStream`] or [`RawEvent`] of the double is a number posing as a pointer
@@ -37,6 +40,7 @@
 //! closure; the runtime's memory is freed at once all the same, so such a closure must not
 //! touch device memory after letting go of the runtime.
 
+mod anywhere;
 pub(crate) mod codes;
 mod current;
 mod event;
@@ -65,6 +69,7 @@ use super::{CopyKind, DeviceRuntime, RawEvent, RawStream, Residence, Vendor};
 use crate::error::Result;
 use crate::sync::relock;
 
+pub(crate) use self::anywhere::{enqueue_anywhere, stream_is_live, CurrentDevice};
 pub(crate) use self::stall::StallGuard;
 pub(crate) use self::stream::Closure;
 
@@ -271,7 +276,9 @@ impl DeviceRuntime for HostRuntime {
 
     fn set_current(&self, device: u32) -> Result<()> {
         self.check_device(device, "set_current")?;
-        current::set(self.id, device)
+        current::set(self.id, device)?;
+        anywhere::note(self.id, &self.memory);
+        Ok(())
     }
 
     fn residence(&self, ptr: *const c_void) -> Result<Residence> {
@@ -311,6 +318,7 @@ impl DeviceRuntime for HostRuntime {
         let mut streams = relock(&self.streams);
         streams.reap();
         streams.live.insert(id, Arc::clone(&stream));
+        anywhere::register(&stream);
         streams.workers.push(Worker { stream, thread });
         Ok(RawStream(handle::to_raw(id)))
     }
@@ -328,6 +336,7 @@ impl DeviceRuntime for HostRuntime {
                 format!("{id:#x} is not a live stream of this runtime"),
             ));
         };
+        anywhere::unregister(id);
         s.close();
         streams.reap();
         Ok(())
@@ -400,6 +409,9 @@ impl Drop for HostRuntime {
     fn drop(&mut self) {
         let workers = {
             let mut streams = relock(&self.streams);
+            for &id in streams.live.keys() {
+                anywhere::unregister(id);
+            }
             streams.live.clear();
             streams.default = None;
             std::mem::take(&mut streams.workers)
@@ -420,6 +432,7 @@ impl Drop for HostRuntime {
             let _ = w.thread.join();
         }
         current::forget(self.id);
+        anywhere::forget(self.id);
         // The memory is freed when the last holder of `self.memory` is gone: now, or when a
         // worker that was not joined ends.
     }

@@ -624,3 +624,64 @@ fn the_default_stream_runs_copies_closures_and_events() {
     assert_eq!(*log.lock().unwrap(), [1, 2]);
     assert_eq!(read(&rt, d, 16), src);
 }
+
+#[test]
+fn enqueue_anywhere_finds_streams_of_every_runtime_and_only_live_ones() {
+    let (a, b) = (HostRuntime::new(1), HostRuntime::new(2));
+    let (sa, sb) = (a.stream_create(0).unwrap(), b.stream_create(1).unwrap());
+    let log = Arc::new(Mutex::new(Vec::new()));
+    enqueue_anywhere(sa, push(&log, 'a')).unwrap();
+    b.stream_synchronize(sb).unwrap();
+    a.stream_synchronize(sa).unwrap();
+    enqueue_anywhere(sb, push(&log, 'b')).unwrap();
+    b.stream_synchronize(sb).unwrap();
+    assert_eq!(*log.lock().unwrap(), vec!['a', 'b']);
+    assert!(stream_is_live(sa) && stream_is_live(sb));
+    // The default stream belongs to no runtime in particular; made-up handles are unknown.
+    let (code, msg) = backend(enqueue_anywhere(RawStream::DEFAULT, push(&log, 'x')).unwrap_err());
+    assert_eq!(code, INVALID_HANDLE);
+    assert!(msg.contains("default stream"), "{msg}");
+    assert!(!stream_is_live(RawStream(with_addr(u64::MAX - 7).cast())));
+    // Destroyed streams and streams of a dropped runtime are gone.
+    // SAFETY: made above, destroyed once.
+    unsafe { a.stream_destroy(sa).unwrap() };
+    assert_eq!(backend(enqueue_anywhere(sa, push(&log, 'x')).unwrap_err()).0, INVALID_HANDLE);
+    drop(b);
+    assert!(!stream_is_live(sb));
+    assert_eq!(backend(enqueue_anywhere(sb, push(&log, 'x')).unwrap_err()).0, INVALID_HANDLE);
+    // A broken stream reports its sticky error.
+    let s = a.stream_create(0).unwrap();
+    enqueue_anywhere(s, Box::new(|| Err(Error::Internal("boom".into())))).unwrap();
+    assert!(a.stream_synchronize(s).is_err());
+    assert!(backend(enqueue_anywhere(s, push(&log, 'x')).unwrap_err()).1.contains("boom"));
+    assert_eq!(log.lock().unwrap().len(), 2);
+}
+
+#[test]
+fn the_current_device_is_that_of_the_runtime_last_used_on_the_thread() {
+    std::thread::spawn(|| {
+        assert!(CurrentDevice::get().is_none(), "a fresh thread has no current runtime");
+        let a = HostRuntime::new(2);
+        let b = HostRuntime::new(3);
+        a.set_current(1).unwrap();
+        let cur = CurrentDevice::get().expect("a made a device current");
+        assert_eq!(cur.device(), 1);
+        let p = cur.alloc(64).unwrap();
+        assert_eq!(a.residence(with_addr(p).cast_const().cast()).unwrap(), Residence::Device(1));
+        assert_eq!(a.census().device_allocations, 1);
+        b.set_current(2).unwrap();
+        assert_eq!(CurrentDevice::get().unwrap().device(), 2);
+        // The handle keeps pointing at a's memory: it frees there.
+        // SAFETY: allocated above, freed once, unused.
+        unsafe { cur.free(p).unwrap() };
+        assert_eq!(a.census().device_allocations, 0);
+        // SAFETY: as above (already freed: an error, not undefined behaviour).
+        assert_eq!(backend(unsafe { cur.free(p) }.unwrap_err()).0, INVALID_VALUE);
+        drop(b);
+        assert!(CurrentDevice::get().is_none(), "the dropped runtime is still current");
+        drop(a);
+        assert!(cur.alloc(8).is_err(), "allocated in a dropped runtime");
+    })
+    .join()
+    .unwrap();
+}

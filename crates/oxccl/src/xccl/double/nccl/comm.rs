@@ -1,0 +1,752 @@
+//! Communicators of the double: how ranks meet (by unique id, or by splitting a parent),
+//! the registry of live handles, abort, async errors, and fault injection.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ffi::c_int;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, LazyLock, Mutex};
+use std::time::{Duration, Instant};
+
+use super::{fail, guard, is_our_id, set_last_error};
+use crate::error::Error;
+use crate::sync::relock;
+use crate::xccl::double::world::World;
+use crate::xccl::library::types::{
+    NcclComm, NcclCommOpaque, NcclConfig, NcclResult, NcclUniqueId, NCCL_CONFIG_MAGIC, NCCL_CONFIG_UNDEF_INT,
+};
+use crate::xccl::runtime::host::codes::LAUNCH_FAILED;
+use crate::xccl::runtime::host::CurrentDevice;
+
+/// `NCCL_SPLIT_NOCOLOR`: the color of ranks that get no communicator from a split.
+pub(crate) const NCCL_SPLIT_NOCOLOR: c_int = -1;
+
+/// How long a blocking init or split waits for the other ranks before giving up (so a test
+/// never hangs for ever).
+const BLOCKING_LIMIT: Duration = Duration::from_secs(60);
+
+/// What the ranks of one communicator share.
+#[derive(Debug)]
+pub(super) struct Net {
+    /// Where collectives and messages meet.
+    pub(super) world: World,
+    /// The splits in progress, by their index in each rank's call order.
+    splits: Mutex<HashMap<u64, Arc<Gathering>>>,
+    /// The rank that aborted the communicator (or died) first.
+    aborted_by: Mutex<Option<usize>>,
+}
+
+impl Net {
+    /// A communicator of `n` ranks.
+    fn new(n: usize) -> Net {
+        Net { world: World::new(n), splits: Mutex::new(HashMap::new()), aborted_by: Mutex::new(None) }
+    }
+
+    /// Aborts the communicator on behalf of `rank`: every wait of every rank ends, now and
+    /// later, splits in progress included.
+    pub(super) fn abort(&self, rank: usize, why: &str) {
+        relock(&self.aborted_by).get_or_insert(rank);
+        self.world.abort(why);
+        let splits: Vec<Arc<Gathering>> = relock(&self.splits).values().cloned().collect();
+        for g in splits {
+            g.abort(why);
+        }
+    }
+
+    /// What an operation of `rank` that failed because of an abort reports: a peer's abort
+    /// is `ncclRemoteError`, the rank's own `ncclSystemError`; `None` when not aborted.
+    pub(super) fn abort_code(&self, rank: usize) -> Option<NcclResult> {
+        relock(&self.aborted_by).map(|by| if by == rank { NcclResult::SYSTEM_ERROR } else { NcclResult::REMOTE_ERROR })
+    }
+}
+
+/// One rank's place in a communicator.
+#[derive(Debug, Clone)]
+pub(super) struct Member {
+    /// The ranks' shared state.
+    pub(super) net: Arc<Net>,
+    /// This rank.
+    pub(super) rank: usize,
+    /// How many ranks.
+    pub(super) nranks: usize,
+}
+
+/// Ranks meeting to form communicators: those of `ncclCommInitRankConfig` with one id
+/// (everyone color 0, key its rank), or a parent's ranks calling `ncclCommSplit`. Once all
+/// `n` have arrived, each color's ranks, ordered by (key, slot), form one communicator.
+#[derive(Debug)]
+pub(super) struct Gathering {
+    /// How many ranks are expected.
+    n: usize,
+    /// Who has arrived, and the outcome.
+    st: Mutex<GatherState>,
+    /// Signals completion or abort.
+    cv: Condvar,
+}
+
+/// The state of a [`Gathering`].
+#[derive(Debug)]
+struct GatherState {
+    /// Each slot's (color, key), once arrived.
+    arrived: Vec<Option<(c_int, c_int)>>,
+    /// Each slot's place, once everyone arrived (`None` for [`NCCL_SPLIT_NOCOLOR`]).
+    members: Option<Vec<Option<Member>>>,
+    /// Set when a rank aborted before completion.
+    aborted: Option<String>,
+}
+
+/// Where a slot of a gathering stands.
+#[derive(Debug)]
+enum Poll {
+    /// Everyone arrived: the slot's place.
+    Ready(Option<Member>),
+    /// Waiting for others.
+    Pending,
+    /// Aborted, with the reason.
+    Aborted(String),
+}
+
+impl Gathering {
+    /// A gathering of `n` ranks.
+    fn new(n: usize) -> Arc<Gathering> {
+        Arc::new(Gathering {
+            n,
+            st: Mutex::new(GatherState { arrived: vec![None; n], members: None, aborted: None }),
+            cv: Condvar::new(),
+        })
+    }
+
+    /// Slot `slot` arrives with `color` and `key`; returns whether the gathering is complete.
+    ///
+    /// # Errors
+    /// The slot is out of range or has already arrived.
+    fn arrive(&self, slot: usize, color: c_int, key: c_int) -> Result<bool, String> {
+        let mut st = relock(&self.st);
+        match st.arrived.get(slot) {
+            None => return Err(format!("rank {slot} is out of range for {} ranks", self.n)),
+            Some(Some(_)) => return Err(format!("rank {slot} has already joined")),
+            Some(None) => {}
+        }
+        st.arrived[slot] = Some((color, key));
+        if st.arrived.iter().all(Option::is_some) {
+            let mut colors: BTreeMap<c_int, Vec<(c_int, usize)>> = BTreeMap::new();
+            for (s, &(color, key)) in st.arrived.iter().flatten().enumerate() {
+                if color != NCCL_SPLIT_NOCOLOR {
+                    colors.entry(color).or_default().push((key, s));
+                }
+            }
+            let mut members = vec![None; self.n];
+            for mut ranks in colors.into_values() {
+                ranks.sort_unstable();
+                let net = Arc::new(Net::new(ranks.len()));
+                for (rank, &(_, s)) in ranks.iter().enumerate() {
+                    members[s] = Some(Member { net: Arc::clone(&net), rank, nranks: ranks.len() });
+                }
+            }
+            st.members = Some(members);
+            self.cv.notify_all();
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// Where `slot` stands.
+    fn poll(&self, slot: usize) -> Poll {
+        Self::poll_state(&relock(&self.st), slot)
+    }
+
+    /// Where `slot` stands, in `st`.
+    fn poll_state(st: &GatherState, slot: usize) -> Poll {
+        if let Some(members) = &st.members {
+            return Poll::Ready(members.get(slot).cloned().flatten());
+        }
+        match &st.aborted {
+            Some(why) => Poll::Aborted(why.clone()),
+            None => Poll::Pending,
+        }
+    }
+
+    /// Waits until `slot` is no longer pending, or `limit` has passed (then pending).
+    fn wait(&self, slot: usize, limit: Duration) -> Poll {
+        let deadline = Instant::now() + limit;
+        let mut st = relock(&self.st);
+        loop {
+            match Self::poll_state(&st, slot) {
+                Poll::Pending => {}
+                other => return other,
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Poll::Pending;
+            }
+            st = match self.cv.wait_timeout(st, deadline - now) {
+                Ok((g, _)) => g,
+                Err(p) => p.into_inner().0,
+            };
+        }
+    }
+
+    /// Ends the gathering unsuccessfully, unless it is complete.
+    fn abort(&self, why: &str) {
+        let mut st = relock(&self.st);
+        if st.members.is_none() {
+            st.aborted.get_or_insert_with(|| why.to_string());
+        }
+        drop(st);
+        self.cv.notify_all();
+    }
+}
+
+/// A stall of a communicator's next operation (from [`hang_next`]).
+#[derive(Debug, Default)]
+pub(super) struct Hang {
+    /// Set when the guard lets go.
+    open: AtomicBool,
+}
+
+impl Hang {
+    /// Blocks until released or the communicator is aborted.
+    ///
+    /// # Errors
+    /// The abort reason.
+    pub(super) fn wait(&self, net: &Net) -> Result<(), String> {
+        net.world.hold(&self.open)
+    }
+}
+
+/// Keeps a communicator's hung operation hanging; dropping it (or an abort) lets it go.
+#[derive(Debug)]
+#[must_use = "dropping the guard releases the hang at once"]
+pub(crate) struct HangGuard {
+    /// The hang.
+    hang: Arc<Hang>,
+    /// Whom to wake.
+    net: Arc<Net>,
+}
+
+impl HangGuard {
+    /// Lets the operation go on (the same as dropping the guard).
+    pub(crate) fn release(self) {}
+}
+
+impl Drop for HangGuard {
+    fn drop(&mut self) {
+        self.hang.open.store(true, Ordering::SeqCst);
+        self.net.world.wake();
+    }
+}
+
+/// What an `ncclComm_t` of the double stands for.
+#[derive(Debug)]
+pub(super) struct Shared {
+    /// Where its ranks meet.
+    gathering: Arc<Gathering>,
+    /// Its slot there (the rank at init; the parent's rank for a split).
+    slot: usize,
+    /// The device current on the creating thread.
+    pub(super) device: u32,
+    /// Whether calls block (`config->blocking`).
+    pub(super) blocking: bool,
+    /// What changes.
+    st: Mutex<CommState>,
+}
+
+/// The changing part of a communicator.
+#[derive(Debug, Default)]
+struct CommState {
+    /// Its place, once its gathering completed.
+    member: Option<Member>,
+    /// The sticky error of a failed operation.
+    error: Option<NcclResult>,
+    /// The index of the next collective.
+    next_coll: u64,
+    /// The index of the next split.
+    next_split: u64,
+    /// A hang for the next operation.
+    hang: Option<Arc<Hang>>,
+    /// Live registration handles.
+    registered: HashSet<usize>,
+}
+
+impl Shared {
+    /// Its place in the communicator.
+    ///
+    /// # Errors
+    /// `ncclInProgress` while the other ranks have not all arrived; `ncclRemoteError` when
+    /// one aborted first.
+    pub(super) fn member(&self) -> Result<Member, NcclResult> {
+        let mut st = relock(&self.st);
+        if let Some(m) = &st.member {
+            return Ok(m.clone());
+        }
+        match self.gathering.poll(self.slot) {
+            Poll::Ready(Some(m)) => {
+                st.member = Some(m.clone());
+                Ok(m)
+            }
+            Poll::Ready(None) => Err(fail(NcclResult::INTERNAL_ERROR, "the double made a communicator for no color")),
+            Poll::Pending => Err(fail(
+                NcclResult::IN_PROGRESS,
+                "the communicator is still initializing (other ranks have not joined)",
+            )),
+            Poll::Aborted(why) => Err(fail(NcclResult::REMOTE_ERROR, format!("initialization was aborted: {why}"))),
+        }
+    }
+
+    /// Waits (up to [`BLOCKING_LIMIT`]) for the other ranks, for a blocking init or split.
+    fn wait_ready(&self, call: &str) -> NcclResult {
+        match self.gathering.wait(self.slot, BLOCKING_LIMIT) {
+            Poll::Ready(_) => match self.member() {
+                Ok(_) => NcclResult::SUCCESS,
+                Err(code) => code,
+            },
+            Poll::Pending => fail(
+                NcclResult::SYSTEM_ERROR,
+                format!("{call}: the other ranks did not join within {BLOCKING_LIMIT:?} (the double's safety limit)"),
+            ),
+            Poll::Aborted(why) => fail(NcclResult::REMOTE_ERROR, format!("{call}: aborted: {why}")),
+        }
+    }
+
+    /// `ncclCommGetAsyncError`'s answer.
+    pub(super) fn async_error(&self) -> NcclResult {
+        if let Some(e) = relock(&self.st).error {
+            return e;
+        }
+        match self.gathering.poll(self.slot) {
+            Poll::Pending => NcclResult::IN_PROGRESS,
+            Poll::Aborted(_) => NcclResult::REMOTE_ERROR,
+            Poll::Ready(_) => match self.member() {
+                Ok(m) => m.net.abort_code(m.rank).unwrap_or(NcclResult::SUCCESS),
+                Err(code) => code,
+            },
+        }
+    }
+
+    /// The sticky error, if an operation failed (checked before queueing more).
+    pub(super) fn sticky(&self) -> Option<NcclResult> {
+        relock(&self.st).error
+    }
+
+    /// The index of the next collective.
+    pub(super) fn next_coll(&self) -> u64 {
+        let mut st = relock(&self.st);
+        st.next_coll += 1;
+        st.next_coll - 1
+    }
+
+    /// The hang set for the next operation, taken.
+    pub(super) fn take_hang(&self) -> Option<Arc<Hang>> {
+        relock(&self.st).hang.take()
+    }
+
+    /// Records that an operation failed with `code` (`why` becomes the last error) and
+    /// returns the error that breaks its stream.
+    pub(super) fn failed(&self, code: NcclResult, why: &str) -> Error {
+        relock(&self.st).error.get_or_insert(code);
+        set_last_error(why);
+        Error::Backend { code: LAUNCH_FAILED, message: format!("NCCL double: {code}: {why}") }
+    }
+
+    /// Adds a registration handle.
+    pub(super) fn register(&self, handle: usize) {
+        relock(&self.st).registered.insert(handle);
+    }
+
+    /// Removes a registration handle; whether it was there.
+    pub(super) fn deregister(&self, handle: usize) -> bool {
+        relock(&self.st).registered.remove(&handle)
+    }
+}
+
+/// What an `ncclComm_t` of the double points to: a heap object whose address is the handle
+/// (its content is never read; the registry maps the address to the communicator).
+struct Handle {
+    /// Makes the allocation non-empty, so every live handle has its own address.
+    _byte: u64,
+}
+
+/// The live communicators, by handle address.
+static COMMS: LazyLock<Mutex<HashMap<usize, Arc<Shared>>>> = LazyLock::new(|| Mutex::new(HashMap::new()));
+
+/// A new handle for `shared`.
+fn new_handle(shared: Shared) -> NcclComm {
+    let ptr = Box::into_raw(Box::new(Handle { _byte: 0 }));
+    relock(&COMMS).insert(ptr.addr(), Arc::new(shared));
+    ptr.cast::<NcclCommOpaque>()
+}
+
+/// The communicator `comm` stands for.
+///
+/// # Errors
+/// `ncclInvalidArgument` for null, destroyed or made-up handles.
+pub(super) fn lookup(comm: NcclComm, call: &str) -> Result<Arc<Shared>, NcclResult> {
+    if comm.is_null() {
+        return Err(fail(NcclResult::INVALID_ARGUMENT, format!("{call}: comm is null")));
+    }
+    relock(&COMMS).get(&comm.addr()).cloned().ok_or_else(|| {
+        fail(
+            NcclResult::INVALID_ARGUMENT,
+            format!("{call}: {:#x} is not a live communicator of the double", comm.addr()),
+        )
+    })
+}
+
+/// Removes `comm` from the registry and frees its handle.
+///
+/// # Errors
+/// As [`lookup`].
+fn release(comm: NcclComm, call: &str) -> Result<Arc<Shared>, NcclResult> {
+    let shared = lookup(comm, call)?;
+    if relock(&COMMS).remove(&comm.addr()).is_none() {
+        // Released by another thread in between.
+        return Err(fail(NcclResult::INVALID_ARGUMENT, format!("{call}: the communicator was just destroyed")));
+    }
+    // SAFETY: the address was in the registry, so `comm` came from `Box::into_raw` in
+    // `new_handle` and was not freed yet; removing it above makes this thread the only one
+    // to free it.
+    drop(unsafe { Box::from_raw(comm.cast::<Handle>()) });
+    Ok(shared)
+}
+
+/// The gatherings of `ncclCommInitRankConfig` in progress, by unique id.
+static INITS: LazyLock<Mutex<HashMap<[u8; 128], Arc<Gathering>>>> = LazyLock::new(|| Mutex::new(HashMap::new()));
+
+/// The ids whose communicators are complete (an id makes one communicator).
+static USED_IDS: LazyLock<Mutex<HashSet<[u8; 128]>>> = LazyLock::new(|| Mutex::new(HashSet::new()));
+
+/// Reads `config->blocking` (null: blocking, NCCL's default).
+///
+/// # Safety
+/// `config` is null or points to an [`NcclConfig`].
+unsafe fn blocking_of(config: *const NcclConfig, call: &str, default: bool) -> Result<bool, NcclResult> {
+    if config.is_null() {
+        return Ok(default);
+    }
+    // SAFETY: non-null, and an `NcclConfig` (our caller's contract).
+    let c = unsafe { config.read() };
+    if c.magic != NCCL_CONFIG_MAGIC {
+        return Err(fail(NcclResult::INVALID_ARGUMENT, format!("{call}: config magic {:#x} is wrong", c.magic)));
+    }
+    match c.blocking {
+        0 => Ok(false),
+        1 => Ok(true),
+        NCCL_CONFIG_UNDEF_INT => Ok(default),
+        b => Err(fail(NcclResult::INVALID_ARGUMENT, format!("{call}: config blocking {b} is neither 0 nor 1"))),
+    }
+}
+
+/// `ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId,
+/// int rank, ncclConfig_t* config)`.
+///
+/// # Safety
+/// `comm` is null or writable; `config` is null or an `ncclConfig_t`.
+pub(super) unsafe extern "C" fn nccl_comm_init_rank_config(
+    comm: *mut NcclComm,
+    nranks: c_int,
+    comm_id: NcclUniqueId,
+    rank: c_int,
+    config: *mut NcclConfig,
+) -> NcclResult {
+    const CALL: &str = "ncclCommInitRankConfig";
+    guard(CALL, || {
+        if comm.is_null() {
+            return fail(NcclResult::INVALID_ARGUMENT, format!("{CALL}: comm is null"));
+        }
+        // SAFETY: `config` is null or a config (our caller's contract).
+        let blocking = match unsafe { blocking_of(config, CALL, true) } {
+            Ok(b) => b,
+            Err(code) => return code,
+        };
+        let (Ok(n), Ok(r)) = (usize::try_from(nranks), usize::try_from(rank)) else {
+            return fail(NcclResult::INVALID_ARGUMENT, format!("{CALL}: nranks {nranks}, rank {rank}"));
+        };
+        if n < 1 || r >= n {
+            return fail(NcclResult::INVALID_ARGUMENT, format!("{CALL}: rank {rank} of {nranks} ranks"));
+        }
+        if !is_our_id(&comm_id) {
+            return fail(NcclResult::INVALID_ARGUMENT, format!("{CALL}: not a unique id of the double"));
+        }
+        let key = comm_id.internal;
+        let gathering = {
+            let mut inits = relock(&INITS);
+            if relock(&USED_IDS).contains(&key) {
+                return fail(
+                    NcclResult::INVALID_USAGE,
+                    format!("{CALL}: this unique id already made a complete communicator"),
+                );
+            }
+            let g = Arc::clone(inits.entry(key).or_insert_with(|| Gathering::new(n)));
+            if g.n != n {
+                return fail(
+                    NcclResult::INVALID_USAGE,
+                    format!("{CALL}: rank {r} says {n} ranks, an earlier rank said {}", g.n),
+                );
+            }
+            match g.arrive(r, 0, rank) {
+                Ok(true) => {
+                    inits.remove(&key);
+                    relock(&USED_IDS).insert(key);
+                }
+                Ok(false) => {}
+                Err(why) => return fail(NcclResult::INVALID_USAGE, format!("{CALL}: {why}")),
+            }
+            g
+        };
+        let device = CurrentDevice::get().map_or(0, |d| d.device());
+        let shared = Shared { gathering, slot: r, device, blocking, st: Mutex::new(CommState::default()) };
+        let handle = new_handle(shared);
+        // SAFETY: non-null and writable (our caller's contract).
+        unsafe { comm.write(handle) };
+        if !blocking {
+            return NcclResult::IN_PROGRESS;
+        }
+        match lookup(handle, CALL) {
+            Ok(s) => s.wait_ready(CALL),
+            Err(code) => code,
+        }
+    })
+}
+
+/// `ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
+/// ncclConfig_t* config)`: every rank of `comm` calls it; the ranks of one color form a new
+/// communicator, ordered by (key, rank); [`NCCL_SPLIT_NOCOLOR`] gets null. A null config
+/// inherits the parent's blocking mode.
+///
+/// # Safety
+/// `newcomm` is null or writable; `config` is null or an `ncclConfig_t`.
+pub(super) unsafe extern "C" fn nccl_comm_split(
+    comm: NcclComm,
+    color: c_int,
+    key: c_int,
+    newcomm: *mut NcclComm,
+    config: *mut NcclConfig,
+) -> NcclResult {
+    const CALL: &str = "ncclCommSplit";
+    guard(CALL, || {
+        if newcomm.is_null() {
+            return fail(NcclResult::INVALID_ARGUMENT, format!("{CALL}: newcomm is null"));
+        }
+        if color < NCCL_SPLIT_NOCOLOR {
+            return fail(NcclResult::INVALID_ARGUMENT, format!("{CALL}: color {color} is negative"));
+        }
+        let parent = match lookup(comm, CALL) {
+            Ok(p) => p,
+            Err(code) => return code,
+        };
+        if let Some(e) = parent.sticky() {
+            return fail(e, format!("{CALL}: the communicator has failed ({e})"));
+        }
+        let member = match parent.member() {
+            Ok(m) => m,
+            Err(code) => return code,
+        };
+        // SAFETY: `config` is null or a config (our caller's contract).
+        let blocking = match unsafe { blocking_of(config, CALL, parent.blocking) } {
+            Ok(b) => b,
+            Err(code) => return code,
+        };
+        let index = {
+            let mut st = relock(&parent.st);
+            st.next_split += 1;
+            st.next_split - 1
+        };
+        let gathering = {
+            let mut splits = relock(&member.net.splits);
+            let g = Arc::clone(splits.entry(index).or_insert_with(|| Gathering::new(member.nranks)));
+            match g.arrive(member.rank, color, key) {
+                Ok(true) => {
+                    splits.remove(&index);
+                }
+                Ok(false) => {}
+                Err(why) => return fail(NcclResult::INTERNAL_ERROR, format!("{CALL}: {why}")),
+            }
+            g
+        };
+        if let Some(why) = member.net.world.aborted() {
+            gathering.abort(&why);
+        }
+        if color == NCCL_SPLIT_NOCOLOR {
+            // SAFETY: non-null and writable (our caller's contract).
+            unsafe { newcomm.write(std::ptr::null_mut()) };
+            return NcclResult::SUCCESS;
+        }
+        let shared = Shared {
+            gathering,
+            slot: member.rank,
+            device: parent.device,
+            blocking,
+            st: Mutex::new(CommState::default()),
+        };
+        let handle = new_handle(shared);
+        // SAFETY: non-null and writable (our caller's contract).
+        unsafe { newcomm.write(handle) };
+        if !blocking {
+            return NcclResult::IN_PROGRESS;
+        }
+        match lookup(handle, CALL) {
+            Ok(s) => s.wait_ready(CALL),
+            Err(code) => code,
+        }
+    })
+}
+
+/// Aborts what `shared` takes part in on behalf of its rank: its communicator, or its
+/// gathering when still initializing.
+fn abort_shared(shared: &Shared, why: &str) {
+    match shared.member() {
+        Ok(m) => m.net.abort(m.rank, why),
+        Err(_) => shared.gathering.abort(why),
+    }
+}
+
+/// `ncclResult_t ncclCommAbort(ncclComm_t comm)`: ends every wait of every rank of the
+/// communicator (their queued and blocked work fails, their async error becomes
+/// `ncclRemoteError`), then frees the communicator. Callable from any thread, while this
+/// rank's stream is blocked inside an operation.
+///
+/// # Safety
+/// None beyond NCCL's: `comm` is not used afterwards.
+pub(super) unsafe extern "C" fn nccl_comm_abort(comm: NcclComm) -> NcclResult {
+    const CALL: &str = "ncclCommAbort";
+    guard(CALL, || {
+        if comm.is_null() {
+            // NCCL accepts a null communicator here.
+            return NcclResult::SUCCESS;
+        }
+        match release(comm, CALL) {
+            Ok(shared) => {
+                abort_shared(&shared, &format!("rank {} aborted its communicator", shared.slot));
+                NcclResult::SUCCESS
+            }
+            Err(code) => code,
+        }
+    })
+}
+
+/// `ncclResult_t ncclCommDestroy(ncclComm_t comm)`: frees the communicator (work already
+/// queued still runs; it holds what it needs).
+///
+/// # Safety
+/// None beyond NCCL's: `comm` is not used afterwards.
+pub(super) unsafe extern "C" fn nccl_comm_destroy(comm: NcclComm) -> NcclResult {
+    const CALL: &str = "ncclCommDestroy";
+    guard(CALL, || {
+        if comm.is_null() {
+            NcclResult::SUCCESS
+        } else {
+            release(comm, CALL).err().unwrap_or(NcclResult::SUCCESS)
+        }
+    })
+}
+
+/// `ncclResult_t ncclCommFinalize(ncclComm_t comm)`: nothing to flush (queued work holds
+/// what it needs); the sticky error, if any.
+///
+/// # Safety
+/// None needed.
+pub(super) unsafe extern "C" fn nccl_comm_finalize(comm: NcclComm) -> NcclResult {
+    const CALL: &str = "ncclCommFinalize";
+    guard(CALL, || match lookup(comm, CALL) {
+        Ok(shared) => shared.sticky().unwrap_or(NcclResult::SUCCESS),
+        Err(code) => code,
+    })
+}
+
+/// `ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError)`:
+/// `ncclInProgress` while initializing, the sticky error of a failed operation,
+/// `ncclRemoteError` once another rank aborted, else `ncclSuccess`.
+///
+/// # Safety
+/// `async_error` is null or writable.
+pub(super) unsafe extern "C" fn nccl_comm_get_async_error(comm: NcclComm, async_error: *mut NcclResult) -> NcclResult {
+    const CALL: &str = "ncclCommGetAsyncError";
+    guard(CALL, || {
+        if async_error.is_null() {
+            return fail(NcclResult::INVALID_ARGUMENT, format!("{CALL}: asyncError is null"));
+        }
+        match lookup(comm, CALL) {
+            Ok(shared) => {
+                // SAFETY: non-null and writable (our caller's contract).
+                unsafe { async_error.write(shared.async_error()) };
+                NcclResult::SUCCESS
+            }
+            Err(code) => code,
+        }
+    })
+}
+
+/// The body of the `ncclComm*(comm, int*)` queries.
+///
+/// # Safety
+/// `out` is null or writable.
+unsafe fn query(
+    comm: NcclComm,
+    out: *mut c_int,
+    call: &str,
+    what: fn(&Shared) -> Result<usize, NcclResult>,
+) -> NcclResult {
+    guard(call, || {
+        if out.is_null() {
+            return fail(NcclResult::INVALID_ARGUMENT, format!("{call}: the output pointer is null"));
+        }
+        let value = match lookup(comm, call).and_then(|s| what(&s)) {
+            Ok(v) => v,
+            Err(code) => return code,
+        };
+        let Ok(value) = c_int::try_from(value) else {
+            return fail(NcclResult::INTERNAL_ERROR, format!("{call}: {value} does not fit an int"));
+        };
+        // SAFETY: non-null and writable (our caller's contract).
+        unsafe { out.write(value) };
+        NcclResult::SUCCESS
+    })
+}
+
+/// `ncclResult_t ncclCommCount(const ncclComm_t comm, int* count)`.
+///
+/// # Safety
+/// `count` is null or writable.
+pub(super) unsafe extern "C" fn nccl_comm_count(comm: NcclComm, count: *mut c_int) -> NcclResult {
+    // SAFETY: passed on.
+    unsafe { query(comm, count, "ncclCommCount", |s| s.member().map(|m| m.nranks)) }
+}
+
+/// `ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank)`.
+///
+/// # Safety
+/// `rank` is null or writable.
+pub(super) unsafe extern "C" fn nccl_comm_user_rank(comm: NcclComm, rank: *mut c_int) -> NcclResult {
+    // SAFETY: passed on.
+    unsafe { query(comm, rank, "ncclCommUserRank", |s| s.member().map(|m| m.rank)) }
+}
+
+/// `ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device)`: the device current
+/// on the thread that created the communicator.
+///
+/// # Safety
+/// `device` is null or writable.
+pub(super) unsafe extern "C" fn nccl_comm_cu_device(comm: NcclComm, device: *mut c_int) -> NcclResult {
+    // SAFETY: passed on.
+    unsafe { query(comm, device, "ncclCommCuDevice", |s| Ok(s.device as usize)) }
+}
+
+/// Fault injection: makes `comm`'s next operation (collective, send or receive) hang on its
+/// stream until the guard is dropped or the communicator is aborted. `None` for a handle
+/// that is not a live, initialized communicator.
+pub(crate) fn hang_next(comm: NcclComm) -> Option<HangGuard> {
+    let shared = lookup(comm, "hang_next").ok()?;
+    let member = shared.member().ok()?;
+    let hang = Arc::new(Hang::default());
+    relock(&shared.st).hang = Some(Arc::clone(&hang));
+    Some(HangGuard { hang, net: member.net })
+}
+
+/// Fault injection: `comm`'s process dies. Its communicator is aborted as a dead peer's
+/// would be (the others' work fails and their async error becomes `ncclRemoteError`); the
+/// handle stays valid (a test destroys it). Whether `comm` was a live communicator.
+pub(crate) fn kill(comm: NcclComm) -> bool {
+    let Ok(shared) = lookup(comm, "kill") else { return false };
+    abort_shared(&shared, &format!("rank {} died", shared.slot));
+    relock(&shared.st).error.get_or_insert(NcclResult::SYSTEM_ERROR);
+    true
+}

@@ -1,0 +1,292 @@
+//! The double of the NCCL C API: `extern "C"` functions with `nccl.h`'s signatures (the
+//! types of [`table`](crate::xccl::library::table)), implementing NCCL's semantics over
+//! [`World`](super::world::World) and the host runtime, and [`table`] to build a
+//! [`Table`] of them.
+//!
+//! - `comm.rs`: communicators: the live-handle registry (a bad or destroyed `ncclComm_t` is
+//!   `ncclInvalidArgument`, never undefined behaviour), init by unique id, split, abort,
+//!   async errors, and the fault injection tests use ([`hang_next`], [`kill`]).
+//! - `calls.rs`: collectives, point-to-point, groups, memory, registration, pre-mul-sum ops.
+//!
+//! Work is queued as closures on the host runtime's streams ([`enqueue_anywhere`]): a
+//! stream handle names its runtime, so many runtimes can run in one process. The null
+//! default stream is refused (`ncclInvalidArgument`): it belongs to no runtime in particular.
+//! The device of a communicator, and of `ncclMemAlloc`, is the one current on the calling
+//! thread ([`CurrentDevice`]).
+//!
+//! Every function catches panics (returning `ncclInternalError`) so none unwinds into C.
+//!
+//! [`enqueue_anywhere`]: crate::xccl::runtime::host::enqueue_anywhere
+//! [`CurrentDevice`]: crate::xccl::runtime::host::CurrentDevice
+
+mod calls;
+mod comm;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::fmt::Display;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::{LazyLock, Mutex};
+
+use crate::sync::relock;
+use crate::xccl::library::table::{GetVersionFn, Table};
+use crate::xccl::library::types::{NcclComm, NcclResult, NcclUniqueId, NCCL_UNIQUE_ID_BYTES};
+
+#[allow(unused_imports)] // Fault injection for the engine's tests (and ours).
+pub(crate) use comm::{hang_next, kill, HangGuard};
+
+/// What the double's library looks like.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct DoubleOptions {
+    /// What `ncclGetVersion` reports (an `NCCL_VERSION` code; 22803 is 2.28.3).
+    pub(crate) version: i32,
+    /// Whether `ncclCommSplit` is exported.
+    pub(crate) split: bool,
+    /// Whether `ncclAlltoAll` is exported.
+    pub(crate) all_to_all: bool,
+    /// Whether `ncclGather` and `ncclScatter` are exported.
+    pub(crate) gather_scatter: bool,
+    /// Whether `ncclMemAlloc`, `ncclMemFree`, `ncclCommRegister` and `ncclCommDeregister`
+    /// are exported.
+    pub(crate) mem_alloc_register: bool,
+    /// Whether `ncclRedOpCreatePreMulSum` and `ncclRedOpDestroy` are exported.
+    pub(crate) pre_mul_sum: bool,
+}
+
+impl Default for DoubleOptions {
+    /// NCCL 2.28.3 with every optional function.
+    fn default() -> DoubleOptions {
+        DoubleOptions {
+            version: 22803,
+            split: true,
+            all_to_all: true,
+            gather_scatter: true,
+            mem_alloc_register: true,
+            pre_mul_sum: true,
+        }
+    }
+}
+
+/// A table of the double's functions, with the version and the optional functions `opts`
+/// asks for (the others are absent, as in an older NCCL).
+///
+/// # Panics
+/// When more than [`VERSION_SLOTS`] distinct versions were asked for in this process (the
+/// version is read by one of a fixed set of functions, since C functions get no context).
+pub(crate) fn table(opts: &DoubleOptions) -> Table {
+    let get_version = version_fn(opts.version);
+    let mut lookup = |name: &CStr| -> Option<*mut c_void> {
+        use calls::*;
+        use comm::*;
+        let on = |flag: bool, f: *mut c_void| flag.then_some(f);
+        Some(match name.to_bytes() {
+            b"ncclGetVersion" => get_version as *mut c_void,
+            b"ncclGetUniqueId" => nccl_get_unique_id as *mut c_void,
+            b"ncclCommInitRankConfig" => nccl_comm_init_rank_config as *mut c_void,
+            b"ncclCommDestroy" => nccl_comm_destroy as *mut c_void,
+            b"ncclCommAbort" => nccl_comm_abort as *mut c_void,
+            b"ncclCommFinalize" => nccl_comm_finalize as *mut c_void,
+            b"ncclCommGetAsyncError" => nccl_comm_get_async_error as *mut c_void,
+            b"ncclCommCount" => nccl_comm_count as *mut c_void,
+            b"ncclCommCuDevice" => nccl_comm_cu_device as *mut c_void,
+            b"ncclCommUserRank" => nccl_comm_user_rank as *mut c_void,
+            b"ncclGetErrorString" => nccl_get_error_string as *mut c_void,
+            b"ncclGetLastError" => nccl_get_last_error as *mut c_void,
+            b"ncclAllReduce" => nccl_all_reduce as *mut c_void,
+            b"ncclBroadcast" => nccl_broadcast as *mut c_void,
+            b"ncclReduce" => nccl_reduce as *mut c_void,
+            b"ncclAllGather" => nccl_all_gather as *mut c_void,
+            b"ncclReduceScatter" => nccl_reduce_scatter as *mut c_void,
+            b"ncclSend" => nccl_send as *mut c_void,
+            b"ncclRecv" => nccl_recv as *mut c_void,
+            b"ncclGroupStart" => nccl_group_start as *mut c_void,
+            b"ncclGroupEnd" => nccl_group_end as *mut c_void,
+            b"ncclCommSplit" => on(opts.split, nccl_comm_split as *mut c_void)?,
+            b"ncclAlltoAll" => on(opts.all_to_all, nccl_all_to_all as *mut c_void)?,
+            b"ncclGather" => on(opts.gather_scatter, nccl_gather as *mut c_void)?,
+            b"ncclScatter" => on(opts.gather_scatter, nccl_scatter as *mut c_void)?,
+            b"ncclMemAlloc" => on(opts.mem_alloc_register, nccl_mem_alloc as *mut c_void)?,
+            b"ncclMemFree" => on(opts.mem_alloc_register, nccl_mem_free as *mut c_void)?,
+            b"ncclCommRegister" => on(opts.mem_alloc_register, nccl_comm_register as *mut c_void)?,
+            b"ncclCommDeregister" => on(opts.mem_alloc_register, nccl_comm_deregister as *mut c_void)?,
+            b"ncclRedOpCreatePreMulSum" => on(opts.pre_mul_sum, nccl_red_op_create_pre_mul_sum as *mut c_void)?,
+            b"ncclRedOpDestroy" => on(opts.pre_mul_sum, nccl_red_op_destroy as *mut c_void)?,
+            _ => return None,
+        })
+    };
+    // SAFETY: every address the lookup gives is the double's function of that name, declared
+    // with the signature of the table's type for it (see `calls.rs`, `comm.rs` and
+    // `get_version`); they are plain functions, valid for the life of the process.
+    match unsafe { Table::resolve(&mut lookup) } {
+        Ok(table) => table,
+        // Unreachable: the lookup has every required name.
+        Err(lacks) => panic!("the NCCL double {lacks}"),
+    }
+}
+
+/// How many distinct versions [`table`] can simulate in one process.
+pub(crate) const VERSION_SLOTS: usize = 8;
+
+/// A slot not yet given a version.
+const EMPTY_SLOT: i32 = i32::MIN;
+
+/// The version each slot's `ncclGetVersion` reports.
+static VERSIONS: [AtomicI32; VERSION_SLOTS] = [const { AtomicI32::new(EMPTY_SLOT) }; VERSION_SLOTS];
+
+/// `ncclGetVersion` of slot `K`.
+///
+/// # Safety
+/// `version` is null or valid for writing an int.
+unsafe extern "C" fn get_version<const K: usize>(version: *mut c_int) -> NcclResult {
+    if version.is_null() {
+        return fail(NcclResult::INVALID_ARGUMENT, "ncclGetVersion: version is null");
+    }
+    // SAFETY: non-null and writable (the caller's contract).
+    unsafe { *version = VERSIONS[K].load(Ordering::Relaxed) };
+    NcclResult::SUCCESS
+}
+
+/// The `ncclGetVersion` of each slot.
+const VERSION_FNS: [GetVersionFn; VERSION_SLOTS] = [
+    get_version::<0>,
+    get_version::<1>,
+    get_version::<2>,
+    get_version::<3>,
+    get_version::<4>,
+    get_version::<5>,
+    get_version::<6>,
+    get_version::<7>,
+];
+
+/// An `ncclGetVersion` reporting `code`: the slot that has it, or a fresh one.
+///
+/// # Panics
+/// Every slot holds another version.
+fn version_fn(code: i32) -> GetVersionFn {
+    for (slot, f) in VERSIONS.iter().zip(VERSION_FNS) {
+        match slot.compare_exchange(EMPTY_SLOT, code, Ordering::SeqCst, Ordering::SeqCst) {
+            Ok(_) => return f,
+            Err(held) if held == code => return f,
+            Err(_) => {}
+        }
+    }
+    panic!("the NCCL double simulates at most {VERSION_SLOTS} distinct versions per process")
+}
+
+/// Runs the body of an `extern "C"` function: a panic becomes `ncclInternalError` (with the
+/// last error saying so) instead of unwinding into C.
+pub(super) fn guard(call: &str, body: impl FnOnce() -> NcclResult) -> NcclResult {
+    catch_unwind(AssertUnwindSafe(body))
+        .unwrap_or_else(|_| fail(NcclResult::INTERNAL_ERROR, format!("{call}: the double panicked")))
+}
+
+/// Makes `message` the last error and returns `code` (for `return fail(...)`).
+pub(super) fn fail(code: NcclResult, message: impl Display) -> NcclResult {
+    set_last_error(&message.to_string());
+    code
+}
+
+/// `Ok` for success, `Err` otherwise (for `?` inside the double).
+pub(super) fn ok(code: NcclResult) -> Result<(), NcclResult> {
+    if code.is_success() {
+        Ok(())
+    } else {
+        Err(code)
+    }
+}
+
+/// The most distinct last-error messages kept (each is kept for the life of the process, so
+/// a pointer `ncclGetLastError` gave stays valid).
+const MAX_MESSAGES: usize = 4096;
+
+/// Every last-error message so far, interned for the life of the process.
+static MESSAGES: LazyLock<Mutex<HashMap<String, &'static CStr>>> = LazyLock::new(|| Mutex::new(HashMap::new()));
+
+/// The last error (one per process, as NCCL keeps it).
+static LAST_ERROR: Mutex<&'static CStr> = Mutex::new(c"");
+
+/// Makes `message` the last error.
+pub(super) fn set_last_error(message: &str) {
+    let interned = {
+        let mut messages = relock(&MESSAGES);
+        match messages.get(message) {
+            Some(&c) => c,
+            None if messages.len() >= MAX_MESSAGES => c"(the NCCL double has kept too many distinct errors)",
+            None => {
+                let c: &'static CStr =
+                    Box::leak(CString::new(message.replace('\0', " ")).unwrap_or_default().into_boxed_c_str());
+                messages.insert(message.to_string(), c);
+                c
+            }
+        }
+    };
+    *relock(&LAST_ERROR) = interned;
+}
+
+/// The last error's text (for tests).
+pub(super) fn last_error() -> String {
+    relock(&LAST_ERROR).to_string_lossy().into_owned()
+}
+
+/// `const char* ncclGetLastError(ncclComm_t comm)`: the last error of the process (`comm` is
+/// unused); the string stays valid for the life of the process.
+///
+/// # Safety
+/// None needed: `comm` is not used.
+pub(super) unsafe extern "C" fn nccl_get_last_error(_comm: NcclComm) -> *const c_char {
+    catch_unwind(|| relock(&LAST_ERROR).as_ptr()).unwrap_or(c"".as_ptr())
+}
+
+/// `const char* ncclGetErrorString(ncclResult_t result)`: NCCL's text for each code.
+///
+/// # Safety
+/// None needed.
+pub(super) unsafe extern "C" fn nccl_get_error_string(result: NcclResult) -> *const c_char {
+    let s: &'static CStr = match result {
+        NcclResult::SUCCESS => c"no error",
+        NcclResult::UNHANDLED_CUDA_ERROR => c"unhandled cuda error (run with NCCL_DEBUG=INFO for details)",
+        NcclResult::SYSTEM_ERROR => c"unhandled system error (run with NCCL_DEBUG=INFO for details)",
+        NcclResult::INTERNAL_ERROR => c"internal error - please report this issue to the NCCL developers",
+        NcclResult::INVALID_ARGUMENT => c"invalid argument (run with NCCL_DEBUG=WARN for details)",
+        NcclResult::INVALID_USAGE => c"invalid usage (run with NCCL_DEBUG=WARN for details)",
+        NcclResult::REMOTE_ERROR => c"remote process exited or there was a network error",
+        NcclResult::IN_PROGRESS => c"NCCL operation in progress",
+        NcclResult::TIMEOUT => c"operation timed out",
+        _ => c"unknown result code",
+    };
+    s.as_ptr()
+}
+
+/// The magic at the start of every unique id the double makes.
+pub(super) const ID_MAGIC: &[u8; 16] = b"oxccl-nccl-dbl\0\x01";
+
+/// Numbers the unique ids of the process.
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// `ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId)`: a fresh id per call (the magic, a
+/// process-wide counter and the process id).
+///
+/// # Safety
+/// `unique_id` is null or valid for writing an id.
+pub(super) unsafe extern "C" fn nccl_get_unique_id(unique_id: *mut NcclUniqueId) -> NcclResult {
+    guard("ncclGetUniqueId", || {
+        if unique_id.is_null() {
+            return fail(NcclResult::INVALID_ARGUMENT, "ncclGetUniqueId: uniqueId is null");
+        }
+        let mut id = NcclUniqueId::zeroed();
+        id.internal[..16].copy_from_slice(ID_MAGIC);
+        id.internal[16..24].copy_from_slice(&NEXT_ID.fetch_add(1, Ordering::Relaxed).to_le_bytes());
+        id.internal[24..28].copy_from_slice(&std::process::id().to_le_bytes());
+        // SAFETY: non-null and writable (the caller's contract).
+        unsafe { unique_id.write(id) };
+        NcclResult::SUCCESS
+    })
+}
+
+/// Whether `id` is one the double made.
+pub(super) fn is_our_id(id: &NcclUniqueId) -> bool {
+    id.internal.len() == NCCL_UNIQUE_ID_BYTES && &id.internal[..16] == ID_MAGIC
+}
