@@ -20,6 +20,7 @@ pub(crate) mod dl;
 #[cfg(any(test, feature = "testing"))]
 pub(crate) mod double;
 pub(crate) mod engine;
+pub(crate) mod factory;
 pub(crate) mod host_side;
 pub(crate) mod library;
 pub mod memory;

@@ -130,15 +130,16 @@ enum Route {
     Stage,
 }
 
-/// Counters and the point-to-point queue.
-#[derive(Default)]
-struct Order {
+/// Counters, the point-to-point queue and the stash of early messages.
+pub(crate) struct Order {
     /// Collectives issued (their fingerprints' sequence numbers).
     collectives: u64,
     /// Point-to-point batches submitted.
     p2p: u64,
     /// Batches not yet issued.
     queue: Vec<Queued>,
+    /// Messages received ahead of their receive, per peer.
+    stash: p2p::Stash,
 }
 
 /// The device as buffers name it.
@@ -262,7 +263,12 @@ impl Engine {
             scratch,
             order_event,
             events: Mutex::new(Vec::new()),
-            order: Mutex::new(Order::default()),
+            order: Mutex::new(Order {
+                collectives: 0,
+                p2p: 0,
+                queue: Vec::new(),
+                stash: (0..size).map(|_| std::collections::VecDeque::new()).collect(),
+            }),
             poison: Mutex::new(Poison::default()),
         };
         Ok(Engine { inner: Arc::new(inner) })
@@ -285,16 +291,19 @@ impl Inner {
         self.host.liveness()
     }
 
-    /// Poisons the communicator with `e` (the first failure stays), aborts it and the host
-    /// communicator, lets the stream drain, and returns `e`.
+    /// Poisons the communicator with `e`, aborts it and the host communicator, lets the
+    /// stream drain, and returns `e`. When it was poisoned already (an `abort()` from another
+    /// thread, an earlier failure), that first cause is returned instead: what `e` reports
+    /// (a broken stream, a remote error) is then its consequence.
     fn fail(&self, e: Error) -> Error {
         let first = relock(&self.poison).set(e.clone());
-        if first {
-            let reason = format!("rank {} failed: {e}", self.rank);
-            self.comm.abort(&reason);
-            self.host.comm().abort(&reason);
-            self.drain();
+        if !first {
+            return self.poisoned().err().unwrap_or(e);
         }
+        let reason = format!("rank {} failed: {e}", self.rank);
+        self.comm.abort(&reason);
+        self.host.comm().abort(&reason);
+        self.drain();
         e
     }
 
@@ -340,7 +349,7 @@ impl Inner {
     /// Issues the queued batches (see `p2p.rs`).
     fn flush_queue(self: &Arc<Self>) -> Result<()> {
         let mut order = relock(&self.order);
-        self.flush(&mut order.queue)
+        self.flush(&mut order)
     }
 
     /// Makes the engine's stream wait for the work queued so far on the caller's stream.
@@ -490,6 +499,11 @@ impl Drop for Inner {
                 let _ = self.rt.event_destroy(ev);
             }
             let _ = self.rt.free(self.device, self.scratch);
+            for q in relock(&self.order).stash.drain(..) {
+                for m in q {
+                    let _ = self.rt.free(self.device, m.ptr);
+                }
+            }
         }
     }
 }
@@ -532,6 +546,14 @@ impl Engine {
                 i.name, i.kind
             )),
         }
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        // Batches still queued hold device temporaries that point back at the engine:
+        // issuing them lets every piece go once its operation is done.
+        let _ = self.inner.flush_queue();
     }
 }
 
@@ -596,7 +618,7 @@ impl Backend for Engine {
             }
             order.queue.push(Queued { ops, ticket: Arc::clone(&ticket), deadline, order: opts.stream, staged });
             if mode == Mode::Blocking {
-                i.flush(&mut order.queue)?;
+                i.flush(&mut order)?;
             }
             drop(order);
             return Ok(Arc::new(GpuPending {
@@ -613,7 +635,7 @@ impl Backend for Engine {
         let seq = order.collectives;
         order.collectives += 1;
         i.host.check_collective(&op.fingerprint(seq, forced), timeout)?;
-        i.flush(&mut order.queue)?;
+        i.flush(&mut order)?;
         // SAFETY: forwarded from our caller.
         let issued = unsafe { i.issue_collective(&op, opts.stream, seq, deadline, staged)? };
         drop(order);
@@ -631,9 +653,8 @@ impl Backend for Engine {
     fn probe(&self, peer: usize, tag: u32) -> Result<Option<MessageInfo>> {
         let i = &self.inner;
         i.poisoned()?;
-        i.flush_queue()?;
-        if let Some(e) = i.host.peek(peer, i.timeout)? {
-            return Ok((e.tag == tag).then_some(MessageInfo { source: peer, tag, dtype: e.dtype, count: e.count }));
+        if let Some(m) = i.probe_message(peer, tag)? {
+            return Ok(Some(m));
         }
         if i.host_buffers == HostBuffers::Cpu {
             return i.host.comm().probe(peer, tag);
@@ -646,7 +667,7 @@ impl Backend for Engine {
         i.poisoned()?;
         let timeout = opts.timeout_or(i.timeout);
         let mut order = relock(&i.order);
-        i.flush(&mut order.queue)?;
+        i.flush(&mut order)?;
         let parent = i.host.comm();
         let child_host = parent.split(color, key, opts)?;
         let parts = |host: Arc<dyn Backend>| Parts {

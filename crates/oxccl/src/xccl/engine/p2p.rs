@@ -1,36 +1,44 @@
-//! Point-to-point on NCCL: envelopes, the queue of batches not yet issued, and issuing them
-//! together.
+//! Point-to-point on NCCL: envelopes, the queue of batches not yet issued, early messages,
+//! and issuing everything queued together.
 //!
 //! NCCL matches a send with the receive that peer posts in the same order, needs the
 //! receive's exact count, and runs calls on one stream in order, so a receive queued before
 //! the send it depends on (rank 0 `irecv(1); send(1)`, rank 1 the same) would hang both
-//! streams. oxccl's `recv` takes any message up to the buffer's length and asynchronous
-//! sends and receives may come in any order, so:
+//! streams. oxccl's `recv` takes any message up to the buffer's length, matches by tag, and
+//! asynchronous sends and receives may come in any order, so:
 //!
 //! - every send posts an envelope (tag, dtype, count) on the host side when it is submitted;
 //! - asynchronous batches wait in a queue; a blocking batch, a collective, a split, a probe
-//!   or a wait on a queued batch flushes the queue: each receive takes its peer's next
-//!   envelope (messages between two ranks arrive in the order sent) and everything queued
-//!   is issued as **one** NCCL group, which cannot deadlock against itself.
+//!   or a wait on a queued batch flushes the queue, and everything queued is issued as
+//!   **one** NCCL group, which cannot deadlock against itself;
+//! - a receive takes its peer's envelopes in order (the order NCCL delivers in) until one
+//!   has its tag; messages with other tags it passes are received into device temporaries
+//!   (the *stash*, per peer) in the same group, and a later receive or probe for their tag
+//!   finds them there (a device-to-device copy after the group). This is how MPI buffers
+//!   unexpected messages, here on the device.
 //!
 //! The group runs on the communicator's own stream, after the work queued on every caller
 //! stream the batches name; a batch asked to run *on* a caller's stream makes that stream
 //! wait for the group's completion event instead, so later work there still sees the data.
 //!
-//! A receive whose envelope names another tag fails with `InvalidArgument` and leaves the
-//! message for the next receive; a message longer than the buffer is received into a
-//! temporary (so the sender's calls still match) and reported as `InvalidArgument`.
+//! A message whose dtype differs from the receive's, or that is longer than the buffer, is
+//! an `InvalidArgument` for that receive; the message is still received (into a temporary,
+//! dropped) so the sender's calls match. Every send of a batch is issued whatever happens to
+//! its receives: its envelope is already out.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
 
 use super::issue::Transfer;
 use super::pending::{DeviceTemp, Issued, Ticket};
 use super::stage::Staged;
-use super::Inner;
-use crate::backend::{P2p, StreamOrder};
+use super::{Inner, Order};
+use crate::backend::{MessageInfo, P2p, StreamOrder};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::xccl::host_side::Envelope;
+use crate::xccl::runtime::{CopyKind, RawStream};
 
 /// A batch waiting to be issued.
 pub(crate) struct Queued {
@@ -46,11 +54,34 @@ pub(crate) struct Queued {
     pub(crate) staged: Option<Staged>,
 }
 
+/// A message received ahead of the receive that wants it. Its device memory is a raw
+/// address (not a [`DeviceTemp`], which would keep the engine alive from inside itself):
+/// the consuming receive turns it into one; the engine frees what is left when dropped.
+pub(crate) struct Stashed {
+    tag: u32,
+    dtype: DType,
+    count: usize,
+    /// Device memory holding the message (at least one byte).
+    pub(crate) ptr: u64,
+}
+
+/// The stash: early messages per peer, oldest first.
+pub(crate) type Stash = Vec<VecDeque<Stashed>>;
+
+/// A copy from a stashed message into a receive buffer, after the group.
+#[derive(Clone, Copy)]
+struct Copy {
+    dst: *mut u8,
+    src: u64,
+    bytes: usize,
+}
+
 /// A batch whose receives know their counts.
 struct Settled {
     ticket: Arc<Ticket>,
     order: Option<StreamOrder>,
     transfers: Vec<Transfer>,
+    copies: Vec<Copy>,
     received: Vec<usize>,
     /// (count, element size) of each receive, for copying staged messages back.
     elems: Vec<(usize, usize)>,
@@ -69,119 +100,145 @@ pub(crate) fn envelopes(ops: &[P2p]) -> Vec<(usize, Envelope)> {
         .collect()
 }
 
+/// Why a message cannot land in a receive of `dtype` and `capacity` elements, if it cannot.
+fn unfit(peer: usize, tag: u32, env_dtype: DType, count: usize, dtype: DType, capacity: usize) -> Option<Error> {
+    if env_dtype != dtype {
+        Some(Error::invalid(format!(
+            "rank {peer}'s message with tag {tag} holds {env_dtype}, but this receive's buffer is {dtype}"
+        )))
+    } else if count > capacity {
+        Some(Error::invalid(format!(
+            "rank {peer} sent {count} elements with tag {tag}, more than the receive buffer's {capacity}"
+        )))
+    } else {
+        None
+    }
+}
+
 impl Inner {
-    /// Settles the receives of one batch: takes each one's envelope and checks it.
-    fn settle(self: &Arc<Self>, q: Queued) -> std::result::Result<Settled, (Arc<Ticket>, Error)> {
-        let mut taken: Vec<(usize, Envelope)> = Vec::new();
-        let mut transfers = Vec::with_capacity(q.ops.len());
-        let mut received = Vec::new();
-        let mut elems = Vec::new();
-        let mut temps = Vec::new();
-        let mut error = None;
+    /// Receives `env` from `peer` into a new stash entry (its transfer joins `transfers`).
+    fn stash_next(&self, stash: &mut Stash, transfers: &mut Vec<Transfer>, peer: usize, env: Envelope) -> Result<()> {
+        let ptr = self.rt.alloc(self.device, (env.count * env.dtype.size()).max(1))?;
+        transfers.push(Transfer::Recv { ptr: ptr as *mut u8, count: env.count, dtype: env.dtype, peer });
+        if let Some(q) = stash.get_mut(peer) {
+            q.push_back(Stashed { tag: env.tag, dtype: env.dtype, count: env.count, ptr });
+        }
+        Ok(())
+    }
+
+    /// Settles the receives of one batch (see the module documentation).
+    fn settle(self: &Arc<Self>, stash: &mut Stash, q: Queued) -> Settled {
+        let mut s = Settled {
+            ticket: q.ticket,
+            order: q.order,
+            transfers: Vec::with_capacity(q.ops.len()),
+            copies: Vec::new(),
+            received: Vec::new(),
+            elems: Vec::new(),
+            temps: Vec::new(),
+            error: None,
+            staged: q.staged,
+        };
         for p in &q.ops {
-            match *p {
+            let (buf, peer, tag) = match *p {
                 P2p::Send { buf, peer, .. } => {
-                    transfers.push(Transfer::Send { ptr: buf.ptr, count: buf.count, dtype: buf.dtype, peer })
+                    s.transfers.push(Transfer::Send { ptr: buf.ptr, count: buf.count, dtype: buf.dtype, peer });
+                    continue;
                 }
-                P2p::Recv { buf, peer, tag } => {
-                    let left = q.deadline.saturating_duration_since(Instant::now());
-                    let env = match self.host.next_envelope(peer, left) {
-                        Ok(e) => e,
-                        Err(e) => {
-                            self.put_back(taken);
-                            return Err((q.ticket, e));
-                        }
-                    };
-                    if env.tag != tag || env.dtype != buf.dtype {
-                        self.host.unread(peer, env);
-                        self.put_back(taken);
-                        let what = if env.tag != tag {
-                            format!("has tag {} but this receive asks for tag {tag}", env.tag)
-                        } else {
-                            format!("holds {} but this receive's buffer is {}", env.dtype, buf.dtype)
-                        };
-                        return Err((
-                            q.ticket,
-                            Error::invalid(format!(
-                                "the next message from rank {peer} {what}; the {} backend delivers the messages \
-                                 between two ranks in the order they were sent",
-                                self.name
-                            )),
-                        ));
-                    }
-                    taken.push((peer, env));
-                    if env.count > buf.count {
-                        let ptr = match self.temp(env.count * env.dtype.size()) {
-                            Ok(t) => t,
-                            Err(e) => {
-                                self.put_back(taken);
-                                return Err((q.ticket, e));
-                            }
-                        };
-                        transfers.push(Transfer::Recv {
-                            ptr: ptr.ptr as *mut u8,
-                            count: env.count,
-                            dtype: env.dtype,
-                            peer,
-                        });
-                        temps.push(ptr);
-                        error.get_or_insert_with(|| {
-                            Error::invalid(format!(
-                                "rank {peer} sent {} elements with tag {tag}, more than the receive buffer's {}",
-                                env.count, buf.count
-                            ))
-                        });
-                        received.push(0);
-                        elems.push((0, buf.dtype.size()));
-                    } else {
-                        transfers.push(Transfer::Recv { ptr: buf.ptr, count: env.count, dtype: env.dtype, peer });
-                        received.push(env.count);
-                        elems.push((env.count, buf.dtype.size()));
-                    }
+                P2p::Recv { buf, peer, tag } => (buf, peer, tag),
+            };
+            let mut got = 0;
+            if s.error.is_none() {
+                match self.receive(stash, &mut s, peer, tag, buf.ptr, buf.count, buf.dtype, q.deadline) {
+                    Ok(n) => got = n,
+                    Err(e) => s.error = Some(e),
                 }
             }
+            s.received.push(got);
+            s.elems.push((got, buf.dtype.size()));
         }
-        Ok(Settled { ticket: q.ticket, order: q.order, transfers, received, elems, temps, error, staged: q.staged })
+        s
     }
 
-    /// Gives envelopes back to the front of their peers' queues (latest first, so the order
-    /// is kept).
-    fn put_back(&self, taken: Vec<(usize, Envelope)>) {
-        for (peer, env) in taken.into_iter().rev() {
-            self.host.unread(peer, env);
+    /// One receive: from the stash, or from the next envelopes (stashing those with other
+    /// tags). Returns the element count received.
+    #[allow(clippy::too_many_arguments)]
+    fn receive(
+        self: &Arc<Self>,
+        stash: &mut Stash,
+        s: &mut Settled,
+        peer: usize,
+        tag: u32,
+        ptr: *mut u8,
+        capacity: usize,
+        dtype: DType,
+        deadline: Instant,
+    ) -> Result<usize> {
+        let q = stash.get_mut(peer).ok_or_else(|| Error::Internal(format!("no stash for rank {peer}")))?;
+        if let Some(at) = q.iter().position(|m| m.tag == tag) {
+            let m = q.remove(at).ok_or_else(|| Error::Internal("a stashed message vanished".into()))?;
+            // The message is consumed either way; its memory lives until this batch is done.
+            s.temps.push(DeviceTemp { inner: Arc::clone(self), ptr: m.ptr });
+            if let Some(e) = unfit(peer, tag, m.dtype, m.count, dtype, capacity) {
+                return Err(e);
+            }
+            s.copies.push(Copy { dst: ptr, src: m.ptr, bytes: m.count * dtype.size() });
+            return Ok(m.count);
+        }
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let env = self.host.next_envelope(peer, left)?;
+            if env.tag != tag {
+                self.stash_next(stash, &mut s.transfers, peer, env)?;
+                continue;
+            }
+            if let Some(e) = unfit(peer, tag, env.dtype, env.count, dtype, capacity) {
+                // Received and dropped, so the sender's calls still match.
+                let t = self.temp((env.count * env.dtype.size()).max(1))?;
+                s.transfers.push(Transfer::Recv { ptr: t.ptr as *mut u8, count: env.count, dtype: env.dtype, peer });
+                s.temps.push(t);
+                return Err(e);
+            }
+            s.transfers.push(Transfer::Recv { ptr, count: env.count, dtype, peer });
+            return Ok(env.count);
         }
     }
 
-    /// Issues everything queued as one group (see the module documentation). Batches that
-    /// cannot be settled get their error; the others are issued.
+    /// Issues everything queued as one group (see the module documentation).
     ///
     /// # Errors
-    /// The communicator is poisoned; issuing the group failed (also given to every batch).
-    pub(crate) fn flush(self: &Arc<Self>, queue: &mut Vec<Queued>) -> Result<()> {
-        if queue.is_empty() {
+    /// Issuing the group failed (also given to every batch); the communicator is poisoned.
+    pub(crate) fn flush(self: &Arc<Self>, order: &mut Order) -> Result<()> {
+        if order.queue.is_empty() {
             return Ok(());
         }
-        let mut settled = Vec::new();
-        for q in queue.drain(..) {
-            match self.settle(q) {
-                Ok(s) => settled.push(s),
-                Err((ticket, e)) => ticket.set(Err(e)),
-            }
-        }
-        if settled.is_empty() {
-            return Ok(());
-        }
+        let queue = std::mem::take(&mut order.queue);
+        let settled: Vec<Settled> = queue.into_iter().map(|q| self.settle(&mut order.stash, q)).collect();
+        self.issue_settled(settled)
+    }
+
+    /// Issues settled batches as one group, with their stash copies and staged copies after
+    /// it, and hands each its issue.
+    fn issue_settled(self: &Arc<Self>, settled: Vec<Settled>) -> Result<()> {
         let transfers: Vec<Transfer> = settled.iter().flat_map(|s| s.transfers.iter().copied()).collect();
-        let deadline = Instant::now() + self.timeout;
         let orders: Vec<Option<StreamOrder>> = settled.iter().map(|s| s.order).collect();
-        let mut after = |stream| {
+        let deadline = Instant::now() + self.timeout;
+        let mut after = |stream: RawStream| -> Result<()> {
+            for c in settled.iter().flat_map(|s| s.copies.iter()).filter(|c| c.bytes > 0) {
+                // SAFETY: from a stashed message (device memory kept with the batch) into a
+                // receive buffer (device memory valid until the batch completes: the
+                // submitter's contract), `bytes` within both (checked by `unfit`).
+                unsafe { self.rt.copy_async(c.dst as u64, c.src, c.bytes, CopyKind::DeviceToDevice, stream)? };
+            }
             settled.iter().filter_map(|s| s.staged.as_ref().map(|st| (st, &s.elems))).try_for_each(|(st, elems)| {
                 // SAFETY: the staged batch's host ranges stay valid until completion.
                 unsafe { st.copy_out(self, stream, elems) }
             })
         };
         // SAFETY: every pointer is a buffer of a submitted batch (valid until its Pending
-        // reports completion, the submitter's contract) or a temporary kept with its batch.
+        // reports completion, the submitter's contract), a temporary kept with its batch, or
+        // a stash entry (freed only after a later batch that copies it out completes, or
+        // with the engine).
         let event = unsafe { self.issue_group(&transfers, &orders, deadline, &mut after) };
         match event {
             Ok(event) => {
@@ -198,6 +255,33 @@ impl Inner {
                 }
                 Err(e)
             }
+        }
+    }
+
+    /// The first message from `peer` with `tag` not yet received, if it has arrived: in the
+    /// stash, or among the envelopes that arrived (those with other tags before it are
+    /// received into the stash on the way).
+    ///
+    /// # Errors
+    /// The host side's errors; issuing a stash receive failed.
+    pub(crate) fn probe_message(self: &Arc<Self>, peer: usize, tag: u32) -> Result<Option<MessageInfo>> {
+        let mut order = super::relock(&self.order);
+        self.flush(&mut order)?;
+        loop {
+            let q = order.stash.get(peer).ok_or_else(|| Error::invalid(format!("rank {peer} is out of range")))?;
+            if let Some(m) = q.iter().find(|m| m.tag == tag) {
+                return Ok(Some(MessageInfo { source: peer, tag, dtype: m.dtype, count: m.count }));
+            }
+            let Some(env) = self.host.peek(peer, self.timeout)? else { return Ok(None) };
+            if env.tag == tag {
+                return Ok(Some(MessageInfo { source: peer, tag, dtype: env.dtype, count: env.count }));
+            }
+            let env = self.host.next_envelope(peer, self.timeout)?;
+            let mut transfers = Vec::new();
+            self.stash_next(&mut order.stash, &mut transfers, peer, env)?;
+            // SAFETY: the one receive lands in a fresh stash entry, freed only after a later
+            // batch copies it out or with the engine.
+            unsafe { self.issue_group(&transfers, &[None], Instant::now() + self.timeout, &mut |_| Ok(()))? };
         }
     }
 }

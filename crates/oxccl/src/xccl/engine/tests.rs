@@ -1,1 +1,348 @@
+//! The engine against the doubles: host memory posing as device memory
+//! (`runtime/host/`) and the NCCL double (`double/nccl/`), with `local` host sides. Results
+//! are checked against sequential computations on the same inputs.
 
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::backend::Backend;
+use crate::config::{Config, HostBuffers, ResolvedConfig};
+use crate::error::Error;
+use crate::fingerprint::OpKind;
+use crate::xccl::double::nccl::{table, DoubleOptions};
+use crate::xccl::factory::world_over;
+use crate::xccl::library::{Flavor, Library};
+use crate::xccl::memory::Gpu;
+use crate::xccl::runtime::host::HostRuntime;
+use crate::xccl::runtime::DeviceRuntime;
+use crate::{Communicator, ReduceOp};
+
+/// A world of `n` ranks on the doubles, rank i on device i.
+struct World {
+    rt: Arc<HostRuntime>,
+    comms: Vec<Communicator>,
+}
+
+fn config(fingerprint: bool, host: HostBuffers, timeout: Duration) -> ResolvedConfig {
+    let mut cfg = Config::new().timeout(timeout).resolve_with(|_| None).expect("config");
+    cfg.gpu.fingerprint = fingerprint;
+    cfg.gpu.host_buffers = Some(host);
+    cfg
+}
+
+fn world_with(n: usize, opts: &DoubleOptions, cfg: &ResolvedConfig) -> World {
+    let rt = Arc::new(HostRuntime::new(n as u32));
+    let dyn_rt: Arc<dyn DeviceRuntime> = rt.clone();
+    let lib = Arc::new(Library::from_table(table(opts), Flavor::Nccl, "nccl-double").expect("double library"));
+    let hosts: Vec<Arc<dyn Backend>> =
+        crate::cpu::local::world(cfg, n).expect("hosts").into_iter().map(|b| Arc::new(b) as Arc<dyn Backend>).collect();
+    let backends = world_over("nccl", &lib, &dyn_rt, hosts, cfg, &|i| i as u32).expect("world");
+    World { rt, comms: backends.into_iter().map(Communicator::from_backend).collect() }
+}
+
+fn world(n: usize) -> World {
+    world_with(n, &DoubleOptions::default(), &config(false, HostBuffers::Refuse, Duration::from_secs(20)))
+}
+
+impl World {
+    fn gpu(&self, rank: usize) -> Gpu {
+        let rt: Arc<dyn DeviceRuntime> = self.rt.clone();
+        Gpu::new(rt, rank as u32).expect("gpu")
+    }
+
+    /// Runs `f` on every rank, in threads.
+    fn run<R: Send>(&self, f: impl Fn(&Communicator, Gpu) -> R + Sync) -> Vec<R> {
+        std::thread::scope(|s| {
+            let hs: Vec<_> = self.comms.iter().enumerate().map(|(i, c)| {
+                let g = self.gpu(i);
+                let f = &f;
+                s.spawn(move || f(c, g))
+            }).collect();
+            hs.into_iter().map(|h| h.join().expect("rank panicked")).collect()
+        })
+    }
+}
+
+fn input(rank: usize, len: usize) -> Vec<f32> {
+    (0..len).map(|i| (rank * 1000 + i) as f32 * 0.5).collect()
+}
+
+#[test]
+fn all_reduce_on_device_buffers_matches_a_sequential_sum() {
+    for n in [1, 2, 3] {
+        let w = world(n);
+        let len = 37;
+        let out = w.run(|c, g| {
+            let mut buf = g.copy_from_host(&input(c.rank(), len)).expect("upload");
+            c.all_reduce(&mut buf, ReduceOp::Sum).expect("all_reduce");
+            buf.to_vec().expect("download")
+        });
+        let want: Vec<f32> = (0..len).map(|i| (0..n).map(|r| input(r, len)[i]).sum()).collect();
+        assert!(out.iter().all(|o| *o == want), "n={n}");
+    }
+}
+
+#[test]
+fn every_collective_shape_on_device_memory() {
+    // all_gather, reduce_scatter, broadcast, reduce, all_to_all (native and grouped),
+    // gather/scatter (native and grouped) and barrier, with an old-library double too.
+    for opts in [DoubleOptions::default(), DoubleOptions { all_to_all: false, gather_scatter: false, split: false, ..DoubleOptions::default() }] {
+        let n = 3;
+        let w = world_with(n, &opts, &config(false, HostBuffers::Refuse, Duration::from_secs(20)));
+        let c = 5;
+        let results = w.run(|comm, g| {
+            let me = comm.rank();
+            let mine: Vec<i32> = (0..c).map(|i| (me * 100 + i) as i32).collect();
+            let blocks: Vec<i32> = (0..n * c).map(|i| (me * 1000 + i) as i32).collect();
+            // all_gather
+            let inp = g.copy_from_host(&mine).unwrap();
+            let mut ag = g.zeros::<i32>(n * c).unwrap();
+            comm.all_gather(&inp, &mut ag).unwrap();
+            // reduce_scatter (max)
+            let rs_in = g.copy_from_host(&blocks).unwrap();
+            let mut rs = g.zeros::<i32>(c).unwrap();
+            comm.reduce_scatter(&rs_in, &mut rs, ReduceOp::Max).unwrap();
+            // broadcast from 2
+            let mut bc = g.copy_from_host(&mine).unwrap();
+            comm.broadcast(&mut bc, 2).unwrap();
+            // reduce to 1 (sum)
+            let mut red = g.copy_from_host(&mine).unwrap();
+            comm.reduce(&mut red, ReduceOp::Sum, 1).unwrap();
+            // all_to_all, out of place and in place
+            let mut a2a = g.zeros::<i32>(n * c).unwrap();
+            comm.all_to_all(&rs_in, &mut a2a).unwrap();
+            let mut a2a_ip = g.copy_from_host(&blocks).unwrap();
+            comm.all_to_all_in_place(&mut a2a_ip).unwrap();
+            // gather to 0, scatter from 1
+            let mut gat = g.zeros::<i32>(n * c).unwrap();
+            comm.gather(&inp, (me == 0).then_some(&mut gat), 0).unwrap();
+            let mut sc = g.zeros::<i32>(c).unwrap();
+            let sc_src = g.copy_from_host(&blocks).unwrap();
+            comm.scatter((me == 1).then_some(&sc_src), &mut sc, 1).unwrap();
+            comm.barrier().unwrap();
+            [ag, rs, bc, red, a2a, a2a_ip, gat, sc].map(|b| b.to_vec().unwrap())
+        });
+        let mine = |r: usize| (0..c).map(move |i| (r * 100 + i) as i32);
+        let blocks = |r: usize| -> Vec<i32> { (0..n * c).map(|i| (r * 1000 + i) as i32).collect() };
+        for (me, r) in results.iter().enumerate() {
+            let ag: Vec<i32> = (0..n).flat_map(mine).collect();
+            assert_eq!(r[0], ag, "all_gather rank {me} ({opts:?})");
+            let rs: Vec<i32> = (0..c).map(|i| (0..n).map(|p| blocks(p)[me * c + i]).max().unwrap()).collect();
+            assert_eq!(r[1], rs, "reduce_scatter rank {me}");
+            assert_eq!(r[2], mine(2).collect::<Vec<_>>(), "broadcast rank {me}");
+            let red: Vec<i32> = if me == 1 { (0..c).map(|i| (0..n).map(|p| (p * 100 + i) as i32).sum()).collect() } else { mine(me).collect() };
+            assert_eq!(r[3], red, "reduce rank {me}");
+            let a2a: Vec<i32> = (0..n).flat_map(|p| blocks(p)[me * c..(me + 1) * c].to_vec()).collect();
+            assert_eq!(r[4], a2a, "all_to_all rank {me}");
+            assert_eq!(r[5], a2a, "all_to_all in place rank {me}");
+            if me == 0 {
+                assert_eq!(r[6], ag, "gather");
+            }
+            assert_eq!(r[7], blocks(1)[me * c..(me + 1) * c].to_vec(), "scatter rank {me}");
+        }
+    }
+}
+
+#[test]
+fn host_memory_and_other_devices_are_invalid_arguments_that_say_what_is_expected() {
+    let w = world(2);
+    let errs = w.run(|c, g| {
+        let mut host = vec![1.0f32; 4];
+        let e1 = c.all_reduce(&mut host[..], ReduceOp::Sum).unwrap_err();
+        let other = Gpu::new(g.runtime().clone(), 1 - c.rank() as u32).unwrap();
+        let mut wrong = other.zeros::<f32>(4).unwrap();
+        let e2 = c.all_reduce(&mut wrong, ReduceOp::Sum).unwrap_err();
+        // The communicator is still usable.
+        let mut ok = g.zeros::<f32>(4).unwrap();
+        c.all_reduce(&mut ok, ReduceOp::Sum).unwrap();
+        (e1, e2)
+    });
+    for (e1, e2) in errs {
+        assert!(matches!(&e1, Error::InvalidArgument(m) if m.contains("host memory") && m.contains("cuda:")), "{e1}");
+        assert!(matches!(&e2, Error::InvalidArgument(m) if m.contains("uses cuda:")), "{e2}");
+    }
+}
+
+#[test]
+fn a_collective_a_peer_never_joins_times_out_naming_op_and_sequence_then_the_communicator_is_aborted() {
+    let w = world_with(2, &DoubleOptions::default(), &config(false, HostBuffers::Refuse, Duration::from_millis(600)));
+    let rank0 = &w.comms[0];
+    let g = w.gpu(0);
+    let mut buf = g.zeros::<f32>(8).unwrap();
+    let t = Instant::now();
+    let e = rank0.all_reduce(&mut buf, ReduceOp::Sum).unwrap_err();
+    assert!(t.elapsed() < Duration::from_secs(5), "took {:?}", t.elapsed());
+    assert!(matches!(e, Error::Timeout { op: OpKind::AllReduce, seq: 0, .. }), "{e}");
+    let again = rank0.all_reduce(&mut buf, ReduceOp::Sum).unwrap_err();
+    assert!(matches!(again, Error::Aborted { .. }), "{again}");
+}
+
+#[test]
+fn mismatched_collectives_are_a_mismatch_with_the_fingerprint_check() {
+    let w = world_with(2, &DoubleOptions::default(), &config(true, HostBuffers::Refuse, Duration::from_secs(10)));
+    let out = w.run(|c, g| {
+        let mut buf = g.zeros::<f32>(4 + c.rank()).unwrap();
+        c.all_reduce(&mut buf, ReduceOp::Sum)
+    });
+    for (me, r) in out.iter().enumerate() {
+        match r {
+            Err(Error::Mismatch { peer, ours, theirs }) => {
+                assert_eq!(*peer, 1 - me);
+                assert_eq!((ours.count, theirs.count), ((4 + me) as u64, (5 - me) as u64));
+            }
+            other => panic!("rank {me}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn abort_from_another_thread_ends_a_blocked_wait() {
+    let w = world_with(2, &DoubleOptions::default(), &config(false, HostBuffers::Refuse, Duration::from_secs(30)));
+    let rank0 = &w.comms[0];
+    let g = w.gpu(0);
+    let t = Instant::now();
+    let e = std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(200));
+            rank0.abort("test says stop");
+        });
+        let mut buf = g.zeros::<f32>(8).unwrap();
+        rank0.all_reduce(&mut buf, ReduceOp::Sum).unwrap_err()
+    });
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    assert!(matches!(&e, Error::Aborted { reason } if reason.contains("test says stop")), "{e}");
+}
+
+#[test]
+fn a_peer_that_goes_away_is_peer_lost_not_a_hang() {
+    let mut w = world_with(2, &DoubleOptions::default(), &config(false, HostBuffers::Refuse, Duration::from_secs(30)));
+    let gone = w.comms.pop().expect("rank 1");
+    let g = w.gpu(0);
+    let t = Instant::now();
+    let e = std::thread::scope(|s| {
+        s.spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            drop(gone);
+        });
+        let mut buf = g.zeros::<f32>(8).unwrap();
+        w.comms[0].all_reduce(&mut buf, ReduceOp::Sum).unwrap_err()
+    });
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    assert!(matches!(e, Error::PeerLost { rank: 1, .. } | Error::Aborted { .. } | Error::Backend { .. }), "{e}");
+}
+
+#[test]
+fn point_to_point_in_any_order_with_short_messages_and_probe() {
+    let w = world(2);
+    let out = w.run(|c, g| {
+        let me = c.rank();
+        let peer = 1 - me;
+        let data = g.copy_from_host(&input(me, 6)).unwrap();
+        let mut got = g.zeros::<f32>(10).unwrap();
+        // Both ranks post the receive first and then send: must not deadlock.
+        let n = c
+            .scope(|s| {
+                let r = s.recv(&mut got, peer, 7)?;
+                s.send(&data, peer, 7)?;
+                r.wait().map(|(_, n)| n)
+            })
+            .expect("exchange");
+        // Tags are matched: a receive for the second message's tag gets it first, and the
+        // first waits in the stash for its own receive (which probe sees).
+        let first = g.copy_from_host(&[42.0f32]).unwrap();
+        let second = g.copy_from_host(&[1.0f32, 2.0]).unwrap();
+        c.send(&first, peer, 9).unwrap();
+        c.send(&second, peer, 8).unwrap();
+        let mut two = g.zeros::<f32>(2).unwrap();
+        let wrong = c.recv(&mut two, peer, 8).map(|k| (k, two.to_vec().unwrap()));
+        let info = c.probe(peer, 9).unwrap();
+        let mut one = g.zeros::<f32>(1).unwrap();
+        let k = c.recv(&mut one, peer, 9).unwrap();
+        // A message longer than the buffer is refused (and still received).
+        c.send(&second, peer, 3).unwrap();
+        let too_long = c.recv(&mut one, peer, 3).unwrap_err();
+        (n, got.to_vec().unwrap(), wrong, info, k, one.to_vec().unwrap(), too_long)
+    });
+    for (me, (n, got, wrong, info, k, one, too_long)) in out.into_iter().enumerate() {
+        assert_eq!(n, 6);
+        assert_eq!(&got[..6], &input(1 - me, 6)[..]);
+        assert!(got[6..].iter().all(|&x| x == 0.0), "the rest of the buffer is untouched");
+        assert_eq!(wrong.expect("tag 8 first"), (2, vec![1.0, 2.0]));
+        assert!(matches!(&too_long, Error::InvalidArgument(m) if m.contains("2 elements")), "{too_long}");
+        let info = info.expect("probe sees the message");
+        assert_eq!((info.source, info.tag, info.count), (1 - me, 9, 1));
+        assert_eq!((k, one), (1, vec![42.0]));
+    }
+}
+
+#[test]
+fn split_with_and_without_ncclcommsplit() {
+    for split in [true, false] {
+        let opts = DoubleOptions { split, ..DoubleOptions::default() };
+        let w = world_with(4, &opts, &config(false, HostBuffers::Refuse, Duration::from_secs(20)));
+        let out = w.run(|c, g| {
+            let me = c.rank();
+            let color = (me != 3).then_some((me % 2) as u32);
+            let sub = c.split(color, -(me as i64)).unwrap();
+            sub.map(|s| {
+                let mut buf = g.copy_from_host(&[me as i64]).unwrap();
+                s.all_reduce(&mut buf, ReduceOp::Sum).unwrap();
+                (s.rank(), s.world_size(), buf.to_vec().unwrap()[0])
+            })
+        });
+        // Colors: {0, 2} and {1}; rank 3 takes no part. Keys reverse the order.
+        assert_eq!(out[0], Some((1, 2, 2)), "split={split}");
+        assert_eq!(out[2], Some((0, 2, 2)));
+        assert_eq!(out[1], Some((0, 1, 1)));
+        assert_eq!(out[3], None);
+    }
+}
+
+#[test]
+fn async_work_and_the_caller_stream() {
+    let w = world(3);
+    let out = w.run(|c, g| {
+        let mut a = g.copy_from_host(&input(c.rank(), 9)).unwrap();
+        let mut b = g.copy_from_host(&input(c.rank() + 1, 9)).unwrap();
+        c.scope(|s| {
+            let wa = s.all_reduce(&mut a, ReduceOp::Sum)?;
+            let wb = s.all_reduce(&mut b, ReduceOp::Max)?;
+            wa.wait()?;
+            wb.wait().map(drop)
+        })
+        .unwrap();
+        (a.to_vec().unwrap(), b.to_vec().unwrap())
+    });
+    let sum: Vec<f32> = (0..9).map(|i| (0..3).map(|r| input(r, 9)[i]).sum()).collect();
+    let max: Vec<f32> = input(3, 9);
+    assert!(out.iter().all(|(a, b)| *a == sum && *b == max));
+}
+
+#[test]
+fn host_buffers_staged_or_on_the_cpu_backend() {
+    for host in [HostBuffers::Stage, HostBuffers::Cpu] {
+        let w = world_with(3, &DoubleOptions::default(), &config(false, host, Duration::from_secs(20)));
+        let out = w.run(|c, _| {
+            let mut v = input(c.rank(), 11);
+            c.all_reduce(&mut v[..], ReduceOp::Sum).unwrap();
+            let mut ag = vec![0f32; 3 * 4];
+            c.all_gather_in_place(&mut ag[..]).map(|()| v).unwrap()
+        });
+        let want: Vec<f32> = (0..11).map(|i| (0..3).map(|r| input(r, 11)[i]).sum()).collect();
+        assert!(out.iter().all(|v| *v == want), "{host:?}");
+    }
+}
+
+#[test]
+fn nothing_is_left_on_the_device_after_the_communicators_are_dropped() {
+    let w = world(2);
+    w.run(|c, g| {
+        let mut a = g.zeros::<u8>(3).unwrap();
+        c.all_reduce(&mut a, ReduceOp::Sum).unwrap();
+        c.barrier().unwrap();
+    });
+    let rt = Arc::clone(&w.rt);
+    drop(w);
+    let census = rt.census();
+    assert_eq!((census.streams, census.events, census.device_allocations), (0, 0, 0), "{census:?}");
+}

@@ -69,6 +69,7 @@ use super::{CopyKind, DeviceRuntime, RawEvent, RawStream, Residence, Vendor};
 use crate::error::Result;
 use crate::sync::relock;
 
+#[cfg(any(test, feature = "testing"))]
 pub(crate) use self::anywhere::{enqueue_anywhere, stream_is_live, CurrentDevice};
 pub(crate) use self::stall::StallGuard;
 pub(crate) use self::stream::Closure;
