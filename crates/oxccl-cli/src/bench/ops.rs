@@ -237,7 +237,13 @@ pub fn run<T: BenchElem>(comm: &Communicator, op: BenchOp, b: &mut Buffers<T>, a
 ///
 /// # Errors
 /// The operation's error.
-pub fn run_on<V: BufferMut + ?Sized>(comm: &Communicator, op: BenchOp, input: &V, output: &mut V, a: &OpArgs) -> Result<()> {
+pub fn run_on<V: BufferMut + ?Sized>(
+    comm: &Communicator,
+    op: BenchOp,
+    input: &V,
+    output: &mut V,
+    a: &OpArgs,
+) -> Result<()> {
     let root = comm.rank() == a.root;
     match (op, a.place) {
         (BenchOp::AllReduce, Place::OutOfPlace) => comm.all_reduce_into(input, output, a.redop),

@@ -93,7 +93,11 @@ impl GpuFactory {
 
 /// What the engine does with host buffers under `cfg`.
 fn host_buffers(cfg: &ResolvedConfig) -> HostBuffers {
-    cfg.gpu.host_buffers.unwrap_or(if cfg.backend == BackendChoice::Auto { HostBuffers::Cpu } else { HostBuffers::Refuse })
+    cfg.gpu.host_buffers.unwrap_or(if cfg.backend == BackendChoice::Auto {
+        HostBuffers::Cpu
+    } else {
+        HostBuffers::Refuse
+    })
 }
 
 /// A world of `hosts.len()` GPU ranks in this process, one thread each (their creation is

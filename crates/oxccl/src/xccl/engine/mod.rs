@@ -273,7 +273,6 @@ impl Engine {
         };
         Ok(Engine { inner: Arc::new(inner) })
     }
-
 }
 
 impl Inner {
@@ -616,7 +615,7 @@ impl Backend for Engine {
                 // the group that uses the temporaries is queued later on the same stream.
                 unsafe { st.copy_in(i, i.stream)? };
             }
-            order.queue.push(Queued { ops, ticket: Arc::clone(&ticket), deadline, order: opts.stream, staged });
+            order.queue.push(Queued { ops, ticket: Arc::clone(&ticket), deadline, order: opts.stream, staged, seq });
             if mode == Mode::Blocking {
                 i.flush(&mut order)?;
             }
@@ -634,7 +633,15 @@ impl Backend for Engine {
         let mut order = relock(&i.order);
         let seq = order.collectives;
         order.collectives += 1;
-        i.host.check_collective(&op.fingerprint(seq, forced), timeout)?;
+        if let Err(e) = i.host.check_collective(&op.fingerprint(seq, forced), timeout) {
+            // The ranks disagree (or one is gone): the communicator cannot go on, as on the
+            // host backends. A wait in the check is this operation's wait.
+            let e = match e {
+                Error::Timeout { peer, waited, .. } => Error::Timeout { op: kind, seq, peer, waited },
+                other => other,
+            };
+            return Err(i.fail(e));
+        }
         i.flush(&mut order)?;
         // SAFETY: forwarded from our caller.
         let issued = unsafe { i.issue_collective(&op, opts.stream, seq, deadline, staged)? };

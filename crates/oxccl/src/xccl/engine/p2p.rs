@@ -22,8 +22,8 @@
 //! wait for the group's completion event instead, so later work there still sees the data.
 //!
 //! A message whose dtype differs from the receive's, or that is longer than the buffer, is
-//! an `InvalidArgument` for that receive; the message is still received (into a temporary,
-//! dropped) so the sender's calls match. Every send of a batch is issued whatever happens to
+//! a `Mismatch` for that receive (and poisons the communicator, as on the host backends);
+//! the message is still received (into a temporary, dropped) so the sender's calls match. Every send of a batch is issued whatever happens to
 //! its receives: its envelope is already out.
 
 use std::collections::VecDeque;
@@ -34,9 +34,11 @@ use super::issue::Transfer;
 use super::pending::{DeviceTemp, Issued, Ticket};
 use super::stage::Staged;
 use super::{Inner, Order};
+use crate::algorithm::Algorithm;
 use crate::backend::{MessageInfo, P2p, StreamOrder};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::fingerprint::{Fingerprint, OpKind};
 use crate::xccl::host_side::Envelope;
 use crate::xccl::runtime::{CopyKind, RawStream};
 
@@ -52,6 +54,8 @@ pub(crate) struct Queued {
     pub(crate) order: Option<StreamOrder>,
     /// Its host buffers' device copies (`OXCCL_GPU_HOST_BUFFERS=stage`).
     pub(crate) staged: Option<Staged>,
+    /// Its number among this rank's batches.
+    pub(crate) seq: u64,
 }
 
 /// A message received ahead of the receive that wants it. Its device memory is a raw
@@ -100,19 +104,19 @@ pub(crate) fn envelopes(ops: &[P2p]) -> Vec<(usize, Envelope)> {
         .collect()
 }
 
-/// Why a message cannot land in a receive of `dtype` and `capacity` elements, if it cannot.
-fn unfit(peer: usize, tag: u32, env_dtype: DType, count: usize, dtype: DType, capacity: usize) -> Option<Error> {
-    if env_dtype != dtype {
-        Some(Error::invalid(format!(
-            "rank {peer}'s message with tag {tag} holds {env_dtype}, but this receive's buffer is {dtype}"
-        )))
-    } else if count > capacity {
-        Some(Error::invalid(format!(
-            "rank {peer} sent {count} elements with tag {tag}, more than the receive buffer's {capacity}"
-        )))
-    } else {
-        None
-    }
+/// A point-to-point fingerprint, as the host backends make them.
+fn fp(op: OpKind, seq: u64, dtype: DType, count: usize) -> Fingerprint {
+    Fingerprint { seq, op, dtype, count: count as u64, root: None, reduce: None, algorithm: Algorithm::Linear }
+}
+
+/// [`Error::Mismatch`] when a message of `count` elements of `theirs` cannot land in this
+/// receive (`dtype`, `capacity` elements, batch number `seq`): another dtype, or too long.
+fn unfit(peer: usize, seq: u64, theirs: DType, count: usize, dtype: DType, capacity: usize) -> Option<Error> {
+    (theirs != dtype || count > capacity).then(|| Error::Mismatch {
+        peer,
+        ours: fp(OpKind::Recv, seq, dtype, capacity),
+        theirs: fp(OpKind::Send, seq, theirs, count),
+    })
 }
 
 impl Inner {
@@ -149,7 +153,7 @@ impl Inner {
             };
             let mut got = 0;
             if s.error.is_none() {
-                match self.receive(stash, &mut s, peer, tag, buf.ptr, buf.count, buf.dtype, q.deadline) {
+                match self.receive(stash, &mut s, (peer, tag, q.seq), buf.ptr, buf.count, buf.dtype, q.deadline) {
                     Ok(n) => got = n,
                     Err(e) => s.error = Some(e),
                 }
@@ -167,8 +171,7 @@ impl Inner {
         self: &Arc<Self>,
         stash: &mut Stash,
         s: &mut Settled,
-        peer: usize,
-        tag: u32,
+        (peer, tag, seq): (usize, u32, u64),
         ptr: *mut u8,
         capacity: usize,
         dtype: DType,
@@ -179,7 +182,7 @@ impl Inner {
             let m = q.remove(at).ok_or_else(|| Error::Internal("a stashed message vanished".into()))?;
             // The message is consumed either way; its memory lives until this batch is done.
             s.temps.push(DeviceTemp { inner: Arc::clone(self), ptr: m.ptr });
-            if let Some(e) = unfit(peer, tag, m.dtype, m.count, dtype, capacity) {
+            if let Some(e) = unfit(peer, seq, m.dtype, m.count, dtype, capacity) {
                 return Err(e);
             }
             s.copies.push(Copy { dst: ptr, src: m.ptr, bytes: m.count * dtype.size() });
@@ -192,7 +195,7 @@ impl Inner {
                 self.stash_next(stash, &mut s.transfers, peer, env)?;
                 continue;
             }
-            if let Some(e) = unfit(peer, tag, env.dtype, env.count, dtype, capacity) {
+            if let Some(e) = unfit(peer, seq, env.dtype, env.count, dtype, capacity) {
                 // Received and dropped, so the sender's calls still match.
                 let t = self.temp((env.count * env.dtype.size()).max(1))?;
                 s.transfers.push(Transfer::Recv { ptr: t.ptr as *mut u8, count: env.count, dtype: env.dtype, peer });

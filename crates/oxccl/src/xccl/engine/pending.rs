@@ -135,7 +135,15 @@ impl Pending for GpuPending {
         let mut watched = Instant::now();
         loop {
             match self.inner.rt.event_query(issued.event.event) {
-                Ok(true) => return Some(self.finish(Self::completed(&issued))),
+                Ok(true) => {
+                    // A receive that did not fit poisons the communicator, as on the host
+                    // backends.
+                    let r = Self::completed(&issued).map_err(|e| match e {
+                        e @ Error::Mismatch { .. } => self.inner.fail(e),
+                        e => e,
+                    });
+                    return Some(self.finish(r));
+                }
                 Ok(false) => {}
                 Err(e) => return Some(self.finish(Err(self.inner.fail(e)))),
             }
