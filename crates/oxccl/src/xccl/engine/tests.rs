@@ -159,7 +159,7 @@ fn every_collective_shape_on_device_memory() {
 fn host_memory_and_other_devices_are_invalid_arguments_that_say_what_is_expected() {
     let w = world(2);
     let errs = w.run(|c, g| {
-        let mut host = vec![1.0f32; 4];
+        let mut host = [1.0f32; 4];
         let e1 = c.all_reduce(&mut host[..], ReduceOp::Sum).unwrap_err();
         let other = Gpu::new(g.runtime().clone(), 1 - c.rank() as u32).unwrap();
         let mut wrong = other.zeros::<f32>(4).unwrap();
@@ -255,8 +255,10 @@ fn point_to_point_in_any_order_with_short_messages_and_probe() {
         let n = c
             .scope(|s| {
                 let r = s.recv(&mut got, peer, 7)?;
-                s.send(&data, peer, 7)?;
-                r.wait().map(|(_, n)| n)
+                let sent = s.send(&data, peer, 7)?;
+                let n = r.wait().map(|(_, n)| n)?;
+                sent.wait()?;
+                Ok(n)
             })
             .expect("exchange");
         // Tags are matched: a receive for the second message's tag gets it first, and the
@@ -340,7 +342,7 @@ fn host_buffers_staged_or_on_the_cpu_backend() {
         let out = w.run(|c, _| {
             let mut v = input(c.rank(), 11);
             c.all_reduce(&mut v[..], ReduceOp::Sum).unwrap();
-            let mut ag = vec![0f32; 3 * 4];
+            let mut ag = [0f32; 3 * 4];
             c.all_gather_in_place(&mut ag[..]).map(|()| v).unwrap()
         });
         let want: Vec<f32> = (0..11).map(|i| (0..3).map(|r| input(r, 11)[i]).sum()).collect();
