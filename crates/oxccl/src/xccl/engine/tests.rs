@@ -272,9 +272,14 @@ fn point_to_point_in_any_order_with_short_messages_and_probe() {
         let info = c.probe(peer, 9).unwrap();
         let mut one = g.zeros::<f32>(1).unwrap();
         let k = c.recv(&mut one, peer, 9).unwrap();
-        // A message longer than the buffer is a Mismatch (and still received).
-        c.send(&second, peer, 3).unwrap();
-        let too_long = c.recv(&mut one, peer, 3).unwrap_err();
+        // A message longer than the buffer is a Mismatch (and still received). Rank 0 sends;
+        // the receiver's failure then aborts the world, which rank 0 may or may not see.
+        let too_long = if me == 0 {
+            let _ = c.send(&second, peer, 3);
+            None
+        } else {
+            Some(c.recv(&mut one, peer, 3).unwrap_err())
+        };
         (n, got.to_vec().unwrap(), wrong, info, k, one.to_vec().unwrap(), too_long)
     });
     for (me, (n, got, wrong, info, k, one, too_long)) in out.into_iter().enumerate() {
@@ -282,10 +287,9 @@ fn point_to_point_in_any_order_with_short_messages_and_probe() {
         assert_eq!(&got[..6], &input(1 - me, 6)[..]);
         assert!(got[6..].iter().all(|&x| x == 0.0), "the rest of the buffer is untouched");
         assert_eq!(wrong.expect("tag 8 first"), (2, vec![1.0, 2.0]));
-        assert!(
-            matches!(&too_long, Error::Mismatch { ours, theirs, .. } if ours.count == 1 && theirs.count == 2),
-            "{too_long}"
-        );
+        if let Some(e) = too_long {
+            assert!(matches!(&e, Error::Mismatch { ours, theirs, .. } if ours.count == 1 && theirs.count == 2), "{e}");
+        }
         let info = info.expect("probe sees the message");
         assert_eq!((info.source, info.tag, info.count), (1 - me, 9, 1));
         assert_eq!((k, one), (1, vec![42.0]));
