@@ -16,6 +16,7 @@
 // outside their tests. Remove this allow when the engine is in.
 #![allow(dead_code)]
 
+pub(crate) mod bytes;
 pub(crate) mod dl;
 #[cfg(any(test, feature = "testing"))]
 pub(crate) mod double;
