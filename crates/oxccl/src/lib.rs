@@ -9,6 +9,7 @@
 //! | `cpu` (default) | one rank per process, on one host or many: shared memory within a host, TCP across hosts |
 //! | `local` | N ranks as threads of one process, the same algorithms over an in-memory transport |
 //! | `mpi` | the system MPI (cargo feature `mpi`), picked under `mpirun` |
+//! | `nccl`, `rccl` | NVIDIA NCCL / AMD RCCL on device buffers ([`Gpu`], [`DeviceBuffer`], device [`Tensor`]s), loaded at run time |
 //!
 //! A program started by a launcher (`oxccl run`, torchrun, `mpirun`, `srun`) joins its
 //! job with [`init`]; one process can also run a world of threads with [`local::run`]:
@@ -78,6 +79,7 @@ pub use init::{init, select};
 pub use mesh::DeviceMesh;
 pub use reduce_op::ReduceOp;
 pub use tensor::Tensor;
+pub use xccl::memory::{DeviceBuffer, DeviceView, DeviceViewMut, Gpu};
 
 /// The README's code, compiled and run as a doc test so the tour cannot go stale.
 #[cfg(doctest)]

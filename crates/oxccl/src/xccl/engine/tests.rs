@@ -367,3 +367,26 @@ fn nothing_is_left_on_the_device_after_the_communicators_are_dropped() {
     let census = rt.census();
     assert_eq!((census.streams, census.events, census.device_allocations), (0, 0, 0), "{census:?}");
 }
+
+#[test]
+fn device_tensors_through_the_engine() {
+    let w = world(3);
+    let out = w.run(|c, g| {
+        let me = c.rank();
+        let t = crate::Tensor::from_vec(input(me, 6), &[2, 3]).unwrap().to_gpu(&g).unwrap();
+        let mut sum = t.try_clone().unwrap();
+        c.all_reduce_tensor(&mut sum, ReduceOp::Sum).unwrap();
+        let gathered = c.all_gather_tensor(&t, 1).unwrap();
+        assert_eq!(gathered.device(), g.device());
+        (sum.to_vec::<f32>().unwrap(), gathered.shape().to_vec(), gathered.to_vec::<f32>().unwrap())
+    });
+    let want_sum: Vec<f32> = (0..6).map(|i| (0..3).map(|r| input(r, 6)[i]).sum()).collect();
+    // Along dim 1: each row is the ranks' rows side by side.
+    let want_gather: Vec<f32> =
+        (0..2).flat_map(|row| (0..3).flat_map(move |r| input(r, 6)[row * 3..row * 3 + 3].to_vec())).collect();
+    for (sum, shape, gathered) in out {
+        assert_eq!(sum, want_sum);
+        assert_eq!(shape, vec![2, 9]);
+        assert_eq!(gathered, want_gather);
+    }
+}
