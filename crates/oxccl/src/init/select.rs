@@ -9,11 +9,13 @@ use crate::backend::Backend;
 use crate::config::{BackendChoice, ResolvedConfig};
 use crate::cpu::factory::{CpuFactory, LocalFactory};
 use crate::error::{Error, Result};
+use crate::xccl::factory as xccl;
 
 #[cfg(not(feature = "mpi"))]
-static FACTORIES: [&dyn BackendFactory; 2] = [&CpuFactory, &LocalFactory];
+static FACTORIES: [&dyn BackendFactory; 4] = [&CpuFactory, &LocalFactory, &xccl::NCCL, &xccl::RCCL];
 #[cfg(feature = "mpi")]
-static FACTORIES: [&dyn BackendFactory; 3] = [&CpuFactory, &LocalFactory, &crate::mpi::MpiFactory];
+static FACTORIES: [&dyn BackendFactory; 5] =
+    [&CpuFactory, &LocalFactory, &xccl::NCCL, &xccl::RCCL, &crate::mpi::MpiFactory];
 
 /// The backends built into this binary, highest priority first.
 pub fn factories() -> Vec<&'static dyn BackendFactory> {
@@ -95,8 +97,17 @@ mod tests {
     fn named_unknown_and_unavailable_backends_explain_themselves() {
         let e = Config::new().backend("warp").init_world(2).unwrap_err().to_string();
         assert!(e.contains("warp") && e.contains("local"), "{e}");
-        let e = Config::new().backend("nccl").init_world(2).unwrap_err();
-        assert!(matches!(e, Error::BackendUnavailable { ref backend, .. } if backend == "nccl"), "{e}");
+        // No GPU here (CI): the nccl and rccl backends say what they looked for.
+        for (name, lib) in [("nccl", "libcuda.so.1"), ("rccl", "libamdhip64.so")] {
+            match Config::new().backend(name).init_world(2) {
+                Err(e @ Error::BackendUnavailable { .. }) => {
+                    let m = e.to_string();
+                    assert!(m.contains(name) && m.contains(lib), "{m}");
+                }
+                Err(e) => panic!("{name}: {e}"),
+                Ok(_) => {} // a GPU host
+            }
+        }
         let e = Config::new().backend("mpi").init_world(2).unwrap_err().to_string();
         assert!(e.contains("mpi") && e.contains("feature"), "{e}");
     }

@@ -94,6 +94,7 @@ impl DeviceBytes {
     }
 
     /// The number of bytes.
+    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.len
     }

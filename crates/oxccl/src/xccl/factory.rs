@@ -51,12 +51,15 @@ pub(crate) fn runtime(flavor: Flavor) -> Result<Arc<dyn DeviceRuntime>> {
     Ok(rt)
 }
 
-/// Loads the vendor runtime of `flavor`.
-// TODO(issue 9): replaced by the CUDA driver and HIP tables when they land (next commit).
+/// Loads the vendor runtime of `flavor`: the CUDA driver for NCCL, HIP for RCCL (from
+/// `$ROCM_PATH`, read here: it is ROCm's variable, not an oxccl setting).
 fn load_runtime(flavor: Flavor) -> std::result::Result<Arc<dyn DeviceRuntime>, Error> {
-    Err(Error::BackendUnavailable {
-        backend: flavor.backend().to_string(),
-        why: "this build has no device runtime table yet".into(),
+    Ok(match flavor {
+        Flavor::Nccl => Arc::new(super::runtime::cuda::CudaRuntime::load()?),
+        Flavor::Rccl => {
+            let rocm = std::env::var_os("ROCM_PATH").map(std::path::PathBuf::from);
+            Arc::new(super::runtime::hip::HipRuntime::load(rocm)?)
+        }
     })
 }
 

@@ -157,14 +157,6 @@ impl HostSide {
         self.receive_envelope(peer, timeout)
     }
 
-    /// Puts `e` back in front of `peer`'s envelopes (a receive took it and could not use
-    /// it); the next [`next_envelope`](Self::next_envelope) returns it again.
-    pub(crate) fn unread(&self, peer: usize, e: Envelope) {
-        if let Some(q) = relock(&self.early).get_mut(peer) {
-            q.push_front(e);
-        }
-    }
-
     fn receive_envelope(&self, peer: usize, timeout: Duration) -> Result<Envelope> {
         let mut w = [0u64; 3];
         let op = Op::Batch(vec![P2p::Recv {

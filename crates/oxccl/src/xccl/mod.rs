@@ -12,10 +12,6 @@
 //! `dlopen`, and a missing one is [`Error::BackendUnavailable`](crate::Error) naming every
 //! path tried.
 
-// The engine that uses these rooms lands in steps (issue 9); until it does, parts are unused
-// outside their tests. Remove this allow when the engine is in.
-#![allow(dead_code)]
-
 pub(crate) mod bytes;
 pub(crate) mod dl;
 #[cfg(any(test, feature = "testing"))]

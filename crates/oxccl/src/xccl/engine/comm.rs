@@ -114,11 +114,6 @@ impl Comm {
         Error::Aborted { reason }
     }
 
-    /// The library.
-    pub(crate) fn library(&self) -> &Library {
-        &self.lib
-    }
-
     /// Checks the result of a call made through [`with`](Self::with) on a non-blocking
     /// communicator; waits (as [`wait_ready`](Self::wait_ready)) when it is in progress.
     ///
@@ -231,11 +226,6 @@ impl Comm {
             // uses it now or later; ncclCommAbort frees it.
             let _ = unsafe { (self.lib.table.comm_abort)(h.0) };
         }
-    }
-
-    /// Whether the communicator was aborted (or destroyed).
-    pub(crate) fn is_gone(&self) -> bool {
-        relock(&self.raw).is_none()
     }
 
     /// Destroys the communicator in order (`ncclCommFinalize`, waiting for it until

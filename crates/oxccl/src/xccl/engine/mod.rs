@@ -58,7 +58,7 @@ use crate::sync::relock;
 use crate::xccl::host_side::HostSide;
 use crate::xccl::library::types::{NcclUniqueId, NCCL_UNIQUE_ID_BYTES};
 use crate::xccl::library::{Library, NcclResult};
-use crate::xccl::runtime::{DeviceRuntime, RawEvent, RawStream, Vendor};
+use crate::xccl::runtime::{DeviceRuntime, RawEvent, RawStream, Residence, Vendor};
 
 /// Events kept for reuse at most.
 const EVENT_POOL: usize = 64;
@@ -217,11 +217,35 @@ impl Engine {
             message: format!(
                 "creating the {} communicator (rank {rank} of {size}, on {kind}) did not finish within {waited:?}; \
                  every rank must create it at the same time. Set NCCL_DEBUG=WARN for NCCL's view",
-                parts.lib.flavor
+                parts.lib.describe()
             ),
         };
         let guard = Guard { deadline: Instant::now() + parts.timeout, watch: &|| host.liveness(), late: &late };
-        Comm::init(&parts.lib, size, id, rank, &guard)
+        let comm = Comm::init(&parts.lib, size, id, rank, &guard)?;
+        Self::verify(&comm, &parts.lib, size, rank, parts.device)?;
+        Ok(comm)
+    }
+
+    /// Checks that NCCL sees the communicator as oxccl made it (count, rank, device): a
+    /// mismatch would mean every later call goes wrong.
+    fn verify(comm: &Comm, lib: &Library, size: usize, rank: usize, device: u32) -> Result<()> {
+        let t = &lib.table;
+        let ask = |name: &str, f: crate::xccl::library::table::CommIntFn| -> Result<i64> {
+            let mut v: std::ffi::c_int = -1;
+            // SAFETY: a live communicator (lock held by `with`); writes one int.
+            let (r, raw) = comm.with(|c| (unsafe { f(c, &mut v) }, c))?;
+            lib.check(name, r, raw)?;
+            Ok(i64::from(v))
+        };
+        let seen = (ask("ncclCommCount", t.comm_count)?, ask("ncclCommUserRank", t.comm_user_rank)?);
+        let dev = ask("ncclCommCuDevice", t.comm_cu_device)?;
+        if seen != (size as i64, rank as i64) || dev != i64::from(device) {
+            return Err(Error::Internal(format!(
+                "NCCL made rank {} of {} on device {dev}, but oxccl asked for rank {rank} of {size} on device {device}",
+                seen.1, seen.0
+            )));
+        }
+        Ok(())
     }
 
     /// The engine around a ready communicator: its stream, scratch word and events.
@@ -523,7 +547,39 @@ impl Engine {
                 return Err(self.wrong_device(d));
             }
         }
+        if i.host.checks() {
+            self.check_residence(op)?;
+        }
         Ok(Route::Device)
+    }
+
+    /// With the fingerprint check on (a debugging mode), also asks the driver where each
+    /// buffer's memory really is, catching a `Buffer` that claims the wrong device (one
+    /// driver call per buffer, which is why it is not done on every call).
+    fn check_residence(&self, op: &Op) -> Result<()> {
+        let i = &self.inner;
+        let mut bad = None;
+        stage::visit(op, &mut |p, bytes| {
+            if bytes == 0 || bad.is_some() {
+                return;
+            }
+            match i.rt.residence(p.cast()) {
+                Ok(Residence::Device(d)) if d == i.device => {}
+                Ok(Residence::Device(d)) => bad = Some(Ok(format!("device {d}"))),
+                Ok(Residence::Host) => bad = Some(Ok("host memory".to_string())),
+                Err(e) => bad = Some(Err(e)),
+            }
+        });
+        match bad {
+            None => Ok(()),
+            Some(Ok(where_)) => Err(Error::invalid(format!(
+                "a buffer given to this {} communicator as {} memory is {where_} according to {}",
+                i.name,
+                i.kind,
+                i.rt.describe()
+            ))),
+            Some(Err(e)) => Err(e),
+        }
     }
 
     fn wrong_device(&self, d: Device) -> Error {

@@ -54,7 +54,8 @@ pub(crate) struct Issued {
     pub(crate) event: Arc<PooledEvent>,
     /// Element counts received, one per receive of a batch.
     pub(crate) received: Vec<usize>,
-    /// Kept until completion.
+    /// Kept until completion (dropping them frees the memory).
+    #[allow(dead_code)] // held, never read
     pub(crate) temps: Vec<DeviceTemp>,
     /// An error to report once the calls have run (a message longer than its buffer: it
     /// was received elsewhere so that the sender's calls still match).

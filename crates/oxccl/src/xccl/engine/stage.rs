@@ -130,8 +130,8 @@ impl Inner {
     }
 }
 
-/// Calls `f` with every host range of `op`.
-fn visit(op: &Op, f: &mut dyn FnMut(*const u8, usize)) {
+/// Calls `f` with the address and size of every buffer of `op`.
+pub(crate) fn visit(op: &Op, f: &mut dyn FnMut(*const u8, usize)) {
     let i = |b: &RawBuf, f: &mut dyn FnMut(*const u8, usize)| f(b.ptr, b.bytes());
     let o = |b: &RawBufMut, f: &mut dyn FnMut(*const u8, usize)| f(b.ptr.cast_const(), b.bytes());
     match op {

@@ -390,3 +390,36 @@ fn device_tensors_through_the_engine() {
         assert_eq!(gathered, want_gather);
     }
 }
+
+/// Host memory that claims to be on `cuda:0`.
+struct Liar(Vec<f32>);
+
+// SAFETY: the description is of valid memory of `len` f32s (the lie is only its device,
+// which is what the test checks is caught before any access).
+unsafe impl crate::Buffer for Liar {
+    type Elem = f32;
+    fn as_raw(&self) -> crate::backend::RawBuf {
+        crate::backend::RawBuf {
+            ptr: self.0.as_ptr().cast(),
+            count: self.0.len(),
+            dtype: crate::DType::F32,
+            device: crate::Device::Cuda(0),
+        }
+    }
+}
+
+// SAFETY: as above.
+unsafe impl crate::BufferMut for Liar {
+    fn as_raw_mut(&mut self) -> crate::backend::RawBufMut {
+        let r = crate::Buffer::as_raw(self);
+        crate::backend::RawBufMut { ptr: self.0.as_mut_ptr().cast(), count: r.count, dtype: r.dtype, device: r.device }
+    }
+}
+
+#[test]
+fn with_checks_on_a_buffer_claiming_the_wrong_device_is_caught() {
+    let w = world_with(1, &DoubleOptions::default(), &config(true, HostBuffers::Refuse, Duration::from_secs(10)));
+    let mut liar = Liar(vec![1.0; 4]);
+    let e = w.comms[0].all_reduce(&mut liar, ReduceOp::Sum).unwrap_err();
+    assert!(matches!(&e, Error::InvalidArgument(m) if m.contains("host memory according to")), "{e}");
+}

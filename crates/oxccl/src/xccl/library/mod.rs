@@ -81,6 +81,7 @@ impl Library {
     ///
     /// # Errors
     /// [`Error::BackendUnavailable`] with the version problem.
+    #[cfg(any(test, feature = "testing"))]
     pub(crate) fn from_table(table: Table, flavor: Flavor, path: impl Into<PathBuf>) -> Result<Library, Error> {
         let path = path.into();
         Library::checked(table, flavor, path.clone()).map_err(|why| Error::BackendUnavailable {

@@ -238,6 +238,7 @@ pub(crate) struct Table {
 
 /// The names of the required functions, in the table's order (a test checks that
 /// [`Table::resolve`] asks for exactly these).
+#[cfg(test)]
 pub(crate) const REQUIRED: [&CStr; 21] = [
     c"ncclGetVersion",
     c"ncclGetUniqueId",

@@ -33,6 +33,7 @@ pub(crate) const MIN_SUPPORTED: Version = Version::new(2, 14, 0);
 /// `nccl.h` (the first tag of NVIDIA/nccl whose `src/nccl.h.in` declares it). Presence is
 /// decided by looking the symbol up, never by version: RCCL had `ncclGather`, `ncclScatter`
 /// and `ncclAllToAll` long before NCCL did, and a library may be built without some.
+#[cfg_attr(not(test), allow(dead_code))] // documentation in code; the tests check the table against it
 pub(crate) const OPTIONAL_SINCE: [(&CStr, Version); 11] = [
     (c"ncclRedOpCreatePreMulSum", Version::new(2, 11, 4)),
     (c"ncclRedOpDestroy", Version::new(2, 11, 4)),
@@ -49,6 +50,7 @@ pub(crate) const OPTIONAL_SINCE: [(&CStr, Version); 11] = [
 
 /// The NCCL release that introduced the optional function `name`, if it is one of the
 /// table's (for messages such as "ncclCommSplit needs NCCL 2.18.1 or newer").
+#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) fn optional_since(name: &CStr) -> Option<Version> {
     OPTIONAL_SINCE.iter().find(|(n, _)| *n == name).map(|&(_, v)| v)
 }

@@ -3,9 +3,9 @@
 //! [`DeviceRuntime`] is the small set of calls the `nccl`/`rccl` engine makes: how many
 //! devices there are, making one current, which device a pointer belongs to, allocation,
 //! copies, streams and events. Implementations:
-//! - `cuda.rs`: the CUDA *driver* API (`libcuda.so.1`), through a table of our own;
-//! - `hip.rs`: HIP (`libamdhip64.so`), through the same kind of table;
-//! - `host.rs`: a double for tests, host memory posing as device memory, with streams that
+//! - `cuda/`: the CUDA *driver* API (`libcuda.so.1`), through a table of our own;
+//! - `hip/`: HIP (`libamdhip64.so`), through the same kind of table;
+//! - `host/`: a double for tests, host memory posing as device memory, with streams that
 //!   run their work in order on a thread.
 //!
 //! Handles are raw (`CUstream`/`hipStream_t`, `CUevent`/`hipEvent_t`, device addresses as
@@ -17,9 +17,13 @@ use std::fmt;
 
 use crate::error::Result;
 
+pub(crate) mod cuda;
+pub(crate) mod hip;
+#[cfg(any(test, feature = "testing"))]
 pub(crate) mod host;
 
 /// Which vendor's runtime.
+#[allow(dead_code)] // `Host` is made by the test double only
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Vendor {
     /// NVIDIA CUDA.
@@ -137,6 +141,7 @@ pub(crate) trait DeviceRuntime: Send + Sync + 'static {
     ///
     /// # Errors
     /// Out of memory, or the runtime's error.
+    #[allow(dead_code)] // for staging through pinned memory; the double's tests use it
     fn host_alloc(&self, bytes: usize) -> Result<*mut u8>;
 
     /// Frees memory from [`host_alloc`](Self::host_alloc).
@@ -146,6 +151,7 @@ pub(crate) trait DeviceRuntime: Send + Sync + 'static {
     ///
     /// # Errors
     /// The runtime's error.
+    #[allow(dead_code)]
     unsafe fn host_free(&self, ptr: *mut u8) -> Result<()>;
 
     /// Creates a stream on `device` that does not synchronize with the legacy default stream.

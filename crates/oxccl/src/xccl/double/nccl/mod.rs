@@ -189,15 +189,6 @@ pub(super) fn fail(code: NcclResult, message: impl Display) -> NcclResult {
     code
 }
 
-/// `Ok` for success, `Err` otherwise (for `?` inside the double).
-pub(super) fn ok(code: NcclResult) -> Result<(), NcclResult> {
-    if code.is_success() {
-        Ok(())
-    } else {
-        Err(code)
-    }
-}
-
 /// The most distinct last-error messages kept (each is kept for the life of the process, so
 /// a pointer `ncclGetLastError` gave stays valid).
 const MAX_MESSAGES: usize = 4096;

@@ -22,7 +22,6 @@ unsafe impl Sync for C {}
 /// One rank's view in a test.
 struct Rank<'a> {
     rank: usize,
-    n: usize,
     t: &'a Table,
     rt: &'a HostRuntime,
     comm: NcclComm,
@@ -87,7 +86,7 @@ fn ranks<T: Send>(n: usize, blocking: bool, f: impl Fn(&Rank) -> T + Sync) -> Ve
                         assert_eq!(r, NcclResult::IN_PROGRESS);
                         assert_eq!(settle(t, comm), NcclResult::SUCCESS);
                     }
-                    let me = Rank { rank, n, t, rt, comm, stream };
+                    let me = Rank { rank, t, rt, comm, stream };
                     let out = f(&me);
                     // A test may have broken the stream on purpose.
                     let _ = rt.stream_synchronize(RawStream(stream));

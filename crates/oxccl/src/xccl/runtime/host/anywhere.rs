@@ -105,8 +105,6 @@ pub(super) fn forget(runtime: u64) {
 /// keeps one current device per thread. What NCCL's calls without a device argument use.
 #[derive(Debug, Clone)]
 pub(crate) struct CurrentDevice {
-    /// The runtime's number.
-    runtime: u64,
     /// The device.
     device: u32,
     /// The runtime's allocations.
@@ -119,7 +117,7 @@ impl CurrentDevice {
     pub(crate) fn get() -> Option<CurrentDevice> {
         let latest = LAST.try_with(|last| last.try_borrow().ok().and_then(|l| l.clone())).ok().flatten()?;
         latest.memory.upgrade()?;
-        Some(CurrentDevice { runtime: latest.runtime, device: current::get(latest.runtime), memory: latest.memory })
+        Some(CurrentDevice { device: current::get(latest.runtime), memory: latest.memory })
     }
 
     /// The device's ordinal.

@@ -1,0 +1,255 @@
+//! The HIP functions the engine calls, resolved by name from `libamdhip64.so` (or from any
+//! lookup: tests build a table of fake functions).
+//!
+//! Signatures and constants are ROCm's `hip/hip_runtime_api.h` (ROCm/HIP, `include/hip/`;
+//! the values below are the same in ROCm 5.x and 6.x except the memory types, see
+//! [`HipMemoryType`](super::HipMemoryType)). `hipError_t`, `hipMemcpyKind` and the flags are
+//! C enums or `#define`s of `int`/`unsigned` size.
+
+// The whole set of hip_runtime_api.h values this file mirrors, also those the engine does not use
+// (they are checked against the header, and tests use them).
+#![allow(dead_code)]
+
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::sync::Arc;
+
+use crate::xccl::dl::Opened;
+
+/// `hipError_t`.
+pub(crate) type HipError = c_int;
+/// `hipStream_t`, `hipEvent_t`: pointers to opaque structs.
+pub(crate) type Handle = *mut c_void;
+
+/// `hipSuccess`.
+pub(crate) const HIP_SUCCESS: HipError = 0;
+/// `hipErrorInvalidValue` (ROCm 5 answers it for pointers HIP does not know).
+pub(crate) const HIP_ERROR_INVALID_VALUE: HipError = 1;
+/// `hipErrorNoDevice`.
+pub(crate) const HIP_ERROR_NO_DEVICE: HipError = 100;
+/// `hipErrorNotReady`: `hipEventQuery` before the event fired.
+pub(crate) const HIP_ERROR_NOT_READY: HipError = 600;
+/// `hipHostMallocPortable`. The only flag we pass: not `hipHostMallocWriteCombined` (0x4).
+pub(crate) const HIP_HOST_MALLOC_PORTABLE: c_uint = 0x1;
+/// `hipHostMallocWriteCombined` (never passed; named for the test that checks so).
+pub(crate) const HIP_HOST_MALLOC_WRITE_COMBINED: c_uint = 0x4;
+/// `hipStreamNonBlocking`.
+pub(crate) const HIP_STREAM_NON_BLOCKING: c_uint = 0x01;
+/// `hipEventDisableTiming`.
+pub(crate) const HIP_EVENT_DISABLE_TIMING: c_uint = 0x2;
+/// `hipMemcpyHostToDevice`.
+pub(crate) const HIP_MEMCPY_HOST_TO_DEVICE: c_int = 1;
+/// `hipMemcpyDeviceToHost`.
+pub(crate) const HIP_MEMCPY_DEVICE_TO_HOST: c_int = 2;
+/// `hipMemcpyDeviceToDevice`.
+pub(crate) const HIP_MEMCPY_DEVICE_TO_DEVICE: c_int = 3;
+
+/// `hipPointerAttribute_t`: `{ hipMemoryType type; int device; void* devicePointer; void*
+/// hostPointer; int isManaged; unsigned allocationFlags; }` (the first field is named
+/// `memoryType` in ROCm 5 and `type` in 6; same place, same size).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HipPointerAttribute {
+    /// `hipMemoryType`, numbered per ROCm version (see `HipMemoryType`).
+    pub(crate) memory_type: c_int,
+    /// The device the memory belongs to.
+    pub(crate) device: c_int,
+    pub(crate) device_pointer: *mut c_void,
+    pub(crate) host_pointer: *mut c_void,
+    pub(crate) is_managed: c_int,
+    pub(crate) allocation_flags: c_uint,
+}
+
+impl HipPointerAttribute {
+    /// All zeros, to be filled by `hipPointerGetAttributes`.
+    pub(crate) const fn zeroed() -> HipPointerAttribute {
+        HipPointerAttribute {
+            memory_type: 0,
+            device: 0,
+            device_pointer: std::ptr::null_mut(),
+            host_pointer: std::ptr::null_mut(),
+            is_managed: 0,
+            allocation_flags: 0,
+        }
+    }
+}
+
+/// `hipError_t hipInit(unsigned int flags)`.
+pub(crate) type InitFn = unsafe extern "C" fn(flags: c_uint) -> HipError;
+/// `hipError_t hipRuntimeGetVersion(int*)`, `hipGetDeviceCount(int*)`.
+pub(crate) type IntOutFn = unsafe extern "C" fn(out: *mut c_int) -> HipError;
+/// `hipError_t hipSetDevice(int deviceId)`.
+pub(crate) type SetDeviceFn = unsafe extern "C" fn(device: c_int) -> HipError;
+/// `hipError_t hipMalloc(void** ptr, size_t size)`.
+pub(crate) type MallocFn = unsafe extern "C" fn(ptr: *mut *mut c_void, size: usize) -> HipError;
+/// `hipError_t hipFree(void* ptr)` and `hipHostFree(void* ptr)`.
+pub(crate) type FreeFn = unsafe extern "C" fn(ptr: *mut c_void) -> HipError;
+/// `hipError_t hipHostMalloc(void** ptr, size_t size, unsigned int flags)`.
+pub(crate) type HostMallocFn = unsafe extern "C" fn(ptr: *mut *mut c_void, size: usize, flags: c_uint) -> HipError;
+/// `hipError_t hipMemcpyAsync(void* dst, const void* src, size_t sizeBytes, hipMemcpyKind
+/// kind, hipStream_t stream)`.
+pub(crate) type MemcpyAsyncFn =
+    unsafe extern "C" fn(dst: *mut c_void, src: *const c_void, bytes: usize, kind: c_int, s: Handle) -> HipError;
+/// `hipError_t hipStreamCreateWithFlags(hipStream_t*, unsigned int flags)` and
+/// `hipEventCreateWithFlags(hipEvent_t*, unsigned flags)`.
+pub(crate) type CreateFn = unsafe extern "C" fn(out: *mut Handle, flags: c_uint) -> HipError;
+/// `hipError_t hipStreamDestroy(hipStream_t)`, `hipStreamSynchronize`, `hipEventDestroy`,
+/// `hipEventQuery`.
+pub(crate) type HandleFn = unsafe extern "C" fn(h: Handle) -> HipError;
+/// `hipError_t hipEventRecord(hipEvent_t, hipStream_t)`.
+pub(crate) type EventRecordFn = unsafe extern "C" fn(e: Handle, s: Handle) -> HipError;
+/// `hipError_t hipStreamWaitEvent(hipStream_t, hipEvent_t, unsigned int flags)`.
+pub(crate) type StreamWaitEventFn = unsafe extern "C" fn(s: Handle, e: Handle, flags: c_uint) -> HipError;
+/// `hipError_t hipPointerGetAttributes(hipPointerAttribute_t*, const void* ptr)`.
+pub(crate) type PointerGetAttributesFn =
+    unsafe extern "C" fn(attributes: *mut HipPointerAttribute, ptr: *const c_void) -> HipError;
+/// `const char* hipGetErrorName(hipError_t)` and `hipGetErrorString`.
+pub(crate) type ErrorTextFn = unsafe extern "C" fn(error: HipError) -> *const c_char;
+
+/// The HIP functions (all present in every ROCm since 5.0).
+#[derive(Clone)]
+pub(crate) struct HipTable {
+    pub(crate) init: InitFn,
+    pub(crate) runtime_get_version: IntOutFn,
+    pub(crate) get_device_count: IntOutFn,
+    pub(crate) set_device: SetDeviceFn,
+    pub(crate) malloc: MallocFn,
+    pub(crate) free: FreeFn,
+    pub(crate) host_malloc: HostMallocFn,
+    pub(crate) host_free: FreeFn,
+    pub(crate) memcpy_async: MemcpyAsyncFn,
+    pub(crate) stream_create: CreateFn,
+    pub(crate) stream_destroy: HandleFn,
+    pub(crate) stream_synchronize: HandleFn,
+    pub(crate) stream_wait_event: StreamWaitEventFn,
+    pub(crate) event_create: CreateFn,
+    pub(crate) event_destroy: HandleFn,
+    pub(crate) event_record: EventRecordFn,
+    pub(crate) event_query: HandleFn,
+    pub(crate) pointer_get_attributes: PointerGetAttributesFn,
+    pub(crate) get_error_name: ErrorTextFn,
+    pub(crate) get_error_string: ErrorTextFn,
+    /// The library the pointers point into (`None` for a table of test functions).
+    pub(crate) library: Option<Arc<Opened>>,
+}
+
+/// Looks `name` up and reads it as an `F`, remembering it when missing.
+///
+/// # Safety
+/// `F` is the function pointer type the header declares for `name`, and an address
+/// `lookup` gives for it is that function.
+unsafe fn get<F: Copy>(
+    lookup: &mut dyn FnMut(&CStr) -> Option<*mut c_void>,
+    missing: &mut Vec<String>,
+    name: &CStr,
+) -> Option<F> {
+    const { assert!(std::mem::size_of::<F>() == std::mem::size_of::<*mut c_void>()) };
+    match lookup(name).filter(|a| !a.is_null()) {
+        // SAFETY: a non-null address of the function `name`, whose type `F` is (the
+        // caller's contract); `F` is pointer-sized (checked above).
+        Some(addr) => Some(unsafe { std::mem::transmute_copy::<*mut c_void, F>(&addr) }),
+        None => {
+            missing.push(name.to_string_lossy().into_owned());
+            None
+        }
+    }
+}
+
+impl HipTable {
+    /// Resolves every function through `lookup`.
+    ///
+    /// # Errors
+    /// `lacks hipInit, hipMalloc`: every function that is missing.
+    ///
+    /// # Safety
+    /// Every non-null address `lookup` returns for a name is that function with the
+    /// signature `hip_runtime_api.h` declares for it, callable as long as the table lives.
+    pub(crate) unsafe fn resolve(lookup: &mut dyn FnMut(&CStr) -> Option<*mut c_void>) -> Result<HipTable, String> {
+        let mut missing = Vec::new();
+        let m = &mut missing;
+        // SAFETY: each name is read as the type its field has (its signature in the header,
+        // see the aliases above); the addresses are our caller's promise.
+        let t = unsafe {
+            (
+                get(lookup, m, c"hipInit"),
+                get(lookup, m, c"hipRuntimeGetVersion"),
+                get(lookup, m, c"hipGetDeviceCount"),
+                get(lookup, m, c"hipSetDevice"),
+                get(lookup, m, c"hipMalloc"),
+                get(lookup, m, c"hipFree"),
+                get(lookup, m, c"hipHostMalloc"),
+                get(lookup, m, c"hipHostFree"),
+                get(lookup, m, c"hipMemcpyAsync"),
+                get(lookup, m, c"hipStreamCreateWithFlags"),
+                get(lookup, m, c"hipStreamDestroy"),
+                get(lookup, m, c"hipStreamSynchronize"),
+                get(lookup, m, c"hipStreamWaitEvent"),
+                get(lookup, m, c"hipEventCreateWithFlags"),
+                get(lookup, m, c"hipEventDestroy"),
+                get(lookup, m, c"hipEventRecord"),
+                get(lookup, m, c"hipEventQuery"),
+                get(lookup, m, c"hipPointerGetAttributes"),
+                get(lookup, m, c"hipGetErrorName"),
+                get(lookup, m, c"hipGetErrorString"),
+            )
+        };
+        match t {
+            (
+                Some(init),
+                Some(runtime_get_version),
+                Some(get_device_count),
+                Some(set_device),
+                Some(malloc),
+                Some(free),
+                Some(host_malloc),
+                Some(host_free),
+                Some(memcpy_async),
+                Some(stream_create),
+                Some(stream_destroy),
+                Some(stream_synchronize),
+                Some(stream_wait_event),
+                Some(event_create),
+                Some(event_destroy),
+                Some(event_record),
+                Some(event_query),
+                Some(pointer_get_attributes),
+                Some(get_error_name),
+                Some(get_error_string),
+            ) => Ok(HipTable {
+                init,
+                runtime_get_version,
+                get_device_count,
+                set_device,
+                malloc,
+                free,
+                host_malloc,
+                host_free,
+                memcpy_async,
+                stream_create,
+                stream_destroy,
+                stream_synchronize,
+                stream_wait_event,
+                event_create,
+                event_destroy,
+                event_record,
+                event_query,
+                pointer_get_attributes,
+                get_error_name,
+                get_error_string,
+                library: None,
+            }),
+            _ => Err(format!("lacks {}", missing.join(", "))),
+        }
+    }
+
+    /// The table of an opened library.
+    ///
+    /// # Errors
+    /// The functions it lacks.
+    pub(crate) fn from_library(library: Arc<Opened>) -> Result<HipTable, String> {
+        // SAFETY: the library was opened as HIP, which exports these names with the header's
+        // signatures; the table keeps the library loaded.
+        let mut t = unsafe { HipTable::resolve(&mut |name| library.symbol(name)) }?;
+        t.library = Some(library);
+        Ok(t)
+    }
+}
