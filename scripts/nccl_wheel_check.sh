@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The NCCL loader against a real libnccl.so.2, which needs no GPU: the library of the PyPI
+# wheel nvidia-nccl-cu12 (downloaded once into ${NCCL_WHEEL_DIR:-target/nccl-wheel}, only the
+# library is unpacked). Loads it, checks its version and optional functions, and makes a
+# unique id (xccl::library::tests::real_libnccl_*). Skipped with a note when the wheel cannot
+# be downloaded (no pip, no network); a failing test fails the script.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dir="${NCCL_WHEEL_DIR:-${CARGO_TARGET_DIR:-target}/nccl-wheel}"
+mkdir -p "$dir"
+lib=$(find "$dir" -name libnccl.so.2 2>/dev/null | head -n 1)
+if [ -z "$lib" ]; then
+  if ! python3 -m pip download --no-deps --quiet nvidia-nccl-cu12 -d "$dir" 2>"$dir/pip.log"; then
+    echo "note: could not download nvidia-nccl-cu12 ($(tail -n 1 "$dir/pip.log")); the real-library loader test is skipped"
+    exit 0
+  fi
+  wheel=$(ls "$dir"/nvidia_nccl_cu12-*.whl | head -n 1)
+  python3 - "$wheel" "$dir" <<'PY'
+import sys, zipfile
+z = zipfile.ZipFile(sys.argv[1])
+z.extract(next(n for n in z.namelist() if n.endswith("libnccl.so.2")), sys.argv[2])
+PY
+  rm -f "$wheel"
+  lib=$(find "$dir" -name libnccl.so.2 | head -n 1)
+fi
+echo "libnccl.so.2 of the wheel: $lib"
+OXCCL_TEST_LIBNCCL="$lib" cargo test -p oxccl --lib real_libnccl -- --nocapture
