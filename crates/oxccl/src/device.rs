@@ -14,6 +14,16 @@ pub enum Device {
     Rocm(u32),
 }
 
+impl Device {
+    /// The GPU's ordinal (`None` for the host).
+    pub fn ordinal(&self) -> Option<u32> {
+        match self {
+            Device::Cpu => None,
+            Device::Cuda(n) | Device::Rocm(n) => Some(*n),
+        }
+    }
+}
+
 impl fmt::Display for Device {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -13,6 +13,8 @@
 //! path tried.
 
 pub(crate) mod bytes;
+#[cfg(feature = "cudarc")]
+pub(crate) mod cudarc;
 pub(crate) mod dl;
 #[cfg(any(test, feature = "testing"))]
 pub(crate) mod double;
