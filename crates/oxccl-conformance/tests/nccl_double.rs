@@ -7,7 +7,8 @@
 //! The suite holds its data in host vectors; `OXCCL_GPU_HOST_BUFFERS=stage` copies them to
 //! device memory around each call, so NCCL sees device buffers (in-place forms included).
 //! `OXCCL_GPU_FINGERPRINT=1` turns mismatched collectives into `Mismatch`, which the error
-//! cases expect. Worlds of 1 to 4 ranks and an "old library" without the optional calls.
+//! cases expect. Worlds of 1 to 4 ranks and an "old library" without the optional calls;
+//! `rccl` (the same engine over a double posing as HIP) at 2 and 3 ranks.
 
 use std::sync::Arc;
 
@@ -28,11 +29,15 @@ fn check(report: &Report) {
 }
 
 fn suite(n: usize, old_library: bool, opts: SuiteOptions) {
+    suite_on("nccl", n, old_library, opts)
+}
+
+fn suite_on(backend: &'static str, n: usize, old_library: bool, opts: SuiteOptions) {
     let cfg = Config::new()
         .set("OXCCL_GPU_HOST_BUFFERS", "stage")
         .and_then(|c| c.set("OXCCL_GPU_FINGERPRINT", "1"))
         .expect("settings");
-    let backends = oxccl::testing::nccl_double_backends(&cfg, n, old_library).expect("nccl double world");
+    let backends = oxccl::testing::gpu_double_backends(&cfg, n, backend, old_library).expect("GPU double world");
     let reports: Vec<Report> = std::thread::scope(|s| {
         let hs: Vec<_> = backends
             .into_iter()
@@ -40,7 +45,7 @@ fn suite(n: usize, old_library: bool, opts: SuiteOptions) {
                 let opts = &opts;
                 s.spawn(move || {
                     let comm = Communicator::from_backend(Arc::clone(&b));
-                    assert_eq!(comm.backend(), "nccl");
+                    assert_eq!(comm.backend(), backend);
                     run_suite(&comm, opts)
                 })
             })
@@ -60,9 +65,10 @@ fn collectives_world_1() {
     suite(1, false, options().skipping(["errors/"]));
 }
 
+/// The full matrix (every dtype, every reduce op, the full list of counts) at 2 ranks.
 #[test]
-fn collectives_world_2() {
-    suite(2, false, options().skipping(["errors/"]));
+fn collectives_world_2_full_matrix() {
+    suite(2, false, SuiteOptions::from_env().quick(false).skipping(["errors/"]));
 }
 
 #[test]
@@ -83,4 +89,15 @@ fn errors_world_2() {
 #[test]
 fn errors_world_3_old_library() {
     suite(3, true, options().only(["errors/"]));
+}
+
+/// `rccl` is the `nccl` code with the HIP runtime: the same suite, buffers on `rocm:N`.
+#[test]
+fn rccl_collectives_world_3() {
+    suite_on("rccl", 3, false, options().skipping(["errors/"]));
+}
+
+#[test]
+fn rccl_errors_world_2() {
+    suite_on("rccl", 2, true, options().only(["errors/"]));
 }

@@ -36,9 +36,25 @@ pub fn local_backends(cfg: &Config, n: usize, name: &'static str) -> Result<Vec<
 /// # Errors
 /// [`Error::Config`](crate::Error::Config) for unusable settings; the engine's errors.
 pub fn nccl_double_backends(cfg: &Config, n: usize, old_library: bool) -> Result<Vec<Arc<dyn Backend>>> {
+    gpu_double_backends(cfg, n, "nccl", old_library)
+}
+
+/// As [`nccl_double_backends`], for `backend` `nccl` or `rccl`: with `rccl` the host double
+/// poses as HIP (buffers on `rocm:N`) and the library is loaded as RCCL, which is the whole
+/// difference between the two backends.
+///
+/// # Errors
+/// As for [`nccl_double_backends`]; [`Error::InvalidArgument`](crate::Error::InvalidArgument)
+/// for another backend name.
+pub fn gpu_double_backends(cfg: &Config, n: usize, backend: &str, old_library: bool) -> Result<Vec<Arc<dyn Backend>>> {
     use crate::xccl::double::nccl::{table, DoubleOptions};
     use crate::xccl::library::{Flavor, Library};
-    use crate::xccl::runtime::{host::HostRuntime, DeviceRuntime};
+    use crate::xccl::runtime::{host::HostRuntime, DeviceRuntime, Vendor};
+    let (name, flavor, vendor) = match backend {
+        "nccl" => ("nccl", Flavor::Nccl, Vendor::Host),
+        "rccl" => ("rccl", Flavor::Rccl, Vendor::Hip),
+        other => return Err(crate::Error::invalid(format!("no GPU double of `{other}`; nccl or rccl"))),
+    };
     let cfg = cfg.resolve()?;
     let opts = if old_library {
         DoubleOptions { split: false, all_to_all: false, gather_scatter: false, ..DoubleOptions::default() }
@@ -46,8 +62,8 @@ pub fn nccl_double_backends(cfg: &Config, n: usize, old_library: bool) -> Result
         DoubleOptions::default()
     };
     let devices = u32::try_from(n).map_err(|_| crate::Error::invalid("too many ranks for the double"))?;
-    let rt: Arc<dyn DeviceRuntime> = Arc::new(HostRuntime::new(devices));
-    let lib = Arc::new(Library::from_table(table(&opts), Flavor::Nccl, "nccl-double")?);
+    let rt: Arc<dyn DeviceRuntime> = Arc::new(HostRuntime::posing_as(devices, vendor));
+    let lib = Arc::new(Library::from_table(table(&opts), flavor, format!("{name}-double"))?);
     let hosts = crate::cpu::local::world(&cfg, n)?.into_iter().map(|b| Arc::new(b) as Arc<dyn Backend>).collect();
-    crate::xccl::factory::world_over("nccl", &lib, &rt, hosts, &cfg, &|i| i as u32)
+    crate::xccl::factory::world_over(name, &lib, &rt, hosts, &cfg, &|i| i as u32)
 }

@@ -133,6 +133,9 @@ pub(crate) struct HostRuntime {
     id: u64,
     /// How many fake devices.
     devices: u32,
+    /// The vendor it reports: [`Vendor::Host`], or the one it poses as (devices named
+    /// `rocm:N` when posing as HIP).
+    vendor: Vendor,
     /// The allocations.
     memory: Arc<Memory>,
     /// The hub every blocking wait sleeps on.
@@ -152,9 +155,16 @@ impl std::fmt::Debug for HostRuntime {
 impl HostRuntime {
     /// A runtime with `devices` fake devices.
     pub(crate) fn new(devices: u32) -> HostRuntime {
+        HostRuntime::posing_as(devices, Vendor::Host)
+    }
+
+    /// A runtime with `devices` fake devices reporting `vendor` (so the `rccl` path, whose
+    /// buffers are `rocm:N`, runs on the double too).
+    pub(crate) fn posing_as(devices: u32, vendor: Vendor) -> HostRuntime {
         HostRuntime {
             id: NEXT_RUNTIME.fetch_add(1, Ordering::Relaxed),
             devices,
+            vendor,
             memory: Arc::new(Memory::default()),
             wake: Arc::new(Wake::default()),
             streams: Mutex::new(Streams::default()),
@@ -268,7 +278,7 @@ impl HostRuntime {
 
 impl DeviceRuntime for HostRuntime {
     fn vendor(&self) -> Vendor {
-        Vendor::Host
+        self.vendor
     }
 
     fn describe(&self) -> String {
