@@ -423,3 +423,32 @@ fn with_checks_on_a_buffer_claiming_the_wrong_device_is_caught() {
     let e = w.comms[0].all_reduce(&mut liar, ReduceOp::Sum).unwrap_err();
     assert!(matches!(&e, Error::InvalidArgument(m) if m.contains("host memory according to")), "{e}");
 }
+
+#[test]
+fn operations_wait_for_the_callers_stream_and_can_run_on_it() {
+    let w = world(1);
+    let comm = &w.comms[0];
+    let g = w.gpu(0);
+    let rt: &HostRuntime = &w.rt;
+    let caller = rt.stream_create(0).expect("stream");
+    // SAFETY: a stream of the runtime the communicator uses, alive until the end of the test.
+    let stream = unsafe { crate::Stream::from_raw(caller.0) };
+    let mut buf = g.copy_from_host(&[1.0f32, 2.0]).unwrap();
+    for handle in [comm.with_stream(stream), comm.on_stream(stream)] {
+        // Work queued on the caller's stream before the call holds the operation back.
+        let stall = rt.stall(caller).expect("stall");
+        handle
+            .scope(|s| {
+                let work = s.all_reduce(&mut buf, ReduceOp::Sum)?;
+                std::thread::sleep(Duration::from_millis(100));
+                assert!(!work.is_completed(), "the operation ran before the caller's queued work");
+                stall.release();
+                work.wait().map(drop)
+            })
+            .expect("all_reduce after the caller's work");
+    }
+    // `on_stream`: later work on the caller's stream sees the result without waiting.
+    assert_eq!(buf.to_vec().unwrap(), vec![1.0, 2.0]);
+    // SAFETY: nothing is queued on it any more.
+    unsafe { rt.stream_destroy(caller).expect("destroy") };
+}
