@@ -606,9 +606,15 @@ impl Engine {
 
 impl Drop for Engine {
     fn drop(&mut self) {
-        // Batches still queued hold device temporaries that point back at the engine:
-        // issuing them lets every piece go once its operation is done.
-        let _ = self.inner.flush_queue();
+        // Nothing is queued here in practice (a `Work` borrows its communicator and flushes
+        // the queue when it is waited for or dropped). Whatever is left is failed, not
+        // issued: issuing could wait for a peer's envelope for a whole timeout. Dropping the
+        // batches also lets go of their device temporaries, which point back at the engine.
+        let left = std::mem::take(&mut relock(&self.inner.order).queue);
+        for q in left {
+            q.ticket
+                .set(Err(Error::Aborted { reason: "the communicator was dropped before the batch was issued".into() }));
+        }
     }
 }
 
