@@ -102,6 +102,31 @@ impl Opened {
     }
 }
 
+/// Looks `name` up and reads its address as a function pointer of type `F`; a name that is
+/// missing (`None` or null) is added to `missing` (so a table can name everything it lacks).
+///
+/// # Safety
+/// `F` is the function pointer type the library's header declares for `name`, and an
+/// address `lookup` gives for it is that function, callable while the caller keeps the
+/// library loaded.
+pub(crate) unsafe fn typed<F: Copy>(
+    lookup: &mut dyn FnMut(&CStr) -> Option<*mut c_void>,
+    missing: &mut Vec<String>,
+    name: &CStr,
+) -> Option<F> {
+    const { assert!(std::mem::size_of::<F>() == std::mem::size_of::<*mut c_void>()) };
+    match lookup(name).filter(|a| !a.is_null()) {
+        // SAFETY: a non-null address of the function `name`, whose type `F` is (the
+        // caller's contract); `F` is pointer-sized (checked above). Reading a pointer-sized
+        // value as another is what `transmute_copy` does for pointer-to-function casts.
+        Some(addr) => Some(unsafe { std::mem::transmute_copy::<*mut c_void, F>(&addr) }),
+        None => {
+            missing.push(name.to_string_lossy().into_owned());
+            None
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

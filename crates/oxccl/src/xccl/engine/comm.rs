@@ -134,6 +134,18 @@ impl Comm {
     /// # Errors
     /// [`Error::Aborted`] when the communicator is no more; the query's own failure.
     pub(crate) fn async_error(&self) -> Result<Option<Error>> {
+        let (status, raw) = self.status()?;
+        Ok(match status {
+            NcclResult::SUCCESS | NcclResult::IN_PROGRESS => None,
+            bad => Some(self.lib.error("the NCCL communicator", bad, raw)),
+        })
+    }
+
+    /// `ncclCommGetAsyncError`: the communicator's state, and its handle (for messages).
+    ///
+    /// # Errors
+    /// [`Error::Aborted`] when the communicator is no more; the query's own failure.
+    fn status(&self) -> Result<(NcclResult, NcclComm)> {
         let (status, result, raw) = self.with(|c| {
             let mut status = NcclResult::SUCCESS;
             // SAFETY: `c` is a live communicator (we hold the lock that abort takes), and
@@ -142,10 +154,7 @@ impl Comm {
             (status, result, c)
         })?;
         self.lib.check("ncclCommGetAsyncError", result, raw)?;
-        Ok(match status {
-            NcclResult::SUCCESS | NcclResult::IN_PROGRESS => None,
-            bad => Some(self.lib.error("the NCCL communicator", bad, raw)),
-        })
+        Ok((status, raw))
     }
 
     /// Polls the asynchronous error until a call that returned `ncclInProgress` has finished.
@@ -156,13 +165,7 @@ impl Comm {
         let started = Instant::now();
         let mut pause = Duration::from_micros(1);
         loop {
-            let (status, result, raw) = self.with(|c| {
-                let mut status = NcclResult::SUCCESS;
-                // SAFETY: as in `async_error`.
-                let result = unsafe { (self.lib.table.comm_get_async_error)(c, &mut status) };
-                (status, result, c)
-            })?;
-            self.lib.check("ncclCommGetAsyncError", result, raw)?;
+            let (status, raw) = self.status()?;
             match status {
                 NcclResult::SUCCESS => return Ok(()),
                 NcclResult::IN_PROGRESS => {}

@@ -16,7 +16,7 @@
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::sync::Arc;
 
-use crate::xccl::dl::Opened;
+use crate::xccl::dl::{typed as get, Opened};
 
 /// `CUresult`.
 pub(crate) type CuResult = c_int;
@@ -134,28 +134,6 @@ pub(crate) struct CudaTable {
     pub(crate) get_error_string: ErrorTextFn,
     /// The library the pointers point into (`None` for a table of test functions).
     pub(crate) library: Option<Arc<Opened>>,
-}
-
-/// Looks `name` up and reads it as an `F`, remembering it when missing.
-///
-/// # Safety
-/// `F` is the function pointer type `cuda.h` declares for `name`, and an address `lookup`
-/// gives for it is that function.
-unsafe fn get<F: Copy>(
-    lookup: &mut dyn FnMut(&CStr) -> Option<*mut c_void>,
-    missing: &mut Vec<String>,
-    name: &CStr,
-) -> Option<F> {
-    const { assert!(std::mem::size_of::<F>() == std::mem::size_of::<*mut c_void>()) };
-    match lookup(name).filter(|a| !a.is_null()) {
-        // SAFETY: a non-null address of the function `name`, whose type `F` is (the
-        // caller's contract); `F` is pointer-sized (checked above).
-        Some(addr) => Some(unsafe { std::mem::transmute_copy::<*mut c_void, F>(&addr) }),
-        None => {
-            missing.push(name.to_string_lossy().into_owned());
-            None
-        }
-    }
 }
 
 impl CudaTable {
