@@ -5,17 +5,22 @@
 # earlier one failed; each prints PASS or FAIL, and the script exits 1 if any failed.
 # Everything is logged under $OUT (default ./gpu-check-out).
 #
+# Usage: scripts/gpu_check.sh [machine] [reference] [conformance] [failures] [speed]
+# (default: all; the device tool allows 10 minutes per command, so a later session may run
+# `machine reference conformance` in one call and `machine reference failures speed` in the next).
+#
 #   1. the machine: nvidia-smi, the NCCL library
 #   2. the raw reference: scripts/gpu/nccl_allreduce.cu built with nvcc against libnccl
 #   3. the conformance suite on OXCCL_BACKEND=nccl, 1, 2 and 4 ranks (host data staged
 #      through the GPU, fingerprints on)
 #   4. failures: a rank killed with SIGKILL mid-loop (the others must fail within 10 s), a
-#      mismatched collective with and without the fingerprint check (Mismatch, or Timeout
-#      at OXCCL_TIMEOUT instead of a hang)
+#      mismatched collective with the fingerprint check (Mismatch on both ranks) and without
+#      it (NCCL cannot tell: the job must still end, by Timeout at OXCCL_TIMEOUT or by
+#      completing, instead of hanging)
 #   5. speed: oxccl bench --backend nccl against the C program and PyTorch, 1, 2 and 4 ranks,
 #      all_reduce float sum in place, 8 B to 64 MiB; a table of the ratios
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 OUT="${OUT:-$PWD/gpu-check-out}"
 mkdir -p "$OUT"
 BIN="${GPU_BIN:-$PWD/gpu-bin}"
@@ -23,6 +28,8 @@ WRAP="$PWD/scripts/gpu/per_rank_env.sh"
 PY="${PYTHON:-/opt/torch/.venv/bin/python3}"
 export PATH="/usr/local/cuda/bin:$PATH"
 failed=0
+want="${*:-machine reference conformance failures speed}"
+wanted() { [[ " $want " == *" $1 "* ]]; }
 step() { echo; echo "== $*"; }
 verdict() { if [ "$1" = 0 ]; then echo "PASS $2"; else echo "FAIL $2"; failed=1; fi; }
 
@@ -39,6 +46,7 @@ ranks() {
   return $rc
 }
 
+if wanted machine; then
 step "1. the machine"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/machine.txt"
 ls -l /usr/lib/x86_64-linux-gnu/libnccl.so* 2>&1 | tee -a "$OUT/machine.txt"
@@ -46,10 +54,15 @@ for b in oxccl oxccl-conformance oxccl-failure-probe; do
   [ -x "$BIN/$b" ] || { echo "missing $BIN/$b: run scripts/gpu_build.sh first and carry gpu-bin"; exit 2; }
 done
 
+fi
+
+if wanted reference; then
 step "2. the raw reference program"
 nvcc -O2 -o "$OUT/nccl_allreduce" scripts/gpu/nccl_allreduce.cu -lnccl > "$OUT/nvcc.log" 2>&1
 verdict $? "nvcc nccl_allreduce.cu"
+fi
 
+if wanted conformance; then
 step "3. conformance on nccl"
 for n in 1 2 4; do
   OXCCL_BACKEND=nccl OXCCL_GPU_HOST_BUFFERS=stage OXCCL_GPU_FINGERPRINT=1 OXCCL_CONFORMANCE_QUICK=1 \
@@ -59,7 +72,9 @@ for n in 1 2 4; do
   tail -n 3 "$OUT/conformance-$n.log"
   verdict $rc "conformance, $n rank(s)"
 done
+fi
 
+if wanted failures; then
 step "4. failures"
 # A rank killed mid-loop: rank 0 must report an error within 10 s (OXCCL_TIMEOUT is 60 s).
 (
@@ -69,7 +84,6 @@ step "4. failures"
 job=$!
 for _ in $(seq 1 600); do grep -q PROBE-READY "$OUT/rank1.log" 2>/dev/null && break; sleep 0.1; done
 victim=$(for p in $(pgrep -f "oxccl-failure-probe loop"); do tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -qx RANK=1 && echo $p; done | head -n 1)
-killed_at=$(date +%s.%N)
 [ -n "$victim" ] && kill -9 "$victim"
 wait $job
 for r in 0 2; do cp "$OUT/rank$r.log" "$OUT/kill-rank$r.log"; done
@@ -86,11 +100,15 @@ verdict $? "mismatch with OXCCL_GPU_FINGERPRINT=1: both ranks get Mismatch"
 start=$(date +%s)
 OXCCL_BACKEND=nccl OXCCL_GPU_HOST_BUFFERS=stage OXCCL_TIMEOUT=10s timeout 120 bash -c "$(declare -f ranks); WRAP=$WRAP OUT=$OUT; ranks 2 $BIN/oxccl-failure-probe mismatch"
 took=$(( $(date +%s) - start ))
-grep -h PROBE-ERROR "$OUT"/rank*.log | tee "$OUT/mismatch-unchecked.log"
-[ "$(grep -c 'PROBE-ERROR' "$OUT/mismatch-unchecked.log")" = 2 ] && [ "$took" -lt 60 ]
-verdict $? "mismatch without the check: both ranks fail at the deadline (${took}s), no hang"
+grep -h "PROBE-" "$OUT"/rank*.log | tee "$OUT/mismatch-unchecked.log"
+# NCCL cannot see the mismatch: it hangs (then oxccl's deadline ends it with Timeout) or
+# completes with meaningless data. Either way the job must end, not hang.
+[ "$took" -lt 60 ]
+verdict $? "mismatch without the check: the job ends (${took}s) instead of hanging"
 rm -f "$OUT"/rank*.log
+fi
 
+if wanted speed; then
 step "5. speed: oxccl vs NCCL from C vs PyTorch (all_reduce, float sum, in place)"
 for n in 1 2 4; do
   ITERS=50 NCCL_ID_FILE="$OUT/nccl-id-$n" ranks $n "$OUT/nccl_allreduce"; rc=$?
@@ -129,6 +147,7 @@ for n in (1, 2, 4):
             tt = t.get(size, float("nan"))
             print(f"{n:>5} {size:>10} {c[size]:>10.2f} {ox[size]:>11.2f} {tt:>11.2f} {ox[size]-c[size]:>13.2f} {ox[size]/c[size]:>8.3f} {ox[size]/tt:>12.3f}")
 PYEOF
+fi
 
 echo
 if [ "$failed" = 0 ]; then echo "GPU CHECK PASSED"; else echo "GPU CHECK FAILED (see above)"; fi
