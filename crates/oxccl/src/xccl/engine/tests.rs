@@ -452,3 +452,23 @@ fn operations_wait_for_the_callers_stream_and_can_run_on_it() {
     // SAFETY: nothing is queued on it any more.
     unsafe { rt.stream_destroy(caller).expect("destroy") };
 }
+
+#[test]
+fn a_device_mesh_over_the_engine() {
+    // 2 x 2 mesh ("dp" x "tp"): each tp group sums, then each dp group takes the max.
+    let w = world(4);
+    let out = w.run(|c, g| {
+        let mesh = crate::DeviceMesh::new(c, &[("dp", 2), ("tp", 2)]).unwrap();
+        let mut buf = g.copy_from_host(&[c.rank() as i32 + 1]).unwrap();
+        mesh.group("tp").unwrap().all_reduce(&mut buf, ReduceOp::Sum).unwrap();
+        let tp = buf.to_vec().unwrap()[0];
+        mesh.group("dp").unwrap().all_reduce(&mut buf, ReduceOp::Max).unwrap();
+        (mesh.coordinate().to_vec(), tp, buf.to_vec().unwrap()[0])
+    });
+    // Row-major: rank = dp * 2 + tp. tp groups {0,1} -> 3 and {2,3} -> 7; dp max -> 7.
+    for (r, (coord, tp, dp)) in out.into_iter().enumerate() {
+        assert_eq!(coord, vec![r / 2, r % 2]);
+        assert_eq!(tp, if r < 2 { 3 } else { 7 });
+        assert_eq!(dp, 7);
+    }
+}
