@@ -106,6 +106,14 @@ pub fn run_process(backend: Option<&str>, plan: &Plan) -> Result<u64, String> {
         Some(b) => oxccl::Config::new().backend(b),
         None => oxccl::Config::new(),
     };
+    // The benchmarked operations run on device buffers on a GPU backend; the bench's own
+    // bookkeeping (times, wrong-value counts) is host data, which goes through the cpu
+    // backend over the same ranks unless OXCCL_GPU_HOST_BUFFERS says otherwise.
+    let host_buffers = oxccl::config::registry::GPU_HOST_BUFFERS;
+    let cfg = match host_buffers.from_env().map_err(|e| e.to_string())? {
+        Some(_) => cfg,
+        None => cfg.set(host_buffers.name, "cpu").map_err(|e| e.to_string())?,
+    };
     let comm = cfg.init().map_err(|e| join::join_error(&e, join::launcher(|k| std::env::var(k).ok())))?;
     run_rank(&comm, plan)
 }
