@@ -33,10 +33,28 @@ wanted() { [[ " $want " == *" $1 "* ]]; }
 step() { echo; echo "== $*"; }
 verdict() { if [ "$1" = 0 ]; then echo "PASS $2"; else echo "FAIL $2"; failed=1; fi; }
 
+# A port P such that P and P+1 (the store's) are free.
+free_port() {
+  python3 -c '
+import random, socket
+while True:
+    p = random.randint(20000, 40000)
+    try:
+        for q in (p, p + 1):
+            with socket.socket() as s:
+                s.bind(("0.0.0.0", q))
+        print(p)
+        break
+    except OSError:
+        pass
+'
+}
+
 # Starts N ranks of a command as torchrun would (each with its NCCL_HOSTID), waits for all.
 ranks() {
   local n=$1; shift
-  local port=$((20000 + RANDOM % 20000)) pids=() rc=0
+  local port pids=() rc=0
+  port=$(free_port)
   for ((r = 0; r < n; r++)); do
     RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r LOCAL_WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
       TORCHELASTIC_RUN_ID="gpu-check-$$-$port" "$WRAP" "$@" > "$OUT/rank$r.log" 2>&1 &
@@ -66,7 +84,7 @@ if wanted conformance; then
 step "3. conformance on nccl"
 for n in 1 2 4; do
   OXCCL_BACKEND=nccl OXCCL_GPU_HOST_BUFFERS=stage OXCCL_GPU_FINGERPRINT=1 OXCCL_CONFORMANCE_QUICK=1 \
-    OXCCL_TIMEOUT=60s timeout 420 bash -c "$(declare -f ranks); WRAP=$WRAP OUT=$OUT; ranks $n $BIN/oxccl-conformance"
+    OXCCL_TIMEOUT=60s timeout 420 bash -c "$(declare -f ranks free_port); WRAP=$WRAP OUT=$OUT; ranks $n $BIN/oxccl-conformance"
   rc=$?
   cp "$OUT/rank0.log" "$OUT/conformance-$n.log"
   tail -n 3 "$OUT/conformance-$n.log"
@@ -93,12 +111,14 @@ ms=$(echo "$line" | sed -n 's/.*elapsed_ms=\([0-9]*\).*/\1/p')
 [ -n "$victim" ] && [ -n "$ms" ] && [ "$ms" -lt 10000 ]
 verdict $? "kill -9: the survivors fail within 10 s (${ms:-?} ms)"
 # Mismatched collectives: with the fingerprint check, Mismatch; without, Timeout at the deadline.
+rm -f "$OUT"/rank*.log
 OXCCL_BACKEND=nccl OXCCL_GPU_HOST_BUFFERS=stage OXCCL_GPU_FINGERPRINT=1 OXCCL_TIMEOUT=20s ranks 2 "$BIN/oxccl-failure-probe" mismatch
 grep -h PROBE-ERROR "$OUT"/rank*.log | tee "$OUT/mismatch-checked.log"
 [ "$(grep -c 'kind=Mismatch' "$OUT/mismatch-checked.log")" = 2 ]
 verdict $? "mismatch with OXCCL_GPU_FINGERPRINT=1: both ranks get Mismatch"
 start=$(date +%s)
-OXCCL_BACKEND=nccl OXCCL_GPU_HOST_BUFFERS=stage OXCCL_TIMEOUT=10s timeout 120 bash -c "$(declare -f ranks); WRAP=$WRAP OUT=$OUT; ranks 2 $BIN/oxccl-failure-probe mismatch"
+rm -f "$OUT"/rank*.log
+OXCCL_BACKEND=nccl OXCCL_GPU_HOST_BUFFERS=stage OXCCL_TIMEOUT=10s timeout 120 bash -c "$(declare -f ranks free_port); WRAP=$WRAP OUT=$OUT; ranks 2 $BIN/oxccl-failure-probe mismatch"
 took=$(( $(date +%s) - start ))
 grep -h "PROBE-" "$OUT"/rank*.log | tee "$OUT/mismatch-unchecked.log"
 # NCCL cannot see the mismatch: it hangs (then oxccl's deadline ends it with Timeout) or
@@ -118,35 +138,11 @@ for n in 1 2 4; do
     --json "$OUT/oxccl-$n.json"; rc=$?
   cp "$OUT/rank0.log" "$OUT/oxccl-$n.txt"
   verdict $rc "oxccl bench --backend nccl, $n rank(s)"
-  ITERS=50 timeout 600 "$PY" -m torch.distributed.run --nproc-per-node "$n" --master-port $((30000 + RANDOM % 20000)) \
+  ITERS=50 timeout 600 "$PY" -m torch.distributed.run --nproc-per-node "$n" --master-port "$(free_port)" \
     scripts/gpu/torch_allreduce.py > "$OUT/torch-$n.txt" 2>&1; rc=$?
   verdict $rc "PyTorch dist.all_reduce, $n rank(s)"
 done
-"$PY" - "$OUT" <<'PYEOF' | tee "$OUT/summary.txt"
-import json, os, sys
-out = sys.argv[1]
-def table(path):
-    rows = {}
-    for line in open(path, errors="replace"):
-        f = line.split()
-        if len(f) >= 4 and f[0].isdigit():
-            rows[int(f[0])] = float(f[2])  # time_sync(us)
-    return rows
-print(f"{'ranks':>5} {'size(B)':>10} {'C (us)':>10} {'oxccl (us)':>11} {'torch (us)':>11} {'oxccl-C (us)':>13} {'oxccl/C':>8} {'oxccl/torch':>12}")
-for n in (1, 2, 4):
-    try:
-        c = table(f"{out}/c-{n}.txt")
-        t = table(f"{out}/torch-{n}.txt")
-        rep = json.load(open(f"{out}/oxccl-{n}.json"))
-    except OSError as e:
-        print(f"{n:>5} missing: {e}")
-        continue
-    ox = {r["size"]: r["time_us"] for r in rep["rows"] if r["in_place"]}
-    for size in sorted(c):
-        if size in ox:
-            tt = t.get(size, float("nan"))
-            print(f"{n:>5} {size:>10} {c[size]:>10.2f} {ox[size]:>11.2f} {tt:>11.2f} {ox[size]-c[size]:>13.2f} {ox[size]/c[size]:>8.3f} {ox[size]/tt:>12.3f}")
-PYEOF
+"$PY" scripts/gpu/summary.py "$OUT" | tee "$OUT/summary.txt"
 fi
 
 echo
