@@ -666,9 +666,11 @@ impl Backend for Engine {
         let kind = op.kind();
         let forced = opts.forced_algorithm(kind, &i.algorithms)?;
         if let Op::Batch(ops) = op {
-            i.host.announce(&p2p::envelopes(&ops), timeout)?;
             let ticket = Arc::new(Ticket::default());
             let mut order = relock(&i.order);
+            // Under the lock: envelopes go out in the order the sends are queued, also when
+            // several threads submit (a receiver matches them in that order).
+            i.host.announce(&p2p::envelopes(&ops), timeout)?;
             let seq = order.p2p;
             order.p2p += 1;
             if let Some(st) = &staged {
