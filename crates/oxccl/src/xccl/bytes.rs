@@ -68,18 +68,8 @@ impl DeviceBytes {
     /// # Errors
     /// Out of device memory, or the runtime's error.
     pub(crate) fn from_host(gpu: &Gpu, data: &[u8]) -> Result<DeviceBytes> {
-        let out = DeviceBytes::uninit(gpu, data.len())?;
-        if !data.is_empty() {
-            let rt = out.gpu.runtime();
-            rt.set_current(out.gpu.ordinal())?;
-            // SAFETY: `out.ptr` is a live allocation of `data.len()` bytes and `data` a host
-            // slice of that size; `finish` waits for the stream before `data`'s borrow ends
-            // (also when queueing failed), so the copy has read it by then.
-            let queued = unsafe {
-                rt.copy_async(out.ptr, data.as_ptr() as u64, data.len(), CopyKind::HostToDevice, RawStream::DEFAULT)
-            };
-            out.finish(queued)?;
-        }
+        let mut out = DeviceBytes::uninit(gpu, data.len())?;
+        out.write(0, data)?;
         Ok(out)
     }
 
@@ -111,16 +101,69 @@ impl DeviceBytes {
                 dst.len()
             )));
         }
+        self.read(0, dst)
+    }
+
+    /// Checks that `len` bytes from byte `offset` lie inside the allocation.
+    fn check_range(&self, what: &str, offset: usize, len: usize) -> Result<()> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len => Ok(()),
+            _ => Err(Error::invalid(format!(
+                "DeviceBytes::{what}: {len} bytes from byte {offset} do not fit in {} bytes of device memory",
+                self.len
+            ))),
+        }
+    }
+
+    /// Copies `dst.len()` bytes from byte `offset` into `dst`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a range outside the allocation; the runtime's error.
+    pub(crate) fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
+        self.check_range("read", offset, dst.len())?;
         if dst.is_empty() {
             return Ok(());
         }
         let rt = self.gpu.runtime();
         rt.set_current(self.gpu.ordinal())?;
-        // SAFETY: `self.ptr` is a live allocation of `dst.len()` bytes and `dst` a host slice
-        // of that size, borrowed exclusively; `finish` waits for the stream before the
-        // borrow ends (also when queueing failed), so nobody reads `dst` before the copy ran.
+        // SAFETY: the range lies inside this live allocation (checked above) and `dst` is a
+        // host slice of its size, borrowed exclusively; `finish` waits for the stream before
+        // the borrow ends (also when queueing failed), so nobody reads `dst` before the copy
+        // ran.
         let queued = unsafe {
-            rt.copy_async(dst.as_mut_ptr() as u64, self.ptr, dst.len(), CopyKind::DeviceToHost, RawStream::DEFAULT)
+            rt.copy_async(
+                dst.as_mut_ptr() as u64,
+                self.ptr + offset as u64,
+                dst.len(),
+                CopyKind::DeviceToHost,
+                RawStream::DEFAULT,
+            )
+        };
+        self.finish(queued)
+    }
+
+    /// Copies `src` to the bytes from byte `offset`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a range outside the allocation; the runtime's error.
+    pub(crate) fn write(&mut self, offset: usize, src: &[u8]) -> Result<()> {
+        self.check_range("write", offset, src.len())?;
+        if src.is_empty() {
+            return Ok(());
+        }
+        let rt = self.gpu.runtime();
+        rt.set_current(self.gpu.ordinal())?;
+        // SAFETY: the range lies inside this live allocation (checked above), borrowed
+        // exclusively, and `src` is a host slice of its size; `finish` waits for the stream
+        // before `src`'s borrow ends (also when queueing failed), so the copy has read it.
+        let queued = unsafe {
+            rt.copy_async(
+                self.ptr + offset as u64,
+                src.as_ptr() as u64,
+                src.len(),
+                CopyKind::HostToDevice,
+                RawStream::DEFAULT,
+            )
         };
         self.finish(queued)
     }

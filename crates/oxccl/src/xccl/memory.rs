@@ -8,7 +8,8 @@ use std::marker::PhantomData;
 use std::ops::Range;
 use std::sync::Arc;
 
-use super::runtime::{CopyKind, DeviceRuntime, RawStream, Vendor};
+use super::bytes::DeviceBytes;
+use super::runtime::{DeviceRuntime, RawStream, Vendor};
 use crate::backend::buffer::{Buffer, BufferMut};
 use crate::backend::{RawBuf, RawBufMut};
 use crate::device::Device;
@@ -98,8 +99,10 @@ impl Gpu {
     /// # Errors
     /// Out of device memory, a length whose size overflows, or the runtime's error.
     pub fn zeros<T: Element>(&self, len: usize) -> Result<DeviceBuffer<T>> {
-        let zeros = vec![T::zeroed(); len];
-        self.copy_from_host(&zeros)
+        let bytes = len.checked_mul(std::mem::size_of::<T>()).ok_or_else(|| {
+            Error::invalid(format!("Gpu::zeros: {len} elements of {} do not fit in memory", T::DTYPE))
+        })?;
+        Ok(DeviceBuffer { bytes: DeviceBytes::zeroed(self, bytes)?, len, _elem: PhantomData })
     }
 
     /// A buffer on this GPU holding a copy of `data`.
@@ -107,11 +110,8 @@ impl Gpu {
     /// # Errors
     /// Out of device memory, or the runtime's error.
     pub fn copy_from_host<T: Element>(&self, data: &[T]) -> Result<DeviceBuffer<T>> {
-        let bytes = std::mem::size_of_val(data);
-        let ptr = self.rt.alloc(self.ordinal, bytes)?;
-        let buf = DeviceBuffer { gpu: self.clone(), ptr, len: data.len(), _elem: PhantomData };
-        buf.upload(data)?;
-        Ok(buf)
+        let bytes = DeviceBytes::from_host(self, bytemuck::cast_slice(data))?;
+        Ok(DeviceBuffer { bytes, len: data.len(), _elem: PhantomData })
     }
 
     /// Blocks until everything queued on the device's legacy default stream has run.
@@ -124,26 +124,18 @@ impl Gpu {
     }
 }
 
-/// Device memory holding `len` elements of `T`, freed on drop. Collectives take it (and its
-/// views) wherever they take a host slice.
+/// Device memory holding `len` elements of `T`, freed on drop (it is typed [`DeviceBytes`]).
+/// Collectives take it (and its views) wherever they take a host slice.
 pub struct DeviceBuffer<T: Element> {
-    gpu: Gpu,
-    /// Device address of element 0.
-    ptr: u64,
+    bytes: DeviceBytes,
     len: usize,
     _elem: PhantomData<T>,
 }
 
-// SAFETY: the buffer owns device memory, which any thread may use through the runtime (the
-// runtime's calls are thread-safe); `T` values are plain data (`Element: Pod`).
-unsafe impl<T: Element> Send for DeviceBuffer<T> {}
-// SAFETY: shared references only read the description, or queue reads of the memory.
-unsafe impl<T: Element> Sync for DeviceBuffer<T> {}
-
 impl<T: Element> fmt::Debug for DeviceBuffer<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DeviceBuffer")
-            .field("device", &self.gpu.device())
+            .field("device", &self.device())
             .field("dtype", &T::DTYPE)
             .field("len", &self.len)
             .finish()
@@ -163,17 +155,17 @@ impl<T: Element> DeviceBuffer<T> {
 
     /// The device the memory is on.
     pub fn device(&self) -> Device {
-        self.gpu.device()
+        self.gpu().device()
     }
 
     /// The GPU the memory is on.
     pub fn gpu(&self) -> &Gpu {
-        &self.gpu
+        self.bytes.gpu()
     }
 
     /// The device address of element 0 (for handing to kernels or other libraries).
     pub fn device_ptr(&self) -> u64 {
-        self.ptr
+        self.bytes.device_ptr()
     }
 
     /// Copies the buffer to a host vector (waits for work queued on the device's default
@@ -197,7 +189,7 @@ impl<T: Element> DeviceBuffer<T> {
                 self.len
             )));
         }
-        self.upload(data)
+        self.bytes.write(0, bytemuck::cast_slice(data))
     }
 
     /// A read-only view of elements `range`.
@@ -205,8 +197,8 @@ impl<T: Element> DeviceBuffer<T> {
     /// # Errors
     /// [`Error::InvalidArgument`] for a range outside the buffer.
     pub fn view(&self, range: Range<usize>) -> Result<DeviceView<'_, T>> {
-        let ptr = self.offset(&range)?;
-        Ok(DeviceView { gpu: &self.gpu, ptr, len: range.len(), _elem: PhantomData })
+        let start = self.start(&range)?;
+        Ok(DeviceView { bytes: &self.bytes, start, len: range.len(), _elem: PhantomData })
     }
 
     /// A writable view of elements `range`.
@@ -214,12 +206,13 @@ impl<T: Element> DeviceBuffer<T> {
     /// # Errors
     /// [`Error::InvalidArgument`] for a range outside the buffer.
     pub fn view_mut(&mut self, range: Range<usize>) -> Result<DeviceViewMut<'_, T>> {
-        let ptr = self.offset(&range)?;
-        let view = DeviceView { gpu: &self.gpu, ptr, len: range.len(), _elem: PhantomData };
+        let start = self.start(&range)?;
+        let view = DeviceView { bytes: &self.bytes, start, len: range.len(), _elem: PhantomData };
         Ok(DeviceViewMut { view, _exclusive: PhantomData })
     }
 
-    fn offset(&self, range: &Range<usize>) -> Result<u64> {
+    /// The byte offset of `range`'s first element, checked to lie inside the buffer.
+    fn start(&self, range: &Range<usize>) -> Result<usize> {
         if range.start > range.end || range.end > self.len {
             return Err(Error::invalid(format!(
                 "DeviceBuffer: the range {}..{} is outside a buffer of {} elements",
@@ -227,46 +220,15 @@ impl<T: Element> DeviceBuffer<T> {
             )));
         }
         // Cannot overflow: the allocation of `len` elements exists.
-        Ok(self.ptr + (range.start * std::mem::size_of::<T>()) as u64)
-    }
-
-    /// Copies `data` to the start of the buffer and waits for the copy.
-    fn upload(&self, data: &[T]) -> Result<()> {
-        let dst = self.offset(&(0..data.len()))?;
-        let rt = &self.gpu.rt;
-        rt.set_current(self.gpu.ordinal)?;
-        // SAFETY: `dst` is inside this buffer's allocation (checked above) and `data` is a
-        // host slice of the same size; the stream is synchronized before `data`'s borrow
-        // ends, so the copy has read it by then.
-        unsafe {
-            rt.copy_async(
-                dst,
-                data.as_ptr() as u64,
-                std::mem::size_of_val(data),
-                CopyKind::HostToDevice,
-                RawStream::DEFAULT,
-            )?
-        };
-        rt.stream_synchronize(RawStream::DEFAULT)
-    }
-}
-
-impl<T: Element> Drop for DeviceBuffer<T> {
-    fn drop(&mut self) {
-        let rt = &self.gpu.rt;
-        // Work that used the buffer borrowed it, so it has completed (collectives wait
-        // before handing buffers back); a failed free leaks rather than panics.
-        if rt.set_current(self.gpu.ordinal).is_ok() {
-            // SAFETY: `ptr` came from `alloc` on this device and is freed once, here.
-            let _ = unsafe { rt.free(self.gpu.ordinal, self.ptr) };
-        }
+        Ok(range.start * std::mem::size_of::<T>())
     }
 }
 
 /// Part of a [`DeviceBuffer`], borrowed for reading.
 pub struct DeviceView<'a, T: Element> {
-    gpu: &'a Gpu,
-    ptr: u64,
+    bytes: &'a DeviceBytes,
+    /// Byte offset of the view's first element.
+    start: usize,
     len: usize,
     _elem: PhantomData<&'a [T]>,
 }
@@ -300,28 +262,15 @@ impl<T: Element> DeviceView<'_, T> {
     /// # Errors
     /// The runtime's error.
     pub fn to_vec(&self) -> Result<Vec<T>> {
-        download(self.gpu, self.ptr, self.len)
+        let mut out = vec![T::zeroed(); self.len];
+        self.bytes.read(self.start, bytemuck::cast_slice_mut(&mut out))?;
+        Ok(out)
     }
-}
 
-fn download<T: Element>(gpu: &Gpu, ptr: u64, len: usize) -> Result<Vec<T>> {
-    let mut out = vec![T::zeroed(); len];
-    let rt = &gpu.rt;
-    rt.set_current(gpu.ordinal)?;
-    // SAFETY: `ptr..ptr + len` elements are device memory of a live buffer (a view borrows
-    // it), `out` is a host vector of that size, and the stream is synchronized before `out`
-    // is read or dropped.
-    unsafe {
-        rt.copy_async(
-            out.as_mut_ptr() as u64,
-            ptr,
-            len * std::mem::size_of::<T>(),
-            CopyKind::DeviceToHost,
-            RawStream::DEFAULT,
-        )?
-    };
-    rt.stream_synchronize(RawStream::DEFAULT)?;
-    Ok(out)
+    /// The device address of the view's first element.
+    fn ptr(&self) -> u64 {
+        self.bytes.device_ptr() + self.start as u64
+    }
 }
 
 fn raw<T: Element>(gpu: &Gpu, ptr: u64, len: usize) -> RawBuf {
@@ -337,14 +286,14 @@ fn raw_mut<T: Element>(gpu: &Gpu, ptr: u64, len: usize) -> RawBufMut {
 unsafe impl<T: Element> Buffer for DeviceBuffer<T> {
     type Elem = T;
     fn as_raw(&self) -> RawBuf {
-        raw::<T>(&self.gpu, self.ptr, self.len)
+        raw::<T>(self.gpu(), self.device_ptr(), self.len)
     }
 }
 
 // SAFETY: as above; `&mut self` is exclusive.
 unsafe impl<T: Element> BufferMut for DeviceBuffer<T> {
     fn as_raw_mut(&mut self) -> RawBufMut {
-        raw_mut::<T>(&self.gpu, self.ptr, self.len)
+        raw_mut::<T>(self.gpu(), self.device_ptr(), self.len)
     }
 }
 
@@ -352,7 +301,7 @@ unsafe impl<T: Element> BufferMut for DeviceBuffer<T> {
 unsafe impl<T: Element> Buffer for DeviceView<'_, T> {
     type Elem = T;
     fn as_raw(&self) -> RawBuf {
-        raw::<T>(self.gpu, self.ptr, self.len)
+        raw::<T>(self.bytes.gpu(), self.ptr(), self.len)
     }
 }
 
@@ -367,6 +316,6 @@ unsafe impl<T: Element> Buffer for DeviceViewMut<'_, T> {
 // SAFETY: a mutable view borrows its buffer exclusively.
 unsafe impl<T: Element> BufferMut for DeviceViewMut<'_, T> {
     fn as_raw_mut(&mut self) -> RawBufMut {
-        raw_mut::<T>(self.view.gpu, self.view.ptr, self.view.len)
+        raw_mut::<T>(self.view.bytes.gpu(), self.view.ptr(), self.view.len)
     }
 }
