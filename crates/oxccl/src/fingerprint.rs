@@ -126,6 +126,12 @@ impl Fingerprint {
         Fingerprint { seq, op: OpKind::Split, dtype: DType::I64, count: 2, root: None, reduce: None, algorithm }
     }
 
+    /// The fingerprint of point-to-point operation `op` (`Send` or `Recv`) of `count`
+    /// elements of `dtype`, as batch `seq`: what a receiver compares a message against.
+    pub fn of_p2p(op: OpKind, seq: u64, dtype: DType, count: usize) -> Fingerprint {
+        Fingerprint { seq, op, dtype, count: count as u64, root: None, reduce: None, algorithm: Algorithm::Linear }
+    }
+
     /// The length of [`to_bytes`](Self::to_bytes).
     pub const BYTES: usize = 24;
 

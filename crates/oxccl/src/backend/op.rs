@@ -243,33 +243,38 @@ impl Op {
         }
     }
 
-    /// The device of every buffer the operation passes (inputs and outputs, `None`s
-    /// skipped), in argument order.
-    pub fn devices(&self) -> Vec<Device> {
-        let i = |b: &RawBuf| b.device;
-        let o = |b: &RawBufMut| b.device;
+    /// Every buffer the operation passes (inputs and outputs, `None`s skipped; outputs
+    /// read-only), in argument order.
+    pub fn buffers(&self) -> Vec<RawBuf> {
+        let o = RawBufMut::as_const;
         match self {
             Op::AllReduce { input, output, .. }
             | Op::AllGather { input, output }
             | Op::AllGatherV { input, output, .. }
             | Op::ReduceScatter { input, output, .. }
             | Op::AllToAll { input, output }
-            | Op::AllToAllV { input, output, .. } => vec![i(input), o(output)],
+            | Op::AllToAllV { input, output, .. } => vec![*input, o(output)],
             Op::Reduce { input, output, .. } | Op::Gather { input, output, .. } => {
-                std::iter::once(i(input)).chain(output.as_ref().map(o)).collect()
+                std::iter::once(*input).chain(output.as_ref().map(o)).collect()
             }
             Op::Broadcast { input, output, .. } | Op::Scatter { input, output, .. } => {
-                input.as_ref().map(i).into_iter().chain(std::iter::once(o(output))).collect()
+                input.iter().copied().chain(std::iter::once(o(output))).collect()
             }
             Op::Barrier => Vec::new(),
             Op::Batch(ops) => ops
                 .iter()
                 .map(|p| match p {
-                    P2p::Send { buf, .. } => buf.device,
-                    P2p::Recv { buf, .. } => buf.device,
+                    P2p::Send { buf, .. } => *buf,
+                    P2p::Recv { buf, .. } => buf.as_const(),
                 })
                 .collect(),
         }
+    }
+
+    /// The device of every buffer the operation passes, in argument order
+    /// ([`buffers`](Self::buffers)).
+    pub fn devices(&self) -> Vec<Device> {
+        self.buffers().iter().map(|b| b.device).collect()
     }
 
     /// The per-rank size in bytes that the selector looks at.

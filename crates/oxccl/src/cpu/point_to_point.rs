@@ -8,7 +8,6 @@ use std::time::Instant;
 
 use super::algorithms::map_transport_error;
 use super::transport::{Channel, Header, Transport};
-use crate::algorithm::Algorithm;
 use crate::backend::{Completion, MessageInfo, P2p};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -23,10 +22,6 @@ pub struct P2pCtx<'a> {
     pub(crate) seq: u64,
     pub(crate) started: Instant,
     pub(crate) deadline: Instant,
-}
-
-fn fp(op: OpKind, seq: u64, dtype: DType, count: usize) -> Fingerprint {
-    Fingerprint { seq, op, dtype, count: count as u64, root: None, reduce: None, algorithm: Algorithm::Linear }
 }
 
 impl P2pCtx<'_> {
@@ -44,7 +39,7 @@ impl P2pCtx<'_> {
     /// receive buffer or does not fit in it.
     pub unsafe fn run(&self, ops: &[P2p]) -> Result<Completion> {
         let map = |e, op, dtype, count| {
-            map_transport_error(e, self.ranks, self.rank, fp(op, self.seq, dtype, count), self.started)
+            map_transport_error(e, self.ranks, self.rank, Fingerprint::of_p2p(op, self.seq, dtype, count), self.started)
         };
         for op in ops {
             if let P2p::Send { buf, peer, tag } = op {
@@ -57,7 +52,7 @@ impl P2pCtx<'_> {
                 let h = Header {
                     comm_id: self.comm_id,
                     channel: Channel::PointToPoint(*tag),
-                    fingerprint: fp(OpKind::Send, self.seq, buf.dtype, buf.count),
+                    fingerprint: Fingerprint::of_p2p(OpKind::Send, self.seq, buf.dtype, buf.count),
                 };
                 self.transport
                     .send(self.peer(*peer)?, &h, data, self.deadline)
@@ -82,7 +77,7 @@ impl P2pCtx<'_> {
                 if theirs.dtype != buf.dtype || got.len > dst.len() || got.len % es != 0 {
                     return Err(Error::Mismatch {
                         peer: *peer,
-                        ours: fp(OpKind::Recv, self.seq, buf.dtype, buf.count),
+                        ours: Fingerprint::of_p2p(OpKind::Recv, self.seq, buf.dtype, buf.count),
                         theirs,
                     });
                 }
@@ -99,7 +94,13 @@ impl P2pCtx<'_> {
     pub fn probe(&self, peer: usize, tag: u32) -> Result<Option<MessageInfo>> {
         let got =
             self.transport.probe(self.peer(peer)?, self.comm_id, Channel::PointToPoint(tag), None).map_err(|e| {
-                map_transport_error(e, self.ranks, self.rank, fp(OpKind::Recv, self.seq, DType::U8, 0), self.started)
+                map_transport_error(
+                    e,
+                    self.ranks,
+                    self.rank,
+                    Fingerprint::of_p2p(OpKind::Recv, self.seq, DType::U8, 0),
+                    self.started,
+                )
             })?;
         Ok(got.map(|r| {
             let dtype = r.header.fingerprint.dtype;

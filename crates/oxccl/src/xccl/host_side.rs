@@ -18,7 +18,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::backend::{Backend, CallOptions, Mode, Op, P2p, RawBuf, RawBufMut};
+use crate::backend::{Backend, CallOptions, Completion, Mode, Op, P2p, RawBuf, RawBufMut};
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -29,6 +29,20 @@ use crate::sync::relock;
 const ENVELOPE_TAG: u32 = 0x0cc1_0001;
 /// A tag nothing is ever sent on: probing it reports a peer that is gone.
 const LIVENESS_TAG: u32 = 0x0cc1_0002;
+
+/// Runs `op` on the host communicator `comm` and waits for it, with `timeout` as deadline.
+///
+/// # Safety
+/// `op`'s buffers are valid until this returns.
+///
+/// # Errors
+/// The operation's error.
+pub(crate) unsafe fn run_blocking(comm: &dyn Backend, op: Op, timeout: Duration) -> Result<Completion> {
+    let opts = CallOptions { timeout: Some(timeout), ..CallOptions::default() };
+    // SAFETY: forwarded from this function's contract; `wait(None)` returns after completion.
+    let pending = unsafe { comm.submit(op, Mode::Blocking, &opts)? };
+    pending.wait(None).unwrap_or_else(|| Err(Error::Internal("a blocking host operation did not complete".into())))
+}
 
 /// What a send announces to its receiver.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,18 +96,13 @@ impl HostSide {
         self.check
     }
 
-    fn opts(timeout: Duration) -> CallOptions {
-        CallOptions { timeout: Some(timeout), ..CallOptions::default() }
-    }
-
     /// Runs `op` on the host communicator and waits for it.
     ///
     /// # Safety
     /// `op`'s buffers are valid until this returns.
-    unsafe fn run(&self, op: Op, timeout: Duration) -> Result<crate::backend::Completion> {
-        // SAFETY: forwarded from this function's contract; `wait` returns after completion.
-        let pending = unsafe { self.comm.submit(op, Mode::Blocking, &Self::opts(timeout))? };
-        pending.wait(None).unwrap_or_else(|| Err(Error::Internal("a blocking host operation did not complete".into())))
+    unsafe fn run(&self, op: Op, timeout: Duration) -> Result<Completion> {
+        // SAFETY: forwarded from this function's contract.
+        unsafe { run_blocking(self.comm.as_ref(), op, timeout) }
     }
 
     /// Exchanges `fp` with every rank (when checking is on) and fails with

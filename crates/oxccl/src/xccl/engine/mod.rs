@@ -55,7 +55,7 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::fingerprint::OpKind;
 use crate::sync::relock;
-use crate::xccl::host_side::HostSide;
+use crate::xccl::host_side::{run_blocking, HostSide};
 use crate::xccl::library::types::{NcclUniqueId, NCCL_UNIQUE_ID_BYTES};
 use crate::xccl::library::{Library, NcclResult};
 use crate::xccl::runtime::{DeviceRuntime, RawEvent, RawStream, Residence, Vendor};
@@ -150,18 +150,6 @@ fn device_of(rt: &dyn DeviceRuntime, ordinal: u32) -> Device {
     }
 }
 
-/// Runs a host operation and waits for it.
-///
-/// # Safety
-/// `op`'s buffers are valid until this returns.
-unsafe fn host_run(host: &dyn Backend, op: Op, timeout: Duration) -> Result<()> {
-    let opts = CallOptions { timeout: Some(timeout), ..CallOptions::default() };
-    // SAFETY: forwarded from this function's contract; `wait(None)` returns after completion.
-    let pending = unsafe { host.submit(op, Mode::Blocking, &opts)? };
-    pending.wait(None).unwrap_or_else(|| Err(Error::Internal("a blocking host operation did not complete".into())))?;
-    Ok(())
-}
-
 /// Rank 0 makes an NCCL unique id and every rank receives it over the host communicator
 /// (whose connections were authenticated with the job's secret when it was set up).
 fn exchange_id(lib: &Library, host: &dyn Backend, timeout: Duration) -> Result<NcclUniqueId> {
@@ -176,7 +164,7 @@ fn exchange_id(lib: &Library, host: &dyn Backend, timeout: Duration) -> Result<N
         RawBufMut { ptr: bytes.as_mut_ptr(), count: NCCL_UNIQUE_ID_BYTES, dtype: DType::U8, device: Device::Cpu };
     let input = (host.rank() == 0).then(|| output.as_const());
     // SAFETY: `bytes` outlives the blocking call.
-    unsafe { host_run(host, Op::Broadcast { input, output, root: 0 }, timeout)? };
+    unsafe { run_blocking(host, Op::Broadcast { input, output, root: 0 }, timeout)? };
     NcclUniqueId::from_bytes(&bytes)
 }
 
@@ -189,7 +177,7 @@ fn host_all_gather(host: &dyn Backend, value: u64, timeout: Duration) -> Result<
         output: RawBufMut { ptr: all.as_mut_ptr().cast(), count: all.len(), dtype: DType::U64, device: Device::Cpu },
     };
     // SAFETY: both buffers outlive the blocking call.
-    unsafe { host_run(host, op, timeout)? };
+    unsafe { run_blocking(host, op, timeout)? };
     Ok(all)
 }
 
@@ -535,20 +523,19 @@ impl Engine {
     /// Where `op` runs, or why it cannot (see the module documentation).
     fn route(&self, op: &Op) -> Result<Route> {
         let i = &self.inner;
-        if stage::all_host(op) {
+        let buffers = op.buffers();
+        if stage::all_host(&buffers) {
             match i.host_buffers {
                 HostBuffers::Cpu => return Ok(Route::HostComm),
                 HostBuffers::Stage => return Ok(Route::Stage),
                 HostBuffers::Refuse => {}
             }
         }
-        for d in op.devices() {
-            if d != i.kind {
-                return Err(self.wrong_device(d));
-            }
+        if let Some(b) = buffers.iter().find(|b| b.device != i.kind) {
+            return Err(self.wrong_device(b.device));
         }
         if i.host.checks() {
-            self.check_residence(op)?;
+            self.check_residence(&buffers)?;
         }
         Ok(Route::Device)
     }
@@ -556,30 +543,22 @@ impl Engine {
     /// With the fingerprint check on (a debugging mode), also asks the driver where each
     /// buffer's memory really is, catching a `Buffer` that claims the wrong device (one
     /// driver call per buffer, which is why it is not done on every call).
-    fn check_residence(&self, op: &Op) -> Result<()> {
+    fn check_residence(&self, buffers: &[RawBuf]) -> Result<()> {
         let i = &self.inner;
-        let mut bad = None;
-        stage::visit(op, &mut |p, bytes| {
-            if bytes == 0 || bad.is_some() {
-                return;
-            }
-            match i.rt.residence(p.cast()) {
-                Ok(Residence::Device(d)) if d == i.device => {}
-                Ok(Residence::Device(d)) => bad = Some(Ok(format!("device {d}"))),
-                Ok(Residence::Host) => bad = Some(Ok("host memory".to_string())),
-                Err(e) => bad = Some(Err(e)),
-            }
-        });
-        match bad {
-            None => Ok(()),
-            Some(Ok(where_)) => Err(Error::invalid(format!(
+        for b in buffers.iter().filter(|b| b.bytes() > 0) {
+            let where_ = match i.rt.residence(b.ptr.cast())? {
+                Residence::Device(d) if d == i.device => continue,
+                Residence::Device(d) => format!("device {d}"),
+                Residence::Host => "host memory".to_string(),
+            };
+            return Err(Error::invalid(format!(
                 "a buffer given to this {} communicator as {} memory is {where_} according to {}",
                 i.name,
                 i.kind,
                 i.rt.describe()
-            ))),
-            Some(Err(e)) => Err(e),
+            )));
         }
+        Ok(())
     }
 
     fn wrong_device(&self, d: Device) -> Error {

@@ -34,7 +34,6 @@ use super::issue::Transfer;
 use super::pending::{DeviceTemp, Issued, Ticket};
 use super::stage::Staged;
 use super::{Inner, Order};
-use crate::algorithm::Algorithm;
 use crate::backend::{MessageInfo, P2p, StreamOrder};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -104,18 +103,13 @@ pub(crate) fn envelopes(ops: &[P2p]) -> Vec<(usize, Envelope)> {
         .collect()
 }
 
-/// A point-to-point fingerprint, as the host backends make them.
-fn fp(op: OpKind, seq: u64, dtype: DType, count: usize) -> Fingerprint {
-    Fingerprint { seq, op, dtype, count: count as u64, root: None, reduce: None, algorithm: Algorithm::Linear }
-}
-
 /// [`Error::Mismatch`] when a message of `count` elements of `theirs` cannot land in this
 /// receive (`dtype`, `capacity` elements, batch number `seq`): another dtype, or too long.
 fn unfit(peer: usize, seq: u64, theirs: DType, count: usize, dtype: DType, capacity: usize) -> Option<Error> {
     (theirs != dtype || count > capacity).then(|| Error::Mismatch {
         peer,
-        ours: fp(OpKind::Recv, seq, dtype, capacity),
-        theirs: fp(OpKind::Send, seq, theirs, count),
+        ours: Fingerprint::of_p2p(OpKind::Recv, seq, dtype, capacity),
+        theirs: Fingerprint::of_p2p(OpKind::Send, seq, theirs, count),
     })
 }
 

@@ -66,9 +66,7 @@ impl Inner {
     /// Out of device memory.
     pub(crate) fn stage(self: &Arc<Self>, op: Op) -> Result<Staged> {
         // Every range, largest first, so blocks land inside the buffer they belong to.
-        let mut all: Vec<(*const u8, usize)> = Vec::new();
-        let mut push = |p: *const u8, b: usize| all.push((p, b));
-        visit(&op, &mut push);
+        let mut all: Vec<(*const u8, usize)> = op.buffers().iter().map(|b| (b.ptr, b.bytes())).collect();
         all.sort_by_key(|&(_, b)| std::cmp::Reverse(b));
         let mut map = Map { ranges: Vec::new() };
         let mut temps = Vec::new();
@@ -130,44 +128,6 @@ impl Inner {
     }
 }
 
-/// Calls `f` with the address and size of every buffer of `op`.
-pub(crate) fn visit(op: &Op, f: &mut dyn FnMut(*const u8, usize)) {
-    let i = |b: &RawBuf, f: &mut dyn FnMut(*const u8, usize)| f(b.ptr, b.bytes());
-    let o = |b: &RawBufMut, f: &mut dyn FnMut(*const u8, usize)| f(b.ptr.cast_const(), b.bytes());
-    match op {
-        Op::AllReduce { input, output, .. }
-        | Op::AllGather { input, output }
-        | Op::AllGatherV { input, output, .. }
-        | Op::ReduceScatter { input, output, .. }
-        | Op::AllToAll { input, output }
-        | Op::AllToAllV { input, output, .. } => {
-            i(input, f);
-            o(output, f);
-        }
-        Op::Reduce { input, output, .. } | Op::Gather { input, output, .. } => {
-            i(input, f);
-            if let Some(out) = output {
-                o(out, f);
-            }
-        }
-        Op::Broadcast { input, output, .. } | Op::Scatter { input, output, .. } => {
-            if let Some(inp) = input {
-                i(inp, f);
-            }
-            o(output, f);
-        }
-        Op::Barrier => {}
-        Op::Batch(ops) => {
-            for p in ops {
-                match p {
-                    P2p::Send { buf, .. } => i(buf, f),
-                    P2p::Recv { buf, .. } => o(buf, f),
-                }
-            }
-        }
-    }
-}
-
 impl Staged {
     /// Queues the host-to-device copies on `stream`.
     ///
@@ -199,8 +159,7 @@ impl Staged {
     }
 }
 
-/// Whether every buffer of `op` is host memory (and it has some).
-pub(crate) fn all_host(op: &Op) -> bool {
-    let d = op.devices();
-    !d.is_empty() && d.iter().all(|d| *d == Device::Cpu)
+/// Whether every one of `buffers` is host memory (and there is one).
+pub(crate) fn all_host(buffers: &[RawBuf]) -> bool {
+    !buffers.is_empty() && buffers.iter().all(|b| b.device == Device::Cpu)
 }
