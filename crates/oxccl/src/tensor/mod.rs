@@ -136,11 +136,6 @@ fn shape_numel(what: &str, shape: &[usize], elem: usize) -> Result<usize> {
     Ok(shape.iter().product())
 }
 
-/// The `Gpu` for a CUDA or ROCm `device` (the process's runtime of that vendor).
-fn gpu_for(device: Device) -> Result<Gpu> {
-    Gpu::of(device)
-}
-
 /// The error for viewing device memory from the host.
 fn on_device(what: &str, device: Device) -> Error {
     Error::invalid(format!(
@@ -281,7 +276,7 @@ impl Tensor {
     pub fn zeros_on(shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
         match device {
             Device::Cpu => Tensor::alloc("Tensor::zeros_on", shape, dtype, Place::Host),
-            other => Tensor::zeros_on_gpu(shape, dtype, &gpu_for(other).map_err(|e| in_call("Tensor::zeros_on", e))?),
+            other => Tensor::zeros_on_gpu(shape, dtype, &Gpu::of(other).map_err(|e| in_call("Tensor::zeros_on", e))?),
         }
     }
 
@@ -318,7 +313,7 @@ impl Tensor {
                 Ok(out)
             }
             (_, other) if other == self.device => Ok(self),
-            (_, other) => self.to_gpu(&gpu_for(other).map_err(|e| in_call("Tensor::to_device", e))?),
+            (_, other) => self.to_gpu(&Gpu::of(other).map_err(|e| in_call("Tensor::to_device", e))?),
         }
     }
 

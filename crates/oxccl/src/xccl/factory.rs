@@ -64,11 +64,6 @@ fn load_runtime(flavor: Flavor) -> std::result::Result<Arc<dyn DeviceRuntime>, E
 }
 
 impl GpuFactory {
-    /// The vendor runtime.
-    fn runtime(&self) -> Result<Arc<dyn DeviceRuntime>> {
-        runtime(self.flavor)
-    }
-
     /// The library, from the configured path or the search.
     fn library(&self, cfg: &ResolvedConfig) -> Result<Arc<Library>> {
         let mut env = SearchEnv::from_process();
@@ -151,24 +146,23 @@ impl BackendFactory for GpuFactory {
     }
 
     fn availability(&self) -> std::result::Result<(), String> {
-        self.runtime().map(drop).map_err(|e| match e {
+        runtime(self.flavor).map(drop).map_err(|e| match e {
             Error::BackendUnavailable { why, .. } => why,
             other => other.to_string(),
         })
     }
 
     fn create_world(&self, cfg: &ResolvedConfig, n: usize) -> Result<Vec<Arc<dyn Backend>>> {
-        let rt = self.runtime()?;
+        let rt = runtime(self.flavor)?;
         let lib = self.library(cfg)?;
         let hosts: Vec<Arc<dyn Backend>> =
             crate::cpu::local::world(cfg, n)?.into_iter().map(|b| Arc::new(b) as Arc<dyn Backend>).collect();
-        let count = rt.device_count()?;
-        let fixed = cfg.gpu.device.map(|_| Self::device(cfg, rt.as_ref(), 0)).transpose()?;
-        world_over(self.flavor.backend(), &lib, &rt, hosts, cfg, &|i| fixed.unwrap_or((i % count as usize) as u32))
+        let devices = (0..n).map(|i| Self::device(cfg, rt.as_ref(), i)).collect::<Result<Vec<u32>>>()?;
+        world_over(self.flavor.backend(), &lib, &rt, hosts, cfg, &|i| devices[i])
     }
 
     fn create_process(&self, cfg: &ResolvedConfig) -> Result<Arc<dyn Backend>> {
-        let rt = self.runtime()?;
+        let rt = runtime(self.flavor)?;
         let lib = self.library(cfg)?;
         let host = CpuFactory.create_process(cfg)?;
         let local_rank = LaunchInfo::from_env().map(|l| l.local_rank).unwrap_or_else(|_| host.rank());
