@@ -124,7 +124,7 @@ impl Gpu {
     }
 }
 
-/// Device memory holding `len` elements of `T`, freed on drop (it is typed [`DeviceBytes`]).
+/// Device memory holding `len` elements of `T`, freed on drop.
 /// Collectives take it (and its views) wherever they take a host slice.
 pub struct DeviceBuffer<T: Element> {
     bytes: DeviceBytes,
