@@ -8,6 +8,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 dir="${NCCL_WHEEL_DIR:-${CARGO_TARGET_DIR:-target}/nccl-wheel}"
 mkdir -p "$dir"
+# Absolute: cargo runs the test from the crate's own directory, where a relative path is wrong.
+dir=$(cd "$dir" && pwd)
 lib=$(find "$dir" -name libnccl.so.2 2>/dev/null | head -n 1)
 if [ -z "$lib" ]; then
   if ! python3 -m pip download --no-deps --quiet nvidia-nccl-cu12 -d "$dir" 2>"$dir/pip.log"; then
