@@ -1,5 +1,5 @@
-//! The settings of the `cpu` backend (and `local`, which uses the spin setting only), as
-//! resolved from the builder, the environment and the defaults ([`registry`](super::registry)).
+//! The settings of the `cpu` backend, as resolved from the builder, the environment and the
+//! defaults ([`registry`](super::registry)).
 
 use std::fmt;
 use std::time::Duration;
@@ -34,8 +34,12 @@ pub struct CpuSettings {
     pub shm_slot_bytes: usize,
     /// Bytes per shared-memory ring between two ranks (`OXCCL_SHM_RING_BYTES`).
     pub shm_ring_bytes: usize,
-    /// How long a shared-memory wait spins before it sleeps (`OXCCL_SPIN_US`).
-    pub spin: Duration,
+    /// How long a shared-memory wait busy-polls (`OXCCL_SPIN_US`); `None`: chosen from the
+    /// host's ranks and CPUs.
+    pub spin: Option<Duration>,
+    /// How long a shared-memory wait then polls yielding the CPU before it sleeps
+    /// (`OXCCL_YIELD_US`).
+    pub yield_for: Duration,
     /// The network interfaces TCP may use (`OXCCL_SOCKET_IFNAME`).
     pub socket_ifname: Option<String>,
     /// The largest frame payload sent or accepted (`OXCCL_MAX_FRAME`).

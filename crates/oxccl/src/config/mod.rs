@@ -152,6 +152,10 @@ fn size(v: &str) -> std::result::Result<usize, String> {
     parse::size(v)
 }
 
+fn micros(v: &str) -> std::result::Result<Duration, String> {
+    v.trim().parse::<u64>().map(Duration::from_micros).map_err(|e| e.to_string())
+}
+
 fn text(v: &str) -> std::result::Result<String, String> {
     Ok(v.trim().to_string())
 }
@@ -284,9 +288,8 @@ impl Config {
             transport,
             shm_slot_bytes: rd.or_default(&r::SHM_SLOT_BYTES, size)?,
             shm_ring_bytes: rd.or_default(&r::SHM_RING_BYTES, size)?,
-            spin: Duration::from_micros(
-                rd.or_default(&r::SPIN_US, |v| v.trim().parse::<u64>().map_err(|e| e.to_string()))?,
-            ),
+            spin: rd.get(&r::SPIN_US, micros)?,
+            yield_for: rd.or_default(&r::YIELD_US, micros)?,
             socket_ifname: rd.get(&r::SOCKET_IFNAME, text)?,
             max_frame: rd.or_default(&r::MAX_FRAME, size)?,
             host_id: rd.get(&r::HOST_ID, text)?,

@@ -252,9 +252,18 @@ pub const HOST_ID: Setting = Setting {
 pub const SPIN_US: Setting = Setting {
     name: "OXCCL_SPIN_US",
     kind: Kind::Count { min: 0, max: 1_000_000 },
-    default: "200",
-    default_doc: "`200`",
-    doc: "how long a shared-memory wait spins before it sleeps, in µs (0 for hosts with far more ranks than cores)",
+    default: "",
+    default_doc: "automatic: `50`, `0` when the host's ranks outnumber their CPUs",
+    doc: "how long a shared-memory wait busy-polls before it polls yielding the CPU, in µs",
+    origin: Origin::User,
+};
+/// `OXCCL_YIELD_US`.
+pub const YIELD_US: Setting = Setting {
+    name: "OXCCL_YIELD_US",
+    kind: Kind::Count { min: 0, max: 10_000_000 },
+    default: "2000",
+    default_doc: "`2000`",
+    doc: "how long a shared-memory wait then polls with `sched_yield` (a peer sharing the CPU runs at once) before it sleeps, in µs",
     origin: Origin::User,
 };
 /// `OXCCL_LAUNCHER`.
@@ -409,6 +418,7 @@ pub const ALL: &[Setting] = &[
     MAX_FRAME,
     HOST_ID,
     SPIN_US,
+    YIELD_US,
     LAUNCHER,
     NODE_RANK,
     MPI_THREAD_LEVEL,

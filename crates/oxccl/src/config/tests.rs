@@ -68,6 +68,7 @@ fn cases(name: &str) -> (&'static str, &'static str) {
         "OXCCL_MAX_FRAME" => ("1GiB", "1K"),
         "OXCCL_HOST_ID" => ("rack1-node7", ""),
         "OXCCL_SPIN_US" => ("0", "-5"),
+        "OXCCL_YIELD_US" => ("500", "2ms"),
         "OXCCL_LAUNCHER" => ("torchrun", ""),
         "OXCCL_NODE_RANK" => ("1", "first"),
         "OXCCL_MPI_THREAD_LEVEL" => ("MPI_THREAD_SERIALIZED", "many"),
@@ -121,6 +122,7 @@ fn the_builder_wins_for_every_setting() {
     let e = [
         ("OXCCL_SHM_SLOT_BYTES", "64K"),
         ("OXCCL_SPIN_US", "7"),
+        ("OXCCL_YIELD_US", "30"),
         ("OXCCL_TRANSPORT", "tcp"),
         ("OXCCL_SOCKET_IFNAME", "eth9"),
         ("OXCCL_MPI_FINGERPRINT", "0"),
@@ -128,7 +130,10 @@ fn the_builder_wins_for_every_setting() {
     ];
     let from_env = Config::new().resolve_with(env(&e)).unwrap();
     assert_eq!(from_env.cpu.shm_slot_bytes, 64 << 10);
-    assert_eq!(from_env.cpu.spin, Duration::from_micros(7));
+    assert_eq!(from_env.cpu.spin, Some(Duration::from_micros(7)));
+    assert_eq!(from_env.cpu.yield_for, Duration::from_micros(30));
+    let defaults = Config::new().resolve_with(|_| None).unwrap().cpu;
+    assert_eq!((defaults.spin, defaults.yield_for), (None, Duration::from_millis(2)), "spin is automatic");
     assert_eq!(from_env.cpu.transport, TransportChoice::Tcp);
     assert_eq!(from_env.cpu.socket_ifname.as_deref(), Some("eth9"));
     assert!(!from_env.mpi.fingerprint);
@@ -156,7 +161,7 @@ fn the_builder_wins_for_every_setting() {
         .resolve_with(env(&e))
         .unwrap();
     assert_eq!(built.cpu.shm_slot_bytes, 2 << 20);
-    assert_eq!(built.cpu.spin, Duration::ZERO);
+    assert_eq!(built.cpu.spin, Some(Duration::ZERO));
     assert_eq!(built.cpu.transport, TransportChoice::Shm);
     assert_eq!(built.cpu.socket_ifname.as_deref(), Some("lo"));
     assert!(built.mpi.fingerprint, "the typed MpiConfig wins over OXCCL_MPI_FINGERPRINT");

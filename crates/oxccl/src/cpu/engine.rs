@@ -15,6 +15,7 @@ use super::algorithms::{all_gather, Ctx};
 use super::dispatch;
 use super::point_to_point::P2pCtx;
 use super::selector;
+use super::transport::shm::wait::WaitPolicy;
 use super::transport::{Stage, Transport};
 use crate::algorithm::Algorithm;
 use crate::backend::completion::Slot;
@@ -50,8 +51,9 @@ struct Inner {
     state: Mutex<CommState>,
     /// Collectives in shared memory, when every rank is on this host.
     native: OnceLock<ShmCollectives>,
-    /// Slot size for the native collectives of this communicator and its splits.
-    native_slot: OnceLock<usize>,
+    /// Slot size and wait policy of the native collectives of this communicator and its
+    /// splits.
+    native_setup: OnceLock<(usize, WaitPolicy)>,
 }
 
 #[derive(Default)]
@@ -117,7 +119,7 @@ impl CpuBackend {
                 exec_cv: Condvar::new(),
                 state: Mutex::new(CommState::default()),
                 native: OnceLock::new(),
-                native_slot: OnceLock::new(),
+                native_setup: OnceLock::new(),
             }),
             keep: Vec::new(),
         })
@@ -131,12 +133,12 @@ impl CpuBackend {
 
     /// Sets up collectives in shared memory (a collective: every rank of the communicator
     /// calls it, and they must all be on this host). Communicators split from this one get
-    /// them too.
+    /// them too. `wait` says how their waits poll and sleep.
     ///
     /// # Errors
     /// Segment errors (e.g. a /dev/shm that is too small) and communication errors.
-    pub fn enable_shared_memory(&self, slot_bytes: usize) -> Result<()> {
-        self.inner.run_inline(|| self.inner.setup_native(slot_bytes, true))
+    pub fn enable_shared_memory(&self, slot_bytes: usize, wait: WaitPolicy) -> Result<()> {
+        self.inner.run_inline(|| self.inner.setup_native(slot_bytes, wait, true))
     }
 }
 
@@ -194,7 +196,7 @@ impl Inner {
     /// user would see (its frames carry the reserved sequence number `u64::MAX`). With
     /// `required`, failing to create the segment is an error; otherwise every rank goes on
     /// with the ordinary algorithms and rank 0 says why once.
-    fn setup_native(&self, slot_bytes: usize, required: bool) -> Result<()> {
+    fn setup_native(&self, slot_bytes: usize, wait: WaitPolicy, required: bool) -> Result<()> {
         self.check_poisoned()?;
         let fp = Fingerprint {
             seq: Stage::SETUP_SEQ,
@@ -206,10 +208,10 @@ impl Inner {
             algorithm: Algorithm::SharedMemory,
         };
         let ctx = self.ctx(fp, &CallOptions::default());
-        match ShmCollectives::establish(&ctx, slot_bytes, self.cfg.cpu.spin) {
+        match ShmCollectives::establish(&ctx, slot_bytes, wait) {
             Ok(Some(n)) => {
                 let _ = self.native.set(n);
-                let _ = self.native_slot.set(slot_bytes);
+                let _ = self.native_setup.set((slot_bytes, wait));
                 Ok(())
             }
             Ok(None) if !required => {
@@ -379,10 +381,10 @@ impl Inner {
             .ok_or_else(|| Error::invalid("split: this rank is missing from its own color group (internal error)"))?;
         let id = derive_comm_id(self.comm_id, seq, u64::from(color));
         let child = CpuBackend::new(self.name, Arc::clone(&self.transport), id, ranks, rank, self.cfg.clone())?;
-        if let Some(&slot) = self.native_slot.get() {
+        if let Some(&(slot, wait)) = self.native_setup.get() {
             // A communicator on one host splits into communicators on one host; where
             // /dev/shm has no room left, the child uses the ordinary algorithms.
-            child.inner.setup_native(slot, false)?;
+            child.inner.setup_native(slot, wait, false)?;
         }
         Ok(Some(child))
     }

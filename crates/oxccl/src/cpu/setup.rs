@@ -28,6 +28,7 @@ use crate::cpu::engine::{CpuBackend, WORLD_COMM_ID};
 use crate::cpu::transport::mailbox::Mailbox;
 use crate::cpu::transport::routed::{Link, RoutedTransport};
 use crate::cpu::transport::shm::links::{ShmLinks, ShmOptions};
+use crate::cpu::transport::shm::wait::{self, WaitPolicy};
 use crate::cpu::transport::tcp::{TcpLinks, TcpOptions};
 use crate::error::{Error, Result};
 
@@ -49,6 +50,9 @@ pub struct CpuOptions {
     pub tcp: TcpOptions,
     /// How long setup waits for the other ranks.
     pub setup_timeout: Duration,
+    /// The user's spin phase (`OXCCL_SPIN_US`), when set; otherwise setup chooses it from the
+    /// host's ranks and CPUs.
+    pub spin: Option<Duration>,
 }
 
 impl CpuOptions {
@@ -62,7 +66,7 @@ impl CpuOptions {
             ring_bytes: c.shm_ring_bytes,
             max_frame: c.max_frame,
             setup_timeout: cfg.timeout,
-            spin: c.spin,
+            wait: WaitPolicy::for_host(1, 1, c.spin, Some(c.yield_for)),
         };
         let tcp = TcpOptions {
             ifname: c.socket_ifname.clone(),
@@ -70,7 +74,14 @@ impl CpuOptions {
             connect_timeout: cfg.timeout,
             ..TcpOptions::default()
         };
-        Ok(CpuOptions { transport: c.transport, shm, slot_bytes: c.shm_slot_bytes, tcp, setup_timeout: cfg.timeout })
+        Ok(CpuOptions {
+            transport: c.transport,
+            shm,
+            slot_bytes: c.shm_slot_bytes,
+            tcp,
+            setup_timeout: cfg.timeout,
+            spin: c.spin,
+        })
     }
 }
 
@@ -118,6 +129,21 @@ fn arrivals(rank: usize, n: usize, rdv: &dyn Rendezvous, prefix: &str, timeout: 
     Ok(hosts)
 }
 
+/// A rank's arrival message, `host` then a line with its CPUs ([`wait::format_cpus`]), split
+/// into the host and the CPUs (none when the line is missing or malformed).
+fn host_and_cpus(arrival: &[u8]) -> (&[u8], Vec<usize>) {
+    let at = arrival.iter().rposition(|&b| b == b'\n').unwrap_or(arrival.len());
+    let cpus = std::str::from_utf8(arrival.get(at + 1..).unwrap_or_default()).ok().and_then(wait::parse_cpus);
+    (&arrival[..at], cpus.unwrap_or_default())
+}
+
+/// How the ranks `local` of one host wait, given every rank's CPUs (`masks`): they are
+/// oversubscribed when they outnumber the union of their CPUs.
+fn host_wait_policy(local: &[usize], masks: &[Vec<usize>], opts: &CpuOptions) -> WaitPolicy {
+    let cpus = wait::union_len(local.iter().map(|&r| masks[r].as_slice()));
+    WaitPolicy::for_host(local.len(), cpus, opts.spin, Some(opts.shm.wait.yield_for))
+}
+
 /// Builds rank `rank` of a world of `n` over `rdv` (a collective: every rank calls it).
 #[allow(clippy::too_many_arguments)]
 fn build(
@@ -130,10 +156,15 @@ fn build(
     opts: &CpuOptions,
     cfg: &ResolvedConfig,
 ) -> Result<CpuBackend> {
-    rdv.publish(&format!("{prefix}/host/{rank}"), host.as_bytes())?;
-    let hosts = arrivals(rank, n, rdv, prefix, opts.setup_timeout)?;
-    let mine = hosts[rank].clone();
+    // Each rank announces its host and the CPUs it may run on: the ranks of a host choose
+    // how they wait from how many CPUs they share.
+    let cpus = wait::format_cpus(&wait::allowed_cpus());
+    rdv.publish(&format!("{prefix}/host/{rank}"), format!("{host}\n{cpus}").as_bytes())?;
+    let arrived = arrivals(rank, n, rdv, prefix, opts.setup_timeout)?;
+    let (hosts, masks): (Vec<&[u8]>, Vec<Vec<usize>>) = arrived.iter().map(|a| host_and_cpus(a)).unzip();
+    let mine = hosts[rank];
     let local: Vec<usize> = (0..n).filter(|&r| hosts[r] == mine).collect();
+    let policy = host_wait_policy(&local, &masks, opts);
     let single_host = local.len() == n;
     if opts.transport == TransportChoice::Shm && !single_host {
         return Err(Error::Config("OXCCL_TRANSPORT=shm, but the ranks are on several hosts; use auto or tcp".into()));
@@ -142,8 +173,9 @@ fn build(
     let mailbox = Arc::new(Mailbox::new());
     let mut routes: Vec<Option<Arc<dyn Link>>> = vec![None; n];
     if use_shm {
+        let shm_opts = ShmOptions { wait: policy, ..opts.shm.clone() };
         let shm: Arc<dyn Link> =
-            Arc::new(ShmLinks::establish(rank, &local, rdv, prefix, &opts.shm, Arc::clone(&mailbox))?);
+            Arc::new(ShmLinks::establish(rank, &local, rdv, prefix, &shm_opts, Arc::clone(&mailbox))?);
         for &p in local.iter().filter(|&&p| p != rank) {
             routes[p] = Some(Arc::clone(&shm));
         }
@@ -161,7 +193,7 @@ fn build(
     let transport = Arc::new(RoutedTransport::new(rank, mailbox, routes)?);
     let backend = CpuBackend::new(NAME, transport, WORLD_COMM_ID, (0..n).collect(), rank, cfg.clone())?;
     if use_shm && single_host {
-        backend.enable_shared_memory(opts.slot_bytes)?;
+        backend.enable_shared_memory(opts.slot_bytes, policy)?;
     }
     Ok(backend)
 }
@@ -406,9 +438,32 @@ mod tests {
         let o = CpuOptions::from_config(&cfg).unwrap();
         assert_eq!(o.transport, TransportChoice::Tcp);
         assert_eq!(o.shm.ring_bytes, 64 << 10);
-        assert_eq!(o.shm.spin, Duration::ZERO);
+        assert_eq!((o.spin, o.shm.wait.spin), (Some(Duration::ZERO), Duration::ZERO));
         assert_eq!(o.tcp.ifname.as_deref(), Some("=lo"));
         assert_eq!(o.slot_bytes, 1 << 20);
+    }
+
+    #[test]
+    fn the_ranks_of_a_host_wait_by_the_cpus_they_share() {
+        let cfg = Config::new().resolve_with(|_| None).unwrap();
+        let opts = CpuOptions::from_config(&cfg).unwrap();
+        let arrival = |host: &str, cpus: &[usize]| format!("{host}\n{}", wait::format_cpus(cpus)).into_bytes();
+        // Four ranks on two shared CPUs: oversubscribed, no spinning.
+        let shared: Vec<Vec<usize>> = (0..4).map(|_| host_and_cpus(&arrival("h", &[0, 1])).1).collect();
+        assert_eq!(host_wait_policy(&[0, 1, 2, 3], &shared, &opts).spin, Duration::ZERO);
+        // Four ranks bound one per CPU: not oversubscribed, although each sees one CPU.
+        let bound: Vec<Vec<usize>> = (0..4).map(|r| host_and_cpus(&arrival("h", &[r])).1).collect();
+        assert_eq!(host_wait_policy(&[0, 1, 2, 3], &bound, &opts), WaitPolicy::default());
+        // Only the ranks of this host count.
+        let mixed = [vec![0], vec![0], vec![0], vec![1]];
+        assert_eq!(host_wait_policy(&[0, 3], &mixed, &opts).spin, wait::SPIN_DEDICATED);
+        assert_eq!(host_wait_policy(&[0, 1, 2], &mixed, &opts).spin, Duration::ZERO);
+        // The user's spin wins; a host without a CPU line (older peers) parses as no CPUs.
+        let mut o = opts.clone();
+        o.spin = Some(Duration::from_micros(9));
+        assert_eq!(host_wait_policy(&[0, 1, 2, 3], &shared, &o).spin, Duration::from_micros(9));
+        assert_eq!(host_and_cpus(b"plain-host"), (&b"plain-host"[..], vec![]));
+        assert_eq!(host_and_cpus(b"a\nb\n0-2,5"), (&b"a\nb"[..], vec![0, 1, 2, 5]));
     }
 
     #[test]

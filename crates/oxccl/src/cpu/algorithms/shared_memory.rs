@@ -33,6 +33,7 @@ use crate::cpu::transport::frame::{decode_fp, FP_LEN};
 use crate::cpu::transport::shm::copy;
 use crate::cpu::transport::shm::futex;
 use crate::cpu::transport::shm::segment::{unique_name, Segment};
+use crate::cpu::transport::shm::wait::WaitPolicy;
 use crate::cpu::transport::{Channel, Stage};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -57,8 +58,8 @@ pub struct ShmCollectives {
     me: usize,
     slot: usize,
     data: usize,
-    /// How long a wait spins before it sleeps (`OXCCL_SPIN_US`).
-    spin: Duration,
+    /// How waits poll and sleep.
+    wait: WaitPolicy,
     /// Steps taken so far (the same on every rank).
     step: AtomicU64,
 }
@@ -97,7 +98,7 @@ impl ShmCollectives {
     ///
     /// # Errors
     /// Segment errors (a /dev/shm that is too small says so) and communication errors.
-    pub fn establish(ctx: &Ctx, slot_bytes: usize, spin: Duration) -> Result<Option<ShmCollectives>> {
+    pub fn establish(ctx: &Ctx, slot_bytes: usize, wait: WaitPolicy) -> Result<Option<ShmCollectives>> {
         let n = ctx.size();
         let me = ctx.rank();
         let slot = slot_bytes.max(4096).div_ceil(4096) * 4096;
@@ -151,7 +152,7 @@ impl ShmCollectives {
             seg.unlink();
         }
         r?;
-        Ok(Some(ShmCollectives { seg, n, me, slot, data, spin, step: AtomicU64::new(0) }))
+        Ok(Some(ShmCollectives { seg, n, me, slot, data, wait, step: AtomicU64::new(0) }))
     }
 
     fn u64_at(&self, at: usize) -> &AtomicU64 {
@@ -203,7 +204,7 @@ impl ShmCollectives {
         let r = futex::wait_until(
             self.doorbell(),
             self.sleepers(),
-            self.spin,
+            &self.wait,
             || (0..self.n).all(arrived),
             CHECK_EVERY,
             || {

@@ -1,10 +1,13 @@
 //! Waiting on a 32-bit word in shared memory: spin briefly (the fast path, no system call),
-//! then sleep in the kernel with `futex(2)` until a writer wakes us. Writers only make the
+//! poll while yielding the CPU, then sleep in the kernel with `futex(2)` until a writer wakes
+//! us ([`WaitPolicy`] says how long each phase lasts). Writers only make the
 //! wake system call when a waiter has announced itself, so an uncontended hand-off between
 //! two busy processes costs no system call at all.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
+
+use super::wait::WaitPolicy;
 
 /// Sleeps while `word == expected`, at most `timeout`. Spurious wake-ups are possible:
 /// callers re-check their condition.
@@ -28,30 +31,39 @@ pub fn wake_all(word: &AtomicU32) {
     }
 }
 
-/// Waits until `ready()` holds, spinning up to `spin` first (`OXCCL_SPIN_US`: spinning costs
-/// a core but no system call; 0 sleeps at once, which suits hosts with many more ranks than
-/// cores), then sleeping on `doorbell` (whose value
-/// writers change, then wake, after making `ready()` true). `sleepers` counts waiters so
-/// writers can skip the wake call. Every `check_every`, `check()` may end the wait with an
-/// error (deadline, abort, dead peer).
+/// Waits until `ready()` holds, in the three phases of `policy` ([`WaitPolicy`]): spinning,
+/// then polling with `sched_yield` between looks, then sleeping on `doorbell` (whose value
+/// writers change, then wake, after making `ready()` true). `sleepers` counts sleeping
+/// waiters so writers can skip the wake call. Every `check_every` (in the yield and sleep
+/// phases), `check()` may end the wait with an error (deadline, abort, dead peer).
 pub fn wait_until<E>(
     doorbell: &AtomicU32,
     sleepers: &AtomicU32,
-    spin: Duration,
+    policy: &WaitPolicy,
     mut ready: impl FnMut() -> bool,
     check_every: Duration,
     mut check: impl FnMut() -> Result<(), E>,
 ) -> Result<(), E> {
     let start = Instant::now();
-    // No sched_yield here: on a busy host it hands the core to another process for a whole
-    // time slice; after the spin the wait sleeps in the kernel instead.
-    while start.elapsed() < spin {
+    while start.elapsed() < policy.spin {
         if ready() {
             return Ok(());
         }
         std::hint::spin_loop();
     }
     let mut last_check = Instant::now();
+    let yielding = Instant::now();
+    while yielding.elapsed() < policy.yield_for {
+        if ready() {
+            return Ok(());
+        }
+        if last_check.elapsed() >= check_every {
+            check()?;
+            last_check = Instant::now();
+        }
+        // SAFETY: sched_yield takes no arguments and cannot fail on Linux.
+        unsafe { libc::sched_yield() };
+    }
     loop {
         let bell = doorbell.load(Ordering::Acquire);
         if ready() {
@@ -93,13 +105,13 @@ mod tests {
             wait_until(
                 &b,
                 &s,
-                Duration::from_micros(200),
+                &WaitPolicy { spin: Duration::from_micros(200), yield_for: Duration::from_millis(2) },
                 || f.load(Ordering::Acquire),
                 Duration::from_secs(5),
                 || Ok::<(), ()>(()),
             )
         });
-        std::thread::sleep(Duration::from_millis(20)); // past the spin phase
+        std::thread::sleep(Duration::from_millis(20)); // past the spin and yield phases
         flag.store(true, Ordering::Release);
         ring(&bell, &sleepers);
         assert_eq!(t.join().unwrap(), Ok(()));
@@ -113,7 +125,7 @@ mod tests {
         let r = wait_until(
             &bell,
             &sleepers,
-            Duration::ZERO,
+            &WaitPolicy { spin: Duration::ZERO, yield_for: Duration::from_millis(20) },
             || false,
             Duration::from_millis(10),
             || {

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use super::futex;
 use super::ring::Ring;
 use super::segment::{unique_name, Segment};
+use super::wait::WaitPolicy;
 use crate::bootstrap::Rendezvous;
 use crate::cpu::transport::frame::{decode_header, encode_header, FrameHeader, FrameKind, HEADER_LEN};
 use crate::cpu::transport::mailbox::Mailbox;
@@ -39,8 +40,9 @@ pub struct ShmOptions {
     pub max_frame: usize,
     /// How long setup waits for the other local ranks.
     pub setup_timeout: Duration,
-    /// How long a wait spins before it sleeps (`OXCCL_SPIN_US`).
-    pub spin: Duration,
+    /// How waits poll and sleep (from the host's ranks and CPUs, and `OXCCL_SPIN_US`,
+    /// `OXCCL_YIELD_US`; set up by the `cpu` backend's setup).
+    pub wait: WaitPolicy,
 }
 
 impl Default for ShmOptions {
@@ -49,7 +51,7 @@ impl Default for ShmOptions {
             ring_bytes: 256 << 10,
             max_frame: 1 << 34,
             setup_timeout: Duration::from_secs(60),
-            spin: Duration::from_micros(200),
+            wait: WaitPolicy::default(),
         }
     }
 }
@@ -63,8 +65,8 @@ struct Shared {
     seg: Segment,
     n: usize,
     cap: usize,
-    /// How long a wait spins before it sleeps.
-    spin: Duration,
+    /// How waits poll and sleep.
+    wait: WaitPolicy,
 }
 
 impl Shared {
@@ -164,7 +166,7 @@ impl ShmLinks {
         let seg = if me == 0 {
             let name = unique_name("links")?;
             let seg = Segment::create(&name, size)?;
-            let shared = Shared { seg, n, cap, spin: opts.spin };
+            let shared = Shared { seg, n, cap, wait: opts.wait };
             let (m, nn, c) = shared.header();
             nn.store(n as u64, Ordering::Relaxed);
             c.store(cap as u64, Ordering::Relaxed);
@@ -185,7 +187,7 @@ impl ShmLinks {
             let name = rdv.lookup(&format!("{key}/name"), opts.setup_timeout)?;
             let name = String::from_utf8(name).map_err(|_| Error::Store("segment name is not UTF-8".into()))?;
             let seg = Segment::open(&name, size)?;
-            let shared = Shared { seg, n, cap, spin: opts.spin };
+            let shared = Shared { seg, n, cap, wait: opts.wait };
             let (m, nn, c) = shared.header();
             if m.load(Ordering::Acquire) != MAGIC
                 || nn.load(Ordering::Relaxed) != n as u64
@@ -252,7 +254,7 @@ impl Link for ShmLinks {
                 futex::wait_until(
                     ring.space_bell(),
                     ring.space_sleepers(),
-                    self.shared.spin,
+                    &self.shared.wait,
                     || ring.writable() > 0,
                     LIVENESS_CHECK,
                     || {
@@ -379,7 +381,7 @@ fn progress_loop(shared: &Shared, me: usize, local: &[usize], max_frame: usize, 
         let _ = futex::wait_until(
             shared.doorbell(me),
             shared.sleepers(me),
-            shared.spin,
+            &shared.wait,
             || stop.load(Ordering::Acquire) || incoming.iter().any(|i| i.ring.readable() > 0),
             LIVENESS_CHECK,
             || {
@@ -430,7 +432,7 @@ pub(crate) mod tests {
                     let ranks: Arc<[usize]> = (0..n).collect();
                     let b = CpuBackend::new("shm-test", t, WORLD_COMM_ID, ranks, r, cfg).unwrap();
                     if let Some(slot) = native_slot {
-                        b.enable_shared_memory(slot).unwrap();
+                        b.enable_shared_memory(slot, WaitPolicy::default()).unwrap();
                     }
                     f(Communicator::from_backend(Arc::new(b)));
                 });

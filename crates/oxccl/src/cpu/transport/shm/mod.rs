@@ -4,7 +4,9 @@
 //! `copy` from here.)
 //!
 //! - [`segment`]: /dev/shm files: create, open, unlink-after-attach, size checks.
-//! - [`futex`]: spin-then-sleep waits on words in shared memory.
+//! - [`wait`]: the wait policy (spin, yield, sleep) and the oversubscription detection that
+//!   chooses it.
+//! - [`futex`]: waits on words in shared memory, in the phases of the policy.
 //! - [`ring`]: the single-producer single-consumer byte ring.
 //! - [`links`]: the [`Link`](super::routed::Link) between the ranks of a host.
 //! - [`copy`]: the collectives' copies (cache-bypassing for large results, and a way
@@ -15,3 +17,4 @@ pub mod futex;
 pub mod links;
 pub mod ring;
 pub mod segment;
+pub mod wait;
