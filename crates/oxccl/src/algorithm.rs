@@ -98,7 +98,18 @@ impl Algorithm {
         match self {
             Algorithm::Auto => true,
             Algorithm::SharedMemory => {
-                matches!(op, OpKind::AllReduce | OpKind::Broadcast | OpKind::AllGather | OpKind::Barrier)
+                matches!(
+                    op,
+                    OpKind::AllReduce
+                        | OpKind::Broadcast
+                        | OpKind::AllGather
+                        | OpKind::Barrier
+                        | OpKind::Reduce
+                        | OpKind::ReduceScatter
+                        | OpKind::AllToAll
+                        | OpKind::Gather
+                        | OpKind::Scatter
+                )
             }
             a => Algorithm::for_op(op).contains(&a),
         }

@@ -1,7 +1,7 @@
 //! Collective algorithms, written once over a [`Transport`] so that every CPU transport
 //! (in-memory, shared memory, TCP) runs the same code. One folder per operation, one file
-//! per algorithm; `shared_memory.rs` is the family that runs all_reduce, broadcast,
-//! all_gather and barrier directly in a shared segment when every rank is on one host.
+//! per algorithm; `shared_memory/` is the family that runs every collective but the `_v`
+//! forms directly in a shared segment when every rank is on one host.
 //!
 //! Every algorithm works on byte buffers whose element boundaries it respects (block
 //! boundaries come from [`block`], in elements). Reductions go through a [`Kernel`].

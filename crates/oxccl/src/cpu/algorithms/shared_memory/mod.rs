@@ -1,0 +1,359 @@
+//! Collectives that run directly in shared memory, for communicators whose ranks are all on
+//! one host: the fast path of the `cpu` backend (algorithm `shared_memory`).
+//!
+//! Each communicator maps its own segment with, per rank, a control line (`arrive` and
+//! `done` step counters, the fingerprint of the operation in progress), two data slots and
+//! two result areas. A collective moves through the slots in chunks; each chunk is one
+//! *step*, on slot and result area `step % 2`:
+//!
+//! 1. every rank copies its chunk into its slot and publishes `arrive = step`;
+//! 2. once every rank has arrived, small operations are reduced by every rank from all slots
+//!    (one synchronization, lowest latency); larger ones are split in n sub-blocks per chunk:
+//!    rank r reduces sub-block r (its own part straight from its input, the others' from
+//!    their slots) into its result area and publishes `done = step`, and every rank then
+//!    copies every reduced sub-block out (bandwidth: each byte is reduced once).
+//!
+//! All-reduce is pipelined: a rank copies chunk s+1 in and publishes its arrival before it
+//! waits for chunk s to be reduced everywhere and copies it out, so a rank that is briefly
+//! late (descheduled, say) delays the others less. Every region is double-buffered by step
+//! parity, and a region of step s is rewritten at step s+2 only after its owner has seen
+//! every rank publish a step that follows their last read of it: no further synchronization
+//! is needed. Sources are always combined in rank order, so every
+//! rank gets bitwise-identical results. Waits spin, poll yielding the CPU, then sleep on a
+//! futex ([`WaitPolicy`]); while waiting a rank checks the deadline, aborts, failure notices
+//! and lost peers (through the transport) and compares the fingerprints its peers
+//! published, so a mismatch is an error, not a hang.
+//!
+//! - this file: the segment, the control lines, the step protocol ([`ShmCollectives::in_steps`]);
+//! - `all_reduce.rs`: the one-step and the pipelined all_reduce;
+//! - `moves.rs`: broadcast, all_gather, all_to_all, gather, scatter;
+//! - `reductions.rs`: reduce, reduce_scatter;
+//! - `tests.rs`: every operation against a sequential reference.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use super::{barrier, broadcast, Ctx};
+use crate::backend::Op;
+use crate::cpu::transport::frame::{decode_fp, FP_LEN};
+use crate::cpu::transport::shm::copy;
+use crate::cpu::transport::shm::futex;
+use crate::cpu::transport::shm::segment::{unique_name, Segment};
+use crate::cpu::transport::shm::wait::WaitPolicy;
+use crate::cpu::transport::{Channel, Stage};
+use crate::error::{Error, Result};
+use crate::fingerprint::Fingerprint;
+
+mod all_reduce;
+mod moves;
+mod reductions;
+
+const MAGIC: u64 = u64::from_le_bytes(*b"OXSHMCL1");
+/// Chunks up to this size are reduced by every rank (one synchronization per chunk).
+const DIRECT: usize = 16 * 1024;
+const LINE: usize = 128;
+/// Per rank: two slots and two result areas (double buffering by step parity).
+const REGIONS: usize = 4;
+/// The first result area (`RESULT + parity`).
+const RESULT: usize = 2;
+/// How often a waiting rank looks at the transport for failures and mismatches.
+const CHECK_EVERY: Duration = Duration::from_millis(5);
+
+/// The shared-memory collectives of one communicator.
+pub struct ShmCollectives {
+    seg: Segment,
+    n: usize,
+    me: usize,
+    slot: usize,
+    data: usize,
+    /// How waits poll and sleep.
+    wait: WaitPolicy,
+    /// Steps taken so far (the same on every rank).
+    step: AtomicU64,
+}
+
+/// A fingerprint as the three words of a control line (the wire encoding of `frame`).
+fn pack(fp: &Fingerprint) -> [u64; 3] {
+    let b = fp.to_bytes();
+    let word = |i: usize| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&b[8 * i..8 * i + 8]);
+        u64::from_le_bytes(w)
+    };
+    [word(0), word(1), word(2)]
+}
+
+fn unpack(w: [u64; 3]) -> Option<Fingerprint> {
+    let mut b = [0u8; FP_LEN];
+    for (i, x) in w.iter().enumerate() {
+        b[8 * i..8 * i + 8].copy_from_slice(&x.to_le_bytes());
+    }
+    decode_fp(&b).ok()
+}
+
+/// Which step counter a wait looks at.
+#[derive(Clone, Copy)]
+enum Phase {
+    Arrive = 0,
+    Done = 1,
+}
+
+impl ShmCollectives {
+    /// Sets the collectives up, as a collective over `ctx`'s communicator (all ranks on this
+    /// host): rank 0 creates the segment, broadcasts its name, everyone maps it, and after a
+    /// barrier rank 0 removes the name from /dev/shm. When rank 0 cannot create the segment,
+    /// it returns that error and every other rank returns `Ok(None)`.
+    ///
+    /// # Errors
+    /// Segment errors (a /dev/shm that is too small says so) and communication errors.
+    pub fn establish(ctx: &Ctx, slot_bytes: usize, wait: WaitPolicy) -> Result<Option<ShmCollectives>> {
+        let n = ctx.size();
+        let me = ctx.rank();
+        let slot = slot_bytes.max(4096).div_ceil(4096) * 4096;
+        let data = (LINE * (2 + n)).div_ceil(4096) * 4096;
+        let size = data + REGIONS * n * slot;
+        let mut name = [0u8; 96];
+        let created = if me == 0 {
+            let nm = unique_name("coll")?;
+            // A failure names the slot size too: it is the setting that decides the size.
+            let seg = Segment::create(&nm, size).map_err(|e| match e {
+                Error::Io { context, kind, message } => Error::Io {
+                    context: format!(
+                        "{context} for the shared-memory collectives ({REGIONS} regions x {n} ranks x \
+                         OXCCL_SHM_SLOT_BYTES={slot_bytes}; a smaller OXCCL_SHM_SLOT_BYTES needs less)"
+                    ),
+                    kind,
+                    message,
+                },
+                e => e,
+            });
+            let len = nm.len().min(name.len());
+            if seg.is_ok() {
+                name[..len].copy_from_slice(&nm.as_bytes()[..len]);
+            }
+            Some(seg)
+        } else {
+            None
+        };
+        // An empty name tells the others that creation failed.
+        broadcast::binomial_tree::run(ctx, &mut name, 0)?;
+        let seg = match created {
+            Some(seg) => seg?,
+            None => {
+                let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+                if end == 0 {
+                    return Ok(None);
+                }
+                let nm = std::str::from_utf8(&name[..end]).map_err(|_| Error::invalid("segment name is not UTF-8"))?;
+                Segment::open(nm, size)?
+            }
+        };
+        if me == 0 {
+            // SAFETY: the header words are inside the fresh mapping, not yet shared.
+            unsafe {
+                let h = seg.ptr() as *const AtomicU64;
+                (*h).store(MAGIC, Ordering::Release);
+            }
+        }
+        let r = barrier::dissemination::run(ctx);
+        if me == 0 {
+            seg.unlink();
+        }
+        r?;
+        Ok(Some(ShmCollectives { seg, n, me, slot, data, wait, step: AtomicU64::new(0) }))
+    }
+
+    fn u64_at(&self, at: usize) -> &AtomicU64 {
+        // SAFETY: `at` is an 8-aligned offset inside the control area of the mapping.
+        unsafe { &*(self.seg.ptr().add(at) as *const AtomicU64) }
+    }
+
+    fn u32_at(&self, at: usize) -> &AtomicU32 {
+        // SAFETY: `at` is a 4-aligned offset inside the control area of the mapping.
+        unsafe { &*(self.seg.ptr().add(at) as *const AtomicU32) }
+    }
+
+    fn doorbell(&self) -> &AtomicU32 {
+        self.u32_at(LINE)
+    }
+
+    fn sleepers(&self) -> &AtomicU32 {
+        self.u32_at(LINE + 4)
+    }
+
+    fn counter(&self, rank: usize, phase: Phase) -> &AtomicU64 {
+        self.u64_at(LINE * (2 + rank) + 8 * phase as usize)
+    }
+
+    /// The fingerprint `rank` published for steps of parity `b`. Double-buffered like the
+    /// slots: a rank cannot reach step s+2 (and overwrite) before every rank is past step s.
+    fn fp_words(&self, rank: usize, b: usize) -> [&AtomicU64; 3] {
+        let base = LINE * (2 + rank) + 16 + 24 * b;
+        [self.u64_at(base), self.u64_at(base + 8), self.u64_at(base + 16)]
+    }
+
+    /// Region `b` of `rank` (slot 0, slot 1, or result area [`RESULT`] + 0 or 1), as raw memory.
+    fn slot_ptr(&self, rank: usize, b: usize) -> *mut u8 {
+        // SAFETY: the region lies inside the mapping (size computed in `establish`).
+        unsafe { self.seg.ptr().add(self.data + (REGIONS * rank + b) * self.slot) }
+    }
+
+    /// Publishes this rank's progress and wakes sleepers.
+    fn post(&self, phase: Phase, step: u64) {
+        self.counter(self.me, phase).store(step, Ordering::Release);
+        futex::ring(self.doorbell(), self.sleepers());
+    }
+
+    /// Waits until every rank has reached `step` in `phase`, checking fingerprints,
+    /// failures and the deadline.
+    fn wait_all(&self, ctx: &Ctx, phase: Phase, step: u64) -> Result<()> {
+        let arrived = |p: usize| self.counter(p, phase).load(Ordering::Acquire) >= step;
+        let ours = pack(&ctx.fp);
+        let r = futex::wait_until(
+            self.doorbell(),
+            self.sleepers(),
+            &self.wait,
+            || (0..self.n).all(arrived),
+            CHECK_EVERY,
+            || {
+                for p in (0..self.n).filter(|&p| p != self.me) {
+                    if arrived(p) {
+                        continue;
+                    }
+                    let t = ctx.ranks[p];
+                    match ctx.transport.probe(t, ctx.comm_id, Channel::Collective, Some(Stage::of_seq(ctx.fp.seq))) {
+                        Err(e) => return Err(ctx.map_err(e)),
+                        Ok(Some(got)) if got.header.fingerprint != ctx.fp => {
+                            return Err(Error::Mismatch { peer: p, ours: ctx.fp, theirs: got.header.fingerprint })
+                        }
+                        Ok(_) => {}
+                    }
+                    if Instant::now() >= ctx.deadline {
+                        return Err(Error::Timeout {
+                            op: ctx.fp.op,
+                            seq: ctx.fp.seq,
+                            peer: Some(p),
+                            waited: ctx.started.elapsed(),
+                        });
+                    }
+                }
+                Ok(())
+            },
+        );
+        r?;
+        if matches!(phase, Phase::Arrive) {
+            for p in 0..self.n {
+                let w = self.fp_words(p, (step % 2) as usize).map(|a| a.load(Ordering::Relaxed));
+                if w != ours {
+                    let theirs = unpack(w).unwrap_or(ctx.fp);
+                    return Err(Error::Mismatch { peer: p, ours: ctx.fp, theirs });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts a step: records our fingerprint, returns the step number and slot index.
+    fn begin(&self, ctx: &Ctx) -> (u64, usize) {
+        let step = self.step.fetch_add(1, Ordering::Relaxed) + 1;
+        for (a, v) in self.fp_words(self.me, (step % 2) as usize).iter().zip(pack(&ctx.fp)) {
+            a.store(v, Ordering::Relaxed);
+        }
+        (step, (step % 2) as usize)
+    }
+
+    /// Whether `op` runs here: every collective but the `_v` forms, on communicators whose
+    /// slots hold at least 64 bytes per rank (the block operations split a slot in n).
+    pub fn supports(&self, op: &Op) -> bool {
+        let blocks_fit = self.slot / self.n >= 64;
+        match op {
+            Op::AllReduce { .. } | Op::Broadcast { .. } | Op::Barrier | Op::AllGather { .. } => true,
+            Op::Reduce { .. } | Op::Gather { .. } => true,
+            Op::ReduceScatter { .. } | Op::AllToAll { .. } | Op::Scatter { .. } => blocks_fit,
+            Op::AllGatherV { .. } | Op::AllToAllV { .. } | Op::Batch(_) => false,
+        }
+    }
+
+    /// Runs `op` (see [`ShmCollectives::supports`]).
+    ///
+    /// # Safety
+    /// The buffers in `op` must satisfy `Backend::submit`'s contract.
+    ///
+    /// # Errors
+    /// Mismatch, timeout, abort and lost-peer errors.
+    pub unsafe fn run(&self, ctx: &Ctx, op: &Op) -> Result<()> {
+        // SAFETY: forwarded from this function's contract.
+        unsafe {
+            match op {
+                Op::AllReduce { input, output, op } => {
+                    let (es, total) = (output.dtype.size(), output.count);
+                    if self.n == 1 {
+                        // The sum (or min, max, average...) of one source is the source.
+                        if !std::ptr::eq(input.ptr, output.ptr) {
+                            copy::copy_cached(input.ptr, output.ptr, total * es);
+                        }
+                        Ok(())
+                    } else if total * es <= DIRECT.min(self.slot) {
+                        self.all_reduce_direct(ctx, input.ptr, output.ptr, total, output.dtype, *op)
+                    } else {
+                        let streaming = output.bytes() >= copy::STREAM_FROM;
+                        self.all_reduce_pipelined(ctx, input.ptr, output.ptr, total, output.dtype, *op, streaming)
+                    }
+                }
+                Op::Barrier => {
+                    let (step, _) = self.begin(ctx);
+                    self.post(Phase::Arrive, step);
+                    self.wait_all(ctx, Phase::Arrive, step)
+                }
+                Op::Broadcast { input, output, root } => self.broadcast(ctx, *input, *output, *root),
+                Op::AllGather { input, output } => self.all_gather(ctx, *input, *output),
+                Op::AllToAll { input, output } => self.all_to_all(ctx, *input, *output),
+                Op::Gather { input, output, root } => self.gather(ctx, *input, *output, *root),
+                Op::Scatter { input, output, root } => self.scatter(ctx, *input, *output, *root),
+                Op::Reduce { input, output, op, root } => self.reduce(ctx, *input, *output, *op, *root),
+                Op::ReduceScatter { input, output, op } => self.reduce_scatter(ctx, *input, *output, *op),
+                Op::AllGatherV { .. } | Op::AllToAllV { .. } | Op::Batch(_) => {
+                    Err(Error::invalid("operation has no shared-memory implementation"))
+                }
+            }
+        }
+    }
+
+    /// The step loop of the operations that move blocks through the slots: `per_block`
+    /// bytes per block, in chunks of at most `1/blocks` of a slot (a multiple of 64 bytes,
+    /// so of every element size). In each step `fill(at, c, b)` writes this rank's part
+    /// into its slot `b` (block i of the step at `i * c`), every rank arrives and waits for
+    /// the others, then `drain(at, c, b)` reads what this rank needs from the slots of
+    /// parity `b`. At least one step runs, so an empty operation still synchronizes and
+    /// checks fingerprints.
+    ///
+    /// Nothing but the arrivals is needed between steps: a rank arrives at step s + 1 only
+    /// after its `drain` of step s, and a slot of step s is refilled at step s + 2, after
+    /// its owner waited for every rank's arrival at s + 1.
+    fn in_steps(
+        &self,
+        ctx: &Ctx,
+        per_block: usize,
+        blocks: usize,
+        mut fill: impl FnMut(usize, usize, usize),
+        mut drain: impl FnMut(usize, usize, usize) -> Result<()>,
+    ) -> Result<()> {
+        let chunk = (self.slot / blocks.max(1) / 64 * 64).max(64);
+        let mut at = 0;
+        loop {
+            let c = chunk.min(per_block - at);
+            let (step, b) = self.begin(ctx);
+            fill(at, c, b);
+            self.post(Phase::Arrive, step);
+            self.wait_all(ctx, Phase::Arrive, step)?;
+            drain(at, c, b)?;
+            at += c;
+            if at >= per_block {
+                return Ok(());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

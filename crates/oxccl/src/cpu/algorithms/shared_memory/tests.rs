@@ -1,0 +1,220 @@
+//! The shared-memory collectives against sequential references, on worlds of threads over
+//! shared-memory links.
+
+use std::time::Duration;
+
+use crate::cpu::transport::shm::links::tests::world_with;
+use crate::{bf16, Algorithm, Error, ReduceOp};
+
+const SLOT: usize = 16 * 1024;
+
+#[test]
+fn all_reduce_across_chunks_and_phases() {
+    for n in [1, 2, 3, 4] {
+        world_with(n, 1 << 16, Some(SLOT), |comm| {
+            let r = comm.rank() as i64;
+            // 0, direct (<= 16 KiB), and several chunks of the two-phase path.
+            for count in [0usize, 1, 7, 2048, 2049, 10_000, 100_003] {
+                let mut x: Vec<i64> = (0..count as i64).map(|i| i * (r + 1) - r).collect();
+                comm.all_reduce(&mut x, ReduceOp::Sum).unwrap();
+                let k = (n * (n + 1) / 2) as i64;
+                let sub = (n * (n - 1) / 2) as i64;
+                assert!(x.iter().enumerate().all(|(i, v)| *v == i as i64 * k - sub), "n={n} count={count}");
+                let input: Vec<f32> = (0..count).map(|i| ((i * 7 + comm.rank()) % 13) as f32).collect();
+                let mut out = vec![0f32; count];
+                comm.all_reduce_into(&input, &mut out, ReduceOp::Max).unwrap();
+                for (i, v) in out.iter().enumerate() {
+                    let want = (0..n).map(|q| ((i * 7 + q) % 13) as f32).fold(f32::MIN, f32::max);
+                    assert_eq!(*v, want);
+                }
+            }
+            // Half precision accumulates in f32 and rounds once; Avg divides before rounding.
+            let mut h = vec![bf16::from_f32(1.0 + comm.rank() as f32); 5000];
+            comm.all_reduce(&mut h, ReduceOp::Avg).unwrap();
+            assert!(h.iter().all(|v| v.to_f32() == 1.0 + (n - 1) as f32 / 2.0));
+        });
+    }
+}
+
+#[test]
+fn large_operations_stream_their_results() {
+    // Above `STREAM_FROM`, results are written with cache-bypassing stores.
+    let count = crate::cpu::transport::shm::copy::STREAM_FROM / 4 + 1001;
+    for n in [2, 3] {
+        world_with(n, 1 << 16, Some(SLOT), |comm| {
+            let r = comm.rank();
+            let input: Vec<u32> = (0..count as u32).map(|i| i.wrapping_mul(2_654_435_761) ^ r as u32).collect();
+            let want: Vec<u32> = (0..count as u32)
+                .map(|i| (0..n as u32).fold(0u32, |a, q| a.wrapping_add(i.wrapping_mul(2_654_435_761) ^ q)))
+                .collect();
+            let mut out = vec![0u32; count];
+            comm.all_reduce_into(&input, &mut out, ReduceOp::Sum).unwrap();
+            assert!(out == want, "out of place, n={n}");
+            let mut x = input.clone();
+            comm.all_reduce(&mut x, ReduceOp::Sum).unwrap();
+            assert!(x == want, "in place, n={n}");
+            let mut b = if r == 1 { input.clone() } else { vec![0; count] };
+            comm.broadcast(&mut b, 1).unwrap();
+            assert!(b.iter().enumerate().all(|(i, v)| *v == (i as u32).wrapping_mul(2_654_435_761) ^ 1));
+            let mut g = vec![0u32; n * count];
+            comm.all_gather(&input, &mut g).unwrap();
+            for (q, c) in g.chunks(count).enumerate() {
+                assert!(c.iter().enumerate().all(|(i, v)| *v == (i as u32).wrapping_mul(2_654_435_761) ^ q as u32));
+            }
+        });
+    }
+}
+
+#[test]
+fn results_are_bitwise_identical_on_every_rank() {
+    world_with(3, 1 << 16, Some(SLOT), |comm| {
+        let mut x: Vec<f32> = (0..50_000).map(|i| ((i * 31 + comm.rank() * 17) % 1000) as f32 / 7.0).collect();
+        comm.all_reduce(&mut x, ReduceOp::Sum).unwrap();
+        let mut all = vec![0f32; 3 * x.len()];
+        comm.with_algorithm(Algorithm::Ring).all_gather(&x, &mut all).unwrap();
+        let (a, rest) = all.split_at(x.len());
+        assert!(rest.chunks(x.len()).all(|c| c.iter().zip(a).all(|(p, q)| p.to_bits() == q.to_bits())));
+    });
+}
+
+#[test]
+fn broadcast_all_gather_barrier_and_splits() {
+    world_with(4, 1 << 16, Some(SLOT), |comm| {
+        let r = comm.rank();
+        for root in 0..4 {
+            let mut b: Vec<i32> = (0..30_001).map(|i| (i * (r + 1)) as i32).collect();
+            comm.broadcast(&mut b, root).unwrap();
+            assert!(b.iter().enumerate().all(|(i, v)| *v == (i * (root + 1)) as i32));
+        }
+        let mut g = vec![0u32; 4 * 9000];
+        comm.all_gather(&vec![r as u32; 9000], &mut g).unwrap();
+        assert!(g.chunks(9000).enumerate().all(|(p, c)| c.iter().all(|v| *v == p as u32)));
+        comm.barrier().unwrap();
+        let sub = comm.split(Some((r % 2) as u32), r as i64).unwrap().unwrap();
+        let mut s = [r as u8];
+        sub.with_algorithm(Algorithm::SharedMemory).all_reduce(&mut s, ReduceOp::Sum).unwrap();
+        assert_eq!(s[0] as usize, if r % 2 == 0 { 2 } else { 4 });
+    });
+}
+
+#[test]
+fn mismatch_and_timeout_are_errors_not_hangs() {
+    world_with(2, 1 << 16, Some(SLOT), |comm| {
+        let mut x = [1.0f32; 4];
+        let r = if comm.rank() == 0 { comm.all_reduce(&mut x, ReduceOp::Sum) } else { comm.broadcast(&mut x, 0) };
+        assert!(matches!(r, Err(Error::Mismatch { .. })), "rank {}: {r:?}", comm.rank());
+    });
+    world_with(2, 1 << 16, Some(SLOT), |comm| {
+        let c = comm.with_timeout(Duration::from_millis(150));
+        if comm.rank() == 0 {
+            let r = c.barrier();
+            assert!(matches!(r, Err(Error::Timeout { peer: Some(1), .. })), "{r:?}");
+        } else {
+            std::thread::sleep(Duration::from_millis(400));
+        }
+    });
+}
+
+/// A value that depends on the rank and the index, different for every pair.
+fn value(rank: usize, i: usize) -> i64 {
+    ((i * 31 + rank * 1009) % 977) as i64 - 400
+}
+
+#[test]
+fn reduce_and_reduce_scatter_match_a_sequential_reference() {
+    for n in [1, 2, 3, 5] {
+        world_with(n, 1 << 16, Some(SLOT), |comm| {
+            let sm = comm.with_algorithm(Algorithm::SharedMemory);
+            let r = comm.rank();
+            // 0, one chunk, and several chunks of a slot split n ways; odd counts.
+            for count in [0usize, 1, 13, 1000, 7001] {
+                let input: Vec<i64> = (0..count).map(|i| value(r, i)).collect();
+                let sum = |i: usize| (0..n).map(|q| value(q, i)).sum::<i64>();
+                for root in [0, n - 1] {
+                    let mut out = vec![i64::MIN; count];
+                    sm.reduce_into(&input, (r == root).then_some(&mut out), ReduceOp::Sum, root).unwrap();
+                    if r == root {
+                        assert!(out.iter().enumerate().all(|(i, v)| *v == sum(i)), "reduce n={n} count={count}");
+                    } else {
+                        assert!(out.iter().all(|v| *v == i64::MIN), "a non-root output is untouched");
+                    }
+                    let mut x = input.clone();
+                    sm.reduce(&mut x, ReduceOp::Max, root).unwrap();
+                    let max = |i: usize| (0..n).map(|q| value(q, i)).max().unwrap_or_default();
+                    if r == root {
+                        assert!(x.iter().enumerate().all(|(i, v)| *v == max(i)), "in-place reduce n={n}");
+                    } else {
+                        assert_eq!(x, input, "a non-root buffer is unchanged");
+                    }
+                }
+                let whole: Vec<i64> = (0..n * count).map(|i| value(r, i)).collect();
+                let mut out = vec![0i64; count];
+                sm.reduce_scatter(&whole, &mut out, ReduceOp::Sum).unwrap();
+                assert!(out.iter().enumerate().all(|(i, v)| *v == sum(r * count + i)), "reduce_scatter n={n} {count}");
+                let mut x = whole.clone();
+                sm.reduce_scatter_in_place(&mut x, ReduceOp::Min).unwrap();
+                let min = |i: usize| (0..n).map(|q| value(q, i)).min().unwrap_or_default();
+                let mine = &x[r * count..(r + 1) * count];
+                assert!(mine.iter().enumerate().all(|(i, v)| *v == min(r * count + i)), "in place n={n} {count}");
+            }
+            // Half precision: f32 accumulation rounded once, and Avg.
+            let h: Vec<bf16> = (0..n * 3000).map(|i| bf16::from_f32((1 + r + i % 3) as f32)).collect();
+            let mut out = vec![bf16::ZERO; 3000];
+            sm.reduce_scatter(&h, &mut out, ReduceOp::Avg).unwrap();
+            let want = |i: usize| (0..n).map(|q| (1 + q + i % 3) as f32).sum::<f32>() / n as f32;
+            assert!(out.iter().enumerate().all(|(i, v)| *v == bf16::from_f32(want(r * 3000 + i))));
+        });
+    }
+}
+
+#[test]
+fn all_to_all_gather_and_scatter_match_a_sequential_reference() {
+    for n in [1, 2, 3, 4] {
+        world_with(n, 1 << 16, Some(SLOT), |comm| {
+            let sm = comm.with_algorithm(Algorithm::SharedMemory);
+            let r = comm.rank();
+            for count in [0usize, 1, 7, 1500, 9001] {
+                // all_to_all: block q of rank p goes to block p of rank q.
+                let input: Vec<i64> = (0..n * count).map(|i| value(r, i)).collect();
+                let mut out = vec![0i64; n * count];
+                sm.all_to_all(&input, &mut out).unwrap();
+                for p in 0..n {
+                    let got = &out[p * count..(p + 1) * count];
+                    assert!(got.iter().enumerate().all(|(i, v)| *v == value(p, r * count + i)), "a2a n={n} {count}");
+                }
+                let mut x = input.clone();
+                sm.all_to_all_in_place(&mut x).unwrap();
+                assert_eq!(x, out, "in-place all_to_all n={n} count={count}");
+                for root in [0, n / 2] {
+                    let mine: Vec<i64> = (0..count).map(|i| value(r, i)).collect();
+                    let mut all = vec![0i64; n * count];
+                    sm.gather(&mine, (r == root).then_some(&mut all), root).unwrap();
+                    if r == root {
+                        for p in 0..n {
+                            let got = &all[p * count..(p + 1) * count];
+                            assert!(got.iter().enumerate().all(|(i, v)| *v == value(p, i)), "gather n={n}");
+                        }
+                    }
+                    let src: Vec<i64> = (0..n * count).map(|i| value(root, i)).collect();
+                    let mut part = vec![0i64; count];
+                    sm.scatter((r == root).then_some(&src), &mut part, root).unwrap();
+                    assert!(part.iter().enumerate().all(|(i, v)| *v == value(root, r * count + i)), "scatter n={n}");
+                }
+            }
+        });
+    }
+}
+
+#[test]
+fn a_mismatch_between_new_operations_is_an_error() {
+    world_with(3, 1 << 16, Some(SLOT), |comm| {
+        let sm = comm.with_algorithm(Algorithm::SharedMemory);
+        let mut x = [1i32; 6];
+        let r = if comm.rank() == 1 {
+            sm.all_to_all_in_place(&mut x)
+        } else {
+            sm.reduce_scatter_in_place(&mut x, ReduceOp::Sum)
+        };
+        assert!(matches!(r, Err(Error::Mismatch { .. })), "rank {}: {r:?}", comm.rank());
+    });
+}
