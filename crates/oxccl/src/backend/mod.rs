@@ -114,6 +114,23 @@ pub trait Backend: Send + Sync + 'static {
     /// the operation itself arrive through the [`Pending`].
     unsafe fn submit(&self, op: Op, mode: Mode, opts: &CallOptions) -> Result<Arc<dyn Pending>>;
 
+    /// Runs `op` to completion before returning (the blocking calls). The default submits
+    /// it in [`Mode::Blocking`] and waits; a backend that runs blocking operations on the
+    /// caller's thread overrides it to skip the completion slot (no allocation on the
+    /// latency path).
+    ///
+    /// # Safety
+    /// As [`Backend::submit`], until this call returns.
+    ///
+    /// # Errors
+    /// [`Error::Aborted`] when the communicator is poisoned; the operation's own errors.
+    unsafe fn run_blocking(&self, op: Op, opts: &CallOptions) -> Result<Completion> {
+        // SAFETY: forwarded from this function's contract; `wait(None)` returns only once
+        // the operation has completed.
+        let pending = unsafe { self.submit(op, Mode::Blocking, opts)? };
+        pending.wait(None).unwrap_or_else(|| Err(Error::Internal("a blocking operation returned unfinished".into())))
+    }
+
     /// Reports the first message from `peer` with `tag` not yet received, without receiving it.
     ///
     /// # Errors

@@ -142,9 +142,11 @@ impl Communicator {
 
     /// Runs a checked operation to completion.
     fn run(&self, op: Op) -> Result<Completion> {
-        // SAFETY: every caller builds `op` from borrows that outlive this call, and `wait`
-        // returns only once the operation has completed.
-        unsafe { self.submit(op, Mode::Blocking, |c| c)? }.wait()
+        self.check_opts(op.kind())?;
+        self.check_devices(&op)?;
+        // SAFETY: every caller builds `op` from borrows that outlive this call, and
+        // `run_blocking` returns only once the operation has completed.
+        unsafe { self.backend.run_blocking(op, &self.opts) }
     }
 
     // ---- blocking collectives

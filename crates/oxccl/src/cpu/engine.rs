@@ -433,6 +433,11 @@ impl Backend for CpuBackend {
         }
     }
 
+    unsafe fn run_blocking(&self, op: Op, opts: &CallOptions) -> Result<Completion> {
+        self.inner.check_poisoned()?;
+        self.inner.run_inline(|| self.inner.execute(&op, opts))
+    }
+
     fn probe(&self, peer: usize, tag: u32) -> Result<Option<MessageInfo>> {
         self.inner.check_poisoned()?;
         let started = Instant::now();

@@ -44,12 +44,22 @@ pub fn wait_until<E>(
     check_every: Duration,
     mut check: impl FnMut() -> Result<(), E>,
 ) -> Result<(), E> {
+    // The common case on a quiet host: the peers are already there (no clock read).
+    if ready() {
+        return Ok(());
+    }
     let start = Instant::now();
-    while start.elapsed() < policy.spin {
-        if ready() {
-            return Ok(());
+    'spin: while start.elapsed() < policy.spin {
+        // A clock read costs about as much as a look at the peers: look 64 times per read.
+        for _ in 0..64 {
+            if ready() {
+                return Ok(());
+            }
+            std::hint::spin_loop();
+            if policy.spin.is_zero() {
+                break 'spin;
+            }
         }
-        std::hint::spin_loop();
     }
     let mut last_check = Instant::now();
     let yielding = Instant::now();
@@ -74,6 +84,8 @@ pub fn wait_until<E>(
             last_check = Instant::now();
         }
         sleepers.fetch_add(1, Ordering::SeqCst);
+        // Pairs with the fence in `ring`: our increment or their condition is seen.
+        std::sync::atomic::fence(Ordering::SeqCst);
         if !ready() {
             wait(doorbell, bell, check_every);
         }
@@ -81,10 +93,19 @@ pub fn wait_until<E>(
     }
 }
 
-/// Rings `doorbell` after making a waiter's condition true: bumps it and wakes sleepers.
+/// Rings `doorbell` after making a waiter's condition true: when someone sleeps, bumps it
+/// and wakes the sleepers. With nobody asleep it writes nothing, so ranks that post in turn
+/// do not pass the doorbell's cache line around.
+///
+/// Why no sleeper is missed: the fence orders our condition store before our load of
+/// `sleepers`, and a waiter's `sleepers` increment (sequentially consistent) comes before
+/// its last look at the condition. Either we see its increment, and bump and wake (a waiter
+/// not yet in `futex_wait` then finds the doorbell changed and returns at once), or it sees
+/// our condition and does not sleep.
 pub fn ring(doorbell: &AtomicU32, sleepers: &AtomicU32) {
-    doorbell.fetch_add(1, Ordering::SeqCst);
+    std::sync::atomic::fence(Ordering::SeqCst);
     if sleepers.load(Ordering::SeqCst) != 0 {
+        doorbell.fetch_add(1, Ordering::SeqCst);
         wake_all(doorbell);
     }
 }
