@@ -7,6 +7,7 @@
 
 mod bench;
 mod run;
+mod tune;
 
 use std::ffi::OsString;
 use std::io::IsTerminal;
@@ -58,6 +59,73 @@ enum Command {
     /// Times are the maximum over ranks of the average per iteration.
     #[command(after_help = BENCH_EXAMPLES)]
     Bench(BenchArgs),
+    /// Measure this machine's communication costs for the `cpu` backend's algorithm choice.
+    ///
+    /// Prints a profile (latency and bandwidth of shared memory and TCP, the shared-memory
+    /// collectives' step, copy and reduction speed) or writes it with -o; point
+    /// OXCCL_TUNE_FILE at the file and the backend's cost model reads it (rank 0's file
+    /// decides for every rank). With --ranks N (default 2) it starts N local processes;
+    /// under `oxccl run` across hosts it measures TCP over the real network.
+    Tune(TuneArgs),
+}
+
+#[derive(Debug, Args)]
+struct TuneArgs {
+    /// Ranks to start on this host (processes); leave out under a launcher
+    #[arg(long, value_name = "N")]
+    ranks: Option<u32>,
+    /// Write the profile to FILE instead of printing it
+    #[arg(short = 'o', long, value_name = "FILE")]
+    output: Option<std::path::PathBuf>,
+}
+
+fn tune_command(args: TuneArgs) -> ExitCode {
+    let r = match args.ranks {
+        Some(n) if n < 2 => Err("oxccl tune needs at least 2 ranks".to_string()),
+        Some(n) => launch_tune(n, &args),
+        None if std::env::var_os("OXCCL_LAUNCHER").is_none() && std::env::var_os("RANK").is_none() => {
+            launch_tune(2, &args)
+        }
+        None => tune_rank(&args),
+    };
+    match r {
+        Ok(code) => exit(code),
+        Err(e) => {
+            eprintln!("oxccl tune: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn launch_tune(n: u32, args: &TuneArgs) -> Result<i32, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("could not find this program's path: {e}"))?;
+    let mut child: Vec<std::ffi::OsString> = vec!["tune".into()];
+    if let Some(o) = &args.output {
+        child.push("-o".into());
+        child.push(o.clone().into_os_string());
+    }
+    let mut spec = LaunchSpec::local(n as usize, exe.into_os_string(), child);
+    spec.rank0_output = Output::Inherited;
+    let report = run::launch(&spec)?;
+    if report.exit_code() != 0 {
+        run::print_summary(&report);
+    }
+    Ok(report.exit_code())
+}
+
+fn tune_rank(args: &TuneArgs) -> Result<i32, String> {
+    let cfg = oxccl::Config::new().backend("cpu");
+    let Some(profile) = tune::run_rank(cfg)? else { return Ok(0) };
+    let n = std::env::var("WORLD_SIZE").ok().and_then(|v| v.parse().ok()).unwrap_or(2);
+    let text = profile.to_text(&tune::header(n));
+    match &args.output {
+        Some(path) => {
+            std::fs::write(path, &text).map_err(|e| format!("writing {}: {e}", path.display()))?;
+            eprintln!("oxccl tune: wrote {}; use it with OXCCL_TUNE_FILE={}", path.display(), path.display());
+        }
+        None => print!("{text}"),
+    }
+    Ok(0)
 }
 
 const RUN_EXAMPLES: &str = "\
@@ -369,6 +437,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Run(args) => run_command(args),
         Command::Bench(args) => bench_command(args),
+        Command::Tune(args) => tune_command(args),
     }
 }
 

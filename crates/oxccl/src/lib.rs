@@ -61,6 +61,7 @@ mod sync;
 pub mod tensor;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub mod tuning;
 mod xccl;
 
 pub use algorithm::Algorithm;

@@ -21,9 +21,11 @@ pub mod reduce;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::algorithm::Algorithm;
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::fingerprint::OpKind;
 
 pub use op::{Op, P2p, RawBuf, RawBufMut};
 pub use options::{CallOptions, Stream, StreamOrder};
@@ -113,6 +115,17 @@ pub trait Backend: Send + Sync + 'static {
     /// [`Error::Aborted`] when the communicator is poisoned; errors of
     /// the operation itself arrive through the [`Pending`].
     unsafe fn submit(&self, op: Op, mode: Mode, opts: &CallOptions) -> Result<Arc<dyn Pending>>;
+
+    /// The algorithm this backend would run for an operation of kind `op` on `bytes` (the
+    /// operation's [`Op::message_bytes`]) with `opts`; `None` when the backend does not
+    /// choose among algorithms of its own (`mpi`, `nccl`, `rccl` decide inside their
+    /// libraries).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `opts` force an algorithm that cannot run `op`.
+    fn algorithm_for(&self, _op: OpKind, _bytes: usize, _opts: &CallOptions) -> Result<Option<Algorithm>> {
+        Ok(None)
+    }
 
     /// Runs `op` to completion before returning (the blocking calls). The default submits
     /// it in [`Mode::Blocking`] and waits; a backend that runs blocking operations on the

@@ -71,6 +71,20 @@ impl Communicator {
         self.backend.world_size()
     }
 
+    /// The algorithm this communicator would run for an operation of kind `op` on `bytes`,
+    /// with its options ([`Communicator::with_algorithm`], `OXCCL_ALGO`): `bytes` as the
+    /// operation measures its message (the per-rank buffer of all_reduce, reduce and
+    /// broadcast; the input block of all_gather and gather; the whole input of
+    /// reduce_scatter and all_to_all; the output of scatter). `None` where the backend's
+    /// library chooses (`mpi`, `nccl`, `rccl`). The `cpu` backend's choice comes from its
+    /// cost model ([`tuning`](crate::tuning)).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when the forced algorithm cannot run `op`.
+    pub fn algorithm_for(&self, op: crate::fingerprint::OpKind, bytes: usize) -> Result<Option<Algorithm>> {
+        self.backend.algorithm_for(op, bytes, &self.opts)
+    }
+
     /// The backend's name (`local`, `cpu`, `nccl`, `rccl`, `mpi`).
     pub fn backend(&self) -> &'static str {
         self.backend.name()

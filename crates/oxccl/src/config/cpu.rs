@@ -40,6 +40,8 @@ pub struct CpuSettings {
     /// How long a shared-memory wait then polls yielding the CPU before it sleeps
     /// (`OXCCL_YIELD_US`).
     pub yield_for: Duration,
+    /// A profile of measured costs for the algorithm choice (`OXCCL_TUNE_FILE`).
+    pub tune_file: Option<std::path::PathBuf>,
     /// The network interfaces TCP may use (`OXCCL_SOCKET_IFNAME`).
     pub socket_ifname: Option<String>,
     /// The largest frame payload sent or accepted (`OXCCL_MAX_FRAME`).

@@ -92,6 +92,8 @@ pub struct ResolvedConfig {
     pub mpi: MpiConfig,
     /// Settings of the `nccl` and `rccl` backends.
     pub gpu: GpuSettings,
+    /// Whether to print debug messages (`OXCCL_DEBUG=debug`).
+    pub debug: bool,
 }
 
 /// Where a setting's value came from, for error messages.
@@ -290,6 +292,7 @@ impl Config {
             shm_ring_bytes: rd.or_default(&r::SHM_RING_BYTES, size)?,
             spin: rd.get(&r::SPIN_US, micros)?,
             yield_for: rd.or_default(&r::YIELD_US, micros)?,
+            tune_file: rd.get(&r::TUNE_FILE, text)?.map(std::path::PathBuf::from),
             socket_ifname: rd.get(&r::SOCKET_IFNAME, text)?,
             max_frame: rd.or_default(&r::MAX_FRAME, size)?,
             host_id: rd.get(&r::HOST_ID, text)?,
@@ -299,7 +302,8 @@ impl Config {
         };
         let mpi = mpi::resolve(self.mpi.clone(), &rd)?;
         let gpu = gpu::resolve(&rd)?;
-        Ok(ResolvedConfig { backend, timeout, algorithms, cpu, mpi, gpu })
+        let debug = rd.or_default(&r::DEBUG, choice(&r::DEBUG))? == "debug";
+        Ok(ResolvedConfig { backend, timeout, algorithms, cpu, mpi, gpu, debug })
     }
 }
 

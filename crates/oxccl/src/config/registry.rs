@@ -257,6 +257,24 @@ pub const SPIN_US: Setting = Setting {
     doc: "how long a shared-memory wait busy-polls before it polls yielding the CPU, in µs",
     origin: Origin::User,
 };
+/// `OXCCL_TUNE_FILE`.
+pub const TUNE_FILE: Setting = Setting {
+    name: "OXCCL_TUNE_FILE",
+    kind: Kind::Text,
+    default: "",
+    default_doc: "built-in costs of the reference machine",
+    doc: "a profile of measured costs (`oxccl tune` writes one) that the `cpu` backend's algorithm choice reads; rank 0's is used by every rank",
+    origin: Origin::User,
+};
+/// `OXCCL_DEBUG`.
+pub const DEBUG: Setting = Setting {
+    name: "OXCCL_DEBUG",
+    kind: Kind::Choice(&[("warn", "warn"), ("debug", "debug")]),
+    default: "warn",
+    default_doc: "`warn`",
+    doc: "`debug` also prints each algorithm choice of the `cpu` backend (per operation and size range, with the predicted costs)",
+    origin: Origin::User,
+};
 /// `OXCCL_YIELD_US`.
 pub const YIELD_US: Setting = Setting {
     name: "OXCCL_YIELD_US",
@@ -419,6 +437,8 @@ pub const ALL: &[Setting] = &[
     HOST_ID,
     SPIN_US,
     YIELD_US,
+    TUNE_FILE,
+    DEBUG,
     LAUNCHER,
     NODE_RANK,
     MPI_THREAD_LEVEL,

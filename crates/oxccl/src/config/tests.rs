@@ -69,6 +69,8 @@ fn cases(name: &str) -> (&'static str, &'static str) {
         "OXCCL_HOST_ID" => ("rack1-node7", ""),
         "OXCCL_SPIN_US" => ("0", "-5"),
         "OXCCL_YIELD_US" => ("500", "2ms"),
+        "OXCCL_TUNE_FILE" => ("/etc/oxccl/host.tune", ""),
+        "OXCCL_DEBUG" => ("debug", "verbose"),
         "OXCCL_LAUNCHER" => ("torchrun", ""),
         "OXCCL_NODE_RANK" => ("1", "first"),
         "OXCCL_MPI_THREAD_LEVEL" => ("MPI_THREAD_SERIALIZED", "many"),

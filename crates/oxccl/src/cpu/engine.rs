@@ -14,9 +14,10 @@ use super::algorithms::shared_memory::ShmCollectives;
 use super::algorithms::{all_gather, Ctx};
 use super::dispatch;
 use super::point_to_point::P2pCtx;
-use super::selector;
+use super::selector::profile::Profile;
+use super::selector::Selector;
 use super::transport::shm::wait::WaitPolicy;
-use super::transport::{Stage, Transport};
+use super::transport::{LinkKind, Stage, Transport};
 use crate::algorithm::Algorithm;
 use crate::backend::completion::Slot;
 use crate::backend::poison::Poison;
@@ -51,6 +52,8 @@ struct Inner {
     state: Mutex<CommState>,
     /// Collectives in shared memory, when every rank is on this host.
     native: OnceLock<ShmCollectives>,
+    /// Which algorithm runs each call.
+    selector: Selector,
     /// Slot size and wait policy of the native collectives of this communicator and its
     /// splits.
     native_setup: OnceLock<(usize, WaitPolicy)>,
@@ -107,8 +110,16 @@ impl CpuBackend {
                 transport.rank()
             )));
         }
+        let link = ranks
+            .iter()
+            .filter(|&&r| r != transport.rank())
+            .map(|&r| transport.link_kind(r))
+            .max()
+            .unwrap_or(LinkKind::Memory);
+        let selector = Selector::new(Arc::new(Profile::default()), link, ranks.len(), cfg.debug);
         Ok(CpuBackend {
             inner: Arc::new(Inner {
+                selector,
                 name,
                 transport,
                 comm_id,
@@ -123,6 +134,20 @@ impl CpuBackend {
             }),
             keep: Vec::new(),
         })
+    }
+
+    /// Prices algorithms with `profile` (measured costs, e.g. from `OXCCL_TUNE_FILE`)
+    /// instead of the built-in defaults; communicators split from this one inherit it.
+    /// Every rank must use the same profile, or their choices differ (a mismatch error).
+    ///
+    /// # Errors
+    /// [`Error::Internal`] when the communicator is already shared (call it right after
+    /// [`CpuBackend::new`]).
+    pub fn with_profile(mut self, profile: Arc<Profile>) -> Result<Self> {
+        let inner = Arc::get_mut(&mut self.inner)
+            .ok_or_else(|| Error::Internal("with_profile on a communicator already in use".into()))?;
+        inner.selector = inner.selector.for_profile(profile);
+        Ok(self)
     }
 
     /// Keeps `resource` alive as long as this communicator (it is dropped after it).
@@ -275,10 +300,8 @@ impl Inner {
             // SAFETY: `op` came through `Backend::submit`, whose contract the submitter upholds.
             unsafe { p.run(ops) }
         } else {
-            let algo = match native {
-                Some(_) if forced == Algorithm::Auto => Algorithm::SharedMemory,
-                _ => selector::choose(kind, op.message_bytes(), self.ranks.len(), forced),
-            };
+            let native_slot = native.and(self.native_setup.get().map(|s| s.0));
+            let algo = self.selector.choose(kind, op.message_bytes(), forced, native_slot);
             let ctx = self.ctx(op.fingerprint(seq, algo), opts);
             let r = match native {
                 // SAFETY: `op` came through `Backend::submit`, whose contract the submitter
@@ -380,7 +403,8 @@ impl Inner {
             .position(|&(_, i)| i == self.rank)
             .ok_or_else(|| Error::invalid("split: this rank is missing from its own color group (internal error)"))?;
         let id = derive_comm_id(self.comm_id, seq, u64::from(color));
-        let child = CpuBackend::new(self.name, Arc::clone(&self.transport), id, ranks, rank, self.cfg.clone())?;
+        let child = CpuBackend::new(self.name, Arc::clone(&self.transport), id, ranks, rank, self.cfg.clone())?
+            .with_profile(Arc::clone(self.selector.profile()))?;
         if let Some(&(slot, wait)) = self.native_setup.get() {
             // A communicator on one host splits into communicators on one host; where
             // /dev/shm has no room left, the child uses the ordinary algorithms.
@@ -431,6 +455,17 @@ impl Backend for CpuBackend {
                 Ok(slot)
             }
         }
+    }
+
+    fn algorithm_for(&self, op: OpKind, bytes: usize, opts: &CallOptions) -> Result<Option<Algorithm>> {
+        let inner = &self.inner;
+        let forced = opts.forced_algorithm(op, &inner.cfg.algorithms)?;
+        let native_slot = inner.native_setup.get().map(|s| s.0).filter(|_| {
+            // Whether the shared-memory collectives run `op` depends on the operation only
+            // through its kind and the communicator (see `ShmCollectives::supports`).
+            inner.native.get().is_some_and(|n| n.supports_kind(op))
+        });
+        Ok(Some(inner.selector.choose(op, bytes, forced, native_slot)))
     }
 
     unsafe fn run_blocking(&self, op: Op, opts: &CallOptions) -> Result<Completion> {

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::config::ResolvedConfig;
 use crate::cpu::engine::{CpuBackend, WORLD_COMM_ID};
+use crate::cpu::selector::profile::Profile;
 use crate::cpu::transport::memory::MemoryHub;
 use crate::error::{Error, Result};
 
@@ -30,10 +31,16 @@ pub fn named_world(cfg: &ResolvedConfig, n: usize, name: &'static str) -> Result
     }
     let hub = MemoryHub::new(n);
     let ranks: Arc<[usize]> = (0..n).collect();
+    // One process: every rank reads the same profile.
+    let profile = Arc::new(match &cfg.cpu.tune_file {
+        Some(path) => Profile::load(path)?,
+        None => Profile::default(),
+    });
     (0..n)
         .map(|r| {
             let t = Arc::new(hub.endpoint(r)?);
-            CpuBackend::new(name, t, WORLD_COMM_ID, Arc::clone(&ranks), r, cfg.clone())
+            CpuBackend::new(name, t, WORLD_COMM_ID, Arc::clone(&ranks), r, cfg.clone())?
+                .with_profile(Arc::clone(&profile))
         })
         .collect()
 }

@@ -25,6 +25,7 @@ use crate::bootstrap::store::{StoreClient, StoreServer};
 use crate::bootstrap::{MemoryRendezvous, Rendezvous};
 use crate::config::ResolvedConfig;
 use crate::cpu::engine::{CpuBackend, WORLD_COMM_ID};
+use crate::cpu::selector::profile::Profile;
 use crate::cpu::transport::mailbox::Mailbox;
 use crate::cpu::transport::routed::{Link, RoutedTransport};
 use crate::cpu::transport::shm::links::{ShmLinks, ShmOptions};
@@ -144,6 +145,44 @@ fn host_wait_policy(local: &[usize], masks: &[Vec<usize>], opts: &CpuOptions) ->
     WaitPolicy::for_host(local.len(), cpus, opts.spin, Some(opts.shm.wait.yield_for))
 }
 
+/// The costs every rank's algorithm choice reads: rank 0 loads `OXCCL_TUNE_FILE` (or takes
+/// the defaults) and publishes the result, so ranks whose hosts hold different files still
+/// choose alike. A file rank 0 cannot use fails every rank with rank 0's reason.
+fn shared_profile(
+    rank: usize,
+    rdv: &dyn Rendezvous,
+    prefix: &str,
+    cfg: &ResolvedConfig,
+    opts: &CpuOptions,
+) -> Result<Arc<Profile>> {
+    let key = format!("{prefix}/profile");
+    if rank == 0 {
+        let loaded = match &cfg.cpu.tune_file {
+            Some(path) => Profile::load(path),
+            None => Ok(Profile::default()),
+        };
+        let published = match &loaded {
+            Ok(p) => format!("ok {}\n{}", p.source, p.to_text("")),
+            Err(e) => format!("error {e}"),
+        };
+        rdv.publish(&key, published.as_bytes())?;
+        return loaded.map(Arc::new);
+    }
+    let got = rdv.lookup(&key, opts.setup_timeout)?;
+    let text = String::from_utf8_lossy(&got);
+    match text.split_once(' ') {
+        Some(("ok", rest)) => {
+            let (source, body) = rest.split_once('\n').unwrap_or((rest, ""));
+            let mut p = Profile::parse(body)
+                .map_err(|why| Error::Internal(format!("rank 0's profile does not parse here: {why}")))?;
+            p.source = format!("{source} (from rank 0)");
+            Ok(Arc::new(p))
+        }
+        Some(("error", why)) => Err(Error::Config(format!("rank 0 could not load its profile: {why}"))),
+        _ => Err(Error::Internal("rank 0 published a malformed profile".into())),
+    }
+}
+
 /// Builds rank `rank` of a world of `n` over `rdv` (a collective: every rank calls it).
 #[allow(clippy::too_many_arguments)]
 fn build(
@@ -191,7 +230,9 @@ fn build(
         }
     }
     let transport = Arc::new(RoutedTransport::new(rank, mailbox, routes)?);
-    let backend = CpuBackend::new(NAME, transport, WORLD_COMM_ID, (0..n).collect(), rank, cfg.clone())?;
+    let profile = shared_profile(rank, rdv, prefix, cfg, opts)?;
+    let backend =
+        CpuBackend::new(NAME, transport, WORLD_COMM_ID, (0..n).collect(), rank, cfg.clone())?.with_profile(profile)?;
     if use_shm && single_host {
         backend.enable_shared_memory(opts.slot_bytes, policy)?;
     }
@@ -407,6 +448,49 @@ mod tests {
     #[test]
     fn a_world_of_threads_over_tcp() {
         run_world(TransportChoice::Tcp, 3);
+    }
+
+    #[test]
+    fn rank_0s_profile_decides_every_ranks_algorithms() {
+        use crate::fingerprint::OpKind;
+        let dir = std::env::temp_dir().join(format!("oxccl-tune-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // TCP with a huge latency: all_reduce of 1 MiB on 3 ranks takes recursive doubling
+        // (3 rounds with the fold) over the ring's and Rabenseifner's 4; with a near-free
+        // latency and a slow link the ring's bandwidth wins the same call.
+        let file = dir.join("slow.tune");
+        std::fs::write(&file, "tcp.alpha_us = 100000\ntcp.gbps = 100\n").unwrap();
+        let cheap = dir.join("cheap.tune");
+        std::fs::write(&cheap, "tcp.alpha_us = 0.001\ntcp.gbps = 0.5\n").unwrap();
+        let bad = dir.join("bad.tune");
+        std::fs::write(&bad, "tcp.gbps = lots\n").unwrap();
+        let world = |path: &std::path::Path| {
+            let cfg = Config::new()
+                .set("OXCCL_TUNE_FILE", path.to_str().unwrap())
+                .unwrap()
+                .transport(TransportChoice::Tcp)
+                .timeout(Duration::from_secs(30))
+                .resolve_with(|_| None)
+                .unwrap();
+            let opts = CpuOptions::from_config(&cfg).unwrap();
+            init_world_with(&cfg, 3, &opts)
+        };
+        let picks = |path: &std::path::Path| -> Vec<Option<Algorithm>> {
+            world(path)
+                .unwrap()
+                .into_iter()
+                .map(|b| Communicator::from_backend(Arc::new(b)).algorithm_for(OpKind::AllReduce, 1 << 20).unwrap())
+                .collect()
+        };
+        assert_eq!(picks(&file), vec![Some(Algorithm::RecursiveDoubling); 3]);
+        assert_eq!(picks(&cheap), vec![Some(Algorithm::Ring); 3]);
+        // A file rank 0 cannot use fails every rank, naming the variable and the line.
+        match world(&bad) {
+            Err(Error::Config(m)) => assert!(m.contains("OXCCL_TUNE_FILE") && m.contains("line 1"), "{m}"),
+            Err(e) => panic!("{e}"),
+            Ok(_) => panic!("a malformed tune file was accepted"),
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -111,10 +111,27 @@ pub enum TransportError {
     Other(Error),
 }
 
+/// How a transport reaches a peer, slowest last (the cost model prices each kind).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LinkKind {
+    /// The in-process transport of the `local` backend.
+    Memory,
+    /// Shared-memory rings between the processes of one host.
+    Shm,
+    /// TCP.
+    Tcp,
+}
+
 /// Ordered, reliable, framed point-to-point messages between the ranks of a job.
 pub trait Transport: Send + Sync + 'static {
     /// This endpoint's rank among the transport's ranks.
     fn rank(&self) -> usize;
+
+    /// How this endpoint reaches transport rank `peer` (the in-process kind unless the
+    /// transport says otherwise).
+    fn link_kind(&self, _peer: usize) -> LinkKind {
+        LinkKind::Memory
+    }
 
     /// Sends one frame to `peer`. May return before the peer received it, but the frame
     /// will be delivered unless the peer or the communicator fails.

@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use super::frame::{encode_error, FrameKind};
 use super::mailbox::Mailbox;
-use super::{Channel, Header, Received, Stage, Transport, TransportError};
+use super::{Channel, Header, LinkKind, Received, Stage, Transport, TransportError};
 use crate::error::Error;
 
 /// How long a send that found a peer's connection closed waits for the failure notice the
@@ -21,6 +21,9 @@ const LAST_WORDS: std::time::Duration = std::time::Duration::from_millis(50);
 /// their peers into the endpoint's [`Mailbox`] (data with `deliver`, failure notices with
 /// `fail`, release notices with `close`, a broken connection with `lose`).
 pub trait Link: Send + Sync {
+    /// What kind of link this is.
+    fn kind(&self) -> LinkKind;
+
     /// Sends one frame to `peer`, in order with every earlier frame to `peer`.
     ///
     /// # Errors
@@ -106,6 +109,10 @@ impl Transport for RoutedTransport {
         self.rank
     }
 
+    fn link_kind(&self, peer: usize) -> LinkKind {
+        self.routes.get(peer).and_then(|r| r.as_ref()).map_or(LinkKind::Memory, |l| l.kind())
+    }
+
     fn send(&self, peer: usize, header: &Header, payload: &[u8], deadline: Instant) -> Result<(), TransportError> {
         if let Some(reason) = self.mailbox.aborted(header.comm_id) {
             return Err(TransportError::Aborted(reason));
@@ -177,6 +184,10 @@ mod tests {
     struct Closed;
 
     impl Link for Closed {
+        fn kind(&self) -> LinkKind {
+            LinkKind::Tcp
+        }
+
         fn send_frame(
             &self,
             peer: usize,

@@ -42,7 +42,7 @@ use crate::cpu::transport::shm::segment::{unique_name, Segment};
 use crate::cpu::transport::shm::wait::WaitPolicy;
 use crate::cpu::transport::{Channel, Stage};
 use crate::error::{Error, Result};
-use crate::fingerprint::Fingerprint;
+use crate::fingerprint::{Fingerprint, OpKind};
 
 mod all_reduce;
 mod moves;
@@ -265,12 +265,17 @@ impl ShmCollectives {
     /// Whether `op` runs here: every collective but the `_v` forms, on communicators whose
     /// slots hold at least 64 bytes per rank (the block operations split a slot in n).
     pub fn supports(&self, op: &Op) -> bool {
+        self.supports_kind(op.kind())
+    }
+
+    /// [`ShmCollectives::supports`] by the operation's kind.
+    pub fn supports_kind(&self, op: OpKind) -> bool {
         let blocks_fit = self.slot / self.n >= 64;
         match op {
-            Op::AllReduce { .. } | Op::Broadcast { .. } | Op::Barrier | Op::AllGather { .. } => true,
-            Op::Reduce { .. } | Op::Gather { .. } => true,
-            Op::ReduceScatter { .. } | Op::AllToAll { .. } | Op::Scatter { .. } => blocks_fit,
-            Op::AllGatherV { .. } | Op::AllToAllV { .. } | Op::Batch(_) => false,
+            OpKind::AllReduce | OpKind::Broadcast | OpKind::Barrier | OpKind::AllGather => true,
+            OpKind::Reduce | OpKind::Gather => true,
+            OpKind::ReduceScatter | OpKind::AllToAll | OpKind::Scatter => blocks_fit,
+            _ => false,
         }
     }
 

@@ -24,7 +24,7 @@ use crate::bootstrap::Rendezvous;
 use crate::cpu::transport::frame::{decode_header, encode_header, FrameHeader, FrameKind, HEADER_LEN};
 use crate::cpu::transport::mailbox::Mailbox;
 use crate::cpu::transport::routed::Link;
-use crate::cpu::transport::{Header, TransportError};
+use crate::cpu::transport::{Header, LinkKind, TransportError};
 use crate::error::{Error, Result};
 
 /// How often waits check that peers are alive.
@@ -230,6 +230,10 @@ impl ShmLinks {
 }
 
 impl Link for ShmLinks {
+    fn kind(&self) -> LinkKind {
+        LinkKind::Shm
+    }
+
     fn send_frame(
         &self,
         peer: usize,

@@ -21,7 +21,7 @@ use crate::bootstrap::Rendezvous;
 use crate::cpu::transport::frame::{self, FrameKind};
 use crate::cpu::transport::mailbox::Mailbox;
 use crate::cpu::transport::routed::Link;
-use crate::cpu::transport::{Header, TransportError};
+use crate::cpu::transport::{Header, LinkKind, TransportError};
 use crate::error::{Error, Result};
 
 /// A rank's TCP connections to its peers: a [`Link`] for
@@ -176,6 +176,10 @@ impl TcpLinks {
 }
 
 impl Link for TcpLinks {
+    fn kind(&self) -> LinkKind {
+        LinkKind::Tcp
+    }
+
     /// Writes the frame's header and payload to `peer`'s connection, after every earlier
     /// frame to `peer`.
     ///

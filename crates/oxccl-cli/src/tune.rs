@@ -1,0 +1,146 @@
+//! `oxccl tune`: measures the costs the `cpu` backend's algorithm choice reads and prints
+//! (or writes) a profile for `OXCCL_TUNE_FILE` ([`oxccl::tuning`]).
+//!
+//! Every rank of the job joins two worlds over the same processes: one on the default
+//! transports (shared memory on one host) and one on TCP only. Rank 0 and rank 1 then
+//! measure, while the others wait at a barrier:
+//! - per transport, α (an exchange of 8 bytes: both send and receive at once, as in the
+//!   steps of a collective) and the bandwidth (a 4 MiB exchange, α taken off);
+//! - the step of the shared-memory collectives (a barrier in shared memory, every rank);
+//! - on rank 0 alone: one core's copy and reduction speed (8 MiB buffers, past the caches),
+//!   and the in-process transport of the `local` backend (two threads).
+//!
+//! Run it across hosts (under `oxccl run --nnodes 2 ...`, with rank 1 on another host) to
+//! price TCP over the real network; `--ranks N` measures this host.
+
+use std::time::Instant;
+
+use oxccl::backend::reduce::reduce_sources;
+use oxccl::config::TransportChoice;
+use oxccl::tuning::{LinkCost, Profile};
+use oxccl::{Algorithm, Communicator, Config, DType, ReduceOp};
+
+/// Bytes of the bandwidth messages (large enough to stream through the rings).
+const BIG: usize = 4 << 20;
+/// Bytes of the local copy and reduction buffers.
+const LOCAL: usize = 8 << 20;
+
+/// Seconds per exchange of `bytes` between ranks 0 and 1 of `comm` (each sends to the
+/// other and receives from it at the same time, as the steps of a collective do), averaged
+/// over `iters`; ranks other than 0 and 1 return 0 at once.
+fn exchange(comm: &Communicator, bytes: usize, iters: usize) -> oxccl::Result<f64> {
+    let r = comm.rank();
+    if r > 1 {
+        return Ok(0.0);
+    }
+    let peer = 1 - r;
+    let out = vec![r as u8; bytes];
+    let mut inc = vec![0u8; bytes];
+    let mut step = || -> oxccl::Result<()> {
+        let mut b = comm.batch();
+        b.send(&out[..], peer, 7)?.recv(&mut inc[..], peer, 7)?;
+        comm.run_batch(b).map(drop)
+    };
+    for _ in 0..iters / 10 + 3 {
+        step()?;
+    }
+    let t = Instant::now();
+    for _ in 0..iters {
+        step()?;
+    }
+    Ok(t.elapsed().as_secs_f64() / iters as f64)
+}
+
+/// α and bandwidth of the links between ranks 0 and 1 of `comm` (meaningful on rank 0).
+fn link(comm: &Communicator) -> oxccl::Result<LinkCost> {
+    let alpha = exchange(comm, 8, 2000)?;
+    let big = exchange(comm, BIG, 20)?;
+    let bandwidth = BIG as f64 / (big - alpha).max(1e-9);
+    Ok(LinkCost { alpha: alpha.max(1e-9), bandwidth })
+}
+
+/// Seconds per call of `f`, the best of five rounds of `iters` calls.
+fn best_of(iters: usize, mut f: impl FnMut()) -> f64 {
+    (0..5)
+        .map(|_| {
+            let t = Instant::now();
+            for _ in 0..iters {
+                f();
+            }
+            t.elapsed().as_secs_f64() / iters as f64
+        })
+        .fold(f64::MAX, f64::min)
+}
+
+/// One core's copy and reduction speeds, bytes per second.
+fn local_speeds() -> oxccl::Result<(f64, f64)> {
+    let src = vec![1.0f32; LOCAL / 4];
+    let other = vec![2.0f32; LOCAL / 4];
+    let mut dst = vec![0.0f32; LOCAL / 4];
+    let copy = best_of(10, || dst.copy_from_slice(std::hint::black_box(&src)));
+    let (a, b): (&[u8], &[u8]) = (bytemuck::cast_slice(&src), bytemuck::cast_slice(&other));
+    let mut err = None;
+    let reduce = best_of(10, || {
+        if let Err(e) = reduce_sources(DType::F32, ReduceOp::Sum, &[a, b], bytemuck::cast_slice_mut(&mut dst)) {
+            err = Some(e);
+        }
+    });
+    if let Some(e) = err {
+        return Err(e);
+    }
+    Ok((LOCAL as f64 / copy, LOCAL as f64 / reduce))
+}
+
+/// The in-process transport's costs (two threads of the `local` backend).
+fn memory_link() -> oxccl::Result<LinkCost> {
+    let costs = oxccl::local::run(2, |comm| link(&comm))?;
+    costs.into_iter().next().unwrap_or_else(|| Err(oxccl::Error::Internal("no rank 0".into())))
+}
+
+/// Measures this rank's part; rank 0 returns the profile.
+///
+/// # Errors
+/// Joining either world, or a measurement's error.
+pub fn run_rank(backend_cfg: Config) -> Result<Option<Profile>, String> {
+    let shm = backend_cfg.clone().init().map_err(|e| format!("joining the job: {e}"))?;
+    if shm.world_size() < 2 {
+        return Err("oxccl tune needs at least 2 ranks: `oxccl tune --ranks 2`, or under `oxccl run -n 2`".into());
+    }
+    let tcp = backend_cfg.transport(TransportChoice::Tcp).init().map_err(|e| format!("joining the TCP world: {e}"))?;
+    let rank = shm.rank();
+    let e = |what: &'static str| move |err: oxccl::Error| format!("rank {rank}: {what}: {err}");
+    let ring = link(&shm).map_err(e("shared-memory ping-pong"))?;
+    shm.barrier().map_err(e("barrier"))?;
+    let net = link(&tcp).map_err(e("TCP ping-pong"))?;
+    tcp.barrier().map_err(e("barrier"))?;
+    let native = shm.with_algorithm(Algorithm::SharedMemory);
+    // Every rank learns the same way whether the shared-memory collectives exist (an
+    // error before anything is sent); without them (several hosts) the default step stays.
+    let step = match native.barrier() {
+        Ok(()) => {
+            let iters = 2000;
+            let t = Instant::now();
+            for _ in 0..iters {
+                native.barrier().map_err(e("shared-memory barrier"))?;
+            }
+            t.elapsed().as_secs_f64() / iters as f64
+        }
+        Err(_) => Profile::default().native_step,
+    };
+    let mut profile = None;
+    if shm.rank() == 0 {
+        let (copy, reduce) = local_speeds().map_err(e("local speeds"))?;
+        let memory = memory_link().map_err(e("in-process ping-pong"))?;
+        profile =
+            Some(Profile { shm: ring, tcp: net, memory, native_step: step, copy, reduce, source: "oxccl tune".into() });
+    }
+    shm.barrier().map_err(e("final barrier"))?;
+    Ok(profile)
+}
+
+/// The header line of a profile written on this host now.
+pub fn header(ranks: usize) -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    format!("written by `oxccl tune` on {} ({cpus} CPUs, {ranks} ranks); load it with OXCCL_TUNE_FILE", host.trim())
+}

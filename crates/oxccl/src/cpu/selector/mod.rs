@@ -1,0 +1,228 @@
+//! Which algorithm runs a call of the CPU backends: the one the cost model predicts fastest
+//! for the operation, the message size, the world size and the links between the ranks,
+//! from measured machine costs. It owns the whole decision: a forced choice (per call, or
+//! `OXCCL_ALGO`) wins; otherwise every applicable algorithm is priced and the cheapest
+//! runs, the shared-memory family included where the communicator has it.
+//!
+//! - [`profile`]: the measured costs (α and bandwidth per transport, step, copy and
+//!   reduction costs), their file form (`OXCCL_TUNE_FILE`, written by `oxccl tune`);
+//! - [`cost`]: each algorithm's predicted time.
+//!
+//! Decisions are made per power-of-two size class (the model is evaluated at the class's
+//! upper bound), once per operation and communicator, into a table: a call costs one
+//! lookup. With `OXCCL_DEBUG=debug` each table is printed when it is made: the algorithm
+//! of every size range, and the costs it came from.
+
+pub mod cost;
+pub mod profile;
+
+use std::sync::{Arc, OnceLock};
+
+use crate::algorithm::Algorithm;
+use crate::cpu::transport::LinkKind;
+use crate::fingerprint::OpKind;
+use profile::{LinkCost, Profile};
+
+/// Size classes: class `c` holds sizes in `(2^(c-1), 2^c]` (class 0: 0 and 1 byte).
+const CLASSES: usize = usize::BITS as usize + 1;
+
+/// The algorithm choice of one communicator.
+pub struct Selector {
+    profile: Arc<Profile>,
+    link: LinkKind,
+    n: usize,
+    /// Print each decision table when it is made (`OXCCL_DEBUG=debug`).
+    log: bool,
+    /// Per operation (index in [`OpKind::ALL`]), without and with the shared-memory
+    /// collectives: the algorithm of each size class.
+    tables: Vec<[OnceLock<Vec<Algorithm>>; 2]>,
+}
+
+/// A decision and what it was made from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Choice {
+    /// The algorithm that runs.
+    pub algorithm: Algorithm,
+    /// Every candidate with its predicted seconds, cheapest first (empty for a forced
+    /// choice).
+    pub predictions: Vec<(Algorithm, f64)>,
+}
+
+fn class_of(bytes: usize) -> usize {
+    (usize::BITS - bytes.saturating_sub(1).leading_zeros()) as usize
+}
+
+impl Selector {
+    /// A selector for a communicator of `n` ranks whose slowest link is `link`.
+    pub fn new(profile: Arc<Profile>, link: LinkKind, n: usize, log: bool) -> Selector {
+        let tables = OpKind::ALL.iter().map(|_| [OnceLock::new(), OnceLock::new()]).collect();
+        Selector { profile, link, n, log, tables }
+    }
+
+    /// The same communicator priced with other costs.
+    pub fn for_profile(&self, profile: Arc<Profile>) -> Selector {
+        Selector::new(profile, self.link, self.n, self.log)
+    }
+
+    /// The measured costs this selector reads.
+    pub fn profile(&self) -> &Arc<Profile> {
+        &self.profile
+    }
+
+    fn link_cost(&self) -> LinkCost {
+        match self.link {
+            LinkKind::Memory => self.profile.memory,
+            LinkKind::Shm => self.profile.shm,
+            LinkKind::Tcp => self.profile.tcp,
+        }
+    }
+
+    /// The algorithms that may run `op`: its own, and `shared_memory` when `native_slot`
+    /// (the chunk size of the communicator's shared-memory collectives) is given.
+    pub fn candidates(op: OpKind, native_slot: Option<usize>) -> Vec<Algorithm> {
+        let mut c = Algorithm::for_op(op).to_vec();
+        if native_slot.is_some() && Algorithm::SharedMemory.applies_to(op) {
+            c.push(Algorithm::SharedMemory);
+        }
+        c
+    }
+
+    /// Every candidate for `op` on `bytes` (its [`message_bytes`](crate::backend::Op::message_bytes)),
+    /// priced by the model, cheapest first. `native_slot`: see [`Selector::candidates`].
+    pub fn explain(&self, op: OpKind, bytes: usize, native_slot: Option<usize>) -> Choice {
+        let link = self.link_cost();
+        let slot = native_slot.unwrap_or(0);
+        let mut predictions: Vec<(Algorithm, f64)> = Selector::candidates(op, native_slot)
+            .into_iter()
+            .filter_map(|a| cost::predict(op, a, self.n, bytes, &link, &self.profile, slot).map(|t| (a, t)))
+            .collect();
+        // Stable: among equal predictions the earlier candidate (the op's default) stays first.
+        predictions.sort_by(|x, y| x.1.total_cmp(&y.1));
+        let algorithm = predictions.first().map_or_else(|| Algorithm::for_op(op)[0], |p| p.0);
+        Choice { algorithm, predictions }
+    }
+
+    /// The algorithm for `op` on `bytes`: `forced` when it is not `Auto`, else the model's
+    /// choice for the size class of `bytes`.
+    pub fn choose(&self, op: OpKind, bytes: usize, forced: Algorithm, native_slot: Option<usize>) -> Algorithm {
+        if forced != Algorithm::Auto {
+            return forced;
+        }
+        let i = OpKind::ALL.iter().position(|&o| o == op).unwrap_or(0);
+        let table = self.tables[i][usize::from(native_slot.is_some())].get_or_init(|| self.table(op, native_slot));
+        table[class_of(bytes).min(CLASSES - 1)]
+    }
+
+    fn table(&self, op: OpKind, native_slot: Option<usize>) -> Vec<Algorithm> {
+        let upper = |c: usize| if c >= usize::BITS as usize { usize::MAX } else { 1usize << c };
+        let table: Vec<Algorithm> = (0..CLASSES).map(|c| self.explain(op, upper(c), native_slot).algorithm).collect();
+        if self.log {
+            self.print(op, &table, native_slot);
+        }
+        table
+    }
+
+    fn print(&self, op: OpKind, table: &[Algorithm], native_slot: Option<usize>) {
+        let mut ranges = Vec::new();
+        let mut from = 0;
+        for c in 1..=table.len() {
+            if c == table.len() || table[c] != table[from] {
+                let hi = if c >= 48 { "more".to_string() } else { format!("{} B", 1u64 << (c - 1)) };
+                ranges.push(format!("up to {hi}: {}", table[from]));
+                from = c;
+            }
+            if c >= 48 {
+                break;
+            }
+        }
+        let sample = self.explain(op, 1 << 20, native_slot);
+        let costs: Vec<String> = sample.predictions.iter().map(|(a, t)| format!("{a} {:.1} us", t * 1e6)).collect();
+        eprintln!(
+            "oxccl debug: {op} on {} ranks over {:?} links: {}; at 1 MiB the model predicts {}; costs from {}",
+            self.n,
+            self.link,
+            ranges.join(", "),
+            costs.join(", "),
+            self.profile.source
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn selector(link: LinkKind, prof: Profile) -> Selector {
+        Selector::new(Arc::new(prof), link, 8, false)
+    }
+
+    fn pick(s: &Selector, op: OpKind, bytes: usize, n: usize, native: Option<usize>) -> Algorithm {
+        Selector::new(Arc::clone(&s.profile), s.link, n, false).choose(op, bytes, Algorithm::Auto, native)
+    }
+
+    #[test]
+    fn every_choice_applies_to_its_op() {
+        let s = selector(LinkKind::Tcp, Profile::default());
+        for op in OpKind::ALL {
+            for bytes in [0, 8, 16 << 10, 1 << 20, 1 << 26] {
+                for n in 1..=9 {
+                    for native in [None, Some(1 << 20)] {
+                        let a = pick(&s, op, bytes, n, native);
+                        assert!(a.applies_to(op), "{op} {bytes} {n} -> {a}");
+                    }
+                }
+            }
+        }
+        assert_eq!(s.choose(OpKind::AllReduce, 1 << 26, Algorithm::BinomialTree, None), Algorithm::BinomialTree);
+        // The table's choice is the model's at the class's upper bound.
+        assert_eq!(
+            s.choose(OpKind::AllReduce, 3000, Algorithm::Auto, None),
+            s.explain(OpKind::AllReduce, 4096, None).algorithm
+        );
+        assert_eq!(class_of(0), 0);
+        assert_eq!(class_of(1), 0);
+        assert_eq!(class_of(4096), 12);
+        assert_eq!(class_of(4097), 13);
+    }
+
+    #[test]
+    fn synthetic_costs_move_the_crossovers() {
+        // A high-latency, high-bandwidth network: recursive doubling's lg p rounds win small
+        // and medium sizes, Rabenseifner's 2 lg p rounds at ring bandwidth large ones; the
+        // ring's 2(n - 1) rounds only pay off where the fold makes Rabenseifner move more.
+        let slow_start = Profile { tcp: LinkCost { alpha: 100e-6, bandwidth: 10e9 }, ..Profile::default() };
+        let s = selector(LinkKind::Tcp, slow_start);
+        let ar = |bytes, n| pick(&s, OpKind::AllReduce, bytes, n, None);
+        assert_eq!(ar(8, 8), Algorithm::RecursiveDoubling);
+        assert_eq!(ar(256 << 10, 8), Algorithm::RecursiveDoubling);
+        assert_eq!(ar(4 << 20, 8), Algorithm::Rabenseifner);
+        assert_eq!(ar(256 << 20, 6), Algorithm::Ring, "a non-power-of-two world pays the fold");
+        // A near-zero latency link: the ring's bandwidth optimality wins from small sizes on.
+        let cheap = Profile { tcp: LinkCost { alpha: 0.01e-6, bandwidth: 1e9 }, ..Profile::default() };
+        let s = selector(LinkKind::Tcp, cheap);
+        assert_eq!(pick(&s, OpKind::AllReduce, 64 << 10, 6, None), Algorithm::Ring);
+        assert_eq!(pick(&s, OpKind::AllGather, 64 << 10, 6, None), Algorithm::Ring);
+        // Expensive latency: Bruck's lg n rounds beat the ring's n - 1 for all_gather.
+        let far = Profile { tcp: LinkCost { alpha: 1e-3, bandwidth: 1e9 }, ..Profile::default() };
+        let s = selector(LinkKind::Tcp, far);
+        assert_eq!(pick(&s, OpKind::AllGather, 1024, 8, None), Algorithm::Bruck);
+        assert_eq!(pick(&s, OpKind::ReduceScatter, 8 << 10, 8, None), Algorithm::RecursiveHalving);
+    }
+
+    #[test]
+    fn shared_memory_wins_on_one_host_with_the_default_costs() {
+        let s = selector(LinkKind::Shm, Profile::default());
+        for op in [OpKind::AllReduce, OpKind::AllGather, OpKind::ReduceScatter, OpKind::Broadcast, OpKind::AllToAll] {
+            for bytes in [8, 64 << 10, 16 << 20] {
+                for n in [2, 3, 4, 8] {
+                    let g = Selector::new(Arc::clone(&s.profile), LinkKind::Shm, n, false);
+                    let c = g.explain(op, bytes * if op == OpKind::ReduceScatter { n } else { 1 }, Some(1 << 20));
+                    assert_eq!(c.algorithm, Algorithm::SharedMemory, "{op} {bytes} B on {n}: {:?}", c.predictions);
+                }
+            }
+        }
+        // Without the segment, it is not a candidate.
+        let c = s.explain(OpKind::AllReduce, 8, None);
+        assert!(c.predictions.iter().all(|(a, _)| *a != Algorithm::SharedMemory));
+    }
+}

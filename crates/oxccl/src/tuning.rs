@@ -1,0 +1,11 @@
+//! Measured machine costs for the `cpu` backend's algorithm choice.
+//!
+//! The `cpu` backend prices every applicable algorithm of each call with an α-β-γ model and
+//! runs the cheapest. The model reads a [`Profile`]: latency and bandwidth per transport,
+//! the step cost of the shared-memory collectives, one core's copy and reduction speed.
+//! `oxccl tune` measures them on a machine and writes a profile file; `OXCCL_TUNE_FILE`
+//! points the backend at one (rank 0's is used by every rank). Without one the backend uses
+//! [`Profile::default`]. [`Communicator::algorithm_for`](crate::Communicator::algorithm_for)
+//! tells which algorithm a call would run.
+
+pub use crate::cpu::selector::profile::{LinkCost, Profile};
