@@ -243,9 +243,9 @@ impl Op {
         }
     }
 
-    /// Every buffer the operation passes (inputs and outputs, `None`s skipped; outputs
-    /// read-only), in argument order.
-    pub fn buffers(&self) -> Vec<RawBuf> {
+    /// Calls `f` with every buffer the operation passes (inputs and outputs, `None`s
+    /// skipped; outputs read-only), in argument order, without allocating.
+    pub fn for_each_buffer(&self, mut f: impl FnMut(RawBuf)) {
         let o = RawBufMut::as_const;
         match self {
             Op::AllReduce { input, output, .. }
@@ -253,22 +253,31 @@ impl Op {
             | Op::AllGatherV { input, output, .. }
             | Op::ReduceScatter { input, output, .. }
             | Op::AllToAll { input, output }
-            | Op::AllToAllV { input, output, .. } => vec![*input, o(output)],
+            | Op::AllToAllV { input, output, .. } => {
+                f(*input);
+                f(o(output));
+            }
             Op::Reduce { input, output, .. } | Op::Gather { input, output, .. } => {
-                std::iter::once(*input).chain(output.as_ref().map(o)).collect()
+                f(*input);
+                output.as_ref().map(o).into_iter().for_each(f);
             }
             Op::Broadcast { input, output, .. } | Op::Scatter { input, output, .. } => {
-                input.iter().copied().chain(std::iter::once(o(output))).collect()
+                input.iter().copied().for_each(&mut f);
+                f(o(output));
             }
-            Op::Barrier => Vec::new(),
-            Op::Batch(ops) => ops
-                .iter()
-                .map(|p| match p {
-                    P2p::Send { buf, .. } => *buf,
-                    P2p::Recv { buf, .. } => buf.as_const(),
-                })
-                .collect(),
+            Op::Barrier => {}
+            Op::Batch(ops) => ops.iter().for_each(|p| match p {
+                P2p::Send { buf, .. } => f(*buf),
+                P2p::Recv { buf, .. } => f(buf.as_const()),
+            }),
         }
+    }
+
+    /// Every buffer the operation passes ([`for_each_buffer`](Self::for_each_buffer)'s order).
+    pub fn buffers(&self) -> Vec<RawBuf> {
+        let mut v = Vec::with_capacity(2);
+        self.for_each_buffer(|b| v.push(b));
+        v
     }
 
     /// The device of every buffer the operation passes, in argument order

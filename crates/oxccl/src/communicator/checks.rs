@@ -37,9 +37,16 @@ impl Communicator {
 
     /// Every buffer of `op` must be on one device, and one the backend can reach.
     pub(super) fn check_devices(&self, op: &Op) -> Result<()> {
-        let devices = op.devices();
-        let Some(&first) = devices.first() else { return Ok(()) };
-        if let Some(&other) = devices.iter().find(|&&d| d != first) {
+        // No allocation: this runs on every call's latency path.
+        let mut first = None;
+        let mut other = None;
+        op.for_each_buffer(|b| match first {
+            None => first = Some(b.device),
+            Some(f) if b.device != f && other.is_none() => other = Some(b.device),
+            Some(_) => {}
+        });
+        let Some(first) = first else { return Ok(()) };
+        if let Some(other) = other {
             return Err(Error::invalid(format!(
                 "{}: the buffers are on different devices ({first} and {other}); every buffer of one call must be on the same device",
                 op.kind()

@@ -34,11 +34,21 @@ impl ShmCollectives {
         self.wait_all(ctx, Phase::Arrive, step)?;
         // SAFETY: every rank posted `arrive = step` after filling its slot (release/acquire),
         // and nobody rewrites a slot of this step before every rank arrived at `step + 1`.
-        let srcs: Vec<&[u8]> =
-            (0..self.n).map(|p| unsafe { std::slice::from_raw_parts(self.slot_ptr(p, b), bytes) }).collect();
+        let src = |p: usize| unsafe { std::slice::from_raw_parts(self.slot_ptr(p, b) as *const u8, bytes) };
         // SAFETY: `output` is valid for `bytes` and not aliased by the slots.
         let out = unsafe { std::slice::from_raw_parts_mut(output, bytes) };
-        reduce_sources(dtype, op, &srcs, out)
+        // The sources on the stack for the usual world sizes: no allocation on this path.
+        const ON_STACK: usize = 16;
+        if self.n <= ON_STACK {
+            let mut srcs: [&[u8]; ON_STACK] = [&[]; ON_STACK];
+            for (p, s) in srcs.iter_mut().enumerate().take(self.n) {
+                *s = src(p);
+            }
+            reduce_sources(dtype, op, &srcs[..self.n], out)
+        } else {
+            let srcs: Vec<&[u8]> = (0..self.n).map(src).collect();
+            reduce_sources(dtype, op, &srcs, out)
+        }
     }
 
     /// A large all_reduce, chunk by chunk, each chunk reduce-scattered (rank r reduces
