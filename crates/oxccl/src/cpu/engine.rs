@@ -6,12 +6,13 @@
 
 use crate::sync::relock;
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::algorithms::shared_memory::ShmCollectives;
-use super::algorithms::{all_gather, Ctx};
+use super::algorithms::{all_gather, Clock, Ctx};
 use super::dispatch;
 use super::point_to_point::P2pCtx;
 use super::selector::profile::Profile;
@@ -50,6 +51,10 @@ struct Inner {
     exec: Mutex<ExecState>,
     exec_cv: Condvar,
     state: Mutex<CommState>,
+    /// Whether `state.poisoned` holds a failure (checked without the lock on every call).
+    poisoned: AtomicBool,
+    /// The sequence number of the next collective.
+    seq: AtomicU64,
     /// Collectives in shared memory, when every rank is on this host.
     native: OnceLock<ShmCollectives>,
     /// Which algorithm runs each call.
@@ -71,7 +76,6 @@ struct ExecState {
 
 #[derive(Default)]
 struct CommState {
-    seq: u64,
     poisoned: Poison,
 }
 
@@ -129,6 +133,8 @@ impl CpuBackend {
                 exec: Mutex::new(ExecState::default()),
                 exec_cv: Condvar::new(),
                 state: Mutex::new(CommState::default()),
+                poisoned: AtomicBool::new(false),
+                seq: AtomicU64::new(0),
                 native: OnceLock::new(),
                 native_setup: OnceLock::new(),
             }),
@@ -173,15 +179,18 @@ impl Inner {
     }
 
     fn check_poisoned(&self) -> Result<()> {
+        // Every call looks; only a poisoned communicator takes the lock.
+        if !self.poisoned.load(Ordering::Acquire) {
+            return Ok(());
+        }
         relock(&self.state).poisoned.check()
     }
 
+    /// The next collective sequence number. Only the thread that owns the executor calls it
+    /// (the executor's hand-offs order the increments), so no lock is needed.
     fn next_seq(&self) -> Result<u64> {
-        let mut st = relock(&self.state);
-        st.poisoned.check()?;
-        let s = st.seq;
-        st.seq += 1;
-        Ok(s)
+        self.check_poisoned()?;
+        Ok(self.seq.fetch_add(1, Ordering::Relaxed))
     }
 
     fn peers(&self) -> Vec<usize> {
@@ -192,28 +201,28 @@ impl Inner {
     /// not complete) and tells the peers.
     fn poison(&self, e: &Error, at: Stage) {
         {
-            if !relock(&self.state).poisoned.set(e.clone()) {
+            let mut st = relock(&self.state);
+            if !st.poisoned.set(e.clone()) {
                 return;
             }
+            self.poisoned.store(true, Ordering::Release);
         }
         self.transport.notify_failure(self.comm_id, &self.peers(), at, e);
     }
 
     /// The stage of the next collective (this rank completed every one before it).
     fn next_stage(&self) -> Stage {
-        Stage::Collective(relock(&self.state).seq)
+        Stage::Collective(self.seq.load(Ordering::Relaxed))
     }
 
     fn ctx(&self, fp: Fingerprint, opts: &CallOptions) -> Ctx<'_> {
-        let started = Instant::now();
         Ctx {
             transport: &*self.transport,
             comm_id: self.comm_id,
             ranks: &self.ranks,
             rank: self.rank,
             fp,
-            started,
-            deadline: started + self.timeout(opts),
+            clock: Clock::new(self.timeout(opts)),
         }
     }
 

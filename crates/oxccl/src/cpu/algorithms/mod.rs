@@ -22,7 +22,7 @@ pub mod scatter;
 pub mod shared_memory;
 
 use std::ops::Range;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::transport::{Channel, Header, Stage, Transport, TransportError};
 use crate::backend::reduce as kernels;
@@ -39,8 +39,40 @@ pub struct Ctx<'a> {
     pub(crate) ranks: &'a [usize],
     pub(crate) rank: usize,
     pub(crate) fp: Fingerprint,
-    pub(crate) started: Instant,
-    pub(crate) deadline: Instant,
+    /// When the operation started and when its waits give up.
+    pub(crate) clock: Clock,
+}
+
+/// The start and deadline of one operation, read from the clock at the first need: an
+/// operation whose waits all end at once (the shared-memory collectives on a quiet host)
+/// never reads the clock. Transport-based algorithms need it at their first send.
+pub(crate) struct Clock {
+    timeout: Duration,
+    times: std::cell::OnceCell<(Instant, Instant)>,
+}
+
+impl Clock {
+    /// A clock whose deadline is `timeout` after its start.
+    pub(crate) fn new(timeout: Duration) -> Clock {
+        Clock { timeout, times: std::cell::OnceCell::new() }
+    }
+
+    fn times(&self) -> (Instant, Instant) {
+        *self.times.get_or_init(|| {
+            let now = Instant::now();
+            (now, now.checked_add(self.timeout).unwrap_or(now + Duration::from_secs(86_400 * 365)))
+        })
+    }
+
+    /// When the operation started (its first look at the clock).
+    pub(crate) fn started(&self) -> Instant {
+        self.times().0
+    }
+
+    /// When its waits give up.
+    pub(crate) fn deadline(&self) -> Instant {
+        self.times().1
+    }
 }
 
 impl Ctx<'_> {
@@ -70,7 +102,7 @@ impl Ctx<'_> {
     /// The transport's errors, with this collective's context.
     pub fn send(&self, peer: usize, data: &[u8]) -> Result<()> {
         let t = self.transport_rank(peer)?;
-        self.transport.send(t, &self.header(), data, self.deadline).map_err(|e| self.map_err(e))
+        self.transport.send(t, &self.header(), data, self.clock.deadline()).map_err(|e| self.map_err(e))
     }
 
     /// Receives exactly `buf.len()` bytes from `peer`, checking that the frame belongs to
@@ -83,7 +115,7 @@ impl Ctx<'_> {
         let t = self.transport_rank(peer)?;
         let got = self
             .transport
-            .recv(t, self.comm_id, Channel::Collective, Some(Stage::of_seq(self.fp.seq)), buf, self.deadline)
+            .recv(t, self.comm_id, Channel::Collective, Some(Stage::of_seq(self.fp.seq)), buf, self.clock.deadline())
             .map_err(|e| self.map_err(e))?;
         if got.header.fingerprint != self.fp {
             return Err(Error::Mismatch { peer, ours: self.fp, theirs: got.header.fingerprint });
@@ -111,7 +143,7 @@ impl Ctx<'_> {
 
     /// Turns a transport error into the user-facing error of this collective.
     pub(crate) fn map_err(&self, e: TransportError) -> Error {
-        map_transport_error(e, self.ranks, self.rank, self.fp, self.started)
+        map_transport_error(e, self.ranks, self.rank, self.fp, self.clock.started())
     }
 }
 

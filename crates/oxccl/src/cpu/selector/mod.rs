@@ -123,16 +123,19 @@ impl Selector {
     }
 
     fn print(&self, op: OpKind, table: &[Algorithm], native_slot: Option<usize>) {
+        // Ranges of equal choice up to 2^47 bytes (larger classes are not worth a line).
+        const SHOWN: usize = 48;
         let mut ranges = Vec::new();
         let mut from = 0;
-        for c in 1..=table.len() {
-            if c == table.len() || table[c] != table[from] {
-                let hi = if c >= 48 { "more".to_string() } else { format!("{} B", 1u64 << (c - 1)) };
-                ranges.push(format!("up to {hi}: {}", table[from]));
+        for c in 1..=SHOWN {
+            if c == SHOWN || table[c] != table[from] {
+                let upto = match (c == SHOWN, from) {
+                    (true, 0) => "every size".to_string(),
+                    (true, f) => format!("above {} B", 1u64 << (f - 1)),
+                    (false, _) => format!("up to {} B", 1u64 << (c - 1)),
+                };
+                ranges.push(format!("{upto}: {}", table[from]));
                 from = c;
-            }
-            if c >= 48 {
-                break;
             }
         }
         let sample = self.explain(op, 1 << 20, native_slot);

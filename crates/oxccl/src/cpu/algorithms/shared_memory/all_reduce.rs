@@ -2,7 +2,7 @@
 //! slot), chunked and pipelined reduce-scatter-then-gather for large ones (see the
 //! module documentation of [`super`]).
 
-use super::{Phase, ShmCollectives, RESULT};
+use super::{Phase, ShmCollectives, INLINE, RESULT};
 use crate::backend::reduce::reduce_sources;
 use crate::cpu::algorithms::{block_bytes, Ctx};
 use crate::cpu::transport::shm::copy;
@@ -28,13 +28,16 @@ impl ShmCollectives {
     ) -> Result<()> {
         let bytes = count * dtype.size();
         let (step, b) = self.begin(ctx);
-        // SAFETY: our slot has `self.slot >= bytes` bytes and is ours until we post.
-        unsafe { copy::copy_cached(input, self.slot_ptr(self.me, b), bytes) };
+        // Tiny payloads travel in the inline area beside the arrival, the others in the slot.
+        let area = |p: usize| if bytes <= INLINE { self.inline_ptr(p, b) } else { self.slot_ptr(p, b) };
+        // SAFETY: our area (inline: INLINE >= bytes; slot: `self.slot >= bytes`) is ours
+        // until we post.
+        unsafe { copy::copy_cached(input, area(self.me), bytes) };
         self.post(Phase::Arrive, step);
         self.wait_all(ctx, Phase::Arrive, step)?;
         // SAFETY: every rank posted `arrive = step` after filling its slot (release/acquire),
         // and nobody rewrites a slot of this step before every rank arrived at `step + 1`.
-        let src = |p: usize| unsafe { std::slice::from_raw_parts(self.slot_ptr(p, b) as *const u8, bytes) };
+        let src = |p: usize| unsafe { std::slice::from_raw_parts(area(p) as *const u8, bytes) };
         // SAFETY: `output` is valid for `bytes` and not aliased by the slots.
         let out = unsafe { std::slice::from_raw_parts_mut(output, bytes) };
         // The sources on the stack for the usual world sizes: no allocation on this path.

@@ -54,6 +54,8 @@ const DIRECT: usize = 16 * 1024;
 const LINE: usize = 128;
 /// Per rank: two slots and two result areas (double buffering by step parity).
 const REGIONS: usize = 4;
+/// Bytes of a rank's inline area per parity (all_reduce of this much or less skips the slots).
+const INLINE: usize = 32;
 /// The first result area (`RESULT + parity`).
 const RESULT: usize = 2;
 /// How often a waiting rank looks at the transport for failures and mismatches.
@@ -192,6 +194,15 @@ impl ShmCollectives {
         [self.u64_at(base), self.u64_at(base + 8), self.u64_at(base + 16)]
     }
 
+    /// The inline area of `rank` for steps of parity `b`: [`INLINE`] bytes in the second
+    /// cache line of its control block, next to the line its arrival is published in (one
+    /// adjacent-line fetch brings a tiny payload with the arrival, instead of a second miss
+    /// on a slot far away). Double-buffered like the slots.
+    fn inline_ptr(&self, rank: usize, b: usize) -> *mut u8 {
+        // SAFETY: the control block of `rank` spans LINE bytes inside the control area.
+        unsafe { self.seg.ptr().add(LINE * (2 + rank) + 64 + INLINE * b) }
+    }
+
     /// Region `b` of `rank` (slot 0, slot 1, or result area [`RESULT`] + 0 or 1), as raw memory.
     fn slot_ptr(&self, rank: usize, b: usize) -> *mut u8 {
         // SAFETY: the region lies inside the mapping (size computed in `establish`).
@@ -228,12 +239,12 @@ impl ShmCollectives {
                         }
                         Ok(_) => {}
                     }
-                    if Instant::now() >= ctx.deadline {
+                    if Instant::now() >= ctx.clock.deadline() {
                         return Err(Error::Timeout {
                             op: ctx.fp.op,
                             seq: ctx.fp.seq,
                             peer: Some(p),
-                            waited: ctx.started.elapsed(),
+                            waited: ctx.clock.started().elapsed(),
                         });
                     }
                 }
