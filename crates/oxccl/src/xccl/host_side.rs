@@ -18,11 +18,12 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::backend::{Backend, CallOptions, Completion, Mode, Op, P2p, RawBuf, RawBufMut};
+use crate::algorithm::Algorithm;
+use crate::backend::{Backend, CallOptions, Completion, Op, P2p, RawBuf, RawBufMut};
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::fingerprint::Fingerprint;
+use crate::fingerprint::{Fingerprint, OpKind};
 use crate::sync::relock;
 
 /// The host tag of envelopes (user tags travel inside them).
@@ -38,10 +39,21 @@ const LIVENESS_TAG: u32 = 0x0cc1_0002;
 /// # Errors
 /// The operation's error.
 pub(crate) unsafe fn run_blocking(comm: &dyn Backend, op: Op, timeout: Duration) -> Result<Completion> {
-    let opts = CallOptions { timeout: Some(timeout), ..CallOptions::default() };
-    // SAFETY: forwarded from this function's contract; `wait(None)` returns after completion.
-    let pending = unsafe { comm.submit(op, Mode::Blocking, &opts)? };
-    pending.wait(None).unwrap_or_else(|| Err(Error::Internal("a blocking host operation did not complete".into())))
+    // SAFETY: forwarded from this function's contract.
+    unsafe { run_forced(comm, op, timeout, Algorithm::Auto) }
+}
+
+/// [`run_blocking`] with `algorithm` forced.
+///
+/// # Safety
+/// As [`run_blocking`].
+///
+/// # Errors
+/// The operation's error.
+unsafe fn run_forced(comm: &dyn Backend, op: Op, timeout: Duration, algorithm: Algorithm) -> Result<Completion> {
+    let opts = CallOptions { timeout: Some(timeout), algorithm, ..CallOptions::default() };
+    // SAFETY: forwarded from this function's contract; `run_blocking` returns after completion.
+    unsafe { comm.run_blocking(op, &opts) }
 }
 
 /// What a send announces to its receiver.
@@ -121,8 +133,16 @@ impl HostSide {
             input: RawBuf { ptr: mine.as_ptr(), count: mine.len(), dtype: DType::U8, device: Device::Cpu },
             output: RawBufMut { ptr: all.as_mut_ptr(), count: all.len(), dtype: DType::U8, device: Device::Cpu },
         };
+        // The shared-memory collectives where the host backend has them (a wait there names
+        // the lowest rank missing); otherwise Bruck, whatever the cost model prefers: lg n
+        // rounds at any world size, and a rank's first wait is on the next rank, so the peer
+        // a timeout names does not depend on a tuning profile.
+        let forced = match self.comm.algorithm_for(OpKind::AllGather, mine.len(), &CallOptions::default()) {
+            Ok(Some(Algorithm::SharedMemory) | None) | Err(_) => Algorithm::Auto,
+            Ok(Some(_)) => Algorithm::Bruck,
+        };
         // SAFETY: both buffers are locals that outlive the blocking call.
-        unsafe { self.run(op, timeout)? };
+        unsafe { run_forced(self.comm.as_ref(), op, timeout, forced)? };
         for (peer, theirs) in all.chunks_exact(Fingerprint::BYTES).enumerate() {
             let theirs = Fingerprint::from_bytes(theirs)
                 .map_err(|e| Error::Internal(format!("rank {peer} sent a bad fingerprint: {e}")))?;

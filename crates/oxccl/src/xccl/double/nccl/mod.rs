@@ -215,11 +215,18 @@ pub(super) fn set_last_error(message: &str) {
         }
     };
     *relock(&LAST_ERROR) = interned;
+    LAST_ON_THIS_THREAD.with(|l| l.set(interned));
 }
 
-/// The last error's text (for tests).
+thread_local! {
+    /// The last error this thread caused: what a test reads, untouched by the tests that
+    /// run beside it in the process (the process-wide one is NCCL's behaviour).
+    static LAST_ON_THIS_THREAD: std::cell::Cell<&'static CStr> = const { std::cell::Cell::new(c"") };
+}
+
+/// The text of the last error this thread caused (for tests).
 pub(super) fn last_error() -> String {
-    relock(&LAST_ERROR).to_string_lossy().into_owned()
+    LAST_ON_THIS_THREAD.with(|l| l.get().to_string_lossy().into_owned())
 }
 
 /// `const char* ncclGetLastError(ncclComm_t comm)`: the last error of the process (`comm` is
