@@ -266,10 +266,16 @@ struct BenchArgs {
     #[arg(short = 'r', long = "root", default_value_t = 0, value_name = "ROOT")]
     root: usize,
 
-    /// Timed iterations per size (each out of place and in place).
-    #[arg(short = 'n', long = "iters", default_value_t = 20, value_name = "ITERS",
-          value_parser = clap::value_parser!(u32).range(1..))]
-    iters: u32,
+    /// Timed iterations per size (each out of place and in place): a number, or `auto`
+    /// (about 50 ms of calls per measurement, 10 to 100000, agreed by every rank).
+    #[arg(short = 'n', long = "iters", default_value = "auto", value_name = "ITERS|auto", value_parser = parse_iters)]
+    iters: bench::Iters,
+
+    /// Algorithms: the backend's choice (default), one algorithm by name for every
+    /// operation it applies to, or `all` (every algorithm of each operation side by side,
+    /// auto's choice marked; cpu and local backends).
+    #[arg(long, value_name = "NAME|all", value_parser = parse_algo)]
+    algo: Option<bench::AlgoMode>,
 
     /// Untimed iterations before timing.
     #[arg(short = 'w', long = "warmup_iters", alias = "warmup", default_value_t = 5, value_name = "WARMUP")]
@@ -288,6 +294,27 @@ struct BenchArgs {
     /// (single-threaded, the other ranks idle), and per rank with every rank copying at once.
     #[arg(long)]
     memcpy: bool,
+}
+
+fn parse_iters(s: &str) -> Result<bench::Iters, String> {
+    if s.trim().eq_ignore_ascii_case("auto") {
+        return Ok(bench::Iters::Auto);
+    }
+    match s.trim().parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(bench::Iters::Fixed(n)),
+        _ => Err(format!("`{s}` is not a number of iterations (1 or more) or `auto`")),
+    }
+}
+
+fn parse_algo(s: &str) -> Result<bench::AlgoMode, String> {
+    if s.trim().eq_ignore_ascii_case("all") {
+        return Ok(bench::AlgoMode::All);
+    }
+    match s.parse::<oxccl::Algorithm>() {
+        Ok(oxccl::Algorithm::Auto) => Ok(bench::AlgoMode::Auto),
+        Ok(a) => Ok(bench::AlgoMode::Forced(a)),
+        Err(e) => Err(format!("{e}; or `all`")),
+    }
 }
 
 fn parse_dtype(s: &str) -> Result<DType, String> {
@@ -318,7 +345,8 @@ impl BenchArgs {
             dtype: self.dtype,
             redop: self.redop,
             root: self.root,
-            iters: self.iters as usize,
+            iters: self.iters,
+            algo: self.algo.unwrap_or(bench::AlgoMode::Auto),
             warmup: self.warmup as usize,
             check: self.check == 1,
             memcpy: self.memcpy,
@@ -340,6 +368,7 @@ impl BenchArgs {
             ("-o", self.redop.name().to_string()),
             ("-r", self.root.to_string()),
             ("-n", self.iters.to_string()),
+            ("--algo", self.algo.map_or_else(|| "auto".to_string(), |a| a.to_string())),
             ("-w", self.warmup.to_string()),
             ("-c", self.check.to_string()),
         ];
@@ -445,6 +474,9 @@ fn main() -> ExitCode {
 mod tests {
     use super::*;
     use clap::CommandFactory;
+    use oxccl::Algorithm;
+
+    use crate::bench::{AlgoMode, Iters};
 
     #[test]
     fn the_command_line_definition_is_consistent() {
@@ -469,6 +501,29 @@ mod tests {
     }
 
     #[test]
+    fn bench_iterations_and_algorithms_parse_and_reach_the_children() {
+        let bench = |args: &[&str]| {
+            let cli = Cli::try_parse_from(["oxccl", "bench"].iter().chain(args)).map_err(|e| e.to_string())?;
+            let Command::Bench(a) = cli.command else { return Err("not bench".to_string()) };
+            Ok::<_, String>(a)
+        };
+        let a = bench(&["--ranks", "3", "-n", "100", "--algo", "ring"]).unwrap();
+        let plan = a.plan().unwrap();
+        assert_eq!((plan.iters, plan.algo), (Iters::Fixed(100), AlgoMode::Forced(Algorithm::Ring)));
+        let child = a.child_args("cpu");
+        let again = Cli::try_parse_from(std::iter::once(OsString::from("oxccl")).chain(child)).unwrap();
+        let Command::Bench(again) = again.command else { panic!("not bench") };
+        let p2 = again.plan().unwrap();
+        assert_eq!((p2.iters, p2.algo), (Iters::Fixed(100), AlgoMode::Forced(Algorithm::Ring)));
+        assert_eq!(bench(&["--algo", "ALL", "-n", "Auto"]).unwrap().plan().unwrap().algo, AlgoMode::All);
+        assert_eq!(bench(&["--algo", "auto"]).unwrap().plan().unwrap().algo, AlgoMode::Auto);
+        for bad in [&["-n", "0"][..], &["-n", "many"], &["--algo", "fastest"]] {
+            let e = bench(bad).unwrap_err();
+            assert!(e.contains(bad[1]), "{bad:?}: {e}");
+        }
+    }
+
+    #[test]
     fn bench_defaults_and_child_arguments_round_trip() {
         let cli =
             Cli::try_parse_from(["oxccl", "bench", "--ranks", "4", "-e", "64K", "-d", "bf16", "--memcpy"]).unwrap();
@@ -476,7 +531,7 @@ mod tests {
         let plan = args.plan().unwrap();
         assert_eq!(plan.ops, vec![BenchOp::AllReduce]);
         assert_eq!(plan.sizes, vec![8, 32, 128, 512, 2048, 8192, 32768]);
-        assert_eq!((plan.iters, plan.warmup, plan.check), (20, 5, true));
+        assert_eq!((plan.iters, plan.algo, plan.warmup, plan.check), (Iters::Auto, AlgoMode::Auto, 5, true));
         let child = args.child_args("cpu");
         let reparsed = Cli::try_parse_from(std::iter::once(OsString::from("oxccl")).chain(child)).unwrap();
         let Command::Bench(again) = reparsed.command else { panic!("not bench") };
@@ -484,6 +539,7 @@ mod tests {
         assert_eq!(again.backend.as_deref(), Some("cpu"));
         let p2 = again.plan().unwrap();
         assert_eq!((p2.sizes, p2.dtype, p2.redop, p2.memcpy), (plan.sizes, DType::BF16, ReduceOp::Sum, true));
+        assert_eq!((p2.iters, p2.algo), (Iters::Auto, AlgoMode::Auto));
     }
 
     #[test]

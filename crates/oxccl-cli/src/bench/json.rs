@@ -18,8 +18,9 @@ pub struct Report {
     pub backend: String,
     /// Number of ranks.
     pub world_size: usize,
-    /// Timed iterations per measurement.
-    pub iters: usize,
+    /// Timed iterations per measurement: a number, or `auto` (each row's `iters` says how
+    /// many it took).
+    pub iters: String,
     /// Untimed iterations before them.
     pub warmup: usize,
     /// Whether results were checked.
@@ -47,6 +48,8 @@ pub struct Record {
     pub in_place: bool,
     /// Average time per iteration (maximum over ranks), microseconds.
     pub time_us: f64,
+    /// Timed iterations behind it.
+    pub iters: usize,
     /// Algorithm bandwidth, GB/s.
     pub algbw_gbps: f64,
     /// Bus bandwidth, GB/s.
@@ -76,6 +79,7 @@ pub fn records(rows: &[Row]) -> Vec<Record> {
                 root: r.root.map_or(-1, |x| x as i64),
                 in_place,
                 time_us: m.time_us,
+                iters: m.iters,
                 algbw_gbps: m.algbw,
                 busbw_gbps: m.busbw,
                 wrong: m.wrong,
@@ -112,7 +116,7 @@ mod tests {
 
     #[test]
     fn one_record_per_placement() {
-        let m = Measurement { time_us: 2.0, algbw: 1.0, busbw: 1.5, wrong: Some(0) };
+        let m = Measurement { time_us: 2.0, algbw: 1.0, busbw: 1.5, wrong: Some(0), iters: 7 };
         let row = Row {
             op: BenchOp::AllReduce,
             bytes: 64,
@@ -129,6 +133,7 @@ mod tests {
         let recs = records(&[row, gather]);
         assert_eq!(recs.len(), 3);
         assert!(!recs[0].in_place && recs[1].in_place);
+        assert_eq!(recs[0].iters, 7);
         assert_eq!(recs[2].op, "gather");
         assert_eq!(recs[2].redop, "none");
         assert_eq!(recs[2].root, 0);
@@ -137,7 +142,7 @@ mod tests {
             version: "0",
             backend: "local".into(),
             world_size: 2,
-            iters: 1,
+            iters: "1".into(),
             warmup: 0,
             check: true,
             rows: recs,
@@ -155,7 +160,7 @@ mod tests {
             version: "0",
             backend: "local".into(),
             world_size: 1,
-            iters: 1,
+            iters: "1".into(),
             warmup: 0,
             check: true,
             rows: vec![],

@@ -1,11 +1,15 @@
 //! `oxccl bench`: measures collectives like nccl-tests and prints its table.
 //!
 //! For each operation and size, every rank runs warmup iterations, meets at a barrier, then
-//! times `iters` iterations out of place and `iters` in place (where the operation has an
-//! in-place form). The time reported is the maximum over ranks of the average time per
-//! iteration (gathered with an all_reduce); with `-c 1` one more run on fresh inputs is
-//! checked element by element against a sequential reference ([`check`]).
+//! times a number of iterations out of place and as many in place (where the operation has
+//! an in-place form): a fixed `-n`, or with `-n auto` as many as fit in about 50 ms after a
+//! short calibration that every rank agrees on ([`Iters`]). The first measurement of a run
+//! is preceded by [`STARTUP_US`] of untimed calls. The time reported is the maximum over
+//! ranks of the average time per iteration (gathered with an all_reduce); with `-c 1` one
+//! more run on fresh inputs is checked element by element against a sequential reference
+//! ([`check`]). `--algo all` measures every algorithm side by side instead ([`algos`]).
 //!
+//! - [`algos`]: `--algo all`, every algorithm of each operation side by side;
 //! - [`ops`]: the operations, their buffers and one function per operation;
 //! - [`sizes`]: `64K`-style sizes and the sweep;
 //! - [`join`]: joining a launched job, and the advice when that fails;
@@ -14,6 +18,7 @@
 //! - [`json`]: `--json` output;
 //! - [`progress`]: the progress indicator.
 
+pub mod algos;
 pub mod check;
 pub mod join;
 pub mod json;
@@ -48,7 +53,9 @@ pub struct Plan {
     /// Root of the rooted operations.
     pub root: usize,
     /// Timed iterations per measurement.
-    pub iters: usize,
+    pub iters: Iters,
+    /// Which algorithms to measure.
+    pub algo: AlgoMode,
     /// Untimed iterations before them.
     pub warmup: usize,
     /// Whether to check results.
@@ -59,6 +66,63 @@ pub struct Plan {
     pub json: Option<PathBuf>,
     /// How rank 0 shows progress.
     pub progress: ProgressMode,
+}
+
+/// How many timed iterations a measurement takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Iters {
+    /// Exactly this many.
+    Fixed(usize),
+    /// As many as fit in about [`AUTO_TARGET_US`] (at least [`AUTO_MIN`], at most
+    /// [`AUTO_MAX`]), from a short calibration that every rank agrees on.
+    Auto,
+}
+
+impl std::fmt::Display for Iters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Iters::Fixed(n) => write!(f, "{n}"),
+            Iters::Auto => f.write_str("auto"),
+        }
+    }
+}
+
+/// The time an automatic measurement aims at, µs.
+pub const AUTO_TARGET_US: f64 = 50_000.0;
+/// The fewest iterations of an automatic measurement.
+pub const AUTO_MIN: usize = 10;
+/// The most iterations of an automatic measurement.
+pub const AUTO_MAX: usize = 100_000;
+/// How long the start-up warm-up lasts at least (max over ranks), µs.
+pub const STARTUP_US: f64 = 200_000.0;
+
+/// The iterations an automatic measurement takes when one call took `per_op_us`.
+pub fn auto_iters(per_op_us: f64) -> usize {
+    if per_op_us.is_nan() || per_op_us <= 0.0 {
+        return AUTO_MAX;
+    }
+    ((AUTO_TARGET_US / per_op_us).ceil() as usize).clamp(AUTO_MIN, AUTO_MAX)
+}
+
+/// Which algorithms a run measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AlgoMode {
+    /// The backend's own choice (the nccl-tests table).
+    Auto,
+    /// This algorithm for every operation it applies to.
+    Forced(oxccl::Algorithm),
+    /// Every algorithm of each operation, side by side, with the one auto picks marked.
+    All,
+}
+
+impl std::fmt::Display for AlgoMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AlgoMode::Auto => f.write_str("auto"),
+            AlgoMode::Forced(a) => write!(f, "{a}"),
+            AlgoMode::All => f.write_str("all"),
+        }
+    }
 }
 
 impl Plan {
@@ -171,6 +235,16 @@ fn run_typed<T: BenchElem>(comm: &Communicator, plan: &Plan) -> Result<u64, Stri
             u8::from(plan.check),
         ));
     }
+    let forced;
+    let comm = match plan.algo {
+        AlgoMode::Forced(a) => {
+            forced = comm.with_algorithm(a);
+            &forced
+        }
+        AlgoMode::All => return algos::sweep::<T>(comm, plan),
+        AlgoMode::Auto => comm,
+    };
+    let mut first = true;
     let mut all_rows = Vec::new();
     let mut wrong = 0;
     for &op in &plan.ops {
@@ -180,8 +254,8 @@ fn run_typed<T: BenchElem>(comm: &Communicator, plan: &Plan) -> Result<u64, Stri
         let mut rows = Vec::new();
         for size in plan.sizes_of(op) {
             progress.step(&format!("{op} {}", sizes::format_size(size)));
-            let row =
-                measure::<T>(comm, op, size, plan).map_err(|e| format!("rank {rank}: {op} of {size} bytes: {e}"))?;
+            let row = measure::<T>(comm, op, size, plan, std::mem::take(&mut first))
+                .map_err(|e| format!("rank {rank}: {op} of {size} bytes: {e}"))?;
             if printer {
                 progress.clear();
                 out(&format!("{}\n", table::format_row(&row, plan.memcpy)));
@@ -202,7 +276,7 @@ fn run_typed<T: BenchElem>(comm: &Communicator, plan: &Plan) -> Result<u64, Stri
                 version: env!("CARGO_PKG_VERSION"),
                 backend: comm.backend().to_string(),
                 world_size: n,
-                iters: plan.iters,
+                iters: plan.iters.to_string(),
                 warmup: plan.warmup,
                 check: plan.check,
                 rows: json::records(&all_rows),
@@ -213,8 +287,15 @@ fn run_typed<T: BenchElem>(comm: &Communicator, plan: &Plan) -> Result<u64, Stri
     Ok(wrong)
 }
 
-/// Measures `op` at `size` bytes: one table row, agreed on by every rank.
-fn measure<T: BenchElem>(comm: &Communicator, op: BenchOp, size: usize, plan: &Plan) -> oxccl::Result<Row> {
+/// Measures `op` at `size` bytes: one table row, agreed on by every rank. `startup`: the
+/// first measurement of the run, which first warms the job up ([`STARTUP_US`]).
+fn measure<T: BenchElem>(
+    comm: &Communicator,
+    op: BenchOp,
+    size: usize,
+    plan: &Plan,
+    startup: bool,
+) -> oxccl::Result<Row> {
     let (rank, n) = (comm.rank(), comm.world_size());
     let elem = T::DTYPE.size();
     let count = op.count_for(size, elem, n);
@@ -223,6 +304,7 @@ fn measure<T: BenchElem>(comm: &Communicator, op: BenchOp, size: usize, plan: &P
     // Out-of-place time, in-place time, memcpy time on rank 0 alone, memcpy time with every
     // rank copying at once (µs); wrong values per placement.
     let mut times = [0.0f64; 4];
+    let mut iters = [0usize; 2];
     let mut wrong = [0u64; 2];
     // On a GPU backend the buffers live on the communicator's device: the host buffers
     // hold the inputs and the checked results, and are copied over around the timed loops.
@@ -236,7 +318,8 @@ fn measure<T: BenchElem>(comm: &Communicator, op: BenchOp, size: usize, plan: &P
         if let Some(gpu) = &gpu {
             let mut input = gpu.copy_from_host(&b.input)?;
             let mut output = gpu.copy_from_host(&b.output)?;
-            times[k] = timed(comm, plan, || ops::run_on(comm, op, &input, &mut output, &a))?;
+            (times[k], iters[k]) =
+                timed(comm, plan, startup && k == 0, || ops::run_on(comm, op, &input, &mut output, &a))?;
             if plan.check {
                 ops::refill(comm, op, count, &a, &mut b);
                 input.copy_from_host(&b.input)?;
@@ -245,7 +328,7 @@ fn measure<T: BenchElem>(comm: &Communicator, op: BenchOp, size: usize, plan: &P
                 b.output = output.to_vec()?;
             }
         } else {
-            times[k] = timed(comm, plan, || ops::run(comm, op, &mut b, &a))?;
+            (times[k], iters[k]) = timed(comm, plan, startup && k == 0, || ops::run(comm, op, &mut b, &a))?;
             if plan.check {
                 ops::refill(comm, op, count, &a, &mut b);
                 ops::run(comm, op, &mut b, &a)?;
@@ -256,17 +339,20 @@ fn measure<T: BenchElem>(comm: &Communicator, op: BenchOp, size: usize, plan: &P
             wrong[k] = check::count_wrong(&ctx, &b, place);
         }
     }
+    // The bench's own agreements run with the backend's choice (see `timed`).
+    let sync = comm.with_algorithm(oxccl::Algorithm::Auto);
     let with_memcpy = plan.memcpy && op != BenchOp::Barrier;
     if with_memcpy {
+        let copies = iters[0].max(1);
         if rank == 0 {
-            times[2] = memcpy_time(bytes, plan.warmup, plan.iters);
+            times[2] = memcpy_time(bytes, plan.warmup, copies);
         }
-        comm.barrier()?;
-        times[3] = memcpy_time(bytes, plan.warmup, plan.iters);
+        sync.barrier()?;
+        times[3] = memcpy_time(bytes, plan.warmup, copies);
     }
-    comm.all_reduce(&mut times, ReduceOp::Max)?;
+    sync.all_reduce(&mut times, ReduceOp::Max)?;
     if plan.check {
-        comm.all_reduce(&mut wrong, ReduceOp::Sum)?;
+        sync.all_reduce(&mut wrong, ReduceOp::Sum)?;
     }
     let checked = |w: u64| plan.check.then_some(w);
     let barrier = op == BenchOp::Barrier;
@@ -277,8 +363,10 @@ fn measure<T: BenchElem>(comm: &Communicator, op: BenchOp, size: usize, plan: &P
         dtype: (!barrier).then_some(T::DTYPE),
         redop: op.is_reduction().then_some(plan.redop),
         root: op.is_rooted().then_some(plan.root),
-        out_of_place: Measurement::new(op, bytes, n, times[0], checked(wrong[0])),
-        in_place: op.has_in_place().then(|| Measurement::new(op, bytes, n, times[1], checked(wrong[1]))),
+        out_of_place: Measurement::new(op, bytes, n, times[0], checked(wrong[0])).with_iters(iters[0]),
+        in_place: op
+            .has_in_place()
+            .then(|| Measurement::new(op, bytes, n, times[1], checked(wrong[1])).with_iters(iters[1])),
         memcpy: with_memcpy.then(|| Memcpy {
             time_us: times[2],
             gbps: table::gbps(bytes, times[2]),
@@ -287,17 +375,57 @@ fn measure<T: BenchElem>(comm: &Communicator, op: BenchOp, size: usize, plan: &P
     })
 }
 
-/// Warms up with `run`, lines the ranks up, and returns the loop-mean time of `run` in µs.
-fn timed(comm: &Communicator, plan: &Plan, mut run: impl FnMut() -> oxccl::Result<()>) -> oxccl::Result<f64> {
+/// Warms up with `run`, lines the ranks up, and returns the loop-mean time of `run` in µs
+/// and the iterations it took. With `startup`, the warm-up first goes on until
+/// [`STARTUP_US`] have passed on every rank (the first operations after start-up pay for
+/// page faults, thread starts and a scheduler that has not settled; no row should show
+/// that). With [`Iters::Auto`], a calibration of a few calls, its maximum over ranks,
+/// decides the count, so every rank runs the same number.
+pub(crate) fn timed(
+    comm: &Communicator,
+    plan: &Plan,
+    startup: bool,
+    mut run: impl FnMut() -> oxccl::Result<()>,
+) -> oxccl::Result<(f64, usize)> {
+    // The bench's own barriers and agreements run with the backend's choice, whatever
+    // algorithm the measured calls are forced to.
+    let comm = &comm.with_algorithm(oxccl::Algorithm::Auto);
+    if startup {
+        let t0 = Instant::now();
+        loop {
+            for _ in 0..10 {
+                run()?;
+            }
+            let mut elapsed = [t0.elapsed().as_secs_f64() * 1e6];
+            comm.all_reduce(&mut elapsed, ReduceOp::Max)?;
+            if elapsed[0] >= STARTUP_US {
+                break;
+            }
+        }
+    }
     for _ in 0..plan.warmup {
         run()?;
     }
+    let iters = match plan.iters {
+        Iters::Fixed(n) => n,
+        Iters::Auto => {
+            comm.barrier()?;
+            let calls = 3;
+            let t0 = Instant::now();
+            for _ in 0..calls {
+                run()?;
+            }
+            let mut per_op = [t0.elapsed().as_secs_f64() * 1e6 / calls as f64];
+            comm.all_reduce(&mut per_op, ReduceOp::Max)?;
+            auto_iters(per_op[0])
+        }
+    };
     comm.barrier()?;
     let t0 = Instant::now();
-    for _ in 0..plan.iters {
+    for _ in 0..iters {
         run()?;
     }
-    Ok(t0.elapsed().as_secs_f64() * 1e6 / plan.iters.max(1) as f64)
+    Ok((t0.elapsed().as_secs_f64() * 1e6 / iters.max(1) as f64, iters))
 }
 
 /// The average time in µs of a single-threaded `copy_from_slice` of `bytes` bytes.
@@ -327,13 +455,26 @@ mod tests {
             dtype,
             redop,
             root: 1,
-            iters: 1,
+            iters: Iters::Fixed(1),
+            algo: AlgoMode::Auto,
             warmup: 0,
             check: true,
             memcpy: true,
             json: None,
             progress: ProgressMode::Off,
         }
+    }
+
+    #[test]
+    fn automatic_iterations_fill_about_fifty_milliseconds_within_bounds() {
+        assert_eq!(auto_iters(1.0), 50_000);
+        assert_eq!(auto_iters(3.0), 16_667);
+        assert_eq!(auto_iters(0.01), AUTO_MAX);
+        assert_eq!(auto_iters(1e6), AUTO_MIN);
+        for odd in [0.0, -1.0, f64::NAN] {
+            assert_eq!(auto_iters(odd), AUTO_MAX, "{odd}");
+        }
+        assert_eq!(auto_iters(f64::INFINITY), AUTO_MIN);
     }
 
     #[test]

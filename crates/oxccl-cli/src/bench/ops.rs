@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use oxccl::{BufferMut, Communicator, ReduceOp, Result};
+use oxccl::{BufferMut, Communicator, OpKind, ReduceOp, Result};
 
 use super::check::{self, BenchElem, Pattern};
 
@@ -138,6 +138,34 @@ impl BenchOp {
             BenchOp::Barrier => 0,
             op if op.is_blocked() => c - c % n.max(1),
             _ => c,
+        }
+    }
+
+    /// The library's operation kind (None for the send/recv exchange, which is not a
+    /// collective).
+    pub const fn kind(self) -> Option<OpKind> {
+        Some(match self {
+            BenchOp::AllReduce => OpKind::AllReduce,
+            BenchOp::AllGather => OpKind::AllGather,
+            BenchOp::ReduceScatter => OpKind::ReduceScatter,
+            BenchOp::Broadcast => OpKind::Broadcast,
+            BenchOp::Reduce => OpKind::Reduce,
+            BenchOp::AllToAll => OpKind::AllToAll,
+            BenchOp::Gather => OpKind::Gather,
+            BenchOp::Scatter => OpKind::Scatter,
+            BenchOp::Barrier => OpKind::Barrier,
+            BenchOp::SendRecv => return None,
+        })
+    }
+
+    /// The bytes the library's algorithm choice looks at for `count` elements of `elem`
+    /// bytes ([`Communicator::algorithm_for`]): the output of all_reduce, broadcast and
+    /// scatter, the input of the others.
+    pub fn message_bytes(self, count: usize, elem: usize, n: usize) -> usize {
+        let (input, output) = self.buffer_lens(count, n, Place::OutOfPlace);
+        elem * match self {
+            BenchOp::AllReduce | BenchOp::Broadcast | BenchOp::Scatter => output,
+            _ => input,
         }
     }
 

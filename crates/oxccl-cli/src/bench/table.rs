@@ -23,13 +23,21 @@ pub struct Measurement {
     pub busbw: f64,
     /// Elements that differed from the expected result, summed over ranks (None: not checked).
     pub wrong: Option<u64>,
+    /// Timed iterations behind `time_us`.
+    pub iters: usize,
 }
 
 impl Measurement {
     /// The measurement of `op` moving `bytes` among `n` ranks in `time_us` microseconds.
     pub fn new(op: BenchOp, bytes: usize, n: usize, time_us: f64, wrong: Option<u64>) -> Measurement {
         let algbw = gbps(bytes, time_us);
-        Measurement { time_us, algbw, busbw: algbw * op.bus_factor(n), wrong }
+        Measurement { time_us, algbw, busbw: algbw * op.bus_factor(n), wrong, iters: 0 }
+    }
+
+    /// The same measurement, `iters` iterations long.
+    pub fn with_iters(mut self, iters: usize) -> Measurement {
+        self.iters = iters;
+        self
     }
 }
 
@@ -189,8 +197,8 @@ mod tests {
             dtype: Some(DType::F32),
             redop: Some(ReduceOp::Sum),
             root: None,
-            out_of_place: Measurement { time_us: 4.12, algbw: 0.0, busbw: 0.0, wrong: Some(0) },
-            in_place: Some(Measurement { time_us: 3.9, algbw: 0.0, busbw: 0.0, wrong: Some(0) }),
+            out_of_place: Measurement { time_us: 4.12, algbw: 0.0, busbw: 0.0, wrong: Some(0), iters: 10 },
+            in_place: Some(Measurement { time_us: 3.9, algbw: 0.0, busbw: 0.0, wrong: Some(0), iters: 10 }),
             memcpy: None,
         }
     }
