@@ -277,7 +277,8 @@ struct BenchArgs {
     #[arg(long, value_name = "NAME|all", value_parser = parse_algo)]
     algo: Option<bench::AlgoMode>,
 
-    /// Untimed iterations before timing.
+    /// Untimed iterations before timing (0: none, not even the first row's 200 ms start-up
+    /// warm-up, to time from the very first call).
     #[arg(short = 'w', long = "warmup_iters", alias = "warmup", default_value_t = 5, value_name = "WARMUP")]
     warmup: u32,
 

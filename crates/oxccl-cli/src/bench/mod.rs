@@ -379,7 +379,8 @@ fn measure<T: BenchElem>(
 /// and the iterations it took. With `startup`, the warm-up first goes on until
 /// [`STARTUP_US`] have passed on every rank (the first operations after start-up pay for
 /// page faults, thread starts and a scheduler that has not settled; no row should show
-/// that). With [`Iters::Auto`], a calibration of a few calls, its maximum over ranks,
+/// that), unless the plan has no warm-up at all (`-w 0` times from the very first call, to
+/// see what start-up costs). With [`Iters::Auto`], a calibration of a few calls, its maximum over ranks,
 /// decides the count, so every rank runs the same number.
 pub(crate) fn timed(
     comm: &Communicator,
@@ -390,7 +391,7 @@ pub(crate) fn timed(
     // The bench's own barriers and agreements run with the backend's choice, whatever
     // algorithm the measured calls are forced to.
     let comm = &comm.with_algorithm(oxccl::Algorithm::Auto);
-    if startup {
+    if startup && plan.warmup > 0 {
         let t0 = Instant::now();
         loop {
             for _ in 0..10 {
