@@ -46,6 +46,9 @@ pub struct Record {
     pub root: i64,
     /// Whether this is the in-place measurement.
     pub in_place: bool,
+    /// The algorithm the backend ran (`Communicator::algorithm_for`); null where the backend
+    /// does not say (mpi, nccl) or for send/recv.
+    pub algorithm: Option<&'static str>,
     /// Average time per iteration (maximum over ranks), microseconds.
     pub time_us: f64,
     /// Timed iterations behind it.
@@ -78,6 +81,7 @@ pub fn records(rows: &[Row]) -> Vec<Record> {
                 redop: r.redop.map_or("none", |o| o.name()),
                 root: r.root.map_or(-1, |x| x as i64),
                 in_place,
+                algorithm: r.algorithm.map(|a| a.name()),
                 time_us: m.time_us,
                 iters: m.iters,
                 algbw_gbps: m.algbw,
@@ -127,13 +131,14 @@ mod tests {
             out_of_place: m,
             in_place: Some(m),
             memcpy: Some(Memcpy { time_us: 0.5, gbps: 0.128, all_ranks_gbps: 0.1 }),
+            algorithm: Some(oxccl::Algorithm::Ring),
         };
         let gather =
             Row { op: BenchOp::Gather, redop: None, root: Some(0), in_place: None, memcpy: None, ..row.clone() };
         let recs = records(&[row, gather]);
         assert_eq!(recs.len(), 3);
         assert!(!recs[0].in_place && recs[1].in_place);
-        assert_eq!(recs[0].iters, 7);
+        assert_eq!((recs[0].iters, recs[0].algorithm), (7, Some("ring")));
         assert_eq!(recs[2].op, "gather");
         assert_eq!(recs[2].redop, "none");
         assert_eq!(recs[2].root, 0);

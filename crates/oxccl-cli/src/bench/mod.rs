@@ -372,6 +372,10 @@ fn measure<T: BenchElem>(
             gbps: table::gbps(bytes, times[2]),
             all_ranks_gbps: table::gbps(bytes, times[3]),
         }),
+        algorithm: match op.kind() {
+            Some(kind) => comm.algorithm_for(kind, op.message_bytes(count, elem, n))?,
+            None => None,
+        },
     })
 }
 

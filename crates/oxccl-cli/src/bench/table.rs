@@ -7,7 +7,7 @@
 //!            8             2     float     sum      -1     4.12    0.00    0.00       0     3.90    0.00    0.00       0
 //! ```
 
-use oxccl::{DType, ReduceOp};
+use oxccl::{Algorithm, DType, ReduceOp};
 use serde::Serialize;
 
 use super::ops::BenchOp;
@@ -83,6 +83,8 @@ pub struct Row {
     pub in_place: Option<Measurement>,
     /// The memcpy reference, with `--memcpy`.
     pub memcpy: Option<Memcpy>,
+    /// The algorithm the backend ran (None where it does not say: mpi, nccl, send/recv).
+    pub algorithm: Option<Algorithm>,
 }
 
 /// The type name nccl-tests uses for `d` (`float`, `half`, `bfloat16`, `int32`, ...).
@@ -200,6 +202,7 @@ mod tests {
             out_of_place: Measurement { time_us: 4.12, algbw: 0.0, busbw: 0.0, wrong: Some(0), iters: 10 },
             in_place: Some(Measurement { time_us: 3.9, algbw: 0.0, busbw: 0.0, wrong: Some(0), iters: 10 }),
             memcpy: None,
+            algorithm: None,
         }
     }
 
