@@ -5,10 +5,14 @@
 //! transports (shared memory on one host) and one on TCP only. Rank 0 and rank 1 then
 //! measure, while the others wait at a barrier:
 //! - per transport, α (an exchange of 8 bytes: both send and receive at once, as in the
-//!   steps of a collective) and the bandwidth (a 4 MiB exchange, α taken off);
+//!   steps of a collective), the bandwidth (a 4 MiB exchange, α taken off) and the
+//!   overhead `o` (rank 0 streams 8-byte messages to rank 1, which answers once at the end:
+//!   the sender's time per message);
 //! - the step of the shared-memory collectives (a barrier in shared memory, every rank);
 //! - on rank 0 alone: one core's copy and reduction speed (8 MiB buffers, past the caches),
-//!   and the in-process transport of the `local` backend (two threads).
+//!   the in-process transport of the `local` backend (two threads), and the switch cost
+//!   (two threads on one CPU handing it to each other with `sched_yield`, as ranks that
+//!   outnumber the CPUs do).
 //!
 //! Run it across hosts (under `oxccl run --nnodes 2 ...`, with rank 1 on another host) to
 //! price TCP over the real network; `--ranks N` measures this host.
@@ -51,12 +55,125 @@ fn exchange(comm: &Communicator, bytes: usize, iters: usize) -> oxccl::Result<f6
     Ok(t.elapsed().as_secs_f64() / iters as f64)
 }
 
-/// α and bandwidth of the links between ranks 0 and 1 of `comm` (meaningful on rank 0).
+/// Seconds of rank 0's time per message when it streams `msgs` 8-byte messages to rank 1,
+/// which answers once after the last; ranks other than 0 and 1 return 0 at once.
+fn stream(comm: &Communicator, msgs: usize) -> oxccl::Result<f64> {
+    let r = comm.rank();
+    if r > 1 {
+        return Ok(0.0);
+    }
+    let out = [r as u8; 8];
+    let mut inc = [0u8; 8];
+    let mut round = || -> oxccl::Result<()> {
+        if r == 0 {
+            for _ in 0..msgs {
+                comm.send(&out[..], 1, 8)?;
+            }
+            comm.recv(&mut inc[..], 1, 9).map(drop)
+        } else {
+            for _ in 0..msgs {
+                comm.recv(&mut inc[..], 0, 8)?;
+            }
+            comm.send(&out[..], 0, 9)
+        }
+    };
+    round()?;
+    let t = Instant::now();
+    round()?;
+    Ok(t.elapsed().as_secs_f64() / msgs as f64)
+}
+
+/// α, bandwidth and overhead of the links between ranks 0 and 1 of `comm` (meaningful on
+/// rank 0).
 fn link(comm: &Communicator) -> oxccl::Result<LinkCost> {
     let alpha = exchange(comm, 8, 2000)?;
     let big = exchange(comm, BIG, 20)?;
+    let overhead = stream(comm, 2000)?;
     let bandwidth = BIG as f64 / (big - alpha).max(1e-9);
-    Ok(LinkCost { alpha: alpha.max(1e-9), bandwidth })
+    Ok(LinkCost { alpha: alpha.max(1e-9), bandwidth, overhead: overhead.max(1e-9) })
+}
+
+/// Pins the calling thread to `cpu`; false where the kernel refuses.
+fn pin_to(cpu: usize) -> bool {
+    // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return false;
+    }
+    // SAFETY: `cpu` is below CPU_SETSIZE, so CPU_SET writes within `set`.
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: pid 0 is this thread; the size and pointer describe `set`, which the kernel
+    // only reads.
+    unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0 }
+}
+
+/// The first CPU this thread may run on.
+fn first_cpu() -> Option<usize> {
+    // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: pid 0 is this thread; the size and pointer describe `set`, which the kernel
+    // fills.
+    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0 {
+        return None;
+    }
+    // SAFETY: CPU_ISSET reads the set within its size (CPU_SETSIZE bits).
+    (0..libc::CPU_SETSIZE as usize).find(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+}
+
+/// Seconds to hand a CPU from one waiting thread to another: two threads pinned to one
+/// CPU pass a turn back and forth, each polling with `sched_yield` until it is theirs.
+/// `None` where the threads cannot be pinned.
+fn switch_cost() -> Option<f64> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    const ROUNDS: usize = 20_000;
+    let cpu = first_cpu()?;
+    let turn = AtomicUsize::new(0);
+    const GONE: usize = usize::MAX;
+    // Both sides run on threads of their own, so the caller's affinity is left alone.
+    std::thread::scope(|s| {
+        let other = s.spawn(|| {
+            if !pin_to(cpu) {
+                turn.store(GONE, Ordering::Release);
+                return;
+            }
+            for i in 0..ROUNDS {
+                loop {
+                    match turn.load(Ordering::Acquire) {
+                        GONE => return,
+                        now if now == 2 * i + 1 => break,
+                        _ => std::thread::yield_now(),
+                    }
+                }
+                turn.store(2 * i + 2, Ordering::Release);
+            }
+        });
+        let timer = s.spawn(|| {
+            if !pin_to(cpu) {
+                turn.store(GONE, Ordering::Release);
+                return None;
+            }
+            let t = Instant::now();
+            for i in 0..ROUNDS {
+                if turn.compare_exchange(2 * i, 2 * i + 1, Ordering::AcqRel, Ordering::Acquire).is_err() {
+                    return None;
+                }
+                loop {
+                    match turn.load(Ordering::Acquire) {
+                        GONE => return None,
+                        now if now == 2 * i + 2 => break,
+                        _ => std::thread::yield_now(),
+                    }
+                }
+            }
+            Some(t.elapsed().as_secs_f64() / (2 * ROUNDS) as f64)
+        });
+        let took = timer.join().ok().flatten();
+        if took.is_none() {
+            turn.store(GONE, Ordering::Release);
+        }
+        let _ = other.join();
+        took
+    })
 }
 
 /// Seconds per call of `f`, the best of five rounds of `iters` calls.
@@ -131,8 +248,17 @@ pub fn run_rank(backend_cfg: Config) -> Result<Option<Profile>, String> {
     if shm.rank() == 0 {
         let (copy, reduce) = local_speeds().map_err(e("local speeds"))?;
         let memory = memory_link().map_err(e("in-process ping-pong"))?;
-        profile =
-            Some(Profile { shm: ring, tcp: net, memory, native_step: step, copy, reduce, source: "oxccl tune".into() });
+        let switch = switch_cost().unwrap_or(Profile::default().switch);
+        profile = Some(Profile {
+            shm: ring,
+            tcp: net,
+            memory,
+            native_step: step,
+            switch,
+            copy,
+            reduce,
+            source: "oxccl tune".into(),
+        });
     }
     shm.barrier().map_err(e("final barrier"))?;
     Ok(profile)

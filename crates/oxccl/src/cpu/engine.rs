@@ -120,7 +120,7 @@ impl CpuBackend {
             .map(|&r| transport.link_kind(r))
             .max()
             .unwrap_or(LinkKind::Memory);
-        let selector = Selector::new(Arc::new(Profile::default()), link, ranks.len(), cfg.debug);
+        let selector = Selector::new(Arc::new(Profile::default()), link, ranks.len(), 1.0, cfg.debug);
         Ok(CpuBackend {
             inner: Arc::new(Inner {
                 selector,
@@ -143,16 +143,17 @@ impl CpuBackend {
     }
 
     /// Prices algorithms with `profile` (measured costs, e.g. from `OXCCL_TUNE_FILE`)
-    /// instead of the built-in defaults; communicators split from this one inherit it.
-    /// Every rank must use the same profile, or their choices differ (a mismatch error).
+    /// instead of the built-in defaults, for hosts with up to `crowd` ranks per CPU (1 when
+    /// every rank has a CPU of its own); communicators split from this one inherit both.
+    /// Every rank must pass the same values, or their choices differ (a mismatch error).
     ///
     /// # Errors
     /// [`Error::Internal`] when the communicator is already shared (call it right after
     /// [`CpuBackend::new`]).
-    pub fn with_profile(mut self, profile: Arc<Profile>) -> Result<Self> {
+    pub fn with_machine(mut self, profile: Arc<Profile>, crowd: f64) -> Result<Self> {
         let inner = Arc::get_mut(&mut self.inner)
-            .ok_or_else(|| Error::Internal("with_profile on a communicator already in use".into()))?;
-        inner.selector = inner.selector.for_profile(profile);
+            .ok_or_else(|| Error::Internal("with_machine on a communicator already in use".into()))?;
+        inner.selector = inner.selector.for_machine(profile, crowd);
         Ok(self)
     }
 
@@ -413,7 +414,7 @@ impl Inner {
             .ok_or_else(|| Error::invalid("split: this rank is missing from its own color group (internal error)"))?;
         let id = derive_comm_id(self.comm_id, seq, u64::from(color));
         let child = CpuBackend::new(self.name, Arc::clone(&self.transport), id, ranks, rank, self.cfg.clone())?
-            .with_profile(Arc::clone(self.selector.profile()))?;
+            .with_machine(Arc::clone(self.selector.profile()), self.selector.crowd())?;
         if let Some(&(slot, wait)) = self.native_setup.get() {
             // A communicator on one host splits into communicators on one host; where
             // /dev/shm has no room left, the child uses the ordinary algorithms.

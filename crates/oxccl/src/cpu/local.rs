@@ -8,6 +8,7 @@ use crate::config::ResolvedConfig;
 use crate::cpu::engine::{CpuBackend, WORLD_COMM_ID};
 use crate::cpu::selector::profile::Profile;
 use crate::cpu::transport::memory::MemoryHub;
+use crate::cpu::transport::shm::wait;
 use crate::error::{Error, Result};
 
 /// The backend's name.
@@ -31,7 +32,8 @@ pub fn named_world(cfg: &ResolvedConfig, n: usize, name: &'static str) -> Result
     }
     let hub = MemoryHub::new(n);
     let ranks: Arc<[usize]> = (0..n).collect();
-    // One process: every rank reads the same profile.
+    // One process: every rank reads the same profile, and its threads share its CPUs.
+    let crowd = wait::crowd(n, wait::allowed_cpus().len());
     let profile = Arc::new(match &cfg.cpu.tune_file {
         Some(path) => Profile::load(path)?,
         None => Profile::default(),
@@ -40,7 +42,7 @@ pub fn named_world(cfg: &ResolvedConfig, n: usize, name: &'static str) -> Result
         .map(|r| {
             let t = Arc::new(hub.endpoint(r)?);
             CpuBackend::new(name, t, WORLD_COMM_ID, Arc::clone(&ranks), r, cfg.clone())?
-                .with_profile(Arc::clone(&profile))
+                .with_machine(Arc::clone(&profile), crowd)
         })
         .collect()
 }

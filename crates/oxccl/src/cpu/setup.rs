@@ -145,6 +145,21 @@ fn host_wait_policy(local: &[usize], masks: &[Vec<usize>], opts: &CpuOptions) ->
     WaitPolicy::for_host(local.len(), cpus, opts.spin, Some(opts.shm.wait.yield_for))
 }
 
+/// Ranks per CPU on the job's most crowded host, from every rank's host and CPUs (the same
+/// on every rank, so their algorithm choices agree).
+fn job_crowd(hosts: &[&[u8]], masks: &[Vec<usize>]) -> f64 {
+    let mut worst: f64 = 1.0;
+    for (r, host) in hosts.iter().enumerate() {
+        if hosts[..r].contains(host) {
+            continue;
+        }
+        let local: Vec<usize> = (0..hosts.len()).filter(|&q| hosts[q] == *host).collect();
+        let cpus = wait::union_len(local.iter().map(|&q| masks[q].as_slice()));
+        worst = worst.max(wait::crowd(local.len(), cpus));
+    }
+    worst
+}
+
 /// The costs every rank's algorithm choice reads: rank 0 loads `OXCCL_TUNE_FILE` (or takes
 /// the defaults) and publishes the result, so ranks whose hosts hold different files still
 /// choose alike. A file rank 0 cannot use fails every rank with rank 0's reason.
@@ -231,8 +246,8 @@ fn build(
     }
     let transport = Arc::new(RoutedTransport::new(rank, mailbox, routes)?);
     let profile = shared_profile(rank, rdv, prefix, cfg, opts)?;
-    let backend =
-        CpuBackend::new(NAME, transport, WORLD_COMM_ID, (0..n).collect(), rank, cfg.clone())?.with_profile(profile)?;
+    let backend = CpuBackend::new(NAME, transport, WORLD_COMM_ID, (0..n).collect(), rank, cfg.clone())?
+        .with_machine(profile, job_crowd(&hosts, &masks))?;
     if use_shm && single_host {
         backend.enable_shared_memory(opts.slot_bytes, policy)?;
     }
@@ -573,5 +588,21 @@ mod tests {
         claim_rank(&client, "j", 0, 2, "torchrun").unwrap();
         let e = claim_rank(&client, "j", 1, 2, "torchrun").unwrap_err().to_string();
         assert!(e.contains("two processes were started as rank 1") && e.contains("RANK"), "{e}");
+    }
+
+    #[test]
+    fn the_job_crowd_is_the_most_crowded_host_and_the_same_everywhere() {
+        let (a, b): (&[u8], &[u8]) = (b"alpha", b"beta");
+        let two = vec![0, 1];
+        let eight: Vec<usize> = (0..8).collect();
+        // Three ranks on alpha's 2 CPUs, one on beta's 8.
+        let hosts = [a, a, b, a];
+        let masks = [two.clone(), vec![1], eight.clone(), two.clone()];
+        assert_eq!(job_crowd(&hosts, &masks), 1.5);
+        // Pinned to distinct CPUs: one per rank.
+        assert_eq!(job_crowd(&[a, a], &[vec![0], vec![1]]), 1.0);
+        // Unknown masks count as a CPU per rank; the crowd is never below 1.
+        assert_eq!(job_crowd(&[a, a, a], &[vec![], vec![], vec![]]), 1.0);
+        assert_eq!(job_crowd(&[a, b], &[eight.clone(), eight]), 1.0);
     }
 }

@@ -27,6 +27,21 @@
 //! the others) and local copies instead of messages: all_reduce up to 16 KiB `σ + mκ +
 //! (n−1)mγ`, above `2kσ + 2mκ + (n−1)/n·mγ·n/2` with `k` chunks; the block movers `kσ` plus
 //! one copy in and one out of the bytes each rank handles.
+//!
+//! Two refinements price what the rounds above leave out (`o`: a link's CPU time per
+//! message when messages stream one way; `c`: the crowd, the host's ranks over its CPUs):
+//! - **Work.** A point-to-point algorithm costs at least the messages each rank handles
+//!   times `o`, times `c` when the ranks outnumber the CPUs (they take turns).
+//! - **One-way operations.** Broadcast, reduce, gather and scatter over point-to-point
+//!   never wait for a reply, so back-to-back calls overlap: they cost the busiest rank's
+//!   messages (`⌈lg n⌉` for a tree's root, `n−1` for linear) times `o + 2mκ` (copied into
+//!   the link and out; `o + mβ` above a chunk, which streams), or the work bound, not
+//!   rounds of `α`.
+//! - **Crowded rendezvous.** A shared-memory step waits for every rank: when `c > 1` the
+//!   ranks must also be switched in and out on every CPU, `σ + 2c·s` per step (`s`: the
+//!   profile's switch cost; 3, 4 and 8 ranks on 2 cores measured 2.3, 3.6 and 8.3 µs per
+//!   step, with `s` = 0.78 µs). This makes the tree and linear algorithms win the small
+//!   rooted operations on such hosts, as measured.
 
 use super::profile::{LinkCost, Profile};
 use crate::algorithm::Algorithm;
@@ -39,21 +54,27 @@ fn lg_ceil(n: usize) -> f64 {
     (usize::BITS - n.saturating_sub(1).leading_zeros()) as f64
 }
 
+/// What a price depends on besides the call: the links between the ranks, the machine,
+/// the communicator's shared-memory chunk and how crowded its hosts are.
+#[derive(Debug, Clone, Copy)]
+pub struct Costs<'a> {
+    /// The slowest link between two ranks of the communicator.
+    pub link: &'a LinkCost,
+    /// The machine's measured costs.
+    pub profile: &'a Profile,
+    /// The chunk size of the shared-memory collectives.
+    pub slot: usize,
+    /// Ranks per CPU on the most crowded host (above 1: oversubscribed).
+    pub crowd: f64,
+}
+
 /// Predicted seconds for `algo` running `op` on `bytes` (see the module documentation) over
-/// `n` ranks whose messages cost `link`; `slot` is the chunk size of the shared-memory
-/// collectives. `None` when the algorithm does not run the operation.
-pub fn predict(
-    op: OpKind,
-    algo: Algorithm,
-    n: usize,
-    bytes: usize,
-    link: &LinkCost,
-    prof: &Profile,
-    slot: usize,
-) -> Option<f64> {
+/// `n` ranks. `None` when the algorithm does not run the operation.
+pub fn predict(op: OpKind, algo: Algorithm, n: usize, bytes: usize, costs: &Costs<'_>) -> Option<f64> {
     if n <= 1 {
         return Some(0.0);
     }
+    let (link, prof) = (costs.link, costs.profile);
     let nf = n as f64;
     let m = bytes as f64;
     let p = 1usize << (usize::BITS - 1 - n.leading_zeros());
@@ -64,37 +85,61 @@ pub fn predict(
     let (a, b) = (link.alpha, 1.0 / link.bandwidth);
     let g = 1.0 / prof.reduce;
     let k = 1.0 / prof.copy;
-    let s = prof.native_step;
+    let crowd = costs.crowd.max(1.0);
+    let s = prof.native_step + if costs.crowd > 1.0 { 2.0 * costs.crowd * prof.switch } else { 0.0 };
     let chunks = |per_step: f64| (m / per_step.max(64.0)).ceil().max(1.0);
-    let slot = slot.max(4096) as f64;
+    let slot = costs.slot.max(4096) as f64;
+    // The work bound: `total` messages over the job, each rank's share times `o`, taking
+    // turns on crowded CPUs.
+    let work = |total: f64| total / nf * link.overhead * crowd;
+    // A one-way operation: the busiest rank handles `busiest` messages of `size` bytes
+    // (`extra`: per-byte work besides the copies), `total` in all.
+    // A message up to a chunk is copied into the link and out without waiting; a larger
+    // one streams at the link's bandwidth.
+    let one_way = |busiest: f64, total: f64, size: f64, extra: f64| {
+        let per_byte = if size <= slot { 2.0 * k } else { b };
+        let per = link.overhead + size * (per_byte + extra);
+        (busiest * per).max(total / nf * per * crowd)
+    };
+    // Messages of the halving/doubling algorithms: `rounds` exchanges among p ranks, and
+    // the fold of the n - p others (there and back).
+    let halving = |rounds: f64| pf * rounds + 2.0 * (nf - pf);
     use Algorithm as A;
     use OpKind as O;
     let t = match (op, algo) {
-        (O::AllReduce, A::Ring) => 2.0 * (nf - 1.0) * a + 2.0 * (nf - 1.0) / nf * m * b + (nf - 1.0) / nf * m * g,
-        (O::AllReduce, A::RecursiveDoubling) => (l + 2.0 * e) * (a + m * b) + (l + e) * m * g,
+        (O::AllReduce, A::Ring) => (2.0 * (nf - 1.0) * a + 2.0 * (nf - 1.0) / nf * m * b + (nf - 1.0) / nf * m * g)
+            .max(work(2.0 * (nf - 1.0) * nf)),
+        (O::AllReduce, A::RecursiveDoubling) => ((l + 2.0 * e) * (a + m * b) + (l + e) * m * g).max(work(halving(l))),
         (O::AllReduce, A::Rabenseifner) => {
-            (2.0 * l + 2.0 * e) * a + 2.0 * (pf - 1.0) / pf * m * b + (pf - 1.0) / pf * m * g + e * m * (2.0 * b + g)
+            ((2.0 * l + 2.0 * e) * a + 2.0 * (pf - 1.0) / pf * m * b + (pf - 1.0) / pf * m * g + e * m * (2.0 * b + g))
+                .max(work(halving(2.0 * l)))
         }
-        (O::AllReduce, A::BinomialTree) => 2.0 * lgn * (a + m * b) + lgn * m * g,
+        (O::AllReduce, A::BinomialTree) => (2.0 * lgn * (a + m * b) + lgn * m * g).max(work(2.0 * (nf - 1.0))),
         (O::AllReduce, A::SharedMemory) if m <= NATIVE_DIRECT.min(slot) => s + m * k + (nf - 1.0) * m * g,
         (O::AllReduce, A::SharedMemory) => 2.0 * chunks(slot) * s + 2.0 * m * k + (nf - 1.0) / nf * m * g,
-        (O::AllGather, A::Ring) => (nf - 1.0) * (a + m * b),
-        (O::AllGather, A::Bruck) => lgn * a + (nf - 1.0) * m * b + nf * m * k,
+        (O::AllGather, A::Ring) => ((nf - 1.0) * (a + m * b)).max(work(nf * (nf - 1.0))),
+        (O::AllGather, A::Bruck) => (lgn * a + (nf - 1.0) * m * b + nf * m * k).max(work(nf * lgn)),
         (O::AllGather, A::SharedMemory) => chunks(slot) * s + (1.0 + nf) * m * k,
-        (O::ReduceScatter, A::Ring) => (nf - 1.0) * a + (nf - 1.0) / nf * m * (b + g),
-        (O::ReduceScatter, A::RecursiveHalving) => (l + 2.0 * e) * a + (pf - 1.0) / pf * m * (b + g) + e * m * (b + g),
+        (O::ReduceScatter, A::Ring) => ((nf - 1.0) * a + (nf - 1.0) / nf * m * (b + g)).max(work(nf * (nf - 1.0))),
+        (O::ReduceScatter, A::RecursiveHalving) => {
+            ((l + 2.0 * e) * a + (pf - 1.0) / pf * m * (b + g) + e * m * (b + g)).max(work(halving(l)))
+        }
         (O::ReduceScatter, A::SharedMemory) => chunks(slot) * s + m * k + (nf - 1.0) / nf * m * g,
-        (O::Broadcast, A::BinomialTree) => lgn * (a + m * b),
+        (O::Broadcast, A::BinomialTree) => one_way(lgn, nf - 1.0, m, 0.0),
         (O::Broadcast, A::SharedMemory) => chunks(slot) * s + 2.0 * m * k,
-        (O::Reduce, A::BinomialTree) => lgn * (a + m * b + m * g),
-        (O::Reduce, A::SharedMemory) => chunks(slot) * s + m * k + (nf - 1.0) * m * g,
-        (O::AllToAll | O::AllToAllV, A::Pairwise) => (nf - 1.0) * a + (nf - 1.0) / nf * m * b,
+        (O::Reduce, A::BinomialTree) => one_way(lgn, nf - 1.0, m, g),
+        // The root combines n chunks in one pass: reading n sources costs about n/2
+        // two-source reductions.
+        (O::Reduce, A::SharedMemory) => chunks(slot) * s + m * k + nf / 2.0 * m * g,
+        (O::AllToAll | O::AllToAllV, A::Pairwise) => {
+            ((nf - 1.0) * a + (nf - 1.0) / nf * m * b).max(work(nf * (nf - 1.0)))
+        }
         (O::AllToAll, A::SharedMemory) => chunks(slot) * s + 2.0 * (nf - 1.0) / nf * m * k,
-        (O::Gather, A::Linear) => (nf - 1.0) * (a + m * b),
-        (O::Scatter, A::Linear) => (nf - 1.0) * (a + m * b),
+        (O::Gather, A::Linear) => one_way(nf - 1.0, nf - 1.0, m, 0.0),
+        (O::Scatter, A::Linear) => one_way(nf - 1.0, nf - 1.0, m, 0.0),
         (O::Gather | O::Scatter, A::SharedMemory) => chunks(slot) * s + nf * m * k,
-        (O::AllGatherV, A::Ring) => (nf - 1.0) * a + (nf - 1.0) / nf * m * b,
-        (O::Barrier, A::Dissemination) => lgn * a,
+        (O::AllGatherV, A::Ring) => ((nf - 1.0) * a + (nf - 1.0) / nf * m * b).max(work(nf * (nf - 1.0))),
+        (O::Barrier, A::Dissemination) => (lgn * a).max(work(nf * lgn)),
         (O::Barrier, A::SharedMemory) => s,
         _ => return None,
     };
@@ -106,14 +151,14 @@ mod tests {
     use super::*;
 
     fn link(alpha_us: f64, gbps: f64) -> LinkCost {
-        LinkCost { alpha: alpha_us * 1e-6, bandwidth: gbps * 1e9 }
+        LinkCost { alpha: alpha_us * 1e-6, bandwidth: gbps * 1e9, overhead: 0.5e-6 }
     }
 
     #[test]
     fn costs_follow_the_textbook_shapes() {
-        let prof = Profile::default();
-        let l = link(10.0, 1.0);
-        let t = |op, a, n, m| predict(op, a, n, m, &l, &prof, 1 << 20).unwrap();
+        let prof = Profile { tcp: link(10.0, 1.0), ..Profile::default() };
+        let costs = Costs { link: &prof.tcp, profile: &prof, slot: 1 << 20, crowd: 1.0 };
+        let t = |op, a, n, m| predict(op, a, n, m, &costs).unwrap();
         // Latency terms: rounds times alpha at zero bytes.
         let close = |x: f64, y: f64| (x - y).abs() < 1e-12;
         assert!(close(t(OpKind::AllReduce, Algorithm::Ring, 4, 0), 6.0 * 10e-6));
@@ -127,8 +172,8 @@ mod tests {
             t(OpKind::AllReduce, Algorithm::Ring, 8, big) < t(OpKind::AllReduce, Algorithm::RecursiveDoubling, 8, big)
         );
         assert!(t(OpKind::AllReduce, Algorithm::Ring, 8, 8) > t(OpKind::AllReduce, Algorithm::RecursiveDoubling, 8, 8));
-        assert_eq!(predict(OpKind::Broadcast, Algorithm::Ring, 4, 8, &l, &prof, 1 << 20), None);
-        assert_eq!(predict(OpKind::AllReduce, Algorithm::Ring, 1, 1 << 20, &l, &prof, 1 << 20), Some(0.0));
+        assert_eq!(predict(OpKind::Broadcast, Algorithm::Ring, 4, 8, &costs), None);
+        assert_eq!(predict(OpKind::AllReduce, Algorithm::Ring, 1, 1 << 20, &costs), Some(0.0));
         assert_eq!(lg_ceil(1), 0.0);
         assert_eq!(lg_ceil(5), 3.0);
         assert_eq!(lg_ceil(8), 3.0);

@@ -31,6 +31,8 @@ pub struct Selector {
     profile: Arc<Profile>,
     link: LinkKind,
     n: usize,
+    /// Ranks per CPU on the communicator's most crowded host (see [`cost`]).
+    crowd: f64,
     /// Print each decision table when it is made (`OXCCL_DEBUG=debug`).
     log: bool,
     /// Per operation (index in [`OpKind::ALL`]), without and with the shared-memory
@@ -53,15 +55,22 @@ fn class_of(bytes: usize) -> usize {
 }
 
 impl Selector {
-    /// A selector for a communicator of `n` ranks whose slowest link is `link`.
-    pub fn new(profile: Arc<Profile>, link: LinkKind, n: usize, log: bool) -> Selector {
+    /// A selector for a communicator of `n` ranks whose slowest link is `link`, on hosts
+    /// with at most `crowd` ranks per CPU. Every rank must pass the same values, or their
+    /// choices differ.
+    pub fn new(profile: Arc<Profile>, link: LinkKind, n: usize, crowd: f64, log: bool) -> Selector {
         let tables = OpKind::ALL.iter().map(|_| [OnceLock::new(), OnceLock::new()]).collect();
-        Selector { profile, link, n, log, tables }
+        Selector { profile, link, n, crowd, log, tables }
     }
 
-    /// The same communicator priced with other costs.
-    pub fn for_profile(&self, profile: Arc<Profile>) -> Selector {
-        Selector::new(profile, self.link, self.n, self.log)
+    /// The same communicator priced with other costs and crowding.
+    pub fn for_machine(&self, profile: Arc<Profile>, crowd: f64) -> Selector {
+        Selector::new(profile, self.link, self.n, crowd, self.log)
+    }
+
+    /// The ranks per CPU this selector assumes.
+    pub fn crowd(&self) -> f64 {
+        self.crowd
     }
 
     /// The measured costs this selector reads.
@@ -91,10 +100,11 @@ impl Selector {
     /// priced by the model, cheapest first. `native_slot`: see [`Selector::candidates`].
     pub fn explain(&self, op: OpKind, bytes: usize, native_slot: Option<usize>) -> Choice {
         let link = self.link_cost();
-        let slot = native_slot.unwrap_or(0);
+        let costs =
+            cost::Costs { link: &link, profile: &self.profile, slot: native_slot.unwrap_or(0), crowd: self.crowd };
         let mut predictions: Vec<(Algorithm, f64)> = Selector::candidates(op, native_slot)
             .into_iter()
-            .filter_map(|a| cost::predict(op, a, self.n, bytes, &link, &self.profile, slot).map(|t| (a, t)))
+            .filter_map(|a| cost::predict(op, a, self.n, bytes, &costs).map(|t| (a, t)))
             .collect();
         // Stable: among equal predictions the earlier candidate (the op's default) stays first.
         predictions.sort_by(|x, y| x.1.total_cmp(&y.1));
@@ -141,9 +151,10 @@ impl Selector {
         let sample = self.explain(op, 1 << 20, native_slot);
         let costs: Vec<String> = sample.predictions.iter().map(|(a, t)| format!("{a} {:.1} us", t * 1e6)).collect();
         eprintln!(
-            "oxccl debug: {op} on {} ranks over {:?} links: {}; at 1 MiB the model predicts {}; costs from {}",
+            "oxccl debug: {op} on {} ranks over {:?} links, {:.2} ranks per CPU: {}; at 1 MiB the model predicts {}; costs from {}",
             self.n,
             self.link,
+            self.crowd,
             ranges.join(", "),
             costs.join(", "),
             self.profile.source
@@ -156,11 +167,11 @@ mod tests {
     use super::*;
 
     fn selector(link: LinkKind, prof: Profile) -> Selector {
-        Selector::new(Arc::new(prof), link, 8, false)
+        Selector::new(Arc::new(prof), link, 8, 1.0, false)
     }
 
     fn pick(s: &Selector, op: OpKind, bytes: usize, n: usize, native: Option<usize>) -> Algorithm {
-        Selector::new(Arc::clone(&s.profile), s.link, n, false).choose(op, bytes, Algorithm::Auto, native)
+        Selector::new(Arc::clone(&s.profile), s.link, n, s.crowd, false).choose(op, bytes, Algorithm::Auto, native)
     }
 
     #[test]
@@ -193,7 +204,8 @@ mod tests {
         // A high-latency, high-bandwidth network: recursive doubling's lg p rounds win small
         // and medium sizes, Rabenseifner's 2 lg p rounds at ring bandwidth large ones; the
         // ring's 2(n - 1) rounds only pay off where the fold makes Rabenseifner move more.
-        let slow_start = Profile { tcp: LinkCost { alpha: 100e-6, bandwidth: 10e9 }, ..Profile::default() };
+        let slow_start =
+            Profile { tcp: LinkCost { alpha: 100e-6, bandwidth: 10e9, overhead: 1e-6 }, ..Profile::default() };
         let s = selector(LinkKind::Tcp, slow_start);
         let ar = |bytes, n| pick(&s, OpKind::AllReduce, bytes, n, None);
         assert_eq!(ar(8, 8), Algorithm::RecursiveDoubling);
@@ -201,12 +213,13 @@ mod tests {
         assert_eq!(ar(4 << 20, 8), Algorithm::Rabenseifner);
         assert_eq!(ar(256 << 20, 6), Algorithm::Ring, "a non-power-of-two world pays the fold");
         // A near-zero latency link: the ring's bandwidth optimality wins from small sizes on.
-        let cheap = Profile { tcp: LinkCost { alpha: 0.01e-6, bandwidth: 1e9 }, ..Profile::default() };
+        let cheap =
+            Profile { tcp: LinkCost { alpha: 0.01e-6, bandwidth: 1e9, overhead: 0.01e-6 }, ..Profile::default() };
         let s = selector(LinkKind::Tcp, cheap);
         assert_eq!(pick(&s, OpKind::AllReduce, 64 << 10, 6, None), Algorithm::Ring);
         assert_eq!(pick(&s, OpKind::AllGather, 64 << 10, 6, None), Algorithm::Ring);
         // Expensive latency: Bruck's lg n rounds beat the ring's n - 1 for all_gather.
-        let far = Profile { tcp: LinkCost { alpha: 1e-3, bandwidth: 1e9 }, ..Profile::default() };
+        let far = Profile { tcp: LinkCost { alpha: 1e-3, bandwidth: 1e9, overhead: 1e-6 }, ..Profile::default() };
         let s = selector(LinkKind::Tcp, far);
         assert_eq!(pick(&s, OpKind::AllGather, 1024, 8, None), Algorithm::Bruck);
         assert_eq!(pick(&s, OpKind::ReduceScatter, 8 << 10, 8, None), Algorithm::RecursiveHalving);
@@ -218,7 +231,7 @@ mod tests {
         for op in [OpKind::AllReduce, OpKind::AllGather, OpKind::ReduceScatter, OpKind::Broadcast, OpKind::AllToAll] {
             for bytes in [8, 64 << 10, 16 << 20] {
                 for n in [2, 3, 4, 8] {
-                    let g = Selector::new(Arc::clone(&s.profile), LinkKind::Shm, n, false);
+                    let g = Selector::new(Arc::clone(&s.profile), LinkKind::Shm, n, 1.0, false);
                     let c = g.explain(op, bytes * if op == OpKind::ReduceScatter { n } else { 1 }, Some(1 << 20));
                     assert_eq!(c.algorithm, Algorithm::SharedMemory, "{op} {bytes} B on {n}: {:?}", c.predictions);
                 }
@@ -227,5 +240,41 @@ mod tests {
         // Without the segment, it is not a candidate.
         let c = s.explain(OpKind::AllReduce, 8, None);
         assert!(c.predictions.iter().all(|(a, _)| *a != Algorithm::SharedMemory));
+    }
+
+    #[test]
+    fn crowded_hosts_favour_fewer_messages_and_no_rendezvous() {
+        let prof = Arc::new(Profile::default());
+        let at = |link, n, crowd, op, bytes, native| {
+            Selector::new(Arc::clone(&prof), link, n, crowd, false).explain(op, bytes, native).algorithm
+        };
+        let native = Some(1 << 20);
+        // One CPU per rank: the shared-memory rendezvous is the cheapest rooted operation.
+        for op in [OpKind::Broadcast, OpKind::Reduce, OpKind::Gather, OpKind::Scatter] {
+            assert_eq!(at(LinkKind::Shm, 2, 1.0, op, 8, native), Algorithm::SharedMemory, "{op}");
+            // 3 and 8 ranks on 2 CPUs: each step waits for every rank to be scheduled in,
+            // while one-way point-to-point calls overlap (measured: 0.4-1.5 us against 2.3-8).
+            for (n, crowd) in [(3, 1.5), (4, 2.0), (8, 4.0)] {
+                let a = at(LinkKind::Shm, n, crowd, op, 8, native);
+                assert_ne!(a, Algorithm::SharedMemory, "{op} on {n} ranks, {crowd} per CPU");
+            }
+            // Large messages: the copies dominate and shared memory makes fewer.
+            assert_eq!(at(LinkKind::Shm, 4, 2.0, op, 4 << 20, native), Algorithm::SharedMemory, "{op}");
+        }
+        // Symmetric operations keep the rendezvous: every rank waits for all anyway.
+        assert_eq!(at(LinkKind::Shm, 4, 2.0, OpKind::AllReduce, 8, native), Algorithm::SharedMemory);
+        // The work bound: with a costly per-message overhead and 8 ranks taking turns on 2
+        // CPUs, a binomial tree's 2(n - 1) messages beat recursive doubling's n lg n, which
+        // wins on latency when every rank has a CPU.
+        let busy = Arc::new(Profile { tcp: LinkCost { overhead: 10e-6, ..prof.tcp }, ..Profile::default() });
+        let tcp8 = |crowd| Selector::new(Arc::clone(&busy), LinkKind::Tcp, 8, crowd, false);
+        assert_eq!(tcp8(1.0).explain(OpKind::AllReduce, 8, None).algorithm, Algorithm::RecursiveDoubling);
+        assert_eq!(tcp8(4.0).explain(OpKind::AllReduce, 8, None).algorithm, Algorithm::BinomialTree);
+        // A crowd below one CPU per rank changes nothing.
+        for op in OpKind::ALL {
+            for bytes in [8, 64 << 10, 16 << 20] {
+                assert_eq!(at(LinkKind::Tcp, 8, 0.25, op, bytes, None), at(LinkKind::Tcp, 8, 1.0, op, bytes, None));
+            }
+        }
     }
 }

@@ -56,7 +56,16 @@ impl WaitPolicy {
 /// Whether `ranks` ranks would compete for `cpus` CPUs (more ranks than CPUs; an unknown
 /// CPU count, 0, counts as not oversubscribed).
 pub fn oversubscribed(ranks: usize, cpus: usize) -> bool {
-    cpus > 0 && ranks > cpus
+    crowd(ranks, cpus) > 1.0
+}
+
+/// Ranks per CPU (an unknown CPU count, 0, counts as one CPU per rank).
+pub fn crowd(ranks: usize, cpus: usize) -> f64 {
+    if cpus == 0 {
+        1.0
+    } else {
+        ranks as f64 / cpus as f64
+    }
 }
 
 /// The CPUs this thread may run on (its affinity mask), as CPU numbers. Falls back to
