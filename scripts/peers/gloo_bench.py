@@ -20,6 +20,8 @@ import subprocess
 import sys
 import time
 
+from common import compact
+
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
 
 
@@ -121,18 +123,6 @@ def child(a):
     dist.barrier()
     dist.destroy_process_group()
     return 0 if flags[0].item() == 0 else 1
-
-
-def compact(cpus):
-    """[0, 1, 2, 5] -> "0-2,5"."""
-    out, i = [], 0
-    while i < len(cpus):
-        j = i
-        while j + 1 < len(cpus) and cpus[j + 1] == cpus[j] + 1:
-            j += 1
-        out.append(str(cpus[i]) if i == j else f"{cpus[i]}-{cpus[j]}")
-        i = j + 1
-    return ",".join(out)
 
 
 def free_port():

@@ -20,6 +20,8 @@ import time
 import numpy as np
 from mpi4py import MPI
 
+from common import compact
+
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
 
 
@@ -111,18 +113,6 @@ def main():
                 "numpy": np.__version__, "affinity": affs,
             }), flush=True)
     return 1 if failed else 0
-
-
-def compact(cpus):
-    """[0, 1, 2, 5] -> "0-2,5"."""
-    out, i = [], 0
-    while i < len(cpus):
-        j = i
-        while j + 1 < len(cpus) and cpus[j + 1] == cpus[j] + 1:
-            j += 1
-        out.append(str(cpus[i]) if i == j else f"{cpus[i]}-{cpus[j]}")
-        i = j + 1
-    return ",".join(out)
 
 
 if __name__ == "__main__":
