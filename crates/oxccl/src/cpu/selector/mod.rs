@@ -87,8 +87,17 @@ impl Selector {
     }
 
     /// The algorithms that may run `op`: its own, and `shared_memory` when `native_slot`
-    /// (the chunk size of the communicator's shared-memory collectives) is given.
+    /// (the chunk size of the communicator's shared-memory collectives) is given. With
+    /// shared memory, the rooted operations (broadcast, reduce, gather, scatter) run only
+    /// there, whatever the model says: their synchronized step is what catches ranks that
+    /// called them with different roots. Over point-to-point a broadcast's root receives
+    /// nothing, and the frames it sends to ranks that expected another root would sit
+    /// unread under the shared-memory calls that follow, so the mismatch would go unseen.
     pub fn candidates(op: OpKind, native_slot: Option<usize>) -> Vec<Algorithm> {
+        let rooted = matches!(op, OpKind::Broadcast | OpKind::Reduce | OpKind::Gather | OpKind::Scatter);
+        if native_slot.is_some() && rooted {
+            return vec![Algorithm::SharedMemory];
+        }
         let mut c = Algorithm::for_op(op).to_vec();
         if native_slot.is_some() && Algorithm::SharedMemory.applies_to(op) {
             c.push(Algorithm::SharedMemory);
@@ -249,17 +258,30 @@ mod tests {
             Selector::new(Arc::clone(&prof), link, n, crowd, false).explain(op, bytes, native).algorithm
         };
         let native = Some(1 << 20);
-        // One CPU per rank: the shared-memory rendezvous is the cheapest rooted operation.
+        let shm = |n, crowd, op, bytes| {
+            let costs = cost::Costs { link: &prof.shm, profile: &prof, slot: 1 << 20, crowd };
+            let p2p = Algorithm::for_op(op)[0];
+            (
+                cost::predict(op, p2p, n, bytes, &costs).unwrap(),
+                cost::predict(op, Algorithm::SharedMemory, n, bytes, &costs).unwrap(),
+            )
+        };
         for op in [OpKind::Broadcast, OpKind::Reduce, OpKind::Gather, OpKind::Scatter] {
-            assert_eq!(at(LinkKind::Shm, 2, 1.0, op, 8, native), Algorithm::SharedMemory, "{op}");
+            // One CPU per rank: the shared-memory rendezvous is the cheapest rooted operation.
+            let (p2p, native_t) = shm(2, 1.0, op, 8);
+            assert!(native_t < p2p, "{op}");
             // 3 and 8 ranks on 2 CPUs: each step waits for every rank to be scheduled in,
             // while one-way point-to-point calls overlap (measured: 0.4-1.5 us against 2.3-8).
             for (n, crowd) in [(3, 1.5), (4, 2.0), (8, 4.0)] {
-                let a = at(LinkKind::Shm, n, crowd, op, 8, native);
-                assert_ne!(a, Algorithm::SharedMemory, "{op} on {n} ranks, {crowd} per CPU");
+                let (p2p, native_t) = shm(n, crowd, op, 8);
+                assert!(p2p < native_t, "{op} on {n} ranks, {crowd} per CPU");
+                // The selector still keeps rooted operations in shared memory (mismatch
+                // detection, see `candidates`).
+                assert_eq!(at(LinkKind::Shm, n, crowd, op, 8, native), Algorithm::SharedMemory);
             }
             // Large messages: the copies dominate and shared memory makes fewer.
-            assert_eq!(at(LinkKind::Shm, 4, 2.0, op, 4 << 20, native), Algorithm::SharedMemory, "{op}");
+            let (p2p, native_t) = shm(4, 2.0, op, 4 << 20);
+            assert!(native_t < p2p, "{op}");
         }
         // Symmetric operations keep the rendezvous: every rank waits for all anyway.
         assert_eq!(at(LinkKind::Shm, 4, 2.0, OpKind::AllReduce, 8, native), Algorithm::SharedMemory);
