@@ -65,18 +65,27 @@ impl ShmCollectives {
     pub(super) unsafe fn all_gather(&self, ctx: &Ctx, input: RawBuf, output: RawBufMut) -> Result<()> {
         let bytes = input.bytes();
         let streaming = output.bytes() >= copy::STREAM_FROM;
+        let me = self.me;
+        // In place, our input is block `me` of the output: it already holds our bytes.
+        let in_place = std::ptr::eq(input.ptr, output.ptr.wrapping_add(me * bytes));
         self.in_steps(
             ctx,
             bytes,
             1,
             // SAFETY: `input` is valid for `bytes` (contract); our slot is ours until we arrive.
-            |at, c, b| unsafe { copy::copy_cached(input.ptr.add(at), self.slot_ptr(self.me, b), c) },
+            |at, c, b| unsafe { copy::copy_cached(input.ptr.add(at), self.slot_ptr(me, b), c) },
             |at, c, b| {
                 for p in 0..self.n {
+                    let src = match p == me {
+                        true if in_place => continue,
+                        true => input.ptr.wrapping_add(at),
+                        false => self.slot_ptr(p, b) as *const u8,
+                    };
                     // SAFETY: every rank published its slot with its arrival and refills it
-                    // only after our next arrival; `output` holds n blocks of `bytes`. In
-                    // place, block `me` receives the bytes it already holds.
-                    unsafe { copy::copy_out(self.slot_ptr(p, b), output.ptr.add(p * bytes + at), c, streaming) };
+                    // only after our next arrival; our own chunk comes from `input`, which
+                    // out of place does not overlap `output` (two borrows); `output` holds n
+                    // blocks of `bytes` (contract).
+                    unsafe { copy::copy_out(src, output.ptr.add(p * bytes + at), c, streaming) };
                 }
                 Ok(())
             },

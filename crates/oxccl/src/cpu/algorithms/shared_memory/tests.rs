@@ -66,6 +66,32 @@ fn large_operations_stream_their_results() {
 }
 
 #[test]
+fn all_gather_in_place_keeps_its_own_block_and_fills_the_others() {
+    // Several chunks per block (SLOT is 16 KiB), odd sizes, in place and out of place.
+    for n in [1, 2, 3, 5] {
+        world_with(n, 1 << 16, Some(SLOT), |comm| {
+            let r = comm.rank();
+            for count in [0usize, 1, 999, 6001] {
+                let val = |q: usize, i: usize| (q * 1_000_003 + i * 7) as u32;
+                let mut buf = vec![u32::MAX; n * count];
+                buf[r * count..(r + 1) * count].iter_mut().enumerate().for_each(|(i, v)| *v = val(r, i));
+                comm.with_algorithm(Algorithm::SharedMemory).all_gather_in_place(&mut buf).unwrap();
+                for (q, c) in buf.chunks(count.max(1)).enumerate().take(if count == 0 { 0 } else { n }) {
+                    assert!(
+                        c.iter().enumerate().all(|(i, v)| *v == val(q, i)),
+                        "in place n={n} count={count} block {q}"
+                    );
+                }
+                let input: Vec<u32> = (0..count).map(|i| val(r, i)).collect();
+                let mut out = vec![u32::MAX; n * count];
+                comm.with_algorithm(Algorithm::SharedMemory).all_gather(&input, &mut out).unwrap();
+                assert_eq!(out, buf, "out of place n={n} count={count}");
+            }
+        });
+    }
+}
+
+#[test]
 fn results_are_bitwise_identical_on_every_rank() {
     world_with(3, 1 << 16, Some(SLOT), |comm| {
         let mut x: Vec<f32> = (0..50_000).map(|i| ((i * 31 + comm.rank() * 17) % 1000) as f32 / 7.0).collect();
