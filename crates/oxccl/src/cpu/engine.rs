@@ -224,6 +224,7 @@ impl Inner {
             rank: self.rank,
             fp,
             clock: Clock::new(self.timeout(opts)),
+            tally: self.native.get(),
         }
     }
 

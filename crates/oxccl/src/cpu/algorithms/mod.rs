@@ -41,6 +41,9 @@ pub struct Ctx<'a> {
     pub(crate) fp: Fingerprint,
     /// When the operation started and when its waits give up.
     pub(crate) clock: Clock,
+    /// The communicator's shared-memory collectives, which keep the tally of collective
+    /// frames (so a frame nobody takes is found at their next step).
+    pub(crate) tally: Option<&'a shared_memory::ShmCollectives>,
 }
 
 /// The start and deadline of one operation, read from the clock at the first need: an
@@ -102,7 +105,11 @@ impl Ctx<'_> {
     /// The transport's errors, with this collective's context.
     pub fn send(&self, peer: usize, data: &[u8]) -> Result<()> {
         let t = self.transport_rank(peer)?;
-        self.transport.send(t, &self.header(), data, self.clock.deadline()).map_err(|e| self.map_err(e))
+        self.transport.send(t, &self.header(), data, self.clock.deadline()).map_err(|e| self.map_err(e))?;
+        if let Some(tally) = self.tally {
+            tally.count_sent(peer);
+        }
+        Ok(())
     }
 
     /// Receives exactly `buf.len()` bytes from `peer`, checking that the frame belongs to
@@ -117,6 +124,9 @@ impl Ctx<'_> {
             .transport
             .recv(t, self.comm_id, Channel::Collective, Some(Stage::of_seq(self.fp.seq)), buf, self.clock.deadline())
             .map_err(|e| self.map_err(e))?;
+        if let Some(tally) = self.tally {
+            tally.count_taken(peer);
+        }
         if got.header.fingerprint != self.fp {
             return Err(Error::Mismatch { peer, ours: self.fp, theirs: got.header.fingerprint });
         }

@@ -40,10 +40,10 @@
 //! - **Crowded rendezvous.** A shared-memory step waits for every rank: when `c > 1` the
 //!   ranks must also be switched in and out on every CPU, `σ + 2c·s` per step (`s`: the
 //!   profile's switch cost; 3, 4 and 8 ranks on 2 cores measured 2.3, 3.6 and 8.3 µs per
-//!   step, with `s` = 0.78 µs). The model then prices the tree and linear algorithms below
-//!   shared memory for small rooted operations on such hosts, as measured; the selector
-//!   still keeps rooted operations in shared memory where it exists, for mismatch
-//!   detection (see `Selector::candidates`).
+//!   step, with `s` = 0.78 µs). This makes the tree and linear algorithms win the small
+//!   rooted operations on such hosts, as measured (a rank that names another root is
+//!   still caught: the shared-memory collectives keep a tally of point-to-point frames, see
+//!   `algorithms/shared_memory`).
 
 use super::profile::{LinkCost, Profile};
 use crate::algorithm::Algorithm;

@@ -87,17 +87,8 @@ impl Selector {
     }
 
     /// The algorithms that may run `op`: its own, and `shared_memory` when `native_slot`
-    /// (the chunk size of the communicator's shared-memory collectives) is given. With
-    /// shared memory, the rooted operations (broadcast, reduce, gather, scatter) run only
-    /// there, whatever the model says: their synchronized step is what catches ranks that
-    /// called them with different roots. Over point-to-point a broadcast's root receives
-    /// nothing, and the frames it sends to ranks that expected another root would sit
-    /// unread under the shared-memory calls that follow, so the mismatch would go unseen.
+    /// (the chunk size of the communicator's shared-memory collectives) is given.
     pub fn candidates(op: OpKind, native_slot: Option<usize>) -> Vec<Algorithm> {
-        let rooted = matches!(op, OpKind::Broadcast | OpKind::Reduce | OpKind::Gather | OpKind::Scatter);
-        if native_slot.is_some() && rooted {
-            return vec![Algorithm::SharedMemory];
-        }
         let mut c = Algorithm::for_op(op).to_vec();
         if native_slot.is_some() && Algorithm::SharedMemory.applies_to(op) {
             c.push(Algorithm::SharedMemory);
@@ -275,9 +266,7 @@ mod tests {
             for (n, crowd) in [(3, 1.5), (4, 2.0), (8, 4.0)] {
                 let (p2p, native_t) = shm(n, crowd, op, 8);
                 assert!(p2p < native_t, "{op} on {n} ranks, {crowd} per CPU");
-                // The selector still keeps rooted operations in shared memory (mismatch
-                // detection, see `candidates`).
-                assert_eq!(at(LinkKind::Shm, n, crowd, op, 8, native), Algorithm::SharedMemory);
+                assert_ne!(at(LinkKind::Shm, n, crowd, op, 8, native), Algorithm::SharedMemory);
             }
             // Large messages: the copies dominate and shared memory makes fewer.
             let (p2p, native_t) = shm(4, 2.0, op, 4 << 20);

@@ -24,6 +24,16 @@
 //! and lost peers (through the transport) and compares the fingerprints its peers
 //! published, so a mismatch is an error, not a hang.
 //!
+//! The segment also keeps a tally of the frames each rank sent each other rank in the
+//! communicator's point-to-point collectives: with every arrival a rank publishes how many
+//! it has sent each rank so far (double-buffered by step parity, like the fingerprints, so
+//! the sends of its next operation do not show), and each rank counts the frames it took.
+//! In a correct program every frame of an operation is taken in that operation, so at
+//! every arrival the counts agree;
+//! a frame left unread (a broadcast whose ranks named different roots: the one that
+//! thought itself the root receives nothing) is a mismatch found at the next step, not a
+//! frame that would sit unread under the shared-memory calls that follow.
+//!
 //! - this file: the segment, the control lines, the step protocol ([`ShmCollectives::in_steps`]);
 //! - `all_reduce.rs`: the one-step and the pipelined all_reduce;
 //! - `moves.rs`: broadcast, all_gather, all_to_all, gather, scatter;
@@ -72,6 +82,10 @@ pub struct ShmCollectives {
     wait: WaitPolicy,
     /// Steps taken so far (the same on every rank).
     step: AtomicU64,
+    /// Frames of point-to-point collectives sent to each rank (see the module doc).
+    sent: Vec<AtomicU64>,
+    /// Frames of point-to-point collectives taken from each rank.
+    taken: Vec<AtomicU64>,
 }
 
 /// A fingerprint as the three words of a control line (the wire encoding of `frame`).
@@ -112,7 +126,7 @@ impl ShmCollectives {
         let n = ctx.size();
         let me = ctx.rank();
         let slot = slot_bytes.max(4096).div_ceil(4096) * 4096;
-        let data = (LINE * (2 + n)).div_ceil(4096) * 4096;
+        let data = (LINE * (2 + n) + 2 * 8 * n * n).div_ceil(4096) * 4096;
         let size = data + REGIONS * n * slot;
         let mut name = [0u8; 96];
         let created = if me == 0 {
@@ -162,7 +176,69 @@ impl ShmCollectives {
             seg.unlink();
         }
         r?;
-        Ok(Some(ShmCollectives { seg, n, me, slot, data, wait, step: AtomicU64::new(0) }))
+        let counts = || (0..n).map(|_| AtomicU64::new(0)).collect();
+        Ok(Some(ShmCollectives {
+            seg,
+            n,
+            me,
+            slot,
+            data,
+            wait,
+            step: AtomicU64::new(0),
+            sent: counts(),
+            taken: counts(),
+        }))
+    }
+
+    /// How many frames of point-to-point collectives rank `from` had sent rank `to` when it
+    /// arrived at its latest step of parity `b`.
+    fn published_sent(&self, b: usize, from: usize, to: usize) -> &AtomicU64 {
+        self.u64_at(LINE * (2 + self.n) + 8 * ((b * self.n + from) * self.n + to))
+    }
+
+    /// Counts a frame this rank sent `to` in a point-to-point collective.
+    pub fn count_sent(&self, to: usize) {
+        if let Some(s) = self.sent.get(to) {
+            s.store(s.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        }
+    }
+
+    /// Counts a frame this rank took from `from` in a point-to-point collective.
+    pub fn count_taken(&self, from: usize) {
+        if let Some(t) = self.taken.get(from) {
+            t.store(t.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        }
+    }
+
+    /// After every rank arrived: a frame some rank sent this one in an earlier operation
+    /// that this rank never took is a mismatch (the two ran different operations). The
+    /// frame itself names the peer's operation; it was written before the peer arrived, so
+    /// it is delivered soon if it is not here yet.
+    fn check_untaken(&self, ctx: &Ctx, b: usize) -> Result<()> {
+        for p in (0..self.n).filter(|&p| p != self.me) {
+            let sent = self.published_sent(b, p, self.me).load(Ordering::Relaxed);
+            if sent <= self.taken[p].load(Ordering::Relaxed) {
+                continue;
+            }
+            let t = ctx.ranks[p];
+            loop {
+                match ctx.transport.probe(t, ctx.comm_id, Channel::Collective, None) {
+                    Ok(Some(got)) => {
+                        return Err(Error::Mismatch { peer: p, ours: ctx.fp, theirs: got.header.fingerprint })
+                    }
+                    Ok(None) if Instant::now() < ctx.clock.deadline() => std::thread::yield_now(),
+                    Ok(None) => {
+                        return Err(Error::Aborted {
+                            reason: format!(
+                                "rank {p} sent this rank a message in an earlier collective that this rank                                  never took (the two called different collectives), and it never arrived"
+                            ),
+                        })
+                    }
+                    Err(e) => return Err(ctx.map_err(e)),
+                }
+            }
+        }
+        Ok(())
     }
 
     fn u64_at(&self, at: usize) -> &AtomicU64 {
@@ -260,6 +336,7 @@ impl ShmCollectives {
                     return Err(Error::Mismatch { peer: p, ours: ctx.fp, theirs });
                 }
             }
+            self.check_untaken(ctx, (step % 2) as usize)?;
         }
         Ok(())
     }
@@ -267,8 +344,13 @@ impl ShmCollectives {
     /// Starts a step: records our fingerprint, returns the step number and slot index.
     fn begin(&self, ctx: &Ctx) -> (u64, usize) {
         let step = self.step.fetch_add(1, Ordering::Relaxed) + 1;
-        for (a, v) in self.fp_words(self.me, (step % 2) as usize).iter().zip(pack(&ctx.fp)) {
+        let b = (step % 2) as usize;
+        for (a, v) in self.fp_words(self.me, b).iter().zip(pack(&ctx.fp)) {
             a.store(v, Ordering::Relaxed);
+        }
+        // Published with the arrival (release), read by the others after they see it.
+        for (q, s) in self.sent.iter().enumerate() {
+            self.published_sent(b, self.me, q).store(s.load(Ordering::Relaxed), Ordering::Relaxed);
         }
         (step, (step % 2) as usize)
     }

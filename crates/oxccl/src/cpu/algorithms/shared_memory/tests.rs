@@ -141,6 +141,52 @@ fn mismatch_and_timeout_are_errors_not_hangs() {
     });
 }
 
+#[test]
+fn a_frame_left_unread_by_a_point_to_point_collective_is_a_mismatch_at_the_next_step() {
+    // Ranks that name different roots for a point-to-point broadcast: rank 0 thinks it is
+    // the root and receives nothing, so the frame rank 3 sends it is never read. The
+    // shared-memory barrier after it must not pass as if nothing happened.
+    for n in [2, 4] {
+        world_with(n, 1 << 16, Some(SLOT), |comm| {
+            let c = comm.with_timeout(Duration::from_secs(10));
+            let r = comm.rank();
+            let root = if r == 0 { 0 } else { n - 1 };
+            let b = c.with_algorithm(Algorithm::BinomialTree).broadcast(&mut [5u8; 8], root);
+            let next = c.with_algorithm(Algorithm::SharedMemory).barrier();
+            // Ranks that found nothing unread learn of the failure at the latest in the call
+            // after (rank 0 poisons its communicator and tells everyone).
+            let after = c.barrier();
+            assert!(
+                [&b, &next, &after].iter().any(|x| matches!(x, Err(Error::Mismatch { .. } | Error::Aborted { .. }))),
+                "rank {r} of {n}: broadcast {b:?}, barrier {next:?}, then {after:?}"
+            );
+            assert!(after.is_err(), "rank {r} of {n}: the communicator goes on after a mismatch: {after:?}");
+            if r == 0 {
+                // Rank 0 is where the unread frame sits: it names the peer and its operation.
+                match next {
+                    Err(Error::Mismatch { peer, theirs, .. }) => {
+                        assert_eq!((peer, theirs.root), (n - 1, Some((n - 1) as u32)), "{theirs:?}")
+                    }
+                    other => panic!("rank 0 of {n}: {other:?}"),
+                }
+            }
+        });
+    }
+    // A correct mix of point-to-point and shared-memory collectives passes the tally.
+    world_with(3, 1 << 16, Some(SLOT), |comm| {
+        for root in 0..3 {
+            let mut x = [comm.rank() as u32; 5];
+            comm.with_algorithm(Algorithm::BinomialTree).broadcast(&mut x, root).unwrap();
+            assert_eq!(x, [root as u32; 5]);
+            comm.with_algorithm(Algorithm::SharedMemory).barrier().unwrap();
+            let mut y = [1u32; 3];
+            comm.with_algorithm(Algorithm::Ring).all_reduce(&mut y, ReduceOp::Sum).unwrap();
+            comm.with_algorithm(Algorithm::SharedMemory).all_reduce(&mut y, ReduceOp::Sum).unwrap();
+            assert_eq!(y, [9; 3]);
+        }
+    });
+}
+
 /// A value that depends on the rank and the index, different for every pair.
 fn value(rank: usize, i: usize) -> i64 {
     ((i * 31 + rank * 1009) % 977) as i64 - 400
