@@ -71,7 +71,8 @@ fn all_gather_in_place_keeps_its_own_block_and_fills_the_others() {
     for n in [1, 2, 3, 5] {
         world_with(n, 1 << 16, Some(SLOT), |comm| {
             let r = comm.rank();
-            for count in [0usize, 1, 999, 6001] {
+            // 150_001 u32 per rank (600 KB): blocks of many chunks.
+            for count in [0usize, 1, 999, 6001, 150_001] {
                 let val = |q: usize, i: usize| (q * 1_000_003 + i * 7) as u32;
                 let mut buf = vec![u32::MAX; n * count];
                 buf[r * count..(r + 1) * count].iter_mut().enumerate().for_each(|(i, v)| *v = val(r, i));
