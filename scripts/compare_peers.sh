@@ -10,12 +10,15 @@
 #       [--ranks 2,4] [--sizes 8,1K,64K,1M,16M] [--reps K] [--stat median|best]
 #       [--peers oxccl,ompi-c,ompi-py,gloo] [--no-gloo] [--extra "ARGS for oxccl bench"]
 #       [--json FILE] [--iters N] [--timeout SECS] [--mpi-bind none|core|core:overload-allowed]
+#       [--busy N]
 #       [--build] [--no-install] [--install-only]
 #
 # It installs what is missing, idempotently: Open MPI (apt: openmpi-bin libopenmpi-dev), a
 # venv at ${PEERS_VENV:-target/peers-venv} with numpy, mpi4py built against Open MPI, and
 # torch (PyPI's wheel, a large download; PEERS_TORCH_PIP overrides what pip is given, e.g. a
 # CPU-only index). A peer that cannot be installed is skipped with a note in the output.
+# --busy N measures every peer twice per point, quiet and with N busy-looping processes beside
+# it (columns P+busy; ratios busy/quiet from the same run).
 # --mpi-bind is given to mpirun's --bind-to (default none, as oxccl and gloo set no affinity;
 # core needs :overload-allowed beyond one rank per core). --build rebuilds oxccl (otherwise
 # only a missing binary is built); --no-install installs nothing (peers whose tools are
@@ -46,10 +49,10 @@ while [ $# -gt 0 ]; do
     --no-install) INSTALL=0; shift ;;
     --install-only) INSTALL_ONLY=1; shift ;;
     --build) BUILD=1; shift ;;
-    --ops | --ranks | --sizes | --reps | --stat | --extra | --json | --iters | --timeout | --mpi-bind)
+    --ops | --ranks | --sizes | --reps | --stat | --extra | --json | --iters | --timeout | --mpi-bind | --busy)
         [ $# -ge 2 ] || { echo "compare_peers: $1 needs a value" >&2; exit 2; }
         FWD+=("$1" "$2"); shift 2 ;;
-    --ops=* | --ranks=* | --sizes=* | --reps=* | --stat=* | --extra=* | --json=* | --iters=* | --timeout=* | --mpi-bind=*)
+    --ops=* | --ranks=* | --sizes=* | --reps=* | --stat=* | --extra=* | --json=* | --iters=* | --timeout=* | --mpi-bind=* | --busy=*)
         FWD+=("$1"); shift ;;
     *) echo "compare_peers: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac

@@ -26,6 +26,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
 PEERS = ("oxccl", "ompi-c", "ompi-py", "gloo")
 BLOCKED = ("all_gather", "reduce_scatter", "all_to_all")
+BUSY = "+busy"
 BUS = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
        "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n,
        "broadcast": lambda n: 1.0}
@@ -125,7 +126,18 @@ class Runner:
         return recs, err
 
     def run(self, peer, op, n, size, iters, warm):
-        """One point on one peer: a list of {place, time_us, bytes, ok, ...}, and an error."""
+        """One point on one peer: a list of {place, time_us, bytes, ok, ...}, and an error.
+        A peer named P+busy is P with --busy busy-looping processes running beside it."""
+        if peer.endswith(BUSY):
+            hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(self.a.busy)]
+            time.sleep(0.2)  # let the scheduler see them running
+            try:
+                return self.run(peer[: -len(BUSY)], op, n, size, iters, warm)
+            finally:
+                for h in hogs:
+                    h.kill()
+                for h in hogs:
+                    h.wait()
         if peer == "oxccl":
             with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
                 path = f.name
@@ -223,11 +235,14 @@ def table(op, n, sizes, peers, cells, errors, a, c2cs, runner):
     how = "best" if a.stat == "best" else "median"
     over = f"{how} of {a.reps} reps" if a.reps > 1 else "1 rep"
     lines = [f"== {op}, {n} ranks   (µs per op: loop mean, max over ranks; {over})"]
-    w = 11
+    w = max(11, max(len(p) for p in peers) + 2)
     head = f"{'size':>9} {'place':>5} " + "".join(f"{p:>{w}}" for p in peers)
-    ratio = "oxccl" in peers and "ompi-c" in peers
-    if ratio:
-        head += f"{'oxccl/ompi-c':>14}"
+    ratios = [(a_, b_) for a_, b_ in (("oxccl", "ompi-c"), ("oxccl" + BUSY, "ompi-c" + BUSY),
+                                       ("oxccl" + BUSY, "oxccl"), ("ompi-c" + BUSY, "ompi-c"))
+              if a_ in peers and b_ in peers]
+    names = {("oxccl", "ompi-c"): "oxccl/ompi-c", ("oxccl" + BUSY, "ompi-c" + BUSY): "busy ox/ompi",
+             ("oxccl" + BUSY, "oxccl"): "oxccl busy/q", ("ompi-c" + BUSY, "ompi-c"): "ompi busy/q"}
+    head += "".join(f"{names[r]:>14}" for r in ratios)
     lines.append(head)
     notes = []
     for size in sizes:
@@ -249,8 +264,8 @@ def table(op, n, sizes, peers, cells, errors, a, c2cs, runner):
             if all(c == "-" for c in row):
                 continue
             line = f"{label:>9} {place:>5} " + "".join(f"{c:>{w}}" for c in row)
-            if ratio:
-                r = (vals["oxccl"] / vals["ompi-c"]) if vals.get("oxccl") and vals.get("ompi-c") else None
+            for a_, b_ in ratios:
+                r = (vals[a_] / vals[b_]) if vals.get(a_) and vals.get(b_) else None
                 line += f"{(f'{r:.2f}' if r is not None else '-'):>14}"
             lines.append(line)
     for (size, p), e in sorted(errors.items()):
@@ -279,6 +294,7 @@ def main():
     ap.add_argument("--iters", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=300)
     ap.add_argument("--mpi-bind", default="none")
+    ap.add_argument("--busy", type=int, default=0)
     ap.add_argument("--oxccl")
     ap.add_argument("--ompi-bench")
     ap.add_argument("--mpicc-version")
@@ -299,6 +315,10 @@ def main():
         sys.exit("compare_peers: no peer left to run (see the notes above)")
     if a.reps < 1 or any(n < 1 for n in ranks):
         sys.exit("compare_peers: --reps and --ranks must be at least 1")
+    if a.busy < 0:
+        sys.exit("compare_peers: --busy must be at least 0")
+    if a.busy:
+        peers = [q for p in peers for q in (p, p + BUSY)]
     runner = Runner(a)
     jpath = a.json
     if not jpath:
@@ -329,7 +349,10 @@ def main():
               "(torch.distributed gloo over loopback TCP; sets no CPU affinity)")
     bind = {"oxccl": "oxccl none", "ompi-c": f"ompi-c mpirun --bind-to {a.mpi_bind}",
             "ompi-py": f"ompi-py mpirun --bind-to {a.mpi_bind}", "gloo": "gloo none"}
-    print("# binding: " + "; ".join(bind[p] for p in peers))
+    print("# binding: " + "; ".join(bind[p] for p in peers if p in bind))
+    if a.busy:
+        print(f"# P{BUSY}: P measured with {a.busy} busy-looping process(es) (python `while True: pass`) beside it;"
+              " busy/q = P{BUSY} / P from the same run")
     for note in a.note:
         print(f"# note: {note}")
     print("# size: nccl-tests convention (the per-rank buffer; all_gather's output, reduce_scatter's input); f32, sum")

@@ -38,8 +38,8 @@ pub struct CpuSettings {
     /// host's ranks and CPUs.
     pub spin: Option<Duration>,
     /// How long a shared-memory wait then polls yielding the CPU before it sleeps
-    /// (`OXCCL_YIELD_US`).
-    pub yield_for: Duration,
+    /// (`OXCCL_YIELD_US`); `None`: chosen from the host's ranks and CPUs.
+    pub yield_for: Option<Duration>,
     /// A profile of measured costs for the algorithm choice (`OXCCL_TUNE_FILE`).
     pub tune_file: Option<std::path::PathBuf>,
     /// The network interfaces TCP may use (`OXCCL_SOCKET_IFNAME`).

@@ -291,7 +291,7 @@ impl Config {
             shm_slot_bytes: rd.or_default(&r::SHM_SLOT_BYTES, size)?,
             shm_ring_bytes: rd.or_default(&r::SHM_RING_BYTES, size)?,
             spin: rd.get(&r::SPIN_US, micros)?,
-            yield_for: rd.or_default(&r::YIELD_US, micros)?,
+            yield_for: rd.get(&r::YIELD_US, micros)?,
             tune_file: rd.get(&r::TUNE_FILE, text)?.map(std::path::PathBuf::from),
             socket_ifname: rd.get(&r::SOCKET_IFNAME, text)?,
             max_frame: rd.or_default(&r::MAX_FRAME, size)?,

@@ -253,8 +253,8 @@ pub const SPIN_US: Setting = Setting {
     name: "OXCCL_SPIN_US",
     kind: Kind::Count { min: 0, max: 1_000_000 },
     default: "",
-    default_doc: "automatic: `50`, `0` when the host's ranks outnumber their CPUs",
-    doc: "how long a shared-memory wait busy-polls before it polls yielding the CPU, in µs",
+    default_doc: "automatic: `10000` when every rank of the host has a CPU, `0` when they outnumber their CPUs",
+    doc: "how long a shared-memory wait busy-polls before it polls yielding the CPU (then sleeps), in µs",
     origin: Origin::User,
 };
 /// `OXCCL_TUNE_FILE`.
@@ -279,8 +279,8 @@ pub const DEBUG: Setting = Setting {
 pub const YIELD_US: Setting = Setting {
     name: "OXCCL_YIELD_US",
     kind: Kind::Count { min: 0, max: 10_000_000 },
-    default: "2000",
-    default_doc: "`2000`",
+    default: "",
+    default_doc: "automatic: `0` when every rank of the host has a CPU, `2000` when they outnumber their CPUs",
     doc: "how long a shared-memory wait then polls with `sched_yield` (a peer sharing the CPU runs at once) before it sleeps, in µs",
     origin: Origin::User,
 };

@@ -133,9 +133,9 @@ fn the_builder_wins_for_every_setting() {
     let from_env = Config::new().resolve_with(env(&e)).unwrap();
     assert_eq!(from_env.cpu.shm_slot_bytes, 64 << 10);
     assert_eq!(from_env.cpu.spin, Some(Duration::from_micros(7)));
-    assert_eq!(from_env.cpu.yield_for, Duration::from_micros(30));
+    assert_eq!(from_env.cpu.yield_for, Some(Duration::from_micros(30)));
     let defaults = Config::new().resolve_with(|_| None).unwrap().cpu;
-    assert_eq!((defaults.spin, defaults.yield_for), (None, Duration::from_millis(2)), "spin is automatic");
+    assert_eq!((defaults.spin, defaults.yield_for), (None, None), "both phases are automatic");
     assert_eq!(from_env.cpu.transport, TransportChoice::Tcp);
     assert_eq!(from_env.cpu.socket_ifname.as_deref(), Some("eth9"));
     assert!(!from_env.mpi.fingerprint);

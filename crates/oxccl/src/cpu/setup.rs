@@ -54,6 +54,8 @@ pub struct CpuOptions {
     /// The user's spin phase (`OXCCL_SPIN_US`), when set; otherwise setup chooses it from the
     /// host's ranks and CPUs.
     pub spin: Option<Duration>,
+    /// The user's yield phase (`OXCCL_YIELD_US`), when set; otherwise chosen like `spin`.
+    pub yield_for: Option<Duration>,
 }
 
 impl CpuOptions {
@@ -67,7 +69,7 @@ impl CpuOptions {
             ring_bytes: c.shm_ring_bytes,
             max_frame: c.max_frame,
             setup_timeout: cfg.timeout,
-            wait: WaitPolicy::for_host(1, 1, c.spin, Some(c.yield_for)),
+            wait: WaitPolicy::for_host(1, 1, c.spin, c.yield_for),
         };
         let tcp = TcpOptions {
             ifname: c.socket_ifname.clone(),
@@ -82,6 +84,7 @@ impl CpuOptions {
             tcp,
             setup_timeout: cfg.timeout,
             spin: c.spin,
+            yield_for: c.yield_for,
         })
     }
 }
@@ -142,7 +145,7 @@ fn host_and_cpus(arrival: &[u8]) -> (&[u8], Vec<usize>) {
 /// oversubscribed when they outnumber the union of their CPUs.
 fn host_wait_policy(local: &[usize], masks: &[Vec<usize>], opts: &CpuOptions) -> WaitPolicy {
     let cpus = wait::union_len(local.iter().map(|&r| masks[r].as_slice()));
-    WaitPolicy::for_host(local.len(), cpus, opts.spin, Some(opts.shm.wait.yield_for))
+    WaitPolicy::for_host(local.len(), cpus, opts.spin, opts.yield_for)
 }
 
 /// Ranks per CPU on the job's most crowded host, from every rank's host and CPUs (the same

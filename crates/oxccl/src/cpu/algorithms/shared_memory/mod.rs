@@ -164,6 +164,9 @@ impl ShmCollectives {
                 Segment::open(nm, size)?
             }
         };
+        // The control area (arrivals, inline payloads, fingerprints, the tally) is used by
+        // every operation, however small: map it now rather than in the first calls.
+        seg.prefault(data);
         if me == 0 {
             // SAFETY: the header words are inside the fresh mapping, not yet shared.
             unsafe {

@@ -33,7 +33,8 @@ const MAGIC: u64 = u64::from_le_bytes(*b"OXSHMLK1");
 /// How long the progress thread polls (yielding) for more frames before it sleeps. Short: a
 /// polling progress thread is one more runnable thread per rank, and the ranks' own waits
 /// assume one runnable thread per rank (measured: after ring traffic, with 2 ms of polling,
-/// an 8-byte shared-memory all_reduce on 2 ranks took 53 us instead of 0.25).
+/// an 8-byte shared-memory all_reduce on 2 ranks took 53 us instead of 0.25). The ranks' own
+/// wait policy (`OXCCL_SPIN_US`, `OXCCL_YIELD_US`) does not apply to this thread.
 const PROGRESS_YIELD: Duration = Duration::from_micros(50);
 
 /// Settings of the shared-memory links.
@@ -363,7 +364,7 @@ fn pump(inc: &mut Incoming, max_frame: usize, mailbox: &Mailbox) -> bool {
 }
 
 fn progress_loop(shared: &Shared, me: usize, local: &[usize], max_frame: usize, mailbox: &Mailbox, stop: &AtomicBool) {
-    let progress_wait = WaitPolicy { spin: Duration::ZERO, yield_for: shared.wait.yield_for.min(PROGRESS_YIELD) };
+    let progress_wait = WaitPolicy { spin: Duration::ZERO, yield_for: PROGRESS_YIELD };
     let mut incoming: Vec<Incoming> = (0..local.len())
         .filter(|&i| i != me)
         .map(|i| Incoming {
@@ -433,12 +434,14 @@ pub(crate) mod tests {
         let rdv = MemoryRendezvous::default();
         let cfg = Config::new().timeout(Duration::from_secs(20)).resolve_with(|_| None).unwrap();
         let local: Vec<usize> = (0..n).collect();
+        // The policy a job of n ranks on this machine's CPUs gets (tests run on 2 cores).
+        let wait = WaitPolicy::for_host(n, super::super::wait::allowed_cpus().len(), None, None);
         std::thread::scope(|s| {
             for r in 0..n {
                 let (rdv, cfg, local, f) = (&rdv, cfg.clone(), local.clone(), &f);
                 s.spawn(move || {
                     let mb = Arc::new(Mailbox::new());
-                    let opts = ShmOptions { ring_bytes, ..ShmOptions::default() };
+                    let opts = ShmOptions { ring_bytes, wait, ..ShmOptions::default() };
                     let links: Arc<dyn Link> =
                         Arc::new(ShmLinks::establish(r, &local, rdv, "t", &opts, Arc::clone(&mb)).unwrap());
                     let routes = (0..n).map(|p| (p != r).then(|| Arc::clone(&links))).collect();
@@ -446,7 +449,7 @@ pub(crate) mod tests {
                     let ranks: Arc<[usize]> = (0..n).collect();
                     let b = CpuBackend::new("shm-test", t, WORLD_COMM_ID, ranks, r, cfg).unwrap();
                     if let Some(slot) = native_slot {
-                        b.enable_shared_memory(slot, WaitPolicy::default()).unwrap();
+                        b.enable_shared_memory(slot, wait).unwrap();
                     }
                     f(Communicator::from_backend(Arc::new(b)));
                 });
