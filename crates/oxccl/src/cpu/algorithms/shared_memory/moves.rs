@@ -68,24 +68,32 @@ impl ShmCollectives {
         let me = self.me;
         // In place, our input is block `me` of the output: it already holds our bytes.
         let in_place = std::ptr::eq(input.ptr, output.ptr.wrapping_add(me * bytes));
+        // Out of place, our own block is one copy of `bytes` from a chunk just read: cached
+        // stores unless the block itself is large (measured on 2 ranks: 4 MiB outputs took
+        // 450 µs with streaming stores and 372 with cached ones; 16 MiB outputs 2200 and 2500).
+        let own_streaming = bytes >= copy::STREAM_FROM;
         self.in_steps(
             ctx,
             bytes,
             1,
-            // SAFETY: `input` is valid for `bytes` (contract); our slot is ours until we arrive.
-            |at, c, b| unsafe { copy::copy_cached(input.ptr.add(at), self.slot_ptr(me, b), c) },
             |at, c, b| {
-                for p in 0..self.n {
-                    let src = match p == me {
-                        true if in_place => continue,
-                        true => input.ptr.wrapping_add(at),
-                        false => self.slot_ptr(p, b) as *const u8,
-                    };
+                // SAFETY: `input` is valid for `bytes` (contract); our slot is ours until we
+                // arrive.
+                unsafe { copy::copy_cached(input.ptr.add(at), self.slot_ptr(me, b), c) };
+                if !in_place {
+                    // Our own block, while the chunk just read is still in cache (and
+                    // before we wait for the others). SAFETY: out of place `input` does not
+                    // overlap `output` (two borrows); `output` holds n blocks of `bytes`
+                    // and only this rank writes it (contract).
+                    unsafe { copy::copy_out(input.ptr.add(at), output.ptr.add(me * bytes + at), c, own_streaming) };
+                }
+            },
+            |at, c, b| {
+                for p in (0..self.n).filter(|&p| p != me) {
                     // SAFETY: every rank published its slot with its arrival and refills it
-                    // only after our next arrival; our own chunk comes from `input`, which
-                    // out of place does not overlap `output` (two borrows); `output` holds n
-                    // blocks of `bytes` (contract).
-                    unsafe { copy::copy_out(src, output.ptr.add(p * bytes + at), c, streaming) };
+                    // only after our next arrival; `output` holds n blocks of `bytes`
+                    // (contract).
+                    unsafe { copy::copy_out(self.slot_ptr(p, b), output.ptr.add(p * bytes + at), c, streaming) };
                 }
                 Ok(())
             },
