@@ -4,7 +4,8 @@
 //!
 //! Transports differ only in how frames get here: the in-memory transport delivers straight
 //! from the sender's thread, TCP from one reader thread per connection, shared memory from
-//! its progress thread.
+//! its progress thread or from the receiving caller, which reads the rings itself while it
+//! waits.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -255,18 +256,10 @@ impl Mailbox {
     ) -> Result<Received, TransportError> {
         let mut st = self.lock();
         loop {
-            if let Some(pos) = Self::find(&mut st, comm_id, peer, channel, at)? {
-                let frame =
-                    st.comms.get_mut(&comm_id).and_then(|c| c.queues.get_mut(&peer)).and_then(|q| q.remove(pos));
-                if let Some(frame) = frame {
-                    // The frame is ours now: copy it out without holding up deliveries.
-                    drop(st);
-                    let len = frame.payload.len();
-                    if len <= buf.len() {
-                        buf[..len].copy_from_slice(&frame.payload);
-                    }
-                    return Ok(Received { header: frame.header, len });
-                }
+            if let Some(frame) = Self::take(&mut st, comm_id, peer, channel, at)? {
+                // The frame is ours now: copy it out without holding up deliveries.
+                drop(st);
+                return Ok(Self::copy_out(frame, buf));
             }
             let now = Instant::now();
             if now >= deadline {
@@ -276,6 +269,43 @@ impl Mailbox {
             st = self.arrived.wait_timeout(st, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
             st.waiting -= 1;
         }
+    }
+
+    /// [`Mailbox::recv`] without waiting: `None` when the frame has not arrived.
+    ///
+    /// # Errors
+    /// As [`Mailbox::recv`], except `Timeout`.
+    pub fn try_recv(
+        &self,
+        peer: usize,
+        comm_id: u64,
+        channel: Channel,
+        at: Option<Stage>,
+        buf: &mut [u8],
+    ) -> Result<Option<Received>, TransportError> {
+        let frame = Self::take(&mut self.lock(), comm_id, peer, channel, at)?;
+        Ok(frame.map(|f| Self::copy_out(f, buf)))
+    }
+
+    /// Removes the frame [`Mailbox::find`] finds from its queue.
+    fn take(
+        st: &mut State,
+        comm_id: u64,
+        peer: usize,
+        channel: Channel,
+        at: Option<Stage>,
+    ) -> Result<Option<Frame>, TransportError> {
+        let Some(pos) = Self::find(st, comm_id, peer, channel, at)? else { return Ok(None) };
+        Ok(st.comms.get_mut(&comm_id).and_then(|c| c.queues.get_mut(&peer)).and_then(|q| q.remove(pos)))
+    }
+
+    /// Copies a taken frame's payload into `buf` when it fits; the length says whether it did.
+    fn copy_out(frame: Frame, buf: &mut [u8]) -> Received {
+        let len = frame.payload.len();
+        if len <= buf.len() {
+            buf[..len].copy_from_slice(&frame.payload);
+        }
+        Received { header: frame.header, len }
     }
 
     /// The next frame on `(comm_id, channel)` from `peer`, if any, left queued.

@@ -6,7 +6,7 @@
 //! that a communicator failed or ended here through the same ordered stream as the data.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::frame::{encode_error, FrameKind};
 use super::mailbox::Mailbox;
@@ -36,6 +36,43 @@ pub trait Link: Send + Sync {
         payload: &[u8],
         deadline: Instant,
     ) -> Result<(), TransportError>;
+
+    /// Moves frames that have arrived on this link into the mailbox on the caller's thread;
+    /// returns whether any moved. Links whose frames arrive by themselves (TCP's reader
+    /// threads) have nothing to do here.
+    fn poll(&self) -> bool {
+        false
+    }
+
+    /// How long a receiver waiting for a frame from this link keeps calling [`Link::poll`]
+    /// before it sleeps until the link delivers (zero: it sleeps at once).
+    fn poll_for(&self) -> Duration {
+        Duration::ZERO
+    }
+
+    /// Announces a receiver that calls [`Link::poll`] until [`Link::stop_polling`]: senders
+    /// may then skip waking the link's own thread.
+    fn start_polling(&self) {}
+
+    /// Ends [`Link::start_polling`], and moves what arrived while senders counted on the
+    /// poller.
+    fn stop_polling(&self) {}
+}
+
+/// A receiver's [`Link::start_polling`], ended when dropped (also on an early error).
+struct Polling<'a>(&'a dyn Link);
+
+impl<'a> Polling<'a> {
+    fn start(link: &'a dyn Link) -> Polling<'a> {
+        link.start_polling();
+        Polling(link)
+    }
+}
+
+impl Drop for Polling<'_> {
+    fn drop(&mut self) {
+        self.0.stop_polling();
+    }
 }
 
 /// A [`Transport`] that routes each peer to a [`Link`] and receives through one [`Mailbox`].
@@ -147,6 +184,28 @@ impl Transport for RoutedTransport {
         deadline: Instant,
     ) -> Result<Received, TransportError> {
         self.check_peer(peer)?;
+        // Caller-driven progress: on a link that can be polled, the receiver moves the frame
+        // itself instead of waiting for the link's own thread to deliver it and wake us.
+        if let Some(Some(link)) = self.routes.get(peer) {
+            let budget = link.poll_for();
+            if !budget.is_zero() {
+                let _polling = Polling::start(link.as_ref());
+                let mut started = None;
+                loop {
+                    if let Some(r) = self.mailbox.try_recv(peer, comm_id, channel, at, buf)? {
+                        return Ok(r);
+                    }
+                    if link.poll() {
+                        continue;
+                    }
+                    let now = Instant::now();
+                    if now.duration_since(*started.get_or_insert(now)) >= budget || now >= deadline {
+                        break;
+                    }
+                    std::hint::spin_loop();
+                }
+            }
+        }
         self.mailbox.recv(peer, comm_id, channel, at, buf, deadline)
     }
 

@@ -8,8 +8,15 @@
 //! spinning). Every peer's process id is in the segment: waits check that the peer is still
 //! alive, so a killed rank becomes `PeerLost` within [`LIVENESS_CHECK`].
 //!
+//! **Caller-driven progress.** A caller waiting for a frame reads the rings itself
+//! ([`Link::poll`], for as long as the host's waits spin) and announces that it polls, so
+//! senders skip the progress thread's wake-up: a hand-off then costs no system call and no
+//! thread switch (8-byte send/recv pairs on 2 ranks: 4.0 µs through the progress thread,
+//! 1.1–1.7 µs this way). Whoever holds the incoming rings' lock reads them; a caller that
+//! stops polling reads once more, for frames sent while it still counted as polling.
+//!
 //! Layout: a 64-byte header (magic, rank count, ring size), one 64-byte line per local rank
-//! (pid, doorbell, sleepers), then the rings, `ring[src * n + dst]`.
+//! (pid, doorbell, sleepers, pollers), then the rings, `ring[src * n + dst]`.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -98,6 +105,12 @@ impl Shared {
         self.word(64 + 64 * i + 8)
     }
 
+    /// Threads of local rank `i` polling its incoming rings themselves: while there are any,
+    /// senders do not wake its progress thread.
+    fn pollers(&self, i: usize) -> &AtomicU32 {
+        self.word(64 + 64 * i + 12)
+    }
+
     fn ring(&self, src: usize, dst: usize) -> Ring {
         let at = 64 + 64 * self.n + (src * self.n + dst) * align64(Ring::footprint(self.cap));
         // SAFETY: the ring lies inside the mapping, 64-byte aligned; `src` produces and
@@ -142,8 +155,37 @@ pub struct ShmLinks {
     local: Vec<usize>,
     me: usize,
     out: Vec<Mutex<()>>,
+    /// The incoming rings, read by the progress thread or by a receiving caller.
+    inbox: Arc<Inbox>,
     stop: Arc<AtomicBool>,
     progress: Option<JoinHandle<()>>,
+}
+
+/// The receive side of one rank's links: its incoming rings and where their frames go.
+/// Whoever holds `incoming` reads: the progress thread, or a caller waiting for a frame
+/// ([`Link::poll`]), which then needs no wake-up from the progress thread.
+struct Inbox {
+    incoming: Mutex<Vec<Incoming>>,
+    max_frame: usize,
+    mailbox: Arc<Mailbox>,
+}
+
+impl Inbox {
+    /// Reads every incoming ring into the mailbox and wakes senders waiting for space;
+    /// returns whether anything was consumed.
+    fn pump_all(&self, incoming: &mut [Incoming]) -> bool {
+        let mut progressed = false;
+        for inc in incoming {
+            if pump(inc, self.max_frame, &self.mailbox) {
+                progressed = true;
+                let r = inc.ring;
+                if r.space_sleepers().load(Ordering::SeqCst) != 0 {
+                    futex::ring(r.space_bell(), r.space_sleepers());
+                }
+            }
+        }
+        progressed
+    }
 }
 
 impl ShmLinks {
@@ -210,12 +252,21 @@ impl ShmLinks {
         };
         let shared = Arc::new(seg);
         let stop = Arc::new(AtomicBool::new(false));
+        let incoming = (0..n)
+            .filter(|&i| i != me)
+            .map(|i| Incoming {
+                ring: shared.ring(i, me),
+                local: i,
+                rank: local[i],
+                state: Reading::Header { buf: [0; HEADER_LEN], have: 0 },
+            })
+            .collect();
+        let inbox = Arc::new(Inbox { incoming: Mutex::new(incoming), max_frame: opts.max_frame, mailbox });
         let progress = {
-            let (shared, stop, local) = (Arc::clone(&shared), Arc::clone(&stop), local.to_vec());
-            let max_frame = opts.max_frame;
+            let (shared, stop, inbox) = (Arc::clone(&shared), Arc::clone(&stop), Arc::clone(&inbox));
             std::thread::Builder::new()
                 .name(format!("oxccl-shm-r{rank}"))
-                .spawn(move || progress_loop(&shared, me, &local, max_frame, &mailbox, &stop))
+                .spawn(move || progress_loop(&shared, me, &inbox, &stop))
                 .map_err(|e| Error::io("starting the shared-memory progress thread", &e))?
         };
         Ok(ShmLinks {
@@ -223,6 +274,7 @@ impl ShmLinks {
             local: local.to_vec(),
             me,
             out: (0..n).map(|_| Mutex::new(())).collect(),
+            inbox,
             stop,
             progress: Some(progress),
         })
@@ -258,7 +310,12 @@ impl Link for ShmLinks {
                 let n = ring.write(&part[done..]);
                 done += n;
                 if n > 0 {
-                    futex::ring(self.shared.doorbell(p), self.shared.sleepers(p));
+                    // Pairs with the fence in `stop_polling`: we see its poller leave, or
+                    // it sees these bytes.
+                    std::sync::atomic::fence(Ordering::SeqCst);
+                    if self.shared.pollers(p).load(Ordering::SeqCst) == 0 {
+                        futex::ring(self.shared.doorbell(p), self.shared.sleepers(p));
+                    }
                     continue;
                 }
                 futex::wait_until(
@@ -280,6 +337,35 @@ impl Link for ShmLinks {
             }
         }
         Ok(())
+    }
+
+    fn poll(&self) -> bool {
+        // When the progress thread holds the rings it is reading them: nothing to do here.
+        match self.inbox.incoming.try_lock() {
+            Ok(mut incoming) => self.inbox.pump_all(&mut incoming),
+            Err(std::sync::TryLockError::Poisoned(p)) => self.inbox.pump_all(&mut p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => false,
+        }
+    }
+
+    fn poll_for(&self) -> Duration {
+        // As long as the host's waits spin: zero where the ranks outnumber their CPUs (a
+        // polling receiver would hold the core its sender needs).
+        self.shared.wait.spin
+    }
+
+    fn start_polling(&self) {
+        self.shared.pollers(self.me).fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn stop_polling(&self) {
+        self.shared.pollers(self.me).fetch_sub(1, Ordering::SeqCst);
+        // Pairs with the fence in `send_frame`: a sender that still saw us polling (and did
+        // not wake the progress thread) wrote its bytes before that look, so this pump,
+        // after our leave and the fence, reads them. It waits for the progress thread if
+        // that is reading.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        self.inbox.pump_all(&mut crate::sync::relock(&self.inbox.incoming));
     }
 }
 
@@ -363,30 +449,15 @@ fn pump(inc: &mut Incoming, max_frame: usize, mailbox: &Mailbox) -> bool {
     }
 }
 
-fn progress_loop(shared: &Shared, me: usize, local: &[usize], max_frame: usize, mailbox: &Mailbox, stop: &AtomicBool) {
+fn progress_loop(shared: &Shared, me: usize, inbox: &Inbox, stop: &AtomicBool) {
     let progress_wait = WaitPolicy { spin: Duration::ZERO, yield_for: PROGRESS_YIELD };
-    let mut incoming: Vec<Incoming> = (0..local.len())
-        .filter(|&i| i != me)
-        .map(|i| Incoming {
-            ring: shared.ring(i, me),
-            local: i,
-            rank: local[i],
-            state: Reading::Header { buf: [0; HEADER_LEN], have: 0 },
-        })
-        .collect();
-    let mut lost = vec![false; local.len()];
+    // The rings and their senders, for looking without the lock.
+    let incoming: Vec<(Ring, usize, usize)> =
+        crate::sync::relock(&inbox.incoming).iter().map(|i| (i.ring, i.local, i.rank)).collect();
+    let mailbox = &inbox.mailbox;
+    let mut lost = vec![false; shared.n];
     while !stop.load(Ordering::Acquire) {
-        let mut progressed = false;
-        for inc in &mut incoming {
-            if pump(inc, max_frame, mailbox) {
-                progressed = true;
-                let r = inc.ring;
-                if r.space_sleepers().load(Ordering::SeqCst) != 0 {
-                    futex::ring(r.space_bell(), r.space_sleepers());
-                }
-            }
-        }
-        if progressed {
+        if inbox.pump_all(&mut crate::sync::relock(&inbox.incoming)) {
             continue;
         }
         // Never a busy spin here: the thread that needs the CPU next is usually this
@@ -397,15 +468,15 @@ fn progress_loop(shared: &Shared, me: usize, local: &[usize], max_frame: usize, 
             shared.doorbell(me),
             shared.sleepers(me),
             &progress_wait,
-            || stop.load(Ordering::Acquire) || incoming.iter().any(|i| i.ring.readable() > 0),
+            || stop.load(Ordering::Acquire) || incoming.iter().any(|(ring, ..)| ring.readable() > 0),
             LIVENESS_CHECK,
             || {
-                for inc in &incoming {
-                    if !lost[inc.local] && !process_alive(shared.pid(inc.local).load(Ordering::Acquire)) {
+                for &(ring, local, rank) in &incoming {
+                    if !lost[local] && !process_alive(shared.pid(local).load(Ordering::Acquire)) {
                         // Frames it sent before dying are still delivered first.
-                        if inc.ring.readable() == 0 {
-                            lost[inc.local] = true;
-                            mailbox.lose(inc.rank, "its process exited (seen through shared memory)");
+                        if ring.readable() == 0 {
+                            lost[local] = true;
+                            mailbox.lose(rank, "its process exited (seen through shared memory)");
                         }
                     }
                 }
@@ -431,11 +502,22 @@ pub(crate) mod tests {
     /// A world of `n` ranks over shared-memory links, with shared-memory collectives of
     /// `native_slot` bytes per slot when given.
     pub(crate) fn world_with(n: usize, ring_bytes: usize, native_slot: Option<usize>, f: impl Fn(Communicator) + Sync) {
+        // The policy a job of n ranks on this machine's CPUs gets (tests run on 2 cores).
+        let wait = WaitPolicy::for_host(n, super::super::wait::allowed_cpus().len(), None, None);
+        world_waiting(n, ring_bytes, native_slot, wait, f)
+    }
+
+    /// [`world_with`] whose ranks wait by `wait`.
+    fn world_waiting(
+        n: usize,
+        ring_bytes: usize,
+        native_slot: Option<usize>,
+        wait: WaitPolicy,
+        f: impl Fn(Communicator) + Sync,
+    ) {
         let rdv = MemoryRendezvous::default();
         let cfg = Config::new().timeout(Duration::from_secs(20)).resolve_with(|_| None).unwrap();
         let local: Vec<usize> = (0..n).collect();
-        // The policy a job of n ranks on this machine's CPUs gets (tests run on 2 cores).
-        let wait = WaitPolicy::for_host(n, super::super::wait::allowed_cpus().len(), None, None);
         std::thread::scope(|s| {
             for r in 0..n {
                 let (rdv, cfg, local, f) = (&rdv, cfg.clone(), local.clone(), &f);
@@ -496,5 +578,95 @@ pub(crate) mod tests {
                 assert!(buf.iter().all(|&v| v == (p * 10 + r) as u32));
             }
         });
+    }
+
+    #[test]
+    fn ping_pong_with_receivers_that_poll_briefly() {
+        // Receivers poll for 2 us, then sleep: frames are read by the caller, by its stop,
+        // or by the progress thread, whichever comes first, and none waits for the progress
+        // thread's 100 ms liveness look.
+        let wait = WaitPolicy { spin: Duration::from_micros(2), yield_for: Duration::ZERO };
+        world_waiting(2, 4096, None, wait, |comm| {
+            let r = comm.rank();
+            let mut worst = Duration::ZERO;
+            let mut v = [0u32; 2];
+            for i in 0..3000u32 {
+                let t = Instant::now();
+                if r == 0 {
+                    comm.send(&[i, i + 1], 1, 0).unwrap();
+                    comm.recv(&mut v, 1, 0).unwrap();
+                    assert_eq!(v, [i + 7, i + 8]);
+                } else {
+                    comm.recv(&mut v, 0, 0).unwrap();
+                    assert_eq!(v, [i, i + 1]);
+                    comm.send(&[i + 7, i + 8], 0, 0).unwrap();
+                }
+                worst = worst.max(t.elapsed());
+            }
+            assert!(worst < Duration::from_millis(60), "a round trip took {worst:?}: a frame sat unread");
+        });
+    }
+
+    #[test]
+    fn a_polling_receiver_reads_the_ring_itself() {
+        use crate::cpu::transport::{Channel, Transport};
+        use crate::fingerprint::OpKind;
+        // With the receiver's progress thread stopped, only the receiving caller can move
+        // the frame from the ring into the mailbox.
+        let wait = WaitPolicy { spin: Duration::from_secs(5), yield_for: Duration::ZERO };
+        let rdv = MemoryRendezvous::default();
+        let local = [0usize, 1];
+        let opts = ShmOptions { ring_bytes: 4096, wait, ..ShmOptions::default() };
+        let (mut links, mailboxes): (Vec<ShmLinks>, Vec<Arc<Mailbox>>) = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..2)
+                .map(|r| {
+                    let (rdv, opts) = (&rdv, &opts);
+                    s.spawn(move || {
+                        let mb = Arc::new(Mailbox::new());
+                        (ShmLinks::establish(r, &local, rdv, "p", opts, Arc::clone(&mb)).unwrap(), mb)
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).unzip()
+        });
+        let rx = links.pop().unwrap();
+        let tx = links.pop().unwrap();
+        rx.stop.store(true, Ordering::SeqCst);
+        futex::ring(rx.shared.doorbell(rx.me), rx.shared.sleepers(rx.me));
+        // The progress thread's wait ends at its next look (LIVENESS_CHECK) at the latest.
+        while rx.progress.as_ref().is_some_and(|h| !h.is_finished()) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let header = |seq| Header {
+            comm_id: 9,
+            channel: Channel::Collective,
+            fingerprint: crate::fingerprint::Fingerprint {
+                seq,
+                op: OpKind::Barrier,
+                dtype: crate::DType::U8,
+                count: 0,
+                root: None,
+                reduce: None,
+                algorithm: Algorithm::Auto,
+            },
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        // A frame sent while the receiver announced polling wakes nobody: the receiver's
+        // stop reads it.
+        rx.start_polling();
+        tx.send_frame(1, FrameKind::Data, &header(0), &[1, 2, 3], deadline).unwrap();
+        rx.stop_polling();
+        let mut buf = [0u8; 3];
+        let got = mailboxes[1].try_recv(0, 9, Channel::Collective, None, &mut buf).unwrap();
+        assert_eq!(got.map(|g| (g.len, buf)), Some((3, [1, 2, 3])), "the stop did not read the ring");
+        // A receiver waiting in `recv` reads the ring itself, long before its 5 s of polling
+        // end.
+        tx.send_frame(1, FrameKind::Data, &header(1), &[4, 5], deadline).unwrap();
+        let rx: Arc<dyn Link> = Arc::new(rx);
+        let t = RoutedTransport::new(1, Arc::clone(&mailboxes[1]), vec![Some(rx), None]).unwrap();
+        let started = Instant::now();
+        let got = t.recv(0, 9, Channel::Collective, None, &mut buf, deadline).unwrap();
+        assert_eq!((got.len, &buf[..2]), (2, &[4u8, 5][..]));
+        assert!(started.elapsed() < Duration::from_secs(2), "recv took {:?}", started.elapsed());
     }
 }
