@@ -22,10 +22,11 @@ import sys
 import tempfile
 import time
 
+from common import element_counts
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
 PEERS = ("oxccl", "ompi-c", "ompi-py", "gloo")
-BLOCKED = ("all_gather", "reduce_scatter", "all_to_all")
 BUSY = "+busy"
 BUS = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
        "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n,
@@ -56,10 +57,7 @@ def iters_for(size, fixed):
 
 
 def measured_bytes(op, size, n):
-    count = size // 4
-    if op in BLOCKED:
-        count -= count % n
-    return count * 4
+    return element_counts(op, size, n)[0] * 4
 
 
 def sh(cmd, timeout=30):

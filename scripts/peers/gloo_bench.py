@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 
-from common import compact
+from common import compact, element_counts
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
 
@@ -34,10 +34,7 @@ def child(a):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{os.environ['BENCH_PORT']}",
                             rank=rank, world_size=n)
     op = a.op
-    count = a.bytes // 4
-    if op in ("all_gather", "reduce_scatter", "all_to_all"):
-        count -= count % n
-    block = count // n
+    count, block = element_counts(op, a.bytes, n)
     f32 = torch.float32
     sbuf = torch.zeros(count, dtype=f32)
     rbuf = torch.zeros(count, dtype=f32)

@@ -20,7 +20,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from common import compact
+from common import compact, element_counts
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "all_to_all")
 
@@ -36,10 +36,7 @@ def main():
     comm = MPI.COMM_WORLD
     rank, n = comm.Get_rank(), comm.Get_size()
     op = a.op
-    count = a.bytes // 4
-    if op in ("all_gather", "reduce_scatter", "all_to_all"):
-        count -= count % n
-    block = count // n
+    count, block = element_counts(op, a.bytes, n)
     f32 = np.float32
     sbuf = np.zeros(max(count, 1), dtype=f32)[:count]
     rbuf = np.zeros(max(count, 1), dtype=f32)[:count]

@@ -107,26 +107,13 @@ fn pin_to(cpu: usize) -> bool {
     unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0 }
 }
 
-/// The first CPU this thread may run on.
-fn first_cpu() -> Option<usize> {
-    // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: pid 0 is this thread; the size and pointer describe `set`, which the kernel
-    // fills.
-    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0 {
-        return None;
-    }
-    // SAFETY: CPU_ISSET reads the set within its size (CPU_SETSIZE bits).
-    (0..libc::CPU_SETSIZE as usize).find(|&c| unsafe { libc::CPU_ISSET(c, &set) })
-}
-
 /// Seconds to hand a CPU from one waiting thread to another: two threads pinned to one
 /// CPU pass a turn back and forth, each polling with `sched_yield` until it is theirs.
 /// `None` where the threads cannot be pinned.
 fn switch_cost() -> Option<f64> {
     use std::sync::atomic::{AtomicUsize, Ordering};
     const ROUNDS: usize = 20_000;
-    let cpu = first_cpu()?;
+    let cpu = *oxccl::tuning::allowed_cpus().first()?;
     let turn = AtomicUsize::new(0);
     const GONE: usize = usize::MAX;
     // Both sides run on threads of their own, so the caller's affinity is left alone.

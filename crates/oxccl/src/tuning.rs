@@ -9,3 +9,6 @@
 //! tells which algorithm a call would run.
 
 pub use crate::cpu::selector::profile::{LinkCost, Profile};
+/// The CPUs this thread may run on (what `oxccl tune` pins its switch-cost threads to, and
+/// what the ranks of a host exchange to tell whether they outnumber their CPUs).
+pub use crate::cpu::transport::shm::wait::allowed_cpus;

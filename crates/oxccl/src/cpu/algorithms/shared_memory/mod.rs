@@ -233,7 +233,8 @@ impl ShmCollectives {
                     Ok(None) => {
                         return Err(Error::Aborted {
                             reason: format!(
-                                "rank {p} sent this rank a message in an earlier collective that this rank                                  never took (the two called different collectives), and it never arrived"
+                                "rank {p} sent this rank a message in an earlier collective that this rank \
+                                 never took (the two called different collectives), and it never arrived"
                             ),
                         })
                     }
@@ -355,7 +356,7 @@ impl ShmCollectives {
         for (q, s) in self.sent.iter().enumerate() {
             self.published_sent(b, self.me, q).store(s.load(Ordering::Relaxed), Ordering::Relaxed);
         }
-        (step, (step % 2) as usize)
+        (step, b)
     }
 
     /// Whether `op` runs here: every collective but the `_v` forms, on communicators whose

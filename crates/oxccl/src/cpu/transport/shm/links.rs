@@ -610,7 +610,7 @@ pub(crate) mod tests {
     #[test]
     fn a_polling_receiver_reads_the_ring_itself() {
         use crate::cpu::transport::{Channel, Transport};
-        use crate::fingerprint::OpKind;
+        use crate::fingerprint::{Fingerprint, OpKind};
         // With the receiver's progress thread stopped, only the receiving caller can move
         // the frame from the ring into the mailbox.
         let wait = WaitPolicy { spin: Duration::from_secs(5), yield_for: Duration::ZERO };
@@ -640,15 +640,7 @@ pub(crate) mod tests {
         let header = |seq| Header {
             comm_id: 9,
             channel: Channel::Collective,
-            fingerprint: crate::fingerprint::Fingerprint {
-                seq,
-                op: OpKind::Barrier,
-                dtype: crate::DType::U8,
-                count: 0,
-                root: None,
-                reduce: None,
-                algorithm: Algorithm::Auto,
-            },
+            fingerprint: Fingerprint::of_p2p(OpKind::Send, seq, crate::DType::U8, 3),
         };
         let deadline = Instant::now() + Duration::from_secs(20);
         // A frame sent while the receiver announced polling wakes nobody: the receiver's
