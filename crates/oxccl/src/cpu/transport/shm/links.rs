@@ -668,14 +668,22 @@ pub(crate) mod tests {
             fingerprint: Fingerprint::of_p2p(OpKind::Send, 0, crate::DType::U8, LEN),
         };
         let deadline = Instant::now() + Duration::from_secs(10);
+        let sent = AtomicU32::new(0);
         std::thread::scope(|s| {
             for (me, l) in links.iter().enumerate() {
                 let payload: Vec<u8> = (0..LEN).map(|i| (i * 7 + me) as u8).collect();
-                s.spawn(move || l.send_frame(1 - me, FrameKind::Data, &header, &payload, deadline).unwrap());
+                let sent = &sent;
+                s.spawn(move || {
+                    l.send_frame(1 - me, FrameKind::Data, &header, &payload, deadline).unwrap();
+                    sent.fetch_add(1, Ordering::SeqCst);
+                    // Then it reads, as a receiver does, until the other one is done.
+                    while sent.load(Ordering::SeqCst) < 2 {
+                        l.poll();
+                    }
+                });
             }
         });
         for (me, mb) in mailboxes.iter().enumerate() {
-            // What is left of the frame in the ring (at most a ring's worth) is read now.
             links[me].poll();
             let mut buf = vec![0u8; LEN];
             let got = mb.try_recv(1 - me, 4, Channel::Collective, None, &mut buf).unwrap();
