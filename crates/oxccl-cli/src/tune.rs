@@ -5,14 +5,19 @@
 //! transports (shared memory on one host) and one on TCP only. Rank 0 and rank 1 then
 //! measure, while the others wait at a barrier:
 //! - per transport, α (an exchange of 8 bytes: both send and receive at once, as in the
-//!   steps of a collective), the bandwidth (a 4 MiB exchange, α taken off) and the
+//!   steps of a collective), the bandwidth (a 4 MiB exchange, α taken off), the cached
+//!   bandwidth (an exchange of half the per-core L2 cache, read from sysfs) and the
 //!   overhead `o` (rank 0 streams 8-byte messages to rank 1, which answers once at the end:
-//!   the sender's time per message);
+//!   the sender's time per message); for TCP also the crowded wait (8-byte exchanges with
+//!   every thread of both ranks pinned to one CPU);
 //! - the step of the shared-memory collectives (a barrier in shared memory, every rank);
-//! - on rank 0 alone: one core's copy and reduction speed (8 MiB buffers, past the caches),
-//!   the in-process transport of the `local` backend (two threads), and the switch cost
-//!   (two threads on one CPU handing it to each other with `sched_yield`, as ranks that
-//!   outnumber the CPUs do).
+//! - on rank 0 alone: one core's copy and reduction speed (8 MiB buffers, past the caches,
+//!   and buffers of a quarter of the per-core cache, within it),
+//!   the in-process transport of the `local` backend (two threads), the switch cost (two
+//!   threads on one CPU handing it to each other with `sched_yield`, as ranks that
+//!   outnumber the CPUs do, twice of which are a crowded shared-memory message's wait) and
+//!   the in-process transport's crowded wait (the same, each thread sleeping on a condition
+//!   variable until the other wakes it, as its callers do).
 //!
 //! Run it across hosts (under `oxccl run --nnodes 2 ...`, with rank 1 on another host) to
 //! price TCP over the real network; `--ranks N` measures this host.
@@ -85,78 +90,169 @@ fn stream(comm: &Communicator, msgs: usize) -> oxccl::Result<f64> {
 
 /// α, bandwidth and overhead of the links between ranks 0 and 1 of `comm` (meaningful on
 /// rank 0).
-fn link(comm: &Communicator) -> oxccl::Result<LinkCost> {
+fn link(comm: &Communicator, cache: usize) -> oxccl::Result<LinkCost> {
     let alpha = exchange(comm, 8, 2000)?;
     let big = exchange(comm, BIG, 20)?;
     let overhead = stream(comm, 2000)?;
+    let cached = exchange(comm, cache / 2, 200)?;
     let bandwidth = BIG as f64 / (big - alpha).max(1e-9);
-    Ok(LinkCost { alpha: alpha.max(1e-9), bandwidth, overhead: overhead.max(1e-9) })
+    let cached_bandwidth = (cache / 2) as f64 / (cached - alpha).max(1e-9);
+    // The crowded wait is measured where it applies (see `crowded_wait`).
+    Ok(LinkCost { alpha: alpha.max(1e-9), bandwidth, cached_bandwidth, overhead: overhead.max(1e-9), wait: 0.0 })
+}
+
+/// The per-core (level 2) cache of the first CPU this process may run on, in bytes, from
+/// sysfs; `None` where it cannot be read.
+fn l2_cache() -> Option<usize> {
+    let cpu = *oxccl::tuning::allowed_cpus().first()?;
+    let dir = format!("/sys/devices/system/cpu/cpu{cpu}/cache");
+    for entry in std::fs::read_dir(dir).ok()?.flatten() {
+        let read = |f: &str| std::fs::read_to_string(entry.path().join(f)).unwrap_or_default();
+        if read("level").trim() == "2" && read("type").trim() != "Instruction" {
+            let size = read("size");
+            let size = size.trim();
+            let (digits, unit) = size.split_at(size.find(|c: char| !c.is_ascii_digit()).unwrap_or(size.len()));
+            let scale = match unit {
+                "K" => 1 << 10,
+                "M" => 1 << 20,
+                "" => 1,
+                _ => return None,
+            };
+            return digits.parse::<usize>().ok().map(|d| d * scale);
+        }
+    }
+    None
 }
 
 /// Pins the calling thread to `cpu`; false where the kernel refuses.
 fn pin_to(cpu: usize) -> bool {
-    // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    if cpu >= libc::CPU_SETSIZE as usize {
-        return false;
-    }
-    // SAFETY: `cpu` is below CPU_SETSIZE, so CPU_SET writes within `set`.
-    unsafe { libc::CPU_SET(cpu, &mut set) };
-    // SAFETY: pid 0 is this thread; the size and pointer describe `set`, which the kernel
-    // only reads.
-    unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0 }
+    pin_thread(0, cpu).is_some()
 }
 
-/// Seconds to hand a CPU from one waiting thread to another: two threads pinned to one
-/// CPU pass a turn back and forth, each polling with `sched_yield` until it is theirs.
-/// `None` where the threads cannot be pinned.
-fn switch_cost() -> Option<f64> {
-    use std::sync::atomic::{AtomicUsize, Ordering};
+/// Pins thread `tid` (0: the calling thread) to `cpu` and returns its previous CPU set;
+/// `None` where the kernel refuses.
+fn pin_thread(tid: libc::pid_t, cpu: usize) -> Option<libc::cpu_set_t> {
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return None;
+    }
+    // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut old: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `cpu` is below CPU_SETSIZE, so CPU_SET writes within `set`.
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    let size = std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: the sizes and pointers describe `old` (written) and `set` (only read).
+    let ok =
+        unsafe { libc::sched_getaffinity(tid, size, &mut old) == 0 && libc::sched_setaffinity(tid, size, &set) == 0 };
+    ok.then_some(old)
+}
+
+/// Pins every thread of this process to `cpu`; returns each thread with the CPU set to
+/// give back to it ([`unpin`]). Threads the kernel refuses to move are left where they are.
+fn pin_process(cpu: usize) -> Vec<(libc::pid_t, libc::cpu_set_t)> {
+    let tids = std::fs::read_dir("/proc/self/task").into_iter().flatten().flatten();
+    tids.filter_map(|t| t.file_name().to_str()?.parse::<libc::pid_t>().ok())
+        .filter_map(|tid| pin_thread(tid, cpu).map(|old| (tid, old)))
+        .collect()
+}
+
+/// Gives the threads [`pin_process`] moved their CPU sets back.
+fn unpin(saved: &[(libc::pid_t, libc::cpu_set_t)]) {
+    for (tid, set) in saved {
+        // SAFETY: the size and pointer describe `set`, which the kernel only reads; a
+        // thread that has exited makes the call fail, which changes nothing.
+        unsafe { libc::sched_setaffinity(*tid, std::mem::size_of::<libc::cpu_set_t>(), set) };
+    }
+}
+
+/// The `wait` of `comm`'s links: ranks 0 and 1 pin every thread of theirs to `cpu` (one
+/// CPU for both, as on a host whose ranks outnumber its CPUs) and time 8-byte exchanges.
+/// The cost model prices such an exchange at one round's wait plus both messages'
+/// overhead and wait on one CPU, `t = 2o + 3w`, so `w = (t − 2o) / 3`. Meaningful on rank 0.
+fn crowded_wait(comm: &Communicator, cpu: usize, overhead: f64) -> oxccl::Result<f64> {
+    if comm.rank() > 1 {
+        return Ok(0.0);
+    }
+    let saved = pin_process(cpu);
+    let t = exchange(comm, 8, 1000);
+    unpin(&saved);
+    Ok(((t? - 2.0 * overhead) / 3.0).max(1e-9))
+}
+
+/// How a thread waits for its turn in [`turn_cost`].
+#[derive(Clone, Copy)]
+enum Waiting {
+    /// Polls with `sched_yield`, as ranks that outnumber their CPUs do on shared memory.
+    Yield,
+    /// Sleeps on a condition variable until the other thread wakes it, as a TCP link's
+    /// reader thread and a caller waiting in its mailbox do.
+    Sleep,
+}
+
+/// Seconds per turn when two threads pinned to one CPU pass a turn back and forth, each
+/// waiting for its own as `how` says: the cost of a switch (`Yield`) or of a wake-up with
+/// its switch (`Sleep`). `None` where the threads cannot be pinned.
+fn turn_cost(how: Waiting) -> Option<f64> {
+    use std::sync::{Condvar, Mutex};
     const ROUNDS: usize = 20_000;
-    let cpu = *oxccl::tuning::allowed_cpus().first()?;
-    let turn = AtomicUsize::new(0);
     const GONE: usize = usize::MAX;
+    let cpu = *oxccl::tuning::allowed_cpus().first()?;
+    let turn = Mutex::new(0usize);
+    let changed = Condvar::new();
+    let set = |v: usize| {
+        *turn.lock().unwrap_or_else(|p| p.into_inner()) = v;
+        changed.notify_all();
+    };
+    // Waits until the turn is `want` (true) or the other side gave up (false).
+    let wait_for = |want: usize| -> bool {
+        let mut t = turn.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            match *t {
+                GONE => return false,
+                now if now == want => return true,
+                _ => match how {
+                    Waiting::Sleep => t = changed.wait(t).unwrap_or_else(|p| p.into_inner()),
+                    Waiting::Yield => {
+                        drop(t);
+                        std::thread::yield_now();
+                        t = turn.lock().unwrap_or_else(|p| p.into_inner());
+                    }
+                },
+            }
+        }
+    };
     // Both sides run on threads of their own, so the caller's affinity is left alone.
     std::thread::scope(|s| {
         let other = s.spawn(|| {
             if !pin_to(cpu) {
-                turn.store(GONE, Ordering::Release);
+                set(GONE);
                 return;
             }
             for i in 0..ROUNDS {
-                loop {
-                    match turn.load(Ordering::Acquire) {
-                        GONE => return,
-                        now if now == 2 * i + 1 => break,
-                        _ => std::thread::yield_now(),
-                    }
+                if !wait_for(2 * i + 1) {
+                    return;
                 }
-                turn.store(2 * i + 2, Ordering::Release);
+                set(2 * i + 2);
             }
         });
         let timer = s.spawn(|| {
             if !pin_to(cpu) {
-                turn.store(GONE, Ordering::Release);
+                set(GONE);
                 return None;
             }
             let t = Instant::now();
             for i in 0..ROUNDS {
-                if turn.compare_exchange(2 * i, 2 * i + 1, Ordering::AcqRel, Ordering::Acquire).is_err() {
+                set(2 * i + 1);
+                if !wait_for(2 * i + 2) {
                     return None;
-                }
-                loop {
-                    match turn.load(Ordering::Acquire) {
-                        GONE => return None,
-                        now if now == 2 * i + 2 => break,
-                        _ => std::thread::yield_now(),
-                    }
                 }
             }
             Some(t.elapsed().as_secs_f64() / (2 * ROUNDS) as f64)
         });
         let took = timer.join().ok().flatten();
         if took.is_none() {
-            turn.store(GONE, Ordering::Release);
+            set(GONE);
         }
         let _ = other.join();
         took
@@ -176,15 +272,16 @@ fn best_of(iters: usize, mut f: impl FnMut()) -> f64 {
         .fold(f64::MAX, f64::min)
 }
 
-/// One core's copy and reduction speeds, bytes per second.
-fn local_speeds() -> oxccl::Result<(f64, f64)> {
-    let src = vec![1.0f32; LOCAL / 4];
-    let other = vec![2.0f32; LOCAL / 4];
-    let mut dst = vec![0.0f32; LOCAL / 4];
-    let copy = best_of(10, || dst.copy_from_slice(std::hint::black_box(&src)));
+/// One core's copy and reduction speeds over buffers of `len` bytes, bytes per second.
+fn local_speeds(len: usize) -> oxccl::Result<(f64, f64)> {
+    let src = vec![1.0f32; len / 4];
+    let other = vec![2.0f32; len / 4];
+    let mut dst = vec![0.0f32; len / 4];
+    let iters = (LOCAL / len).max(1) * 10;
+    let copy = best_of(iters, || dst.copy_from_slice(std::hint::black_box(&src)));
     let (a, b): (&[u8], &[u8]) = (bytemuck::cast_slice(&src), bytemuck::cast_slice(&other));
     let mut err = None;
-    let reduce = best_of(10, || {
+    let reduce = best_of(iters, || {
         if let Err(e) = reduce_sources(DType::F32, ReduceOp::Sum, &[a, b], bytemuck::cast_slice_mut(&mut dst)) {
             err = Some(e);
         }
@@ -192,12 +289,12 @@ fn local_speeds() -> oxccl::Result<(f64, f64)> {
     if let Some(e) = err {
         return Err(e);
     }
-    Ok((LOCAL as f64 / copy, LOCAL as f64 / reduce))
+    Ok((len as f64 / copy, len as f64 / reduce))
 }
 
 /// The in-process transport's costs (two threads of the `local` backend).
-fn memory_link() -> oxccl::Result<LinkCost> {
-    let costs = oxccl::local::run(2, |comm| link(&comm))?;
+fn memory_link(cache: usize) -> oxccl::Result<LinkCost> {
+    let costs = oxccl::local::run(2, |comm| link(&comm, cache))?;
     costs.into_iter().next().unwrap_or_else(|| Err(oxccl::Error::Internal("no rank 0".into())))
 }
 
@@ -213,9 +310,13 @@ pub fn run_rank(backend_cfg: Config) -> Result<Option<Profile>, String> {
     let tcp = backend_cfg.transport(TransportChoice::Tcp).init().map_err(|e| format!("joining the TCP world: {e}"))?;
     let rank = shm.rank();
     let e = |what: &'static str| move |err: oxccl::Error| format!("rank {rank}: {what}: {err}");
-    let ring = link(&shm).map_err(e("shared-memory ping-pong"))?;
+    // Rank 0's cache size, so that every pair exchanges the same messages.
+    let mut cache = [l2_cache().unwrap_or(Profile::default().cache as usize).clamp(64 << 10, BIG) as u64];
+    shm.broadcast(&mut cache[..], 0).map_err(e("broadcast"))?;
+    let cache = cache[0] as usize;
+    let mut ring = link(&shm, cache).map_err(e("shared-memory ping-pong"))?;
     shm.barrier().map_err(e("barrier"))?;
-    let net = link(&tcp).map_err(e("TCP ping-pong"))?;
+    let mut net = link(&tcp, cache).map_err(e("TCP ping-pong"))?;
     tcp.barrier().map_err(e("barrier"))?;
     let native = shm.with_algorithm(Algorithm::SharedMemory);
     // Every rank learns the same way whether the shared-memory collectives exist (an
@@ -231,19 +332,34 @@ pub fn run_rank(backend_cfg: Config) -> Result<Option<Profile>, String> {
         }
         Err(_) => Profile::default().native_step,
     };
+    // Last among the measurements between ranks: it moves their threads.
+    // Rank 0's first CPU, for the crowded TCP exchanges.
+    let mut cpu = [oxccl::tuning::allowed_cpus().first().copied().unwrap_or(0) as u64];
+    shm.broadcast(&mut cpu[..], 0).map_err(e("broadcast"))?;
+    net.wait = crowded_wait(&tcp, cpu[0] as usize, net.overhead).map_err(e("crowded TCP ping-pong"))?;
+    shm.barrier().map_err(e("barrier"))?;
     let mut profile = None;
     if shm.rank() == 0 {
-        let (copy, reduce) = local_speeds().map_err(e("local speeds"))?;
-        let memory = memory_link().map_err(e("in-process ping-pong"))?;
-        let switch = switch_cost().unwrap_or(Profile::default().switch);
+        let (copy, reduce) = local_speeds(LOCAL).map_err(e("local speeds"))?;
+        // Three buffers (two sources, a destination) that fit the cache together.
+        let (cached_copy, cached_reduce) = local_speeds(cache / 4).map_err(e("local speeds"))?;
+        let mut memory = memory_link(cache).map_err(e("in-process ping-pong"))?;
+        let switch = turn_cost(Waiting::Yield).unwrap_or(Profile::default().switch);
+        // A crowded in-process message wakes its caller; a shared-memory one meets waits
+        // that yield: a switch at each end.
+        memory.wait = turn_cost(Waiting::Sleep).unwrap_or(Profile::default().memory.wait);
+        ring.wait = 2.0 * switch;
         profile = Some(Profile {
             shm: ring,
             tcp: net,
             memory,
             native_step: step,
             switch,
+            cache: cache as f64,
             copy,
+            cached_copy,
             reduce,
+            cached_reduce,
             source: "oxccl tune".into(),
         });
     }

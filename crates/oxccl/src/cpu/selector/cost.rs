@@ -1,13 +1,15 @@
 //! The α-β-γ cost of each algorithm (Hockney's model, as Thakur, Rabenseifner and Gropp
 //! use it for MPI's collectives): a message of `m` bytes over a link costs `α + m β`
-//! (`β` = 1 / bandwidth); combining `m` bytes costs `m γ`; a local copy `m κ`. `n` ranks,
-//! `p` the largest power of two `≤ n`, `L = log2 p`, `e = 1` when `n` is not a power of
-//! two (the fold of the halving/doubling algorithms costs two more rounds), `⌈lg n⌉` the
-//! rounds of a binomial tree. `m` is [`Op::message_bytes`](crate::backend::Op::message_bytes):
-//! the per-rank buffer of all_reduce, reduce, broadcast; the input block of all_gather and
-//! gather; the whole input of reduce_scatter and all_to_all; the output of scatter.
+//! (`β` = 1 / bandwidth, taken at the message's size: see
+//! [`LinkCost::transfer`](super::profile::LinkCost::transfer)); combining `m` bytes costs
+//! `m γ`; a local copy `m κ`. `n` ranks, `p` the largest power of two `≤ n`, `L = log2 p`,
+//! `e = 1` when `n` is not a power of two (the fold of the halving/doubling algorithms
+//! costs two more rounds), `⌈lg n⌉` the rounds of a binomial tree. `m` is
+//! [`Op::message_bytes`](crate::backend::Op::message_bytes): the per-rank buffer of
+//! all_reduce, reduce, broadcast; the input block of all_gather and gather; the whole input
+//! of reduce_scatter and all_to_all; the output of scatter.
 //!
-//! | operation | algorithm | cost |
+//! | operation | algorithm | cost (β at the size of each round's message) |
 //! |---|---|---|
 //! | all_reduce | ring | `2(n−1)α + 2(n−1)/n·mβ + (n−1)/n·mγ` |
 //! | | recursive_doubling | `(L + 2e)(α + mβ) + (L + e)·mγ` |
@@ -23,20 +25,35 @@
 //! | gather, scatter | linear | `(n−1)α + (n−1)/n·mβ` at the root |
 //! | barrier | dissemination | `⌈lg n⌉α` |
 //!
+//! Each exchanging algorithm is written down as a [`Plan`]: the messages of its critical
+//! path round by round, and every message the job sends with the bytes it combines and
+//! copies; the table is the plan's critical path.
+//!
 //! The shared-memory family pays a step `σ` per chunk (every rank publishes and waits for
 //! the others) and local copies instead of messages: all_reduce up to 16 KiB `σ + mκ +
 //! (n−1)mγ`, above `2kσ + 2mκ + (n−1)/n·mγ·n/2` with `k` chunks; the block movers `kσ` plus
 //! one copy in and one out of the bytes each rank handles.
 //!
-//! Two refinements price what the rounds above leave out (`o`: a link's CPU time per
-//! message when messages stream one way; `c`: the crowd, the host's ranks over its CPUs):
+//! Refinements price what the rounds above leave out (`o`: a link's CPU time per message
+//! when messages stream one way; `c`: the crowd, the host's ranks over its CPUs):
 //! - **Work.** A point-to-point algorithm costs at least the messages each rank handles
-//!   times `o`, times `c` when the ranks outnumber the CPUs (they take turns).
+//!   times `o`.
+//! - **Crowded hosts.** When the ranks outnumber the CPUs they take turns, and an
+//!   exchanging algorithm costs at least all of the job's work shared by the CPUs: every
+//!   message's `o` plus the wake-ups `w` it takes (the link's `wait`: a TCP message wakes
+//!   the connection's reader thread, then the caller; an in-process one the caller; a
+//!   shared-memory one, whose waits yield, costs switches), every byte sent at the link's
+//!   bandwidth for that message size, every byte combined and copied; plus one `w` per
+//!   round on the critical path (a rank sleeps until its partner's message comes). Fewer
+//!   messages win small sizes (8 ranks on 2 CPUs over TCP: a binomial tree's 14 against
+//!   recursive doubling's 24, 107 against 148 µs measured) and fewer bytes, and messages
+//!   that fit the cache, win large ones (the ring's `m/n` pieces).
 //! - **One-way operations.** Broadcast, reduce, gather and scatter over point-to-point
 //!   never wait for a reply, so back-to-back calls overlap: they cost the busiest rank's
-//!   messages (`⌈lg n⌉` for a tree's root, `n−1` for linear) times `o + 2mκ` (copied into
-//!   the link and out; `o + mβ` above a chunk, which streams), or the work bound, not
-//!   rounds of `α`.
+//!   messages (`⌈lg n⌉` for a tree's root, `n−1` for linear) times `o + 3mκ` (copied into
+//!   the link, out into the mailbox and into the caller's buffer, from one core to
+//!   another: `κ` past the cache; `o + mβ` above a chunk, which streams), or the work
+//!   bound, not rounds of `α`.
 //! - **Crowded rendezvous.** A shared-memory step waits for every rank: when `c > 1` the
 //!   ranks must also be switched in and out on every CPU, `σ + 2c·s` per step (`s`: the
 //!   profile's switch cost; 3, 4 and 8 ranks on 2 cores measured 2.3, 3.6 and 8.3 µs per
@@ -70,6 +87,125 @@ pub struct Costs<'a> {
     pub crowd: f64,
 }
 
+/// An exchanging algorithm's messages: the critical path, round by round, and the whole
+/// job's traffic.
+#[derive(Debug, Default)]
+struct Plan {
+    /// The size of each round's message on the critical path.
+    rounds: Vec<f64>,
+    /// Every message the job sends, as (how many, size) groups.
+    total: Vec<(f64, f64)>,
+    /// Bytes combined on the critical path and in the whole job.
+    reduced: (f64, f64),
+    /// Bytes copied locally on the critical path and in the whole job.
+    copied: (f64, f64),
+    /// The buffer the local work runs over (in the cache or not).
+    working: f64,
+}
+
+impl Plan {
+    /// `count` rounds of `size`-byte messages, `each` of them sent per round in the job.
+    fn rounds(mut self, count: f64, size: f64, each: f64) -> Plan {
+        self.rounds.extend(std::iter::repeat_n(size, count as usize));
+        self.total.push((count * each, size));
+        self
+    }
+
+    /// Messages off the critical path.
+    fn also(mut self, count: f64, size: f64) -> Plan {
+        self.total.push((count, size));
+        self
+    }
+
+    fn reduce(mut self, critical: f64, total: f64) -> Plan {
+        self.reduced = (critical, total);
+        self
+    }
+
+    fn copy(mut self, critical: f64, total: f64) -> Plan {
+        self.copied = (critical, total);
+        self
+    }
+
+    /// Seconds for `n` ranks: the critical path, bounded below by each rank's share of the
+    /// messages' overhead and, on crowded hosts, by the whole job's work shared by the CPUs.
+    fn price(&self, n: f64, c: &Costs<'_>) -> f64 {
+        let (link, prof) = (c.link, c.profile);
+        let send = |s: f64| link.transfer(s, prof.cache);
+        let (g, k) = (prof.reduce_time(self.working), prof.copy_time(self.working));
+        let critical: f64 =
+            self.rounds.iter().map(|&s| link.alpha + send(s)).sum::<f64>() + self.reduced.0 * g + self.copied.0 * k;
+        let messages: f64 = self.total.iter().map(|t| t.0).sum();
+        if c.crowd <= 1.0 {
+            return critical.max(messages / n * link.overhead);
+        }
+        let cpus = n / c.crowd;
+        let work = messages * (link.overhead + link.wait)
+            + self.total.iter().map(|&(count, s)| count * send(s)).sum::<f64>()
+            + self.reduced.1 * g
+            + self.copied.1 * k;
+        critical.max(self.rounds.len() as f64 * link.wait + work / cpus)
+    }
+}
+
+/// The plan of an exchanging algorithm; `None` for the one-way and shared-memory ones.
+fn plan(op: OpKind, algo: Algorithm, n: usize, m: f64) -> Option<Plan> {
+    use Algorithm as A;
+    use OpKind as O;
+    let nf = n as f64;
+    let p = 1usize << (usize::BITS - 1 - n.leading_zeros());
+    let pf = p as f64;
+    let l = pf.log2();
+    // The ranks beyond the power of two fold into a partner and get the result back.
+    let (e, extra) = if p == n { (0.0, 0.0) } else { (1.0, nf - pf) };
+    let lgn = lg_ceil(n);
+    // Recursive halving's steps: m/2, m/4, ... among p ranks.
+    let halving = |mut plan: Plan, rounds: f64| {
+        for i in 1..=rounds as i32 {
+            plan = plan.rounds(1.0, m / 2f64.powi(i), pf);
+        }
+        plan
+    };
+    let plan = Plan { working: m, ..Plan::default() };
+    Some(match (op, algo) {
+        (O::AllReduce, A::Ring) => {
+            plan.rounds(2.0 * (nf - 1.0), m / nf, nf).reduce((nf - 1.0) / nf * m, (nf - 1.0) * m)
+        }
+        (O::AllReduce, A::RecursiveDoubling) => {
+            plan.rounds(l, m, pf).rounds(2.0 * e, m, extra).reduce((l + e) * m, (pf * l / 2.0 + extra) * m)
+        }
+        (O::AllReduce, A::Rabenseifner) => {
+            // Reduce-scatter by halving, all-gather by doubling: the same sizes twice.
+            let plan = halving(halving(plan, l), l).rounds(2.0 * e, m, extra);
+            plan.reduce(((pf - 1.0) / pf + e) * m, (pf - 1.0 + extra) * m)
+        }
+        (O::AllReduce, A::BinomialTree) => {
+            plan.rounds(2.0 * lgn, m, 0.0).also(2.0 * (nf - 1.0), m).reduce(lgn * m, (nf - 1.0) * m)
+        }
+        (O::AllGather, A::Ring) => plan.rounds(nf - 1.0, m, nf),
+        (O::AllGather, A::Bruck) => {
+            // Round i sends the 2^i blocks gathered so far (the last, what is missing).
+            let mut plan = plan;
+            let mut have = 1.0;
+            while have < nf {
+                let k = have.min(nf - have);
+                plan = plan.rounds(1.0, k * m, nf);
+                have += k;
+            }
+            plan.copy(nf * m, nf * nf * m)
+        }
+        (O::ReduceScatter, A::Ring) => plan.rounds(nf - 1.0, m / nf, nf).reduce((nf - 1.0) / nf * m, (nf - 1.0) * m),
+        (O::ReduceScatter, A::RecursiveHalving) => halving(plan, l)
+            .rounds(e, m, extra)
+            .rounds(e, m / nf, extra)
+            .reduce(((pf - 1.0) / pf + e) * m, (pf - 1.0 + extra) * m),
+        (O::AllToAll | O::AllToAllV, A::Pairwise) => plan.rounds(nf - 1.0, m / nf, nf),
+        (O::AllGatherV, A::Ring) => plan.rounds(nf - 1.0, m / nf, nf),
+        (O::Barrier, A::Dissemination) => plan.rounds(lgn, 0.0, nf),
+        _ => return None,
+    })
+}
+
 /// Predicted seconds for `algo` running `op` on `bytes` (see the module documentation) over
 /// `n` ranks. `None` when the algorithm does not run the operation.
 pub fn predict(op: OpKind, algo: Algorithm, n: usize, bytes: usize, costs: &Costs<'_>) -> Option<f64> {
@@ -79,53 +215,35 @@ pub fn predict(op: OpKind, algo: Algorithm, n: usize, bytes: usize, costs: &Cost
     let (link, prof) = (costs.link, costs.profile);
     let nf = n as f64;
     let m = bytes as f64;
-    let p = 1usize << (usize::BITS - 1 - n.leading_zeros());
-    let pf = p as f64;
-    let l = pf.log2();
-    let e = if p == n { 0.0 } else { 1.0 };
-    let lgn = lg_ceil(n);
-    let (a, b) = (link.alpha, 1.0 / link.bandwidth);
-    let g = 1.0 / prof.reduce;
-    let k = 1.0 / prof.copy;
+    if let Some(plan) = plan(op, algo, n, m) {
+        return Some(plan.price(nf, costs));
+    }
+    let b = 1.0 / link.bandwidth;
+    let g = prof.reduce_time(m);
+    let k = prof.copy_time(m);
     let crowd = costs.crowd.max(1.0);
     let s = prof.native_step + if costs.crowd > 1.0 { 2.0 * costs.crowd * prof.switch } else { 0.0 };
     let chunks = |per_step: f64| (m / per_step.max(64.0)).ceil().max(1.0);
     let slot = costs.slot.max(4096) as f64;
-    // The work bound: `total` messages over the job, each rank's share times `o`, taking
-    // turns on crowded CPUs.
-    let work = |total: f64| total / nf * link.overhead * crowd;
     // A one-way operation: the busiest rank handles `busiest` messages of `size` bytes
-    // (`extra`: per-byte work besides the copies), `total` in all.
-    // A message up to a chunk is copied into the link and out without waiting; a larger
-    // one streams at the link's bandwidth.
+    // (`extra`: per-byte work besides the copies), `total` in all, taking turns on crowded
+    // CPUs. A message up to a chunk is copied into the link and out without waiting; a
+    // larger one streams at the link's bandwidth.
+    // Three copies (into the link, out into the mailbox's buffer, into the caller's), from
+    // one core to another: at the copy rate past the cache whatever the size (measured on
+    // 4 ranks, a tree's broadcast grows by 0.3 ns per byte).
     let one_way = |busiest: f64, total: f64, size: f64, extra: f64| {
-        let per_byte = if size <= slot { 2.0 * k } else { b };
+        let per_byte = if size <= slot { 3.0 / prof.copy } else { b };
         let per = link.overhead + size * (per_byte + extra);
         (busiest * per).max(total / nf * per * crowd)
     };
-    // Messages of the halving/doubling algorithms: `rounds` exchanges among p ranks, and
-    // the fold of the n - p others (there and back).
-    let halving = |rounds: f64| pf * rounds + 2.0 * (nf - pf);
+    let lgn = lg_ceil(n);
     use Algorithm as A;
     use OpKind as O;
     let t = match (op, algo) {
-        (O::AllReduce, A::Ring) => (2.0 * (nf - 1.0) * a + 2.0 * (nf - 1.0) / nf * m * b + (nf - 1.0) / nf * m * g)
-            .max(work(2.0 * (nf - 1.0) * nf)),
-        (O::AllReduce, A::RecursiveDoubling) => ((l + 2.0 * e) * (a + m * b) + (l + e) * m * g).max(work(halving(l))),
-        (O::AllReduce, A::Rabenseifner) => {
-            ((2.0 * l + 2.0 * e) * a + 2.0 * (pf - 1.0) / pf * m * b + (pf - 1.0) / pf * m * g + e * m * (2.0 * b + g))
-                .max(work(halving(2.0 * l)))
-        }
-        (O::AllReduce, A::BinomialTree) => (2.0 * lgn * (a + m * b) + lgn * m * g).max(work(2.0 * (nf - 1.0))),
         (O::AllReduce, A::SharedMemory) if m <= NATIVE_DIRECT.min(slot) => s + m * k + (nf - 1.0) * m * g,
         (O::AllReduce, A::SharedMemory) => 2.0 * chunks(slot) * s + 2.0 * m * k + (nf - 1.0) / nf * m * g,
-        (O::AllGather, A::Ring) => ((nf - 1.0) * (a + m * b)).max(work(nf * (nf - 1.0))),
-        (O::AllGather, A::Bruck) => (lgn * a + (nf - 1.0) * m * b + nf * m * k).max(work(nf * lgn)),
         (O::AllGather, A::SharedMemory) => chunks(slot) * s + (1.0 + nf) * m * k,
-        (O::ReduceScatter, A::Ring) => ((nf - 1.0) * a + (nf - 1.0) / nf * m * (b + g)).max(work(nf * (nf - 1.0))),
-        (O::ReduceScatter, A::RecursiveHalving) => {
-            ((l + 2.0 * e) * a + (pf - 1.0) / pf * m * (b + g) + e * m * (b + g)).max(work(halving(l)))
-        }
         (O::ReduceScatter, A::SharedMemory) => chunks(slot) * s + m * k + (nf - 1.0) / nf * m * g,
         (O::Broadcast, A::BinomialTree) => one_way(lgn, nf - 1.0, m, 0.0),
         (O::Broadcast, A::SharedMemory) => chunks(slot) * s + 2.0 * m * k,
@@ -133,15 +251,10 @@ pub fn predict(op: OpKind, algo: Algorithm, n: usize, bytes: usize, costs: &Cost
         // The root combines n chunks in one pass: reading n sources costs about n/2
         // two-source reductions.
         (O::Reduce, A::SharedMemory) => chunks(slot) * s + m * k + nf / 2.0 * m * g,
-        (O::AllToAll | O::AllToAllV, A::Pairwise) => {
-            ((nf - 1.0) * a + (nf - 1.0) / nf * m * b).max(work(nf * (nf - 1.0)))
-        }
         (O::AllToAll, A::SharedMemory) => chunks(slot) * s + 2.0 * (nf - 1.0) / nf * m * k,
         (O::Gather, A::Linear) => one_way(nf - 1.0, nf - 1.0, m, 0.0),
         (O::Scatter, A::Linear) => one_way(nf - 1.0, nf - 1.0, m, 0.0),
         (O::Gather | O::Scatter, A::SharedMemory) => chunks(slot) * s + nf * m * k,
-        (O::AllGatherV, A::Ring) => ((nf - 1.0) * a + (nf - 1.0) / nf * m * b).max(work(nf * (nf - 1.0))),
-        (O::Barrier, A::Dissemination) => (lgn * a).max(work(nf * lgn)),
         (O::Barrier, A::SharedMemory) => s,
         _ => return None,
     };
@@ -153,7 +266,13 @@ mod tests {
     use super::*;
 
     fn link(alpha_us: f64, gbps: f64) -> LinkCost {
-        LinkCost { alpha: alpha_us * 1e-6, bandwidth: gbps * 1e9, overhead: 0.5e-6 }
+        LinkCost {
+            alpha: alpha_us * 1e-6,
+            bandwidth: gbps * 1e9,
+            cached_bandwidth: gbps * 1e9,
+            overhead: 0.5e-6,
+            wait: 0.0,
+        }
     }
 
     #[test]

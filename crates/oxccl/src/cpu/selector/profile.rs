@@ -1,28 +1,42 @@
 //! The measured machine costs the selector's model reads: latency α, bandwidth and
-//! per-message overhead per transport, the step cost of the shared-memory collectives, the
-//! cost of switching a CPU between two ranks, and the local copy and reduction throughputs.
-//! `oxccl tune` measures them and writes a profile file; `OXCCL_TUNE_FILE` loads one.
-//! Without one, [`Profile::default`] holds the values `oxccl tune` measured on the project's
-//! reference machine (2-core VM, see [`Profile::default`]).
+//! per-message overhead and crowded wait per transport, the step cost of the shared-memory
+//! collectives, the cost of switching a CPU between two ranks, and the local copy and
+//! reduction throughputs. `oxccl tune` measures them and writes a profile file;
+//! `OXCCL_TUNE_FILE` loads one. Without one, [`Profile::default`] holds the values `oxccl
+//! tune` measured on the project's reference machine (2-core VM, see [`Profile::default`]).
+//!
+//! Bandwidth depends on the message size, as in Kielmann et al.'s parameterized LogP: a
+//! message that fits a core's cache (`cache_kib`, the per-core L2) moves at `cached_gbps`,
+//! a larger one streams from memory at `gbps` (TCP over loopback on the reference machine:
+//! 2.2 GB/s at 512 KiB, 1.4 at 1 MiB and beyond).
 //!
 //! The file is `key = value` lines (`#` starts a comment); every key is optional and
-//! overrides the default:
+//! overrides the default (a link's `gbps` given alone stands for its `cached_gbps` too):
 //!
 //! ```text
 //! # oxccl tune, host node7, 2026-11-25
 //! shm.alpha_us = 10         # an exchange between two ranks over the shared-memory rings
-//! shm.gbps = 1.5            # their bandwidth in such exchanges, GB/s
+//! shm.gbps = 1.5            # their bandwidth in exchanges larger than the cache, GB/s
+//! shm.cached_gbps = 1.5     # ... and in exchanges that fit it
 //! shm.overhead_us = 0.6     # the sender's time per message when messages stream one way
+//! shm.wait_us = 1.6         # what a message adds in wake-ups when ranks share CPUs
 //! tcp.alpha_us = 15
 //! tcp.gbps = 1.5
+//! tcp.cached_gbps = 2.2
 //! tcp.overhead_us = 2.8
+//! tcp.wait_us = 4
 //! memory.alpha_us = 4.7     # the in-process transport of the `local` backend
 //! memory.gbps = 3
+//! memory.cached_gbps = 3
 //! memory.overhead_us = 0.42
+//! memory.wait_us = 1.2
 //! native.step_us = 0.23     # one step of the shared-memory collectives
 //! switch_us = 0.78          # handing a CPU from one waiting rank to another
-//! copy.gbps = 9             # one core's memcpy
-//! reduce.gbps = 5.7         # one core combining two f32 sources into a third
+//! cache_kib = 512           # the largest message that moves at a link's cached bandwidth
+//! copy.gbps = 11            # one core's memcpy past the cache
+//! copy.cached_gbps = 40     # ... and within it
+//! reduce.gbps = 6.3         # one core combining two f32 sources into a third
+//! reduce.cached_gbps = 12
 //! ```
 
 use std::fmt::Write as _;
@@ -31,16 +45,31 @@ use std::path::Path;
 use crate::error::{Error, Result};
 
 /// The cost of one kind of link: `alpha + bytes / bandwidth` for a message someone waits
-/// for, `overhead` of CPU time per message when messages stream one way (LogP's `o`: the
-/// sender does not wait for the receiver).
+/// for (the bandwidth of its size, see [`LinkCost::transfer`]), `overhead` of CPU time per
+/// message when messages stream one way (LogP's `o`: the sender does not wait for the
+/// receiver).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LinkCost {
     /// Latency of one message, in seconds.
     pub alpha: f64,
-    /// Bandwidth, in bytes per second.
+    /// Bandwidth of messages larger than the cache, in bytes per second.
     pub bandwidth: f64,
+    /// Bandwidth of messages that fit the cache ([`Profile::cache`]), in bytes per second.
+    pub cached_bandwidth: f64,
     /// CPU time per message of a one-way stream, in seconds.
     pub overhead: f64,
+    /// What a message adds, in wake-ups and switches, when the ranks outnumber the CPUs,
+    /// in seconds: its receiver (a TCP connection's reader thread, then the caller; a
+    /// caller of the in-process transport) sleeps and must be woken and switched in.
+    pub wait: f64,
+}
+
+impl LinkCost {
+    /// Seconds the bytes of one `bytes`-byte message take on this link (α not included):
+    /// at the cached bandwidth up to `cache` bytes, at the streaming bandwidth above.
+    pub fn transfer(&self, bytes: f64, cache: f64) -> f64 {
+        bytes / if bytes <= cache { self.cached_bandwidth } else { self.bandwidth }
+    }
 }
 
 /// Everything the cost model needs to know about a machine.
@@ -58,10 +87,18 @@ pub struct Profile {
     /// in seconds: what every step costs per rank that must be scheduled in when the
     /// ranks outnumber the CPUs.
     pub switch: f64,
-    /// One core's copy bandwidth, bytes per second.
+    /// The largest message, in bytes, that moves at a link's cached bandwidth (the per-core
+    /// L2 cache where `oxccl tune` can read it).
+    pub cache: f64,
+    /// One core's copy bandwidth past the cache, bytes per second.
     pub copy: f64,
-    /// One core's reduction throughput (two sources into a destination), bytes per second.
+    /// One core's copy bandwidth within the cache, bytes per second.
+    pub cached_copy: f64,
+    /// One core's reduction throughput (two sources into a destination) past the cache,
+    /// bytes per second.
     pub reduce: f64,
+    /// The same within the cache, bytes per second.
+    pub cached_reduce: f64,
     /// Where the values came from (a file, or the built-in defaults).
     pub source: String,
 }
@@ -72,35 +109,75 @@ impl Default for Profile {
     /// own profile.
     fn default() -> Self {
         Profile {
-            shm: LinkCost { alpha: 10.0e-6, bandwidth: 1.5e9, overhead: 0.6e-6 },
-            tcp: LinkCost { alpha: 15.0e-6, bandwidth: 1.5e9, overhead: 2.8e-6 },
-            memory: LinkCost { alpha: 4.7e-6, bandwidth: 3.0e9, overhead: 0.42e-6 },
-            native_step: 0.23e-6,
-            switch: 0.78e-6,
-            copy: 9.0e9,
-            reduce: 5.7e9,
+            shm: LinkCost {
+                alpha: 0.98e-6,
+                bandwidth: 2.3e9,
+                cached_bandwidth: 8.4e9,
+                overhead: 0.55e-6,
+                wait: 1.95e-6,
+            },
+            tcp: LinkCost {
+                alpha: 15.0e-6,
+                bandwidth: 1.55e9,
+                cached_bandwidth: 2.5e9,
+                overhead: 2.7e-6,
+                wait: 4.3e-6,
+            },
+            memory: LinkCost {
+                alpha: 4.3e-6,
+                bandwidth: 3.7e9,
+                cached_bandwidth: 10.0e9,
+                overhead: 0.46e-6,
+                wait: 1.25e-6,
+            },
+            native_step: 0.17e-6,
+            switch: 0.97e-6,
+            cache: 512.0 * 1024.0,
+            copy: 11.4e9,
+            cached_copy: 53.7e9,
+            reduce: 6.3e9,
+            cached_reduce: 24.7e9,
             source: "built-in defaults (reference machine)".into(),
         }
     }
 }
 
-const KEYS: [&str; 13] = [
+const KEYS: [&str; 22] = [
     "shm.alpha_us",
     "shm.gbps",
+    "shm.cached_gbps",
     "shm.overhead_us",
+    "shm.wait_us",
     "tcp.alpha_us",
     "tcp.gbps",
+    "tcp.cached_gbps",
     "tcp.overhead_us",
+    "tcp.wait_us",
     "memory.alpha_us",
     "memory.gbps",
+    "memory.cached_gbps",
     "memory.overhead_us",
+    "memory.wait_us",
     "native.step_us",
     "switch_us",
+    "cache_kib",
     "copy.gbps",
+    "copy.cached_gbps",
     "reduce.gbps",
+    "reduce.cached_gbps",
 ];
 
 impl Profile {
+    /// Seconds per byte of copying a buffer of `bytes` (within the cache or past it).
+    pub fn copy_time(&self, bytes: f64) -> f64 {
+        1.0 / if bytes <= self.cache { self.cached_copy } else { self.copy }
+    }
+
+    /// Seconds per byte of combining buffers of `bytes`.
+    pub fn reduce_time(&self, bytes: f64) -> f64 {
+        1.0 / if bytes <= self.cache { self.cached_reduce } else { self.reduce }
+    }
+
     /// Reads a profile file (`OXCCL_TUNE_FILE`).
     ///
     /// # Errors
@@ -127,6 +204,9 @@ impl Profile {
     /// A message naming the line and what is wrong with it.
     pub fn parse(text: &str) -> std::result::Result<Profile, String> {
         let mut p = Profile::default();
+        // Links whose cached bandwidth the file sets; the others follow their `gbps`.
+        let mut cached = [false; 3];
+        let mut streaming = [false; 3];
         for (i, raw) in text.lines().enumerate() {
             let line = raw.split('#').next().unwrap_or_default().trim();
             if line.is_empty() {
@@ -144,19 +224,33 @@ impl Profile {
             let gbps = v * 1e9;
             match key {
                 "shm.alpha_us" => p.shm.alpha = us,
-                "shm.gbps" => p.shm.bandwidth = gbps,
+                "shm.gbps" => (p.shm.bandwidth, streaming[0]) = (gbps, true),
+                "shm.cached_gbps" => (p.shm.cached_bandwidth, cached[0]) = (gbps, true),
                 "shm.overhead_us" => p.shm.overhead = us,
+                "shm.wait_us" => p.shm.wait = us,
                 "tcp.alpha_us" => p.tcp.alpha = us,
-                "tcp.gbps" => p.tcp.bandwidth = gbps,
+                "tcp.gbps" => (p.tcp.bandwidth, streaming[1]) = (gbps, true),
+                "tcp.cached_gbps" => (p.tcp.cached_bandwidth, cached[1]) = (gbps, true),
                 "tcp.overhead_us" => p.tcp.overhead = us,
+                "tcp.wait_us" => p.tcp.wait = us,
                 "memory.alpha_us" => p.memory.alpha = us,
-                "memory.gbps" => p.memory.bandwidth = gbps,
+                "memory.gbps" => (p.memory.bandwidth, streaming[2]) = (gbps, true),
+                "memory.cached_gbps" => (p.memory.cached_bandwidth, cached[2]) = (gbps, true),
                 "memory.overhead_us" => p.memory.overhead = us,
+                "memory.wait_us" => p.memory.wait = us,
                 "native.step_us" => p.native_step = us,
                 "switch_us" => p.switch = us,
+                "cache_kib" => p.cache = v * 1024.0,
                 "copy.gbps" => p.copy = gbps,
+                "copy.cached_gbps" => p.cached_copy = gbps,
                 "reduce.gbps" => p.reduce = gbps,
+                "reduce.cached_gbps" => p.cached_reduce = gbps,
                 other => return Err(format!("line {}: unknown key `{other}`; known: {}", i + 1, KEYS.join(", "))),
+            }
+        }
+        for (i, link) in [&mut p.shm, &mut p.tcp, &mut p.memory].into_iter().enumerate() {
+            if streaming[i] && !cached[i] {
+                link.cached_bandwidth = link.bandwidth;
             }
         }
         Ok(p)
@@ -173,17 +267,26 @@ impl Profile {
         let values = [
             us(self.shm.alpha),
             gbps(self.shm.bandwidth),
+            gbps(self.shm.cached_bandwidth),
             us(self.shm.overhead),
+            us(self.shm.wait),
             us(self.tcp.alpha),
             gbps(self.tcp.bandwidth),
+            gbps(self.tcp.cached_bandwidth),
             us(self.tcp.overhead),
+            us(self.tcp.wait),
             us(self.memory.alpha),
             gbps(self.memory.bandwidth),
+            gbps(self.memory.cached_bandwidth),
             us(self.memory.overhead),
+            us(self.memory.wait),
             us(self.native_step),
             us(self.switch),
+            self.cache / 1024.0,
             gbps(self.copy),
+            gbps(self.cached_copy),
             gbps(self.reduce),
+            gbps(self.cached_reduce),
         ];
         for (k, v) in KEYS.iter().zip(values) {
             let _ = writeln!(s, "{k} = {v:.4}");
@@ -199,18 +302,36 @@ mod tests {
     #[test]
     fn the_file_form_round_trips_and_keys_left_out_keep_defaults() {
         let p = Profile {
-            tcp: LinkCost { alpha: 31e-6, bandwidth: 1.25e9, overhead: 3e-6 },
+            tcp: LinkCost { alpha: 31e-6, bandwidth: 1.25e9, cached_bandwidth: 2.5e9, overhead: 3e-6, wait: 6e-6 },
             native_step: 0.75e-6,
             switch: 4e-6,
+            cache: 1024.0 * 1024.0,
             ..Profile::default()
         };
         let back = Profile::parse(&p.to_text("measured\nby a test")).unwrap();
         assert!((back.tcp.alpha - 31e-6).abs() < 1e-12 && (back.tcp.bandwidth - 1.25e9).abs() < 1.0);
         assert!((back.tcp.overhead - 3e-6).abs() < 1e-12 && (back.switch - 4e-6).abs() < 1e-12);
         assert!((back.native_step - 0.75e-6).abs() < 1e-12);
+        assert!((back.tcp.cached_bandwidth - 2.5e9).abs() < 1.0 && (back.tcp.wait - 6e-6).abs() < 1e-12);
+        assert_eq!(back.cache, 1024.0 * 1024.0);
         let partial = Profile::parse("# only one\n tcp.gbps = 10 # fast network\n\n").unwrap();
         assert_eq!(partial.tcp.bandwidth, 10e9);
+        assert_eq!(partial.tcp.cached_bandwidth, 10e9, "a network's rate alone holds for every size");
+        let both = Profile::parse("tcp.cached_gbps = 3\ntcp.gbps = 1\n").unwrap();
+        assert_eq!((both.tcp.cached_bandwidth, both.tcp.bandwidth), (3e9, 1e9));
         assert_eq!(partial.shm, Profile::default().shm);
+    }
+
+    #[test]
+    fn messages_that_fit_the_cache_move_at_the_cached_bandwidth() {
+        let link = LinkCost { alpha: 1e-6, bandwidth: 1e9, cached_bandwidth: 4e9, overhead: 1e-6, wait: 0.0 };
+        let cache = 1024.0;
+        assert_eq!(link.transfer(1024.0, cache), 1024.0 / 4e9);
+        assert_eq!(link.transfer(1025.0, cache), 1025.0 / 1e9);
+        let p =
+            Profile { cache, cached_copy: 40e9, copy: 10e9, cached_reduce: 20e9, reduce: 5e9, ..Profile::default() };
+        assert_eq!((p.copy_time(1024.0), p.copy_time(2048.0)), (1.0 / 40e9, 1.0 / 10e9));
+        assert_eq!((p.reduce_time(1024.0), p.reduce_time(2048.0)), (1.0 / 20e9, 1.0 / 5e9));
     }
 
     #[test]
