@@ -56,6 +56,7 @@ pub mod fingerprint;
 mod init;
 pub mod mesh;
 pub mod mpi;
+pub mod perf;
 pub mod reduce_op;
 mod sync;
 pub mod tensor;

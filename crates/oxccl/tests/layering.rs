@@ -19,6 +19,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("vocabulary", &["error", "dtype", "reduce_op", "device", "algorithm", "fingerprint", "sync", "config"]),
     ("shared below the backends", &["backend", "bootstrap"]),
     ("backends", &["cpu", "mpi", "xccl"]),
+    ("observability", &["perf"]),
     ("front door", &["communicator", "tensor", "mesh", "tuning"]),
     ("construction", &["init", "testing"]),
 ];

@@ -13,6 +13,7 @@ use crate::algorithm::Algorithm;
 use crate::backend::{Backend, Completion, MessageInfo, Mode, Op, P2p, RawBuf, RawBufMut};
 use crate::backend::{CallOptions, Stream, StreamOrder};
 use crate::error::{Error, Result};
+use crate::perf::{FlightRecorder, Observed, PerfSettings};
 use crate::reduce_op::ReduceOp;
 mod batch;
 mod checks;
@@ -33,6 +34,10 @@ pub use work::{Scope, Work};
 pub struct Communicator {
     backend: Arc<dyn Backend>,
     opts: CallOptions,
+    /// The flight recorder the backend (an [`Observed`] decorator) feeds.
+    recorder: Arc<FlightRecorder>,
+    /// What the communicator's children (splits, groups) are observed with.
+    perf: Arc<PerfSettings>,
 }
 
 impl std::fmt::Debug for Communicator {
@@ -57,8 +62,33 @@ pub(crate) fn raw_mut<B: BufferMut + ?Sized>(b: &mut B) -> RawBufMut {
 impl Communicator {
     /// Wraps a backend (for backend implementers; users get communicators from
     /// [`Config`](crate::Config) or [`local`](crate::local)).
+    /// Its flight recorder follows `OXCCL_FR_SIZE` and `OXCCL_FR_DIR` where they are valid
+    /// (the defaults otherwise; [`Config`](crate::Config) refuses invalid values).
     pub fn from_backend(backend: Arc<dyn Backend>) -> Communicator {
-        Communicator { backend, opts: CallOptions::default() }
+        Communicator::observed(backend, Arc::new(PerfSettings::from_env_or_default()))
+    }
+
+    /// Wraps a backend in the decorator that records its operations.
+    pub(crate) fn observed(backend: Arc<dyn Backend>, perf: Arc<PerfSettings>) -> Communicator {
+        let observed = Observed::new(backend, &perf);
+        let recorder = Arc::clone(observed.recorder());
+        Communicator { backend: Arc::new(observed), opts: CallOptions::default(), recorder, perf }
+    }
+
+    /// This communicator's flight recorder: its last operations (`OXCCL_FR_SIZE`), their
+    /// state and times. It writes its dump by itself when an operation times out,
+    /// mismatches, loses a peer or is aborted, and on `SIGUSR1`.
+    pub fn flight_recorder(&self) -> &Arc<FlightRecorder> {
+        &self.recorder
+    }
+
+    /// Writes the flight recorder's dump now, into `OXCCL_FR_DIR` (default: the system's
+    /// temporary directory), and returns its path.
+    ///
+    /// # Errors
+    /// [`Error::Io`] naming what could not be written.
+    pub fn dump_flight_recorder(&self, reason: &str) -> Result<std::path::PathBuf> {
+        self.recorder.dump_to(&self.perf.dump_dir(), reason)
     }
 
     /// This rank, in `0..world_size()`.
@@ -105,12 +135,12 @@ impl Communicator {
     /// A handle whose calls use `algo` (`Auto`: the configured default). Calls of an operation
     /// `algo` cannot run fail with [`Error::InvalidArgument`]; see [`Algorithm::for_op`].
     pub fn with_algorithm(&self, algo: Algorithm) -> Communicator {
-        Communicator { backend: Arc::clone(&self.backend), opts: CallOptions { algorithm: algo, ..self.opts } }
+        Communicator { opts: CallOptions { algorithm: algo, ..self.opts }, ..self.clone() }
     }
 
     /// A handle whose calls wait at most `timeout` before failing with [`Error::Timeout`].
     pub fn with_timeout(&self, timeout: Duration) -> Communicator {
-        Communicator { backend: Arc::clone(&self.backend), opts: CallOptions { timeout: Some(timeout), ..self.opts } }
+        Communicator { opts: CallOptions { timeout: Some(timeout), ..self.opts }, ..self.clone() }
     }
 
     /// A handle whose GPU operations are ordered after the work already queued on `stream`
@@ -118,7 +148,7 @@ impl Communicator {
     /// Host backends ignore it.
     pub fn with_stream(&self, stream: Stream) -> Communicator {
         let opts = CallOptions { stream: Some(StreamOrder::After(stream)), ..self.opts };
-        Communicator { backend: Arc::clone(&self.backend), opts }
+        Communicator { opts, ..self.clone() }
     }
 
     /// A handle whose GPU operations are queued on `stream` itself: no extra
@@ -127,7 +157,7 @@ impl Communicator {
     /// ignore it.
     pub fn on_stream(&self, stream: Stream) -> Communicator {
         let opts = CallOptions { stream: Some(StreamOrder::On(stream)), ..self.opts };
-        Communicator { backend: Arc::clone(&self.backend), opts }
+        Communicator { opts, ..self.clone() }
     }
 
     /// Aborts the communicator from any thread: every wait on it returns [`Error::Aborted`]
@@ -419,7 +449,7 @@ impl Communicator {
     /// Communication errors of the exchange.
     pub fn split(&self, color: Option<u32>, key: i64) -> Result<Option<Communicator>> {
         let b = self.backend.split(color, key, &self.opts)?;
-        Ok(b.map(|backend| Communicator { backend, opts: self.opts }))
+        Ok(b.map(|backend| Communicator { opts: self.opts, ..Communicator::observed(backend, Arc::clone(&self.perf)) }))
     }
 
     /// Creates a communicator of `ranks` (collective over all ranks, which must pass the same

@@ -14,6 +14,7 @@ pub mod cpu;
 pub mod gpu;
 pub mod mpi;
 pub mod parse;
+pub mod perf;
 pub mod registry;
 
 use std::collections::BTreeMap;
@@ -27,6 +28,7 @@ use registry::Setting;
 pub use cpu::{CpuSettings, SecretText, TransportChoice};
 pub use gpu::{GpuSettings, HostBuffers};
 pub use mpi::{CudaAware, HalfReduce, MpiConfig, ThreadLevel};
+pub use perf::PerfSettings;
 
 /// The default deadline of every blocking wait.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
@@ -94,6 +96,8 @@ pub struct ResolvedConfig {
     pub gpu: GpuSettings,
     /// Whether to print debug messages (`OXCCL_DEBUG=debug`).
     pub debug: bool,
+    /// The flight recorder's settings.
+    pub perf: PerfSettings,
 }
 
 /// Where a setting's value came from, for error messages.
@@ -303,7 +307,11 @@ impl Config {
         let mpi = mpi::resolve(self.mpi.clone(), &rd)?;
         let gpu = gpu::resolve(&rd)?;
         let debug = rd.or_default(&r::DEBUG, choice(&r::DEBUG))? == "debug";
-        Ok(ResolvedConfig { backend, timeout, algorithms, cpu, mpi, gpu, debug })
+        let perf = PerfSettings {
+            flight_records: rd.or_default(&r::FR_SIZE, |v| v.trim().parse::<usize>().map_err(|e| e.to_string()))?,
+            dump_dir: rd.get(&r::FR_DIR, text)?.map(std::path::PathBuf::from),
+        };
+        Ok(ResolvedConfig { backend, timeout, algorithms, cpu, mpi, gpu, debug, perf })
     }
 }
 

@@ -275,6 +275,25 @@ pub const DEBUG: Setting = Setting {
     doc: "`debug` also prints each algorithm choice of the `cpu` backend (per operation and size range, with the predicted costs)",
     origin: Origin::User,
 };
+/// `OXCCL_FR_SIZE`.
+pub const FR_SIZE: Setting = Setting {
+    name: "OXCCL_FR_SIZE",
+    kind: Kind::Count { min: 0, max: 10_000_000 },
+    default: "2000",
+    default_doc: "`2000`",
+    doc: "operations each communicator's flight recorder keeps (its dump, written on a timeout, mismatch, lost peer, abort or `SIGUSR1`, is what `oxccl trace analyze` reads); `0` keeps none",
+    origin: Origin::User,
+};
+/// `OXCCL_FR_DIR`.
+pub const FR_DIR: Setting = Setting {
+    name: "OXCCL_FR_DIR",
+    kind: Kind::Text,
+    default: "",
+    default_doc: "the system's temporary directory",
+    doc:
+        "where flight-recorder dumps are written, one file per rank and communicator (`oxccl-fr-JOB-commC-rankR.json`)",
+    origin: Origin::User,
+};
 /// `OXCCL_YIELD_US`.
 pub const YIELD_US: Setting = Setting {
     name: "OXCCL_YIELD_US",
@@ -439,6 +458,8 @@ pub const ALL: &[Setting] = &[
     YIELD_US,
     TUNE_FILE,
     DEBUG,
+    FR_SIZE,
+    FR_DIR,
     LAUNCHER,
     NODE_RANK,
     MPI_THREAD_LEVEL,

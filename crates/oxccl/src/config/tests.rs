@@ -71,6 +71,8 @@ fn cases(name: &str) -> (&'static str, &'static str) {
         "OXCCL_YIELD_US" => ("500", "2ms"),
         "OXCCL_TUNE_FILE" => ("/etc/oxccl/host.tune", ""),
         "OXCCL_DEBUG" => ("debug", "verbose"),
+        "OXCCL_FR_SIZE" => ("500", "lots"),
+        "OXCCL_FR_DIR" => ("/var/tmp/oxccl", ""),
         "OXCCL_LAUNCHER" => ("torchrun", ""),
         "OXCCL_NODE_RANK" => ("1", "first"),
         "OXCCL_MPI_THREAD_LEVEL" => ("MPI_THREAD_SERIALIZED", "many"),

@@ -38,9 +38,11 @@ pub fn run<R: Send>(n: usize, f: impl Fn(Communicator) -> R + Sync) -> Result<Ve
 /// # Errors
 /// As [`run`].
 pub fn run_with<R: Send>(cfg: &Config, n: usize, f: impl Fn(Communicator) -> R + Sync) -> Result<Vec<R>> {
-    let comms: Vec<Communicator> = world(&cfg.resolve()?, n)?
+    let cfg = cfg.resolve()?;
+    let perf = Arc::new(cfg.perf.clone());
+    let comms: Vec<Communicator> = world(&cfg, n)?
         .into_iter()
-        .map(|b| Communicator::from_backend(Arc::new(b) as Arc<dyn Backend>))
+        .map(|b| Communicator::observed(Arc::new(b) as Arc<dyn Backend>, Arc::clone(&perf)))
         .collect();
     let f = &f;
     let results: Vec<std::thread::Result<R>> = std::thread::scope(|s| {

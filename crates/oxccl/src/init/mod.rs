@@ -11,11 +11,11 @@ use std::sync::Arc;
 
 use crate::backend::Backend;
 use crate::communicator::Communicator;
-use crate::config::Config;
+use crate::config::{Config, ResolvedConfig};
 use crate::error::Result;
 
-fn wrap(b: Arc<dyn Backend>) -> Communicator {
-    Communicator::from_backend(b)
+fn wrap(b: Arc<dyn Backend>, cfg: &ResolvedConfig) -> Communicator {
+    Communicator::observed(b, Arc::new(cfg.perf.clone()))
 }
 
 impl Config {
@@ -29,7 +29,8 @@ impl Config {
     /// cannot run here or cannot host several ranks in one process;
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) when `n` is 0.
     pub fn init_world(&self, n: usize) -> Result<Vec<Communicator>> {
-        Ok(select::init_world(&self.resolve()?, n)?.into_iter().map(wrap).collect())
+        let cfg = self.resolve()?;
+        Ok(select::init_world(&cfg, n)?.into_iter().map(|b| wrap(b, &cfg)).collect())
     }
 
     /// Creates this process's communicator, joining the world described by the
@@ -40,7 +41,8 @@ impl Config {
     /// [`Error::BackendUnavailable`](crate::Error::BackendUnavailable) when no chosen backend
     /// can serve this launch, with the reason for each one skipped.
     pub fn init(&self) -> Result<Communicator> {
-        Ok(wrap(select::init_process(&self.resolve()?)?))
+        let cfg = self.resolve()?;
+        Ok(wrap(select::init_process(&cfg)?, &cfg))
     }
 }
 

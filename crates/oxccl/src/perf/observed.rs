@@ -1,0 +1,184 @@
+//! [`Observed`]: the backend decorator every communicator runs through. It records each
+//! operation in the communicator's flight recorder and writes the recorder's dump when an
+//! operation fails in a way that a job's other ranks will want explained (a timeout, a
+//! mismatch, a lost peer, an abort).
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{signal, FlightRecorder, PerfSettings};
+use crate::algorithm::Algorithm;
+use crate::backend::{Backend, CallOptions, Completion, MessageInfo, Mode, Op, Pending};
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::fingerprint::OpKind;
+
+/// A backend whose operations are recorded.
+pub(crate) struct Observed {
+    inner: Arc<dyn Backend>,
+    recorder: Arc<FlightRecorder>,
+    dir: Arc<PathBuf>,
+}
+
+impl Observed {
+    /// Wraps `inner`, with a flight recorder of `settings.flight_records` operations that
+    /// dumps into `settings.dump_dir()` (and on `SIGUSR1`).
+    pub(crate) fn new(inner: Arc<dyn Backend>, settings: &PerfSettings) -> Observed {
+        let recorder =
+            Arc::new(FlightRecorder::new(settings.flight_records, inner.rank(), inner.world_size(), inner.name()));
+        let dir = Arc::new(settings.dump_dir());
+        if settings.flight_records > 0 {
+            signal::watch(&recorder, &dir);
+        }
+        Observed { inner, recorder, dir }
+    }
+
+    /// The communicator's flight recorder.
+    pub(crate) fn recorder(&self) -> &Arc<FlightRecorder> {
+        &self.recorder
+    }
+}
+
+/// The rank an error names as the one this rank waited on or heard from.
+fn peer_of(e: &Error) -> Option<usize> {
+    match e {
+        Error::Timeout { peer, .. } => *peer,
+        Error::Mismatch { peer, .. } => Some(*peer),
+        Error::PeerLost { rank, .. } => Some(*rank),
+        _ => None,
+    }
+}
+
+/// Records the end of operation `seq`, and dumps the recorder on the communicator's first
+/// failure that involves its peers (bad arguments are refused before anything is recorded
+/// as running, and explain themselves).
+fn finish(recorder: &FlightRecorder, dir: &std::path::Path, seq: u64, result: Option<&Error>) {
+    recorder.end(seq, result.map(|e| (e, peer_of(e))));
+    if let Some(e) = result {
+        let explains = matches!(
+            e,
+            Error::Timeout { .. }
+                | Error::Mismatch { .. }
+                | Error::PeerLost { .. }
+                | Error::Aborted { .. }
+                | Error::Internal(_)
+                | Error::Backend { .. }
+                | Error::Io { .. }
+        );
+        if explains && recorder.first_failure() {
+            report(recorder, dir, &e.to_string());
+        }
+    }
+}
+
+/// Writes the recorder's dump and says where on stderr (the one place a failing job's
+/// user looks first).
+pub(super) fn report(recorder: &FlightRecorder, dir: &std::path::Path, reason: &str) {
+    match recorder.dump_to(dir, reason) {
+        Ok(path) => eprintln!(
+            "oxccl: flight recorder of communicator {} (rank {}) written to {}; `oxccl trace analyze {}` explains the job's dumps",
+            recorder.comm(),
+            recorder.snapshot_rank(),
+            path.display(),
+            dir.display()
+        ),
+        Err(e) => eprintln!("oxccl: could not write the flight recorder's dump: {e}"),
+    }
+}
+
+/// A submitted operation whose end is recorded when a wait sees it.
+struct ObservedPending {
+    inner: Arc<dyn Pending>,
+    recorder: Arc<FlightRecorder>,
+    dir: Arc<PathBuf>,
+    seq: u64,
+    recorded: AtomicBool,
+}
+
+impl Pending for ObservedPending {
+    fn wait(&self, timeout: Option<Duration>) -> Option<Result<Completion>> {
+        let r = self.inner.wait(timeout)?;
+        if !self.recorded.swap(true, Ordering::AcqRel) {
+            finish(&self.recorder, &self.dir, self.seq, r.as_ref().err());
+        }
+        Some(r)
+    }
+
+    fn is_completed(&self) -> bool {
+        self.inner.is_completed()
+    }
+}
+
+impl Backend for Observed {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+
+    fn rank(&self) -> usize {
+        self.inner.rank()
+    }
+
+    fn world_size(&self) -> usize {
+        self.inner.world_size()
+    }
+
+    fn timeout(&self) -> Duration {
+        self.inner.timeout()
+    }
+
+    fn device(&self) -> Device {
+        self.inner.device()
+    }
+
+    fn check_device(&self, device: Device) -> Result<()> {
+        self.inner.check_device(device)
+    }
+
+    unsafe fn submit(&self, op: Op, mode: Mode, opts: &CallOptions) -> Result<Arc<dyn Pending>> {
+        let seq = self.recorder.begin(&op);
+        // SAFETY: forwarded from this function's contract.
+        match unsafe { self.inner.submit(op, mode, opts) } {
+            Ok(inner) => Ok(Arc::new(ObservedPending {
+                inner,
+                recorder: Arc::clone(&self.recorder),
+                dir: Arc::clone(&self.dir),
+                seq,
+                recorded: AtomicBool::new(false),
+            })),
+            Err(e) => {
+                finish(&self.recorder, &self.dir, seq, Some(&e));
+                Err(e)
+            }
+        }
+    }
+
+    fn algorithm_for(&self, op: OpKind, bytes: usize, opts: &CallOptions) -> Result<Option<Algorithm>> {
+        self.inner.algorithm_for(op, bytes, opts)
+    }
+
+    unsafe fn run_blocking(&self, op: Op, opts: &CallOptions) -> Result<Completion> {
+        let seq = self.recorder.begin(&op);
+        // SAFETY: forwarded from this function's contract.
+        let r = unsafe { self.inner.run_blocking(op, opts) };
+        finish(&self.recorder, &self.dir, seq, r.as_ref().err());
+        r
+    }
+
+    fn probe(&self, peer: usize, tag: u32) -> Result<Option<MessageInfo>> {
+        self.inner.probe(peer, tag)
+    }
+
+    fn split(&self, color: Option<u32>, key: i64, opts: &CallOptions) -> Result<Option<Arc<dyn Backend>>> {
+        // The front door wraps the new communicator's backend in its own `Observed`.
+        self.inner.split(color, key, opts)
+    }
+
+    fn abort(&self, reason: &str) {
+        self.inner.abort(reason);
+        if self.recorder.first_failure() {
+            report(&self.recorder, &self.dir, &format!("aborted: {reason}"));
+        }
+    }
+}

@@ -1,0 +1,121 @@
+//! The flight recorder, fed by real operations on local worlds: what it keeps, and the
+//! dumps a failure writes.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::{Dump, OpState};
+use crate::{Config, Error, ReduceOp};
+
+/// A fresh directory for one test's dumps.
+fn dump_dir(name: &str) -> PathBuf {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let dir = std::env::temp_dir().join(format!("oxccl-fr-test-{name}-{}-{nanos}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn config(dir: &std::path::Path, size: usize) -> Config {
+    Config::new()
+        .timeout(Duration::from_secs(10))
+        .set("OXCCL_FR_DIR", dir.to_str().unwrap())
+        .unwrap()
+        .set("OXCCL_FR_SIZE", &size.to_string())
+        .unwrap()
+}
+
+#[test]
+fn every_operation_is_recorded_in_order_and_only_the_last_ones_kept() {
+    let dir = dump_dir("order");
+    let dumps = crate::local::run_with(&config(&dir, 4), 3, |c| {
+        let mut v = [c.rank() as f32; 7];
+        for _ in 0..3 {
+            c.all_reduce(&mut v[..], ReduceOp::Sum).unwrap();
+        }
+        let mut b = [0u64; 5];
+        c.broadcast(&mut b[..], 2).unwrap();
+        c.barrier().unwrap();
+        let mine = [c.rank() as i32; 2];
+        let mut out = vec![0i32; 3 * 2];
+        c.scope(|s| s.all_gather(&mine[..], &mut out[..])?.wait().map(drop)).unwrap();
+        assert_eq!(out, [0, 0, 1, 1, 2, 2]);
+        c.flight_recorder().snapshot("test")
+    })
+    .unwrap();
+    for (rank, d) in dumps.iter().enumerate() {
+        assert_eq!((d.rank, d.world_size, d.reason.as_str()), (rank, 3, "test"));
+        // 6 operations, the last 4 kept.
+        assert_eq!(d.dropped, 2);
+        let seen: Vec<(u64, &str)> = d.ops.iter().map(|o| (o.seq, o.op.as_str())).collect();
+        assert_eq!(seen, [(2, "all_reduce"), (3, "broadcast"), (4, "barrier"), (5, "all_gather")]);
+        let bc = &d.ops[1];
+        assert_eq!((bc.dtype.as_str(), bc.count, bc.root, bc.bytes), ("u64", 5, Some(2), 40));
+        assert_eq!(d.ops[0].reduce.as_deref(), Some("sum"));
+        for o in &d.ops {
+            assert_eq!(o.state, OpState::Completed, "{o:?}");
+            let (s, e) = (o.started_us.unwrap(), o.ended_us.unwrap());
+            assert!(o.enqueued_us <= s && s <= e && e <= d.dumped_us, "{o:?}");
+        }
+    }
+    // Nothing failed: nothing was written.
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+}
+
+#[test]
+fn a_mismatch_writes_the_dumps_that_show_the_diverging_call() {
+    let dir = dump_dir("mismatch");
+    let errors = crate::local::run_with(&config(&dir, 100), 2, |c| {
+        c.barrier().unwrap();
+        // Rank 1 calls with another count: both ranks fail.
+        let mut v = vec![1.0f32; 4 + c.rank()];
+        c.all_reduce(&mut v[..], ReduceOp::Sum).err()
+    })
+    .unwrap();
+    assert!(errors.iter().any(|e| matches!(e, Some(Error::Mismatch { .. }))), "{errors:?}");
+    let mut files: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    files.sort();
+    assert_eq!(files.len(), 2, "one dump per rank: {files:?}");
+    for f in &files {
+        let d = Dump::read(f).unwrap();
+        assert_eq!(d.ops.len(), 2);
+        let last = &d.ops[1];
+        assert_eq!((last.seq, last.op.as_str(), last.count), (1, "all_reduce", 4 + d.rank as u64));
+        assert_eq!(last.state, OpState::Failed);
+        assert!(last.error.as_deref().is_some_and(|e| !e.is_empty()), "{last:?}");
+        assert!(f.file_name().unwrap().to_str().unwrap().ends_with(&format!("-rank{}.json", d.rank)));
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_timeout_dump_names_the_peer_waited_on() {
+    let dir = dump_dir("timeout");
+    let results = crate::local::run_with(&config(&dir, 100), 2, |c| {
+        if c.rank() == 0 {
+            let mut v = [1u8; 3];
+            let r = c.with_timeout(Duration::from_millis(300)).broadcast(&mut v[..], 1);
+            c.abort("test over");
+            r.err()
+        } else {
+            // Rank 1 never enters the broadcast.
+            std::thread::sleep(Duration::from_millis(600));
+            None
+        }
+    })
+    .unwrap();
+    assert!(matches!(results[0], Some(Error::Timeout { peer: Some(1), .. })), "{results:?}");
+    let d = Dump::read(&dump_of(&dir, 0)).unwrap();
+    let last = d.ops.last().unwrap();
+    assert_eq!((last.op.as_str(), last.state, last.waiting_on), ("broadcast", OpState::Failed, Some(1)));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Rank `rank`'s dump file in `dir`.
+fn dump_of(dir: &std::path::Path, rank: usize) -> PathBuf {
+    let suffix = format!("-rank{rank}.json");
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| Some(e.ok()?.path()))
+        .find(|p| p.to_str().is_some_and(|n| n.ends_with(&suffix)))
+        .unwrap_or_else(|| panic!("no dump of rank {rank} in {}", dir.display()))
+}
