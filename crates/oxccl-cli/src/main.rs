@@ -67,6 +67,25 @@ enum Command {
     /// decides for every rank). With --ranks N (default 2) it starts N local processes;
     /// under `oxccl run` across hosts it measures TCP over the real network.
     Tune(TuneArgs),
+    /// Read flight-recorder dumps: what went wrong in a job that failed or hangs.
+    ///
+    /// Every communicator keeps its last operations (OXCCL_FR_SIZE) and writes them to
+    /// OXCCL_FR_DIR (default: the temporary directory) on a timeout, a mismatch, a lost peer,
+    /// an abort, or SIGUSR1 (`kill -USR1` every rank of a job that hangs without an error).
+    #[command(subcommand)]
+    Trace(TraceCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum TraceCommand {
+    /// Say in plain words what a job's dumps show: the first collective where the ranks
+    /// disagree, ranks that never entered a collective the others are in (and what they last
+    /// did), ranks without a dump (dead), failed operations, and the slowest rank. Exits 1
+    /// when it finds a problem.
+    Analyze {
+        /// The directory holding the dumps (oxccl-fr-*.json)
+        dir: std::path::PathBuf,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -462,12 +481,36 @@ fn bench_dispatch(args: &BenchArgs) -> Result<BenchEnd, String> {
     }
 }
 
+/// `oxccl trace analyze DIR`: 0 when the dumps show no problem, 1 when they do, 2 when they
+/// cannot be read.
+fn trace_analyze(dir: &std::path::Path) -> ExitCode {
+    match oxccl::perf::analyze::analyze(dir) {
+        Ok(a) => {
+            println!("{} dump(s) in {}", a.dumps, dir.display());
+            for f in &a.findings {
+                println!("{} {f}", if f.is_problem() { "PROBLEM" } else { "note   " });
+            }
+            if a.has_problems() {
+                ExitCode::from(1)
+            } else {
+                println!("no problem found");
+                ExitCode::SUCCESS
+            }
+        }
+        Err(e) => {
+            eprintln!("oxccl trace analyze: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Run(args) => run_command(args),
         Command::Bench(args) => bench_command(args),
         Command::Tune(args) => tune_command(args),
+        Command::Trace(TraceCommand::Analyze { dir }) => trace_analyze(&dir),
     }
 }
 

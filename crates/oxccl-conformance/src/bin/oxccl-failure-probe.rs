@@ -8,6 +8,11 @@
 //! - `mismatch`: rank 0 calls all_reduce, the others all_gather (in place) of the same
 //!   4096-element f32 buffer.
 //! - `barrier`: a barrier and an all_reduce whose result is checked.
+//! - `skip`: three all_reduces of 64 f32, then a barrier; rank 1 skips the third
+//!   all_reduce (so it meets the others' all_reduce with its barrier).
+//! - `hang`: three all_reduces of 64 f32; after the second, rank 1 "hangs in user code": it
+//!   sends itself SIGUSR1 (as an operator would: its flight recorder dumps) and sleeps
+//!   `PROBE_SECONDS` (default 90).
 //!
 //! When `PROBE_GATE` names a store key, the process first waits (up to 60 s) until that key
 //! is set in the job's store (`OXCCL_STORE_ADDR`, `OXCCL_SECRET`), before joining the world.
@@ -27,7 +32,7 @@ use oxccl::bootstrap::auth::Secret;
 use oxccl::bootstrap::store::StoreClient;
 use oxccl::{Communicator, Config, Error, ReduceOp};
 
-const USAGE: &str = "usage: oxccl-failure-probe loop|mismatch|barrier";
+const USAGE: &str = "usage: oxccl-failure-probe loop|mismatch|barrier|skip|hang";
 
 /// The variant's name and the rank it names, if any.
 fn describe(e: &Error) -> (&'static str, Option<usize>) {
@@ -125,9 +130,36 @@ fn run_barrier(comm: &Communicator) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// `skip` and `hang`: three all_reduces (then a barrier), rank 1 leaving the third out
+/// (`skip`) or stopping before it (`hang`).
+fn run_skip_or_hang(comm: &Communicator, hang: bool) -> ExitCode {
+    let rank = comm.rank();
+    let mut buf = vec![1.0f32; 64];
+    let t = Instant::now();
+    for iter in 0..3u64 {
+        if rank == 1 && iter == 2 {
+            if !hang {
+                break;
+            }
+            // SAFETY: raise sends a signal to this process; the flight recorder's watcher
+            // thread handles SIGUSR1 (the process left it at its default).
+            unsafe { libc::raise(libc::SIGUSR1) };
+            std::thread::sleep(Duration::from_secs(env_number("PROBE_SECONDS", 90)));
+        }
+        if let Err(e) = comm.all_reduce(&mut buf, ReduceOp::Sum) {
+            return report_error(rank, &e, iter, t);
+        }
+    }
+    if let Err(e) = comm.barrier() {
+        return report_error(rank, &e, 3, t);
+    }
+    println!("PROBE-OK rank={rank}");
+    ExitCode::SUCCESS
+}
+
 fn main() -> ExitCode {
     let scenario = std::env::args().nth(1).unwrap_or_default();
-    if !matches!(scenario.as_str(), "loop" | "mismatch" | "barrier") {
+    if !matches!(scenario.as_str(), "loop" | "mismatch" | "barrier" | "skip" | "hang") {
         eprintln!("{USAGE}");
         return ExitCode::from(64);
     }
@@ -147,6 +179,8 @@ fn main() -> ExitCode {
     match scenario.as_str() {
         "loop" => run_loop(&comm),
         "mismatch" => run_mismatch(&comm),
+        "skip" => run_skip_or_hang(&comm, false),
+        "hang" => run_skip_or_hang(&comm, true),
         _ => run_barrier(&comm),
     }
 }

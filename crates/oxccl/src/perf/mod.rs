@@ -9,9 +9,11 @@
 //!   on `SIGUSR1` for a job that hangs without erroring; `oxccl trace analyze` reads them.
 //! - `clock`: the recorders' cheap clock (the CPU's time-stamp counter where the kernel
 //!   trusts it).
+//! - [`analyze`]: what a job's dumps say (`oxccl trace analyze`).
 //! - `observed`: the [`Backend`](crate::backend::Backend) decorator that records.
 //! - `signal`: the `SIGUSR1` watcher.
 
+pub mod analyze;
 mod clock;
 pub mod dump;
 pub mod flight_recorder;
