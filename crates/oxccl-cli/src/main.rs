@@ -86,6 +86,16 @@ enum TraceCommand {
         /// The directory holding the dumps (oxccl-fr-*.json)
         dir: std::path::PathBuf,
     },
+    /// Join the Chrome traces of every rank (OXCCL_PROFILE=trace:DIR writes one per rank and
+    /// communicator) into one timeline, the ranks' clocks aligned at their communicators'
+    /// creation; open it in Perfetto (ui.perfetto.dev) or chrome://tracing.
+    Merge {
+        /// The directory holding the traces (oxccl-trace-*.json)
+        dir: std::path::PathBuf,
+        /// Where to write the merged trace [default: DIR/merged.json]
+        #[arg(short = 'o', long, value_name = "FILE")]
+        output: Option<std::path::PathBuf>,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -504,6 +514,29 @@ fn trace_analyze(dir: &std::path::Path) -> ExitCode {
     }
 }
 
+/// `oxccl trace merge DIR [-o FILE]`.
+fn trace_merge(dir: &std::path::Path, output: Option<std::path::PathBuf>) -> ExitCode {
+    let out = output.unwrap_or_else(|| dir.join("merged.json"));
+    let merged = match oxccl::perf::profiler::merge_traces(dir) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("oxccl trace merge: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let events = merged["traceEvents"].as_array().map_or(0, Vec::len);
+    match std::fs::write(&out, merged.to_string()) {
+        Ok(()) => {
+            println!("{events} events written to {}", out.display());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("oxccl trace merge: writing {}: {e}", out.display());
+            ExitCode::from(2)
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
@@ -511,6 +544,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench_command(args),
         Command::Tune(args) => tune_command(args),
         Command::Trace(TraceCommand::Analyze { dir }) => trace_analyze(&dir),
+        Command::Trace(TraceCommand::Merge { dir, output }) => trace_merge(&dir, output),
     }
 }
 

@@ -82,3 +82,39 @@ fn exit_codes_say_whether_the_dumps_show_a_problem() {
         std::fs::remove_dir_all(d).unwrap();
     }
 }
+
+#[test]
+fn merge_joins_the_ranks_traces_on_one_clock() {
+    let d = dir("merge");
+    // Two ranks whose communicators were created 1000 us apart.
+    for (rank, created) in [(0u64, 5_000u64), (1, 6_000)] {
+        let trace = serde_json::json!({
+            "traceEvents": [
+                { "name": "process_name", "ph": "M", "pid": rank, "tid": 0, "args": { "name": format!("rank {rank}") } },
+                { "name": "all_reduce", "ph": "X", "ts": 10.0, "dur": 5.0, "pid": rank, "tid": 0 },
+                { "name": "barrier", "ph": "X", "ts": 500.0, "dur": 5.0, "pid": rank, "tid": 0 },
+            ],
+            "otherData": { "created_unix_us": created }
+        });
+        std::fs::write(d.join(format!("oxccl-trace-t-comm0-rank{rank}.json")), trace.to_string()).unwrap();
+    }
+    let out = Command::new(OXCCL).args(["trace", "merge"]).arg(&d).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let merged: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("merged.json")).unwrap()).unwrap();
+    let timed: Vec<(u64, f64)> = merged["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "X")
+        .map(|e| (e["pid"].as_u64().unwrap(), e["ts"].as_f64().unwrap()))
+        .collect();
+    assert_eq!(timed, [(0, 10.0), (0, 500.0), (1, 1010.0), (1, 1500.0)]);
+    let (code, text) = {
+        let out = Command::new(OXCCL).args(["trace", "merge"]).arg(dir("nomerge")).output().unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    assert_eq!(code, Some(2), "{text}");
+    assert!(text.contains("OXCCL_PROFILE=trace:DIR"), "{text}");
+    std::fs::remove_dir_all(d).unwrap();
+}

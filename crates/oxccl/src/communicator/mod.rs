@@ -13,7 +13,7 @@ use crate::algorithm::Algorithm;
 use crate::backend::{Backend, Completion, MessageInfo, Mode, Op, P2p, RawBuf, RawBufMut};
 use crate::backend::{CallOptions, Stream, StreamOrder};
 use crate::error::{Error, Result};
-use crate::perf::{FlightRecorder, Observed, PerfSettings};
+use crate::perf::{FlightRecorder, Observed, PerfSettings, ProfileReport, Profiler};
 use crate::reduce_op::ReduceOp;
 mod batch;
 mod checks;
@@ -36,6 +36,8 @@ pub struct Communicator {
     opts: CallOptions,
     /// The flight recorder the backend (an [`Observed`] decorator) feeds.
     recorder: Arc<FlightRecorder>,
+    /// Its profiler, when `OXCCL_PROFILE` asks for one.
+    profiler: Option<Arc<Profiler>>,
     /// What the communicator's children (splits, groups) are observed with.
     perf: Arc<PerfSettings>,
 }
@@ -72,7 +74,8 @@ impl Communicator {
     pub(crate) fn observed(backend: Arc<dyn Backend>, perf: Arc<PerfSettings>) -> Communicator {
         let observed = Observed::new(backend, &perf);
         let recorder = Arc::clone(observed.recorder());
-        Communicator { backend: Arc::new(observed), opts: CallOptions::default(), recorder, perf }
+        let profiler = observed.profiler().cloned();
+        Communicator { backend: Arc::new(observed), opts: CallOptions::default(), recorder, profiler, perf }
     }
 
     /// This communicator's flight recorder: its last operations (`OXCCL_FR_SIZE`), their
@@ -80,6 +83,12 @@ impl Communicator {
     /// mismatches, loses a peer or is aborted, and on `SIGUSR1`.
     pub fn flight_recorder(&self) -> &Arc<FlightRecorder> {
         &self.recorder
+    }
+
+    /// The profiler's statistics so far (count, mean, p50, p99, algbw, busbw per operation
+    /// and size), when `OXCCL_PROFILE` turned it on; `None` otherwise.
+    pub fn profile(&self) -> Option<ProfileReport> {
+        self.profiler.as_ref().map(|p| p.report())
     }
 
     /// Writes the flight recorder's dump now, into `OXCCL_FR_DIR` (default: the system's

@@ -28,7 +28,7 @@ use registry::Setting;
 pub use cpu::{CpuSettings, SecretText, TransportChoice};
 pub use gpu::{GpuSettings, HostBuffers};
 pub use mpi::{CudaAware, HalfReduce, MpiConfig, ThreadLevel};
-pub use perf::PerfSettings;
+pub use perf::{PerfSettings, ProfileSettings};
 
 /// The default deadline of every blocking wait.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
@@ -310,6 +310,7 @@ impl Config {
         let perf = PerfSettings {
             flight_records: rd.or_default(&r::FR_SIZE, |v| v.trim().parse::<usize>().map_err(|e| e.to_string()))?,
             dump_dir: rd.get(&r::FR_DIR, text)?.map(std::path::PathBuf::from),
+            profile: rd.get(&r::PROFILE, perf::ProfileSettings::parse)?.unwrap_or_default(),
         };
         Ok(ResolvedConfig { backend, timeout, algorithms, cpu, mpi, gpu, debug, perf })
     }

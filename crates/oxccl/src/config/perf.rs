@@ -1,21 +1,62 @@
 //! The settings of the observability tools: the flight recorder (`OXCCL_FR_SIZE`,
-//! `OXCCL_FR_DIR`).
+//! `OXCCL_FR_DIR`) and the profiler (`OXCCL_PROFILE`).
 
 use std::path::PathBuf;
 
 /// The settings of the observability tools (see the registry: `OXCCL_FR_SIZE`,
-/// `OXCCL_FR_DIR`).
+/// `OXCCL_FR_DIR`, `OXCCL_PROFILE`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PerfSettings {
     /// Operations each communicator's flight recorder keeps (0: none kept, no dumps).
     pub flight_records: usize,
     /// Where dumps go (`None`: the system's temporary directory).
     pub dump_dir: Option<PathBuf>,
+    /// What the profiler does (off by default).
+    pub profile: ProfileSettings,
+}
+
+/// `OXCCL_PROFILE`: `summary` prints each communicator's statistics when it is dropped (or
+/// the process exits); `trace:DIR` writes a Chrome trace per rank and communicator into DIR;
+/// both together as `summary,trace:DIR`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProfileSettings {
+    /// Print the statistics at the end.
+    pub summary: bool,
+    /// Write Chrome traces here.
+    pub trace_dir: Option<PathBuf>,
+}
+
+impl ProfileSettings {
+    /// Whether the profiler records anything.
+    pub fn enabled(&self) -> bool {
+        self.summary || self.trace_dir.is_some()
+    }
+
+    /// Parses the `OXCCL_PROFILE` syntax.
+    ///
+    /// # Errors
+    /// What is wrong with `text` (the caller names the variable).
+    pub fn parse(text: &str) -> Result<ProfileSettings, String> {
+        let mut p = ProfileSettings::default();
+        for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            match part.split_once(':') {
+                None if part == "summary" => p.summary = true,
+                None if part == "off" => {}
+                Some(("trace", dir)) if !dir.trim().is_empty() => p.trace_dir = Some(PathBuf::from(dir.trim())),
+                _ => {
+                    return Err(format!(
+                        "`{part}` is not a profiler mode; use `summary`, `trace:DIR` or `summary,trace:DIR`"
+                    ))
+                }
+            }
+        }
+        Ok(p)
+    }
 }
 
 impl Default for PerfSettings {
     fn default() -> Self {
-        PerfSettings { flight_records: 2000, dump_dir: None }
+        PerfSettings { flight_records: 2000, dump_dir: None, profile: ProfileSettings::default() }
     }
 }
 
@@ -23,7 +64,7 @@ impl PerfSettings {
     /// `OXCCL_FR_SIZE` and `OXCCL_FR_DIR` from the environment, each where it is valid
     /// (its default where not: [`Config`](super::Config) is what reports a bad value).
     pub fn from_env_or_default() -> PerfSettings {
-        use super::registry::{FR_DIR, FR_SIZE};
+        use super::registry::{FR_DIR, FR_SIZE, PROFILE};
         let d = PerfSettings::default();
         PerfSettings {
             flight_records: FR_SIZE
@@ -33,6 +74,12 @@ impl PerfSettings {
                 .and_then(|v| v.trim().parse().ok())
                 .unwrap_or(d.flight_records),
             dump_dir: FR_DIR.from_env().ok().flatten().map(PathBuf::from),
+            profile: PROFILE
+                .from_env()
+                .ok()
+                .flatten()
+                .and_then(|v| ProfileSettings::parse(&v).ok())
+                .unwrap_or_default(),
         }
     }
 

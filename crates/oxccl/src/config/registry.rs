@@ -41,6 +41,8 @@ pub enum Kind {
     Algorithms,
     /// `NAME=value;NAME=value`.
     Assignments,
+    /// The `OXCCL_PROFILE` grammar: `summary`, `trace:DIR`, or both joined by a comma.
+    Profile,
 }
 
 /// Who normally sets a variable.
@@ -123,6 +125,7 @@ impl Setting {
                 e => e.to_string(),
             }),
             Kind::Assignments => parse::assignments(value).map(drop),
+            Kind::Profile => super::perf::ProfileSettings::parse(value).map(drop),
         }
     }
 }
@@ -294,6 +297,15 @@ pub const FR_DIR: Setting = Setting {
         "where flight-recorder dumps are written, one file per rank and communicator (`oxccl-fr-JOB-commC-rankR.json`)",
     origin: Origin::User,
 };
+/// `OXCCL_PROFILE`.
+pub const PROFILE: Setting = Setting {
+    name: "OXCCL_PROFILE",
+    kind: Kind::Profile,
+    default: "",
+    default_doc: "off",
+    doc: "the profiler: `summary` prints per-op statistics (count, mean, p50, p99, algbw, busbw per size) when a communicator ends; `trace:DIR` writes a Chrome trace per rank (`oxccl trace merge DIR` joins them); or both, `summary,trace:DIR`",
+    origin: Origin::User,
+};
 /// `OXCCL_YIELD_US`.
 pub const YIELD_US: Setting = Setting {
     name: "OXCCL_YIELD_US",
@@ -460,6 +472,7 @@ pub const ALL: &[Setting] = &[
     DEBUG,
     FR_SIZE,
     FR_DIR,
+    PROFILE,
     LAUNCHER,
     NODE_RANK,
     MPI_THREAD_LEVEL,

@@ -73,6 +73,7 @@ fn cases(name: &str) -> (&'static str, &'static str) {
         "OXCCL_DEBUG" => ("debug", "verbose"),
         "OXCCL_FR_SIZE" => ("500", "lots"),
         "OXCCL_FR_DIR" => ("/var/tmp/oxccl", ""),
+        "OXCCL_PROFILE" => ("summary,trace:/tmp/t", "chatty"),
         "OXCCL_LAUNCHER" => ("torchrun", ""),
         "OXCCL_NODE_RANK" => ("1", "first"),
         "OXCCL_MPI_THREAD_LEVEL" => ("MPI_THREAD_SERIALIZED", "many"),

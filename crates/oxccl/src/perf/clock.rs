@@ -73,6 +73,25 @@ impl Scale {
         }
     }
 
+    /// A scale measured at most about a second ago (cheap: for converting durations on the
+    /// recording path; the rate of the counter does not change).
+    pub fn now_cached() -> &'static Scale {
+        static CACHED: OnceLock<Scale> = OnceLock::new();
+        let s = CACHED.get_or_init(|| {
+            // Measure the rate over a few milliseconds at least.
+            let o = origin();
+            let wait = std::time::Duration::from_millis(5).saturating_sub(o.at.elapsed());
+            std::thread::sleep(wait);
+            Scale::now()
+        });
+        s
+    }
+
+    /// Nanoseconds in `ticks` (a difference of two ticks).
+    pub fn ns(&self, ticks: u64) -> f64 {
+        ticks as f64 * self.us_per_tick * 1e3
+    }
+
     /// Microseconds since the clock's origin at tick `t`.
     pub fn us(&self, t: Tick) -> f64 {
         t.saturating_sub(self.base) as f64 * self.us_per_tick

@@ -89,15 +89,18 @@ pub struct Dump {
 /// The current version of the file format.
 pub const VERSION: u32 = 1;
 
+/// The job id as it appears in file names (`job` when there is none).
+pub(crate) fn job_tag(job: Option<&str>) -> String {
+    job.unwrap_or("job")
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '_' })
+        .collect()
+}
+
 impl Dump {
     /// The file name of rank `rank`'s dump of communicator `comm` in job `job`.
     pub fn file_name(job: Option<&str>, rank: usize, comm: u64) -> String {
-        let job: String = job
-            .unwrap_or("job")
-            .chars()
-            .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '_' })
-            .collect();
-        format!("oxccl-fr-{job}-comm{comm}-rank{rank}.json")
+        format!("oxccl-fr-{}-comm{comm}-rank{rank}.json", job_tag(job))
     }
 
     /// Reads a dump written by a flight recorder.

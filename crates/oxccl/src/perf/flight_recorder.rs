@@ -20,6 +20,11 @@ use crate::fingerprint::Fingerprint;
 /// Communicators made by this process so far: each recorder's `comm` number.
 static COMMUNICATORS: AtomicU64 = AtomicU64::new(0);
 
+/// Now, in microseconds since the Unix epoch.
+pub(crate) fn unix_us() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
+}
+
 /// One recorded operation (typed; formatted only when dumped).
 #[derive(Debug, Clone)]
 struct Entry {
@@ -66,7 +71,7 @@ impl FlightRecorder {
     /// A recorder keeping `capacity` operations of a communicator in which this process is
     /// `rank` of `world_size`, on `backend`.
     pub fn new(capacity: usize, rank: usize, world_size: usize, backend: &'static str) -> FlightRecorder {
-        let unix = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64);
+        let unix = unix_us();
         FlightRecorder {
             capacity,
             rank,

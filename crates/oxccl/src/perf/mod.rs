@@ -9,6 +9,7 @@
 //!   on `SIGUSR1` for a job that hangs without erroring; `oxccl trace analyze` reads them.
 //! - `clock`: the recorders' cheap clock (the CPU's time-stamp counter where the kernel
 //!   trusts it).
+//! - [`profiler`]: statistics per operation and size, and Chrome traces (`OXCCL_PROFILE`).
 //! - [`analyze`]: what a job's dumps say (`oxccl trace analyze`).
 //! - `observed`: the [`Backend`](crate::backend::Backend) decorator that records.
 //! - `signal`: the `SIGUSR1` watcher.
@@ -18,12 +19,14 @@ mod clock;
 pub mod dump;
 pub mod flight_recorder;
 mod observed;
+pub mod profiler;
 mod signal;
 
-pub use crate::config::PerfSettings;
+pub use crate::config::{PerfSettings, ProfileSettings};
 pub use dump::{Dump, OpRecord, OpState};
 pub use flight_recorder::FlightRecorder;
 pub(crate) use observed::Observed;
+pub use profiler::{ProfileReport, ProfileRow, Profiler};
 
 #[cfg(test)]
 mod tests;

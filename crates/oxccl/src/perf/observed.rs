@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{signal, FlightRecorder, PerfSettings};
+use super::clock::{self, Tick};
+use super::{signal, FlightRecorder, PerfSettings, Profiler};
 use crate::algorithm::Algorithm;
 use crate::backend::{Backend, CallOptions, Completion, MessageInfo, Mode, Op, Pending};
 use crate::device::Device;
@@ -20,6 +21,7 @@ pub(crate) struct Observed {
     inner: Arc<dyn Backend>,
     recorder: Arc<FlightRecorder>,
     dir: Arc<PathBuf>,
+    profiler: Option<Arc<Profiler>>,
 }
 
 impl Observed {
@@ -32,12 +34,59 @@ impl Observed {
         if settings.flight_records > 0 {
             signal::watch(&recorder, &dir);
         }
-        Observed { inner, recorder, dir }
+        let profiler = settings.profile.enabled().then(|| {
+            let p = Arc::new(Profiler::new(inner.rank(), inner.world_size(), recorder.comm(), &settings.profile));
+            signal::finish_at_exit(&p);
+            p
+        });
+        Observed { inner, recorder, dir, profiler }
     }
 
     /// The communicator's flight recorder.
     pub(crate) fn recorder(&self) -> &Arc<FlightRecorder> {
         &self.recorder
+    }
+
+    /// The communicator's profiler, when `OXCCL_PROFILE` asks for one.
+    pub(crate) fn profiler(&self) -> Option<&Arc<Profiler>> {
+        self.profiler.as_ref()
+    }
+
+    /// What the profiler needs of an operation at its submission.
+    fn profile_start(&self, op: &Op, opts: &CallOptions) -> Option<Started> {
+        let p = self.profiler.as_ref()?;
+        let bytes = op.message_bytes();
+        let algorithm = self.inner.algorithm_for(op.kind(), bytes, opts).ok().flatten();
+        Some(Started {
+            profiler: Arc::clone(p),
+            fp: op.fingerprint(p.next_seq(), Algorithm::Auto),
+            bytes: bytes as u64,
+            algorithm,
+            at: clock::now(),
+        })
+    }
+}
+
+/// An operation the profiler saw start.
+struct Started {
+    profiler: Arc<Profiler>,
+    fp: crate::fingerprint::Fingerprint,
+    bytes: u64,
+    algorithm: Option<Algorithm>,
+    at: Tick,
+}
+
+impl Started {
+    fn end(self, ok: bool) {
+        self.profiler.record(self.fp, self.bytes, self.algorithm, self.at, clock::now(), ok);
+    }
+}
+
+impl Drop for Observed {
+    fn drop(&mut self) {
+        if let Some(p) = &self.profiler {
+            p.finish();
+        }
     }
 }
 
@@ -95,12 +144,16 @@ struct ObservedPending {
     dir: Arc<PathBuf>,
     seq: u64,
     recorded: AtomicBool,
+    profiled: std::sync::Mutex<Option<Started>>,
 }
 
 impl Pending for ObservedPending {
     fn wait(&self, timeout: Option<Duration>) -> Option<Result<Completion>> {
         let r = self.inner.wait(timeout)?;
         if !self.recorded.swap(true, Ordering::AcqRel) {
+            if let Some(p) = crate::sync::relock(&self.profiled).take() {
+                p.end(r.is_ok());
+            }
             finish(&self.recorder, &self.dir, self.seq, r.as_ref().err());
         }
         Some(r)
@@ -137,6 +190,7 @@ impl Backend for Observed {
     }
 
     unsafe fn submit(&self, op: Op, mode: Mode, opts: &CallOptions) -> Result<Arc<dyn Pending>> {
+        let profiled = self.profile_start(&op, opts);
         let seq = self.recorder.begin(&op);
         // SAFETY: forwarded from this function's contract.
         match unsafe { self.inner.submit(op, mode, opts) } {
@@ -146,8 +200,12 @@ impl Backend for Observed {
                 dir: Arc::clone(&self.dir),
                 seq,
                 recorded: AtomicBool::new(false),
+                profiled: std::sync::Mutex::new(profiled),
             })),
             Err(e) => {
+                if let Some(p) = profiled {
+                    p.end(false);
+                }
                 finish(&self.recorder, &self.dir, seq, Some(&e));
                 Err(e)
             }
@@ -159,9 +217,13 @@ impl Backend for Observed {
     }
 
     unsafe fn run_blocking(&self, op: Op, opts: &CallOptions) -> Result<Completion> {
+        let profiled = self.profile_start(&op, opts);
         let seq = self.recorder.begin(&op);
         // SAFETY: forwarded from this function's contract.
         let r = unsafe { self.inner.run_blocking(op, opts) };
+        if let Some(p) = profiled {
+            p.end(r.is_ok());
+        }
         finish(&self.recorder, &self.dir, seq, r.as_ref().err());
         r
     }

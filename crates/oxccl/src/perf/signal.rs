@@ -1,5 +1,6 @@
-//! `SIGUSR1` dumps every live flight recorder of the process: for a job that hangs without
-//! an error (`kill -USR1` every rank, then `oxccl trace analyze`).
+//! Process-wide hooks: `SIGUSR1` dumps every live flight recorder of the process (for a job
+//! that hangs without an error: `kill -USR1` every rank, then `oxccl trace analyze`), and at
+//! exit the profilers of communicators still alive print and write what they hold.
 //!
 //! The watcher is a thread started with the first recorder. It is installed only where the
 //! process leaves `SIGUSR1` at its default (which would end the process): an application
@@ -51,4 +52,30 @@ pub(super) fn watch(recorder: &Arc<FlightRecorder>, dir: &Path) {
     let mut live = crate::sync::relock(&LIVE);
     live.retain(|(w, _)| w.strong_count() > 0);
     live.push((Arc::downgrade(recorder), dir.to_path_buf()));
+}
+
+/// Profilers to finish when the process exits (those whose communicator is still alive).
+static AT_EXIT: Mutex<Vec<Weak<super::Profiler>>> = Mutex::new(Vec::new());
+static AT_EXIT_REGISTERED: OnceLock<()> = OnceLock::new();
+
+extern "C" fn finish_profilers() {
+    // Nothing may unwind out of an exit handler.
+    let _ = std::panic::catch_unwind(|| {
+        let live: Vec<Arc<super::Profiler>> = crate::sync::relock(&AT_EXIT).iter().filter_map(Weak::upgrade).collect();
+        for p in live {
+            p.finish();
+        }
+    });
+}
+
+/// Finishes `profiler` (its summary, its trace) when the process exits, unless its
+/// communicator was dropped before.
+pub(super) fn finish_at_exit(profiler: &Arc<super::Profiler>) {
+    AT_EXIT_REGISTERED.get_or_init(|| {
+        // SAFETY: `finish_profilers` is an `extern "C" fn()` that never unwinds.
+        unsafe { libc::atexit(finish_profilers) };
+    });
+    let mut live = crate::sync::relock(&AT_EXIT);
+    live.retain(|w| w.strong_count() > 0);
+    live.push(Arc::downgrade(profiler));
 }

@@ -119,3 +119,71 @@ fn dump_of(dir: &std::path::Path, rank: usize) -> PathBuf {
         .find(|p| p.to_str().is_some_and(|n| n.ends_with(&suffix)))
         .unwrap_or_else(|| panic!("no dump of rank {rank} in {}", dir.display()))
 }
+
+#[test]
+fn the_profiler_counts_every_call_and_writes_one_trace_event_per_operation() {
+    let dir = dump_dir("trace");
+    let cfg = config(&dir, 100).set("OXCCL_PROFILE", &format!("summary,trace:{}", dir.display())).unwrap();
+    let reports = crate::local::run_with(&cfg, 3, |c| {
+        let mut v = [1.0f32; 2];
+        for _ in 0..5 {
+            c.all_reduce(&mut v[..], ReduceOp::Sum).unwrap();
+        }
+        let mut b = [0u8; 40];
+        c.broadcast(&mut b[..], 0).unwrap();
+        c.profile().expect("the profiler is on")
+    })
+    .unwrap();
+    for (rank, r) in reports.iter().enumerate() {
+        assert_eq!((r.rank, r.world_size), (rank, 3));
+        let rows: Vec<(&str, u64, u64)> = r.rows.iter().map(|x| (x.op.as_str(), x.size, x.count)).collect();
+        assert_eq!(rows, [("all_reduce", 8, 5), ("broadcast", 32, 1)], "{r}");
+        let ar = &r.rows[0];
+        assert!(ar.mean_us > 0.0 && ar.p50_us > 0.0 && ar.p99_us >= ar.p50_us, "{ar:?}");
+        assert!((ar.busbw_gbps - ar.algbw_gbps * 4.0 / 3.0).abs() < 1e-9, "{ar:?}");
+    }
+    // The communicators are gone: each rank wrote its trace.
+    let mut per_rank = Vec::new();
+    for rank in 0..3 {
+        let path = std::fs::read_dir(&dir)
+            .unwrap()
+            .filter_map(|e| Some(e.ok()?.path()))
+            .find(|p| {
+                p.to_string_lossy().contains("oxccl-trace-")
+                    && p.to_string_lossy().ends_with(&format!("-rank{rank}.json"))
+            })
+            .expect("a trace per rank");
+        let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let ops: Vec<String> = v["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["ph"] == "X")
+            .map(|e| e["name"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(ops.len(), 6, "one event per operation on rank {rank}");
+        assert_eq!(ops.iter().filter(|o| *o == "all_reduce").count(), 5);
+        per_rank.push(ops.len());
+    }
+    let merged = super::profiler::merge_traces(&dir).unwrap();
+    let ts: Vec<f64> = merged["traceEvents"].as_array().unwrap().iter().filter_map(|e| e["ts"].as_f64()).collect();
+    assert_eq!(ts.len(), per_rank.iter().sum::<usize>());
+    assert!(ts.windows(2).all(|w| w[0] <= w[1]), "the merged timeline is ordered");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn profiler_modes_parse_and_bad_ones_say_what_is_accepted() {
+    use crate::config::ProfileSettings;
+    let p = ProfileSettings::parse("summary").unwrap();
+    assert!(p.summary && p.trace_dir.is_none() && p.enabled());
+    let p = ProfileSettings::parse(" summary , trace:/tmp/x ").unwrap();
+    assert_eq!((p.summary, p.trace_dir.as_deref()), (true, Some(std::path::Path::new("/tmp/x"))));
+    assert!(!ProfileSettings::parse("off").unwrap().enabled());
+    for bad in ["trace:", "trace", "loud"] {
+        let e = ProfileSettings::parse(bad).unwrap_err();
+        assert!(e.contains("summary") && e.contains("trace:DIR"), "{bad}: {e}");
+    }
+    let e = Config::new().set("OXCCL_PROFILE", "loud").unwrap_err().to_string();
+    assert!(e.contains("OXCCL_PROFILE"), "{e}");
+}
