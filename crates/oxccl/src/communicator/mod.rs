@@ -64,9 +64,13 @@ pub(crate) fn raw_mut<B: BufferMut + ?Sized>(b: &mut B) -> RawBufMut {
 impl Communicator {
     /// Wraps a backend (for backend implementers; users get communicators from
     /// [`Config`](crate::Config) or [`local`](crate::local)).
-    /// Its flight recorder follows `OXCCL_FR_SIZE` and `OXCCL_FR_DIR` where they are valid
-    /// (the defaults otherwise; [`Config`](crate::Config) refuses invalid values).
+    /// Its flight recorder follows `OXCCL_FR_SIZE` and `OXCCL_FR_DIR`, the profiler
+    /// `OXCCL_PROFILE` and the log `OXCCL_LOG` where they are valid (the defaults otherwise;
+    /// [`Config`](crate::Config) refuses invalid values).
     pub fn from_backend(backend: Arc<dyn Backend>) -> Communicator {
+        let log = crate::config::registry::LOG.from_env().ok().flatten();
+        let log = log.and_then(|l| crate::config::log_directives(&l).ok()).unwrap_or_else(|| "oxccl=warn".into());
+        crate::perf::log::install(&log);
         Communicator::observed(backend, Arc::new(PerfSettings::from_env_or_default()))
     }
 

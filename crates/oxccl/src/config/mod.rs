@@ -28,7 +28,7 @@ use registry::Setting;
 pub use cpu::{CpuSettings, SecretText, TransportChoice};
 pub use gpu::{GpuSettings, HostBuffers};
 pub use mpi::{CudaAware, HalfReduce, MpiConfig, ThreadLevel};
-pub use perf::{PerfSettings, ProfileSettings};
+pub use perf::{log_directives, PerfSettings, ProfileSettings};
 
 /// The default deadline of every blocking wait.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
@@ -94,8 +94,8 @@ pub struct ResolvedConfig {
     pub mpi: MpiConfig,
     /// Settings of the `nccl` and `rccl` backends.
     pub gpu: GpuSettings,
-    /// Whether to print debug messages (`OXCCL_DEBUG=debug`).
-    pub debug: bool,
+    /// The log's filter directives (`OXCCL_LOG`, as [`perf::log_directives`] writes them).
+    pub log: String,
     /// The flight recorder's settings.
     pub perf: PerfSettings,
 }
@@ -306,13 +306,13 @@ impl Config {
         };
         let mpi = mpi::resolve(self.mpi.clone(), &rd)?;
         let gpu = gpu::resolve(&rd)?;
-        let debug = rd.or_default(&r::DEBUG, choice(&r::DEBUG))? == "debug";
+        let log = rd.or_default(&r::LOG, perf::log_directives)?;
         let perf = PerfSettings {
             flight_records: rd.or_default(&r::FR_SIZE, |v| v.trim().parse::<usize>().map_err(|e| e.to_string()))?,
             dump_dir: rd.get(&r::FR_DIR, text)?.map(std::path::PathBuf::from),
             profile: rd.get(&r::PROFILE, perf::ProfileSettings::parse)?.unwrap_or_default(),
         };
-        Ok(ResolvedConfig { backend, timeout, algorithms, cpu, mpi, gpu, debug, perf })
+        Ok(ResolvedConfig { backend, timeout, algorithms, cpu, mpi, gpu, log, perf })
     }
 }
 

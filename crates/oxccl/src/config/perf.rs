@@ -1,5 +1,5 @@
 //! The settings of the observability tools: the flight recorder (`OXCCL_FR_SIZE`,
-//! `OXCCL_FR_DIR`) and the profiler (`OXCCL_PROFILE`).
+//! `OXCCL_FR_DIR`), the profiler (`OXCCL_PROFILE`) and the log (`OXCCL_LOG`).
 
 use std::path::PathBuf;
 
@@ -87,4 +87,35 @@ impl PerfSettings {
     pub fn dump_dir(&self) -> PathBuf {
         self.dump_dir.clone().unwrap_or_else(std::env::temp_dir)
     }
+}
+
+const LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
+
+/// The `OXCCL_LOG` value as `tracing` filter directives over oxccl's own targets: a bare
+/// level applies to every `oxccl` target (`debug` becomes `oxccl=debug`), `target=level`
+/// to one module path of oxccl and what is below it.
+///
+/// # Errors
+/// What is wrong with `text` (the caller names the variable): an unknown level, or a target
+/// outside oxccl.
+pub fn log_directives(text: &str) -> Result<String, String> {
+    let mut out = Vec::new();
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (target, level) = match part.split_once('=') {
+            Some((t, l)) => (t.trim(), l.trim()),
+            None => ("oxccl", part),
+        };
+        let level = level.to_ascii_lowercase();
+        if !LEVELS.contains(&level.as_str()) {
+            return Err(format!("`{level}` is not a level; use one of {}", LEVELS.join(", ")));
+        }
+        if target != "oxccl" && !target.starts_with("oxccl::") {
+            return Err(format!("`{target}` is not one of oxccl's targets (`oxccl` or `oxccl::...`)"));
+        }
+        out.push(format!("{target}={level}"));
+    }
+    if out.is_empty() {
+        return Err("no level given; use e.g. `warn` or `warn,oxccl::cpu::selector=debug`".into());
+    }
+    Ok(out.join(","))
 }

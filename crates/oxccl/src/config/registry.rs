@@ -43,6 +43,8 @@ pub enum Kind {
     Assignments,
     /// The `OXCCL_PROFILE` grammar: `summary`, `trace:DIR`, or both joined by a comma.
     Profile,
+    /// The `OXCCL_LOG` grammar: `level` or `target=level` directives joined by commas.
+    LogFilter,
 }
 
 /// Who normally sets a variable.
@@ -126,6 +128,7 @@ impl Setting {
             }),
             Kind::Assignments => parse::assignments(value).map(drop),
             Kind::Profile => super::perf::ProfileSettings::parse(value).map(drop),
+            Kind::LogFilter => super::perf::log_directives(value).map(drop),
         }
     }
 }
@@ -269,13 +272,13 @@ pub const TUNE_FILE: Setting = Setting {
     doc: "a profile of measured costs (`oxccl tune` writes one) that the `cpu` backend's algorithm choice reads; rank 0's is used by every rank",
     origin: Origin::User,
 };
-/// `OXCCL_DEBUG`.
-pub const DEBUG: Setting = Setting {
-    name: "OXCCL_DEBUG",
-    kind: Kind::Choice(&[("warn", "warn"), ("debug", "debug")]),
+/// `OXCCL_LOG`.
+pub const LOG: Setting = Setting {
+    name: "OXCCL_LOG",
+    kind: Kind::LogFilter,
     default: "warn",
     default_doc: "`warn`",
-    doc: "`debug` also prints each algorithm choice of the `cpu` backend (per operation and size range, with the predicted costs)",
+    doc: "what oxccl logs through `tracing` (to stderr, unless the application has its own subscriber): a level (`error`, `warn`, `info`, `debug`, `trace`), or levels per target, e.g. `warn,oxccl::cpu::selector=debug` (each algorithm choice with its predicted costs); targets are oxccl's module paths (`oxccl::cpu`, `oxccl::perf`, `oxccl::bootstrap`, ...)",
     origin: Origin::User,
 };
 /// `OXCCL_FR_SIZE`.
@@ -469,7 +472,7 @@ pub const ALL: &[Setting] = &[
     SPIN_US,
     YIELD_US,
     TUNE_FILE,
-    DEBUG,
+    LOG,
     FR_SIZE,
     FR_DIR,
     PROFILE,

@@ -70,7 +70,7 @@ fn cases(name: &str) -> (&'static str, &'static str) {
         "OXCCL_SPIN_US" => ("0", "-5"),
         "OXCCL_YIELD_US" => ("500", "2ms"),
         "OXCCL_TUNE_FILE" => ("/etc/oxccl/host.tune", ""),
-        "OXCCL_DEBUG" => ("debug", "verbose"),
+        "OXCCL_LOG" => ("warn,oxccl::cpu::selector=debug", "verbose"),
         "OXCCL_FR_SIZE" => ("500", "lots"),
         "OXCCL_FR_DIR" => ("/var/tmp/oxccl", ""),
         "OXCCL_PROFILE" => ("summary,trace:/tmp/t", "chatty"),

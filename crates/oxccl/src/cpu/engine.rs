@@ -120,7 +120,7 @@ impl CpuBackend {
             .map(|&r| transport.link_kind(r))
             .max()
             .unwrap_or(LinkKind::Memory);
-        let selector = Selector::new(Arc::new(Profile::default()), link, ranks.len(), 1.0, cfg.debug);
+        let selector = Selector::new(Arc::new(Profile::default()), link, ranks.len(), 1.0);
         Ok(CpuBackend {
             inner: Arc::new(Inner {
                 selector,
@@ -262,8 +262,8 @@ impl Inner {
                 Err(e)
             }
             Err(e) if !required && matches!(e, Error::Io { .. }) && self.rank == 0 => {
-                eprintln!(
-                    "oxccl: no shared-memory collectives for a communicator of {} ranks ({e}); \
+                tracing::warn!(
+                    "no shared-memory collectives for a communicator of {} ranks ({e}); \
                      it uses the ordinary algorithms",
                     self.ranks.len()
                 );

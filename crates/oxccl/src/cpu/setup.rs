@@ -268,8 +268,8 @@ fn job_secret(configured: Option<&str>, job_id: Option<&str>, rank: usize) -> Re
     }
     let id = job_id.ok_or_else(secret_required)?;
     if rank == 0 {
-        eprintln!(
-            "oxccl: OXCCL_SECRET is not set; using a secret derived from the launcher's job id ({id}), \
+        tracing::warn!(
+            "OXCCL_SECRET is not set; using a secret derived from the launcher's job id ({id}), \
              which anyone who knows that id can derive. Export the same random OXCCL_SECRET to every rank \
              (or launch with `oxccl run`) for real authentication."
         );

@@ -39,6 +39,7 @@ pub fn run<R: Send>(n: usize, f: impl Fn(Communicator) -> R + Sync) -> Result<Ve
 /// As [`run`].
 pub fn run_with<R: Send>(cfg: &Config, n: usize, f: impl Fn(Communicator) -> R + Sync) -> Result<Vec<R>> {
     let cfg = cfg.resolve()?;
+    crate::perf::log::install(&cfg.log);
     let perf = Arc::new(cfg.perf.clone());
     let comms: Vec<Communicator> = world(&cfg, n)?
         .into_iter()

@@ -30,6 +30,7 @@ impl Config {
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) when `n` is 0.
     pub fn init_world(&self, n: usize) -> Result<Vec<Communicator>> {
         let cfg = self.resolve()?;
+        crate::perf::log::install(&cfg.log);
         Ok(select::init_world(&cfg, n)?.into_iter().map(|b| wrap(b, &cfg)).collect())
     }
 
@@ -42,6 +43,7 @@ impl Config {
     /// can serve this launch, with the reason for each one skipped.
     pub fn init(&self) -> Result<Communicator> {
         let cfg = self.resolve()?;
+        crate::perf::log::install(&cfg.log);
         Ok(wrap(select::init_process(&cfg)?, &cfg))
     }
 }

@@ -209,8 +209,8 @@ pub(crate) fn acquire(cfg: &MpiConfig) -> Result<Arc<Runtime>> {
         // rank stays 0 and the note is printed, which is harmless.
         unsafe { ffi::MPI_Comm_rank(Runtime::world(), &mut world_rank) };
         if world_rank == 0 {
-            eprintln!(
-                "oxccl: MPI granted {} (asked for {}); the mpi backend serialises every MPI call behind one \
+            tracing::warn!(
+                "MPI granted {} (asked for {}); the mpi backend serialises every MPI call behind one \
                  process-wide lock, so communicators used from several threads wait for each other{}",
                 level.name(),
                 cfg.thread_level.name(),

@@ -11,6 +11,7 @@
 //!   trusts it).
 //! - [`profiler`]: statistics per operation and size, and Chrome traces (`OXCCL_PROFILE`).
 //! - [`analyze`]: what a job's dumps say (`oxccl trace analyze`).
+//! - `log`: the stderr subscriber for oxccl's `tracing` events (`OXCCL_LOG`).
 //! - `observed`: the [`Backend`](crate::backend::Backend) decorator that records.
 //! - `signal`: the `SIGUSR1` watcher.
 
@@ -18,6 +19,7 @@ pub mod analyze;
 mod clock;
 pub mod dump;
 pub mod flight_recorder;
+pub(crate) mod log;
 mod observed;
 pub mod profiler;
 mod signal;

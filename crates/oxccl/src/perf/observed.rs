@@ -126,14 +126,14 @@ fn finish(recorder: &FlightRecorder, dir: &std::path::Path, seq: u64, result: Op
 /// user looks first).
 pub(super) fn report(recorder: &FlightRecorder, dir: &std::path::Path, reason: &str) {
     match recorder.dump_to(dir, reason) {
-        Ok(path) => eprintln!(
-            "oxccl: flight recorder of communicator {} (rank {}) written to {}; `oxccl trace analyze {}` explains the job's dumps",
+        Ok(path) => tracing::warn!(
+            "flight recorder of communicator {} (rank {}) written to {}; `oxccl trace analyze {}` explains the job's dumps",
             recorder.comm(),
             recorder.snapshot_rank(),
             path.display(),
             dir.display()
         ),
-        Err(e) => eprintln!("oxccl: could not write the flight recorder's dump: {e}"),
+        Err(e) => tracing::error!("could not write the flight recorder's dump: {e}"),
     }
 }
 

@@ -320,8 +320,8 @@ impl Profiler {
         }
         if let Some(dir) = &self.trace_dir {
             match self.write_trace(dir) {
-                Ok(p) => eprintln!("oxccl: rank {}: trace written to {}", self.rank, p.display()),
-                Err(e) => eprintln!("oxccl: rank {}: could not write the trace: {e}", self.rank),
+                Ok(p) => tracing::info!("rank {}: trace written to {}", self.rank, p.display()),
+                Err(e) => tracing::error!("rank {}: could not write the trace: {e}", self.rank),
             }
         }
     }

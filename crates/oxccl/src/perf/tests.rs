@@ -187,3 +187,14 @@ fn profiler_modes_parse_and_bad_ones_say_what_is_accepted() {
     let e = Config::new().set("OXCCL_PROFILE", "loud").unwrap_err().to_string();
     assert!(e.contains("OXCCL_PROFILE"), "{e}");
 }
+
+#[test]
+fn log_levels_map_onto_oxccl_targets_and_bad_ones_are_named() {
+    use crate::config::log_directives;
+    assert_eq!(log_directives("debug").unwrap(), "oxccl=debug");
+    assert_eq!(log_directives("warn, oxccl::cpu::selector=DEBUG").unwrap(), "oxccl=warn,oxccl::cpu::selector=debug");
+    assert!(log_directives("chatty").unwrap_err().contains("not a level"));
+    assert!(log_directives("hyper=debug").unwrap_err().contains("not one of oxccl's targets"));
+    let e = Config::new().set("OXCCL_LOG", "loud").unwrap_err().to_string();
+    assert!(e.contains("OXCCL_LOG"), "{e}");
+}

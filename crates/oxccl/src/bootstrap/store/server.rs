@@ -32,9 +32,9 @@ const REFUSAL_REPORT_EVERY: Duration = Duration::from_secs(10);
 pub(crate) struct Log(Arc<dyn Fn(&str) + Send + Sync>);
 
 impl Log {
-    /// Lines to the process's stderr.
+    /// Lines to the log (`tracing`, warn level: the store reports refused clients).
     pub(crate) fn stderr() -> Log {
-        Log(Arc::new(|line| eprintln!("{line}")))
+        Log(Arc::new(|line| tracing::warn!("{line}")))
     }
 
     /// Lines to `sink` (tests capture them).

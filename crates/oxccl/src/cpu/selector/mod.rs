@@ -10,8 +10,9 @@
 //!
 //! Decisions are made per power-of-two size class (the model is evaluated at the class's
 //! upper bound), once per operation and communicator, into a table: a call costs one
-//! lookup. With `OXCCL_DEBUG=debug` each table is printed when it is made: the algorithm
-//! of every size range, and the costs it came from.
+//! lookup. Each table is logged when it is made (`tracing` at debug level, target
+//! `oxccl::cpu::selector`: `OXCCL_LOG=warn,oxccl::cpu::selector=debug`): the algorithm of
+//! every size range, and the costs it came from.
 
 pub mod cost;
 pub mod profile;
@@ -33,8 +34,6 @@ pub struct Selector {
     n: usize,
     /// Ranks per CPU on the communicator's most crowded host (see [`cost`]).
     crowd: f64,
-    /// Print each decision table when it is made (`OXCCL_DEBUG=debug`).
-    log: bool,
     /// Per operation (index in [`OpKind::ALL`]), without and with the shared-memory
     /// collectives: the algorithm of each size class.
     tables: Vec<[OnceLock<Vec<Algorithm>>; 2]>,
@@ -58,14 +57,14 @@ impl Selector {
     /// A selector for a communicator of `n` ranks whose slowest link is `link`, on hosts
     /// with at most `crowd` ranks per CPU. Every rank must pass the same values, or their
     /// choices differ.
-    pub fn new(profile: Arc<Profile>, link: LinkKind, n: usize, crowd: f64, log: bool) -> Selector {
+    pub fn new(profile: Arc<Profile>, link: LinkKind, n: usize, crowd: f64) -> Selector {
         let tables = OpKind::ALL.iter().map(|_| [OnceLock::new(), OnceLock::new()]).collect();
-        Selector { profile, link, n, crowd, log, tables }
+        Selector { profile, link, n, crowd, tables }
     }
 
     /// The same communicator priced with other costs and crowding.
     pub fn for_machine(&self, profile: Arc<Profile>, crowd: f64) -> Selector {
-        Selector::new(profile, self.link, self.n, crowd, self.log)
+        Selector::new(profile, self.link, self.n, crowd)
     }
 
     /// The ranks per CPU this selector assumes.
@@ -126,13 +125,13 @@ impl Selector {
     fn table(&self, op: OpKind, native_slot: Option<usize>) -> Vec<Algorithm> {
         let upper = |c: usize| if c >= usize::BITS as usize { usize::MAX } else { 1usize << c };
         let table: Vec<Algorithm> = (0..CLASSES).map(|c| self.explain(op, upper(c), native_slot).algorithm).collect();
-        if self.log {
-            self.print(op, &table, native_slot);
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            self.log(op, &table, native_slot);
         }
         table
     }
 
-    fn print(&self, op: OpKind, table: &[Algorithm], native_slot: Option<usize>) {
+    fn log(&self, op: OpKind, table: &[Algorithm], native_slot: Option<usize>) {
         // Ranges of equal choice up to 2^47 bytes (larger classes are not worth a line).
         const SHOWN: usize = 48;
         let mut ranges = Vec::new();
@@ -150,8 +149,8 @@ impl Selector {
         }
         let sample = self.explain(op, 1 << 20, native_slot);
         let costs: Vec<String> = sample.predictions.iter().map(|(a, t)| format!("{a} {:.1} us", t * 1e6)).collect();
-        eprintln!(
-            "oxccl debug: {op} on {} ranks over {:?} links, {:.2} ranks per CPU: {}; at 1 MiB the model predicts {}; costs from {}",
+        tracing::debug!(
+            "{op} on {} ranks over {:?} links, {:.2} ranks per CPU: {}; at 1 MiB the model predicts {}; costs from {}",
             self.n,
             self.link,
             self.crowd,
@@ -167,11 +166,11 @@ mod tests {
     use super::*;
 
     fn selector(link: LinkKind, prof: Profile) -> Selector {
-        Selector::new(Arc::new(prof), link, 8, 1.0, false)
+        Selector::new(Arc::new(prof), link, 8, 1.0)
     }
 
     fn pick(s: &Selector, op: OpKind, bytes: usize, n: usize, native: Option<usize>) -> Algorithm {
-        Selector::new(Arc::clone(&s.profile), s.link, n, s.crowd, false).choose(op, bytes, Algorithm::Auto, native)
+        Selector::new(Arc::clone(&s.profile), s.link, n, s.crowd).choose(op, bytes, Algorithm::Auto, native)
     }
 
     #[test]
@@ -238,7 +237,7 @@ mod tests {
         for op in [OpKind::AllReduce, OpKind::AllGather, OpKind::ReduceScatter, OpKind::Broadcast, OpKind::AllToAll] {
             for bytes in [8, 64 << 10, 16 << 20] {
                 for n in [2, 3, 4, 8] {
-                    let g = Selector::new(Arc::clone(&s.profile), LinkKind::Shm, n, 1.0, false);
+                    let g = Selector::new(Arc::clone(&s.profile), LinkKind::Shm, n, 1.0);
                     let c = g.explain(op, bytes * if op == OpKind::ReduceScatter { n } else { 1 }, Some(1 << 20));
                     assert_eq!(c.algorithm, Algorithm::SharedMemory, "{op} {bytes} B on {n}: {:?}", c.predictions);
                 }
@@ -253,7 +252,7 @@ mod tests {
     fn crowded_hosts_favour_fewer_messages_and_no_rendezvous() {
         let prof = Arc::new(Profile::default());
         let at = |link, n, crowd, op, bytes, native| {
-            Selector::new(Arc::clone(&prof), link, n, crowd, false).explain(op, bytes, native).algorithm
+            Selector::new(Arc::clone(&prof), link, n, crowd).explain(op, bytes, native).algorithm
         };
         let native = Some(1 << 20);
         let shm = |n, crowd, op, bytes| {
@@ -285,7 +284,7 @@ mod tests {
         // CPUs, a binomial tree's 2(n - 1) messages beat recursive doubling's n lg n, which
         // wins on latency when every rank has a CPU.
         let busy = Arc::new(Profile { tcp: LinkCost { overhead: 10e-6, ..prof.tcp }, ..Profile::default() });
-        let tcp8 = |crowd| Selector::new(Arc::clone(&busy), LinkKind::Tcp, 8, crowd, false);
+        let tcp8 = |crowd| Selector::new(Arc::clone(&busy), LinkKind::Tcp, 8, crowd);
         assert_eq!(tcp8(1.0).explain(OpKind::AllReduce, 8, None).algorithm, Algorithm::RecursiveDoubling);
         assert_eq!(tcp8(4.0).explain(OpKind::AllReduce, 8, None).algorithm, Algorithm::BinomialTree);
         // With the measured costs of the reference machine, 8 ranks on 2 CPUs over TCP:
@@ -293,14 +292,13 @@ mod tests {
         // recursive doubling's 24 (measured 107 against 148 us at 8 B); at 2 MiB the ring's
         // 256 KiB pieces fit the cache where Rabenseifner's 1 MiB ones stream from memory
         // (measured 9.2 against 11.0 ms).
-        let tcp = |n, crowd, op, bytes| {
-            Selector::new(Arc::clone(&prof), LinkKind::Tcp, n, crowd, false).explain(op, bytes, None)
-        };
+        let tcp =
+            |n, crowd, op, bytes| Selector::new(Arc::clone(&prof), LinkKind::Tcp, n, crowd).explain(op, bytes, None);
         assert_eq!(tcp(8, 4.0, OpKind::AllReduce, 8).algorithm, Algorithm::BinomialTree);
         assert_eq!(tcp(8, 1.0, OpKind::AllReduce, 8).algorithm, Algorithm::RecursiveDoubling);
         assert_eq!(tcp(8, 4.0, OpKind::AllReduce, 2 << 20).algorithm, Algorithm::Ring);
         let no_cache = Arc::new(Profile { cache: 1.0, ..Profile::default() });
-        let flat = Selector::new(no_cache, LinkKind::Tcp, 8, 4.0, false).explain(OpKind::AllReduce, 2 << 20, None);
+        let flat = Selector::new(no_cache, LinkKind::Tcp, 8, 4.0).explain(OpKind::AllReduce, 2 << 20, None);
         assert_ne!(flat.algorithm, Algorithm::Ring, "without the cache the ring's extra messages cost more");
         // A crowd below one CPU per rank changes nothing.
         for op in OpKind::ALL {
