@@ -158,6 +158,12 @@ pub trait Backend: Send + Sync + 'static {
     /// Communication errors of the exchange.
     fn split(&self, color: Option<u32>, key: i64, opts: &CallOptions) -> Result<Option<Arc<dyn Backend>>>;
 
+    /// The rank (in this communicator) that an operation of this rank is blocked receiving
+    /// from now, where the backend knows it (the flight recorder's dump of a hang names it).
+    fn waiting_on(&self) -> Option<usize> {
+        None
+    }
+
     /// Aborts the communicator: every wait on it, on any thread, returns
     /// [`Error::Aborted`], and peers are told so they fail fast too.
     fn abort(&self, reason: &str);

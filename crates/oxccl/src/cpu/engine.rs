@@ -505,6 +505,11 @@ impl Backend for CpuBackend {
         Ok(r.map(|b| Arc::new(b) as Arc<dyn Backend>))
     }
 
+    fn waiting_on(&self) -> Option<usize> {
+        let t = self.inner.transport.waiting_on(self.inner.comm_id)?;
+        self.inner.ranks.iter().position(|&r| r == t)
+    }
+
     fn abort(&self, reason: &str) {
         let e = Error::Aborted { reason: format!("rank {} called abort: {reason}", self.inner.rank) };
         // An abort ends every wait of every peer on this communicator, whatever its stage.

@@ -53,8 +53,10 @@ struct Ring {
     dumped_failure: bool,
 }
 
+/// Asks the backend which peer it is blocked on now.
+type WaitingProbe = Box<dyn Fn() -> Option<usize> + Send + Sync>;
+
 /// The last operations of one communicator on this rank.
-#[derive(Debug)]
 pub struct FlightRecorder {
     capacity: usize,
     rank: usize,
@@ -65,6 +67,17 @@ pub struct FlightRecorder {
     created: Tick,
     created_unix_us: u64,
     ring: Mutex<Ring>,
+    probe: std::sync::OnceLock<WaitingProbe>,
+}
+
+impl std::fmt::Debug for FlightRecorder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FlightRecorder")
+            .field("comm", &self.comm)
+            .field("rank", &self.rank)
+            .field("capacity", &self.capacity)
+            .finish()
+    }
 }
 
 impl FlightRecorder {
@@ -88,7 +101,14 @@ impl FlightRecorder {
                 unfinished: 0,
                 dumped_failure: false,
             }),
+            probe: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Sets how a snapshot learns which peer the running operation is blocked on (the
+    /// backend's [`waiting_on`](crate::backend::Backend::waiting_on)); the first call wins.
+    pub(crate) fn set_waiting_probe(&self, probe: WaitingProbe) {
+        let _ = self.probe.set(probe);
     }
 
     /// This rank, in the communicator.
@@ -179,14 +199,18 @@ impl FlightRecorder {
 
     /// What the recorder holds now, as a [`Dump`] written for `reason`.
     pub fn snapshot(&self, reason: &str) -> Dump {
+        // Asked before the ring is locked: the backend may take its own locks.
+        let blocked_on = self.probe.get().and_then(|p| p());
         let ring = crate::sync::relock(&self.ring);
+        let running = ring.entries.iter().position(|e| e.state == OpState::Started);
         let scale = clock::Scale::now();
         let created = scale.us(self.created);
         let us = |t: Tick| (scale.us(t) - created).max(0.0);
         let ops = ring
             .entries
             .iter()
-            .map(|e| OpRecord {
+            .enumerate()
+            .map(|(i, e)| OpRecord {
                 seq: e.fp.seq,
                 op: e.fp.op.to_string(),
                 dtype: e.fp.dtype.to_string(),
@@ -198,7 +222,7 @@ impl FlightRecorder {
                 enqueued_us: us(e.enqueued),
                 started_us: e.started.map(us),
                 ended_us: e.ended.map(us),
-                waiting_on: e.waiting_on,
+                waiting_on: e.waiting_on.or(if Some(i) == running { blocked_on } else { None }),
                 error: e.error.clone(),
             })
             .collect();

@@ -31,6 +31,8 @@ impl Observed {
         let recorder =
             Arc::new(FlightRecorder::new(settings.flight_records, inner.rank(), inner.world_size(), inner.name()));
         let dir = Arc::new(settings.dump_dir());
+        let backend = Arc::downgrade(&inner);
+        recorder.set_waiting_probe(Box::new(move || backend.upgrade()?.waiting_on()));
         if settings.flight_records > 0 {
             signal::watch(&recorder, &dir);
         }
@@ -235,6 +237,10 @@ impl Backend for Observed {
     fn split(&self, color: Option<u32>, key: i64, opts: &CallOptions) -> Result<Option<Arc<dyn Backend>>> {
         // The front door wraps the new communicator's backend in its own `Observed`.
         self.inner.split(color, key, opts)
+    }
+
+    fn waiting_on(&self) -> Option<usize> {
+        self.inner.waiting_on()
     }
 
     fn abort(&self, reason: &str) {

@@ -198,3 +198,31 @@ fn log_levels_map_onto_oxccl_targets_and_bad_ones_are_named() {
     let e = Config::new().set("OXCCL_LOG", "loud").unwrap_err().to_string();
     assert!(e.contains("OXCCL_LOG"), "{e}");
 }
+
+#[test]
+fn a_snapshot_of_a_blocked_receive_names_the_peer_it_waits_for() {
+    use std::sync::{Arc, Mutex};
+    let dir = dump_dir("blocked");
+    let slot: Mutex<Option<Arc<super::FlightRecorder>>> = Mutex::new(None);
+    let seen = crate::local::run_with(&config(&dir, 100), 2, |c| {
+        if c.rank() == 0 {
+            *slot.lock().unwrap() = Some(Arc::clone(c.flight_recorder()));
+            let mut b = [0u32; 4];
+            c.recv(&mut b[..], 1, 5).unwrap();
+            assert_eq!(b, [7; 4]);
+            None
+        } else {
+            // Rank 0 is blocked in its receive from rank 1 (us) by now.
+            std::thread::sleep(Duration::from_millis(300));
+            let rec = slot.lock().unwrap().clone().expect("rank 0's recorder");
+            let d = rec.snapshot("SIGUSR1");
+            c.send(&[7u32; 4][..], 0, 5).unwrap();
+            Some(d)
+        }
+    })
+    .unwrap();
+    let d = seen[1].as_ref().unwrap();
+    let last = d.ops.last().unwrap();
+    assert_eq!((last.state, last.waiting_on), (OpState::Started, Some(1)), "{d:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

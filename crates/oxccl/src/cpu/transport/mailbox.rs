@@ -36,6 +36,8 @@ struct State {
     /// Threads blocked in `recv` (so updates wake nobody, without a system call, when
     /// nobody waits).
     waiting: usize,
+    /// What each of them waits for: (communicator, source).
+    waits: Vec<(u64, usize)>,
 }
 
 #[derive(Debug, Default)]
@@ -266,9 +268,19 @@ impl Mailbox {
                 return Err(TransportError::Timeout { peer });
             }
             st.waiting += 1;
+            st.waits.push((comm_id, peer));
             st = self.arrived.wait_timeout(st, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
             st.waiting -= 1;
+            if let Some(i) = st.waits.iter().position(|w| *w == (comm_id, peer)) {
+                st.waits.swap_remove(i);
+            }
         }
+    }
+
+    /// The source a `recv` on `comm_id` is blocked on now, if any (for the flight
+    /// recorder's dump of a hang).
+    pub fn waiting_on(&self, comm_id: u64) -> Option<usize> {
+        self.lock().waits.iter().find(|w| w.0 == comm_id).map(|w| w.1)
     }
 
     /// [`Mailbox::recv`] without waiting: `None` when the frame has not arrived.

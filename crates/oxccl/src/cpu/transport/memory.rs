@@ -93,6 +93,10 @@ impl Transport for MemoryTransport {
         }
     }
 
+    fn waiting_on(&self, comm_id: u64) -> Option<usize> {
+        self.mailbox(self.rank).ok()?.waiting_on(comm_id)
+    }
+
     fn notify_failure(&self, comm_id: u64, peers: &[usize], at: Stage, error: &Error) {
         for &p in peers.iter().filter(|&&p| p != self.rank) {
             if let Ok(mb) = self.mailbox(p) {

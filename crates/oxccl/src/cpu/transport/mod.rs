@@ -169,6 +169,11 @@ pub trait Transport: Send + Sync + 'static {
         at: Option<Stage>,
     ) -> Result<Option<Received>, TransportError>;
 
+    /// The peer a receive on `comm_id` at this endpoint is blocked on now, if any.
+    fn waiting_on(&self, _comm_id: u64) -> Option<usize> {
+        None
+    }
+
     /// Wakes every wait on `comm_id` at this endpoint with [`TransportError::Aborted`],
     /// now and from now on.
     fn abort(&self, comm_id: u64, reason: &str);

@@ -224,6 +224,10 @@ impl Transport for RoutedTransport {
         self.mailbox.abort(comm_id, reason);
     }
 
+    fn waiting_on(&self, comm_id: u64) -> Option<usize> {
+        self.mailbox.waiting_on(comm_id)
+    }
+
     fn notify_failure(&self, comm_id: u64, peers: &[usize], at: Stage, error: &Error) {
         self.notice(peers, FrameKind::Failure, comm_id, at, &encode_error(error));
     }
