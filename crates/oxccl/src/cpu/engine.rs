@@ -506,8 +506,10 @@ impl Backend for CpuBackend {
     }
 
     fn waiting_on(&self) -> Option<usize> {
-        let t = self.inner.transport.waiting_on(self.inner.comm_id)?;
-        self.inner.ranks.iter().position(|&r| r == t)
+        let by_frames = self.inner.transport.waiting_on(self.inner.comm_id);
+        by_frames
+            .and_then(|t| self.inner.ranks.iter().position(|&r| r == t))
+            .or_else(|| self.inner.native.get().and_then(ShmCollectives::waiting_on))
     }
 
     fn abort(&self, reason: &str) {

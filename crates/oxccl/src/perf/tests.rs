@@ -226,3 +226,28 @@ fn a_snapshot_of_a_blocked_receive_names_the_peer_it_waits_for() {
     assert_eq!((last.state, last.waiting_on), (OpState::Started, Some(1)), "{d:?}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_snapshot_of_a_collective_blocked_in_shared_memory_names_the_missing_rank() {
+    use std::sync::{Arc, Mutex};
+    let slot: Mutex<Option<Arc<super::FlightRecorder>>> = Mutex::new(None);
+    let seen: Mutex<Option<super::Dump>> = Mutex::new(None);
+    // Two ranks of a host with the shared-memory collectives: their waits are not on frames.
+    crate::cpu::transport::shm::links::tests::world_with(2, 1 << 16, Some(1 << 16), |c| {
+        let c = c.with_algorithm(crate::Algorithm::SharedMemory);
+        let mut v = [1.0f32; 16];
+        if c.rank() == 0 {
+            *slot.lock().unwrap() = Some(Arc::clone(c.flight_recorder()));
+            c.all_reduce(&mut v[..], ReduceOp::Sum).unwrap();
+        } else {
+            std::thread::sleep(Duration::from_millis(300));
+            let d = slot.lock().unwrap().clone().expect("rank 0's recorder").snapshot("SIGUSR1");
+            *seen.lock().unwrap() = Some(d);
+            c.all_reduce(&mut v[..], ReduceOp::Sum).unwrap();
+        }
+        assert_eq!(v, [2.0; 16]);
+    });
+    let d = seen.lock().unwrap().take().unwrap();
+    let last = d.ops.last().unwrap();
+    assert_eq!((last.op.as_str(), last.state, last.waiting_on), ("all_reduce", OpState::Started, Some(1)), "{d:?}");
+}

@@ -86,6 +86,9 @@ pub struct ShmCollectives {
     sent: Vec<AtomicU64>,
     /// Frames of point-to-point collectives taken from each rank.
     taken: Vec<AtomicU64>,
+    /// The first rank a wait found missing at its last check (`usize::MAX`: none), for the
+    /// flight recorder's dump of a hang.
+    waiting: std::sync::atomic::AtomicUsize,
 }
 
 /// A fingerprint as the three words of a control line (the wire encoding of `frame`).
@@ -190,6 +193,7 @@ impl ShmCollectives {
             step: AtomicU64::new(0),
             sent: counts(),
             taken: counts(),
+            waiting: std::sync::atomic::AtomicUsize::new(usize::MAX),
         }))
     }
 
@@ -289,6 +293,12 @@ impl ShmCollectives {
         unsafe { self.seg.ptr().add(self.data + (REGIONS * rank + b) * self.slot) }
     }
 
+    /// The rank a wait of this rank has been missing for at least one check, if a wait is
+    /// under way.
+    pub(crate) fn waiting_on(&self) -> Option<usize> {
+        Some(self.waiting.load(Ordering::Relaxed)).filter(|&p| p != usize::MAX)
+    }
+
     /// Publishes this rank's progress and wakes sleepers.
     fn post(&self, phase: Phase, step: u64) {
         self.counter(self.me, phase).store(step, Ordering::Release);
@@ -311,6 +321,7 @@ impl ShmCollectives {
                     if arrived(p) {
                         continue;
                     }
+                    self.waiting.store(p, Ordering::Relaxed);
                     let t = ctx.ranks[p];
                     match ctx.transport.probe(t, ctx.comm_id, Channel::Collective, Some(Stage::of_seq(ctx.fp.seq))) {
                         Err(e) => return Err(ctx.map_err(e)),
@@ -331,6 +342,9 @@ impl ShmCollectives {
                 Ok(())
             },
         );
+        if self.waiting.load(Ordering::Relaxed) != usize::MAX {
+            self.waiting.store(usize::MAX, Ordering::Relaxed);
+        }
         r?;
         if matches!(phase, Phase::Arrive) {
             for p in 0..self.n {
