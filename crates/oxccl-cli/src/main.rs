@@ -42,7 +42,9 @@ enum Command {
     /// with `[rank R] `. When a rank fails, the others get SIGTERM and, after the grace
     /// period, SIGKILL; a summary per rank is printed and oxccl exits with the failed rank's
     /// code (128+N for signal N, 124 after --timeout). SIGINT/SIGTERM/SIGHUP/SIGQUIT are
-    /// forwarded to every rank (a second one kills them at once).
+    /// forwarded to every rank (a second one kills them at once). SIGUSR1 is passed to every
+    /// rank and the job goes on: oxccl's flight recorders write their dumps (`oxccl trace
+    /// analyze` reads them).
     #[command(after_help = RUN_EXAMPLES)]
     Run(RunArgs),
     /// Measure collectives and print the nccl-tests table.

@@ -215,3 +215,35 @@ fn errors_say_what_to_do() {
     let f = run(oxccl(["run", "-n", "2"]), LIMIT);
     assert_eq!(f.code(), Some(2), "{}", f.all());
 }
+
+#[test]
+fn sigusr1_is_passed_to_every_rank_and_the_job_goes_on() {
+    // Each rank reports SIGUSR1 (as oxccl's flight recorders answer it by dumping) and goes on.
+    let script =
+        r#"trap 'echo usr1 $RANK' USR1; echo ready $RANK; i=0; while [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done"#;
+    let mut child = oxccl(["run", "-n", "2", "--", "sh", "-c", script]).spawn().expect("start");
+    let launcher = Pid::from_raw(child.id() as i32);
+    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    let mut ready = 0;
+    while ready < 2 && out.read_line(&mut line).unwrap_or(0) > 0 {
+        ready += usize::from(line.contains("ready"));
+        line.clear();
+    }
+    assert_eq!(ready, 2, "both ranks should report ready");
+    kill(launcher, Signal::SIGUSR1).expect("signal the launcher");
+    let mut got = Vec::new();
+    while got.len() < 2 && out.read_line(&mut line).unwrap_or(0) > 0 {
+        if line.contains("usr1") {
+            got.push(line.trim().to_string());
+        }
+        line.clear();
+    }
+    assert_eq!(got.len(), 2, "each rank should get SIGUSR1: {got:?}");
+    // The job still runs: the launcher stops it only on SIGTERM.
+    assert!(child.try_wait().expect("poll the launcher").is_none(), "SIGUSR1 must not stop the job");
+    kill(launcher, Signal::SIGTERM).expect("signal the launcher");
+    child.stdout = Some(out.into_inner());
+    let f = wait(child, LIMIT);
+    assert_eq!(f.code(), Some(128 + 15), "{}", f.all());
+}

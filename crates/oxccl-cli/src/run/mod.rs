@@ -309,6 +309,13 @@ fn supervise(
         }
         let all_done = procs.iter().all(|p| p.end.is_some());
         let sigs = if all_done { Vec::new() } else { catcher.pending() };
+        // Passed on (the ranks' flight recorders dump), not a reason to stop.
+        let (passed, sigs): (Vec<i32>, Vec<i32>) = sigs.into_iter().partition(|s| signals::PASSED.contains(s));
+        for sig in passed {
+            for p in procs.iter().filter(|p| p.end.is_none()) {
+                signals::signal_group(p.child.id(), sig);
+            }
+        }
         let timed_out = timeout.is_some_and(|t| now.duration_since(start) >= t);
         if cause.is_none() {
             // A rank's failure that came before the signal or the deadline is still the

@@ -1,13 +1,17 @@
-//! Signals: catching the ones the launcher forwards (SIGINT, SIGTERM, SIGHUP, SIGQUIT),
-//! signalling a rank's process group, and naming signals for the summary.
+//! Signals: catching the ones the launcher forwards (SIGINT, SIGTERM, SIGHUP, SIGQUIT) and
+//! passes on (SIGUSR1), signalling a rank's process group, and naming signals for the
+//! summary.
 
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
-use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1};
 use signal_hook::iterator::Signals;
 
-/// The signals the launcher catches and forwards to every rank.
+/// The signals the launcher catches and forwards to every rank, then stops the job.
 pub const FORWARDED: [i32; 4] = [SIGINT, SIGTERM, SIGHUP, SIGQUIT];
+/// The signals the launcher passes on to every rank and goes on: SIGUSR1 makes oxccl's
+/// flight recorders write their dumps (`kill -USR1` the launcher of a job that hangs).
+pub const PASSED: [i32; 1] = [SIGUSR1];
 
 /// The launcher's catcher of [`FORWARDED`] signals, polled by the supervision loop.
 ///
@@ -24,7 +28,7 @@ impl Catcher {
     /// # Errors
     /// When the handlers cannot be installed.
     pub fn install() -> std::io::Result<Catcher> {
-        Ok(Catcher { signals: Signals::new(FORWARDED)? })
+        Ok(Catcher { signals: Signals::new(FORWARDED.iter().chain(&PASSED))? })
     }
 
     /// The signals received since the last call, oldest first; never blocks.

@@ -63,6 +63,9 @@ pub enum Finding {
         waiting_on: Option<usize>,
         /// The error, if it failed.
         error: Option<String>,
+        /// How long it had been running when the dump was written (unfinished ones), in
+        /// microseconds.
+        running_us: Option<f64>,
     },
     /// The rank that entered collectives last most often (not a problem by itself).
     Straggler {
@@ -80,9 +83,16 @@ pub enum Finding {
 }
 
 impl Finding {
-    /// Whether this finding is a problem (everything but a straggler).
+    /// Whether this finding is a problem: everything but a straggler, and an operation still
+    /// running for less than [`STUCK_AFTER_US`] when the dump was written (a snapshot of a
+    /// job that works).
     pub fn is_problem(&self) -> bool {
-        !matches!(self, Finding::Straggler { .. })
+        match self {
+            Finding::Straggler { .. } => false,
+            Finding::Unfinished { state: OpState::Failed, .. } => true,
+            Finding::Unfinished { running_us, .. } => running_us.is_none_or(|t| t >= STUCK_AFTER_US),
+            _ => true,
+        }
     }
 }
 
@@ -125,13 +135,16 @@ impl fmt::Display for Finding {
                 }
                 Ok(())
             }
-            Finding::Unfinished { comm, rank, call, state, waiting_on, error } => {
+            Finding::Unfinished { comm, rank, call, state, waiting_on, error, running_us } => {
                 let what = match state {
                     OpState::Failed => "failed in",
                     OpState::Queued => "had queued",
                     _ => "was still in",
                 };
                 write!(f, "communicator {comm}: rank {rank} {what} {call}")?;
+                if let (OpState::Started | OpState::Queued, Some(t)) = (state, running_us) {
+                    write!(f, " for {:.3} s", t / 1e6)?;
+                }
                 match (state, waiting_on) {
                     (OpState::Failed, Some(p)) => write!(f, " (the error names rank {p})")?,
                     (_, Some(p)) => write!(f, ", waiting on rank {p}")?,
@@ -150,6 +163,9 @@ impl fmt::Display for Finding {
         }
     }
 }
+
+/// An operation running this long when its dump was written counts as stuck (1 s).
+pub const STUCK_AFTER_US: f64 = 1e6;
 
 /// Everything found, communicator by communicator.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -290,6 +306,7 @@ fn communicator(comm: u64, by_rank: &BTreeMap<usize, Dump>) -> Vec<Finding> {
                 state: o.state,
                 waiting_on: o.waiting_on,
                 error: o.error.clone(),
+                running_us: (o.state != OpState::Failed).then(|| d.dumped_us - o.started_us.unwrap_or(o.enqueued_us)),
             });
         }
     }
@@ -416,6 +433,25 @@ mod tests {
         };
         assert_eq!((rank, last_in, of), (1, 1, 1));
         assert!((mean_late_us - 30.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn an_operation_in_progress_is_a_problem_only_once_it_looks_stuck() {
+        use OpState::*;
+        let snapshot = |dumped_us: f64| {
+            let mut ds: Vec<Dump> = (0..3).map(|r| dump(r, vec![rec(0, "all_reduce", 4, Started, 10.0)])).collect();
+            ds.iter_mut().for_each(|d| d.dumped_us = dumped_us);
+            analyze_dumps(ds)
+        };
+        let young = snapshot(500_000.0);
+        assert!(!young.has_problems(), "{:?}", young.findings);
+        let old = snapshot(2_500_000.0);
+        assert!(old.has_problems());
+        assert!(
+            old.findings[0].to_string().contains("was still in seq 0 all_reduce(f32 × 4, sum) for 2.500 s"),
+            "{}",
+            old.findings[0]
+        );
     }
 
     #[test]
