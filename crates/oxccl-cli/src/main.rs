@@ -1,7 +1,8 @@
 //! `oxccl`: the command-line companion of the oxccl library.
 //!
 //! - `oxccl run`: start the ranks of a program on this node, like torchrun ([`run`]);
-//! - `oxccl bench`: measure collectives like nccl-tests ([`mod@bench`]).
+//! - `oxccl bench`: measure collectives like nccl-tests ([`mod@bench`]);
+//! - `oxccl plot`: draw the results of bench runs ([`bench::plot`]).
 //!
 //! This file holds the command-line definitions and dispatches to those modules.
 
@@ -76,6 +77,53 @@ enum Command {
     /// an abort, or SIGUSR1 (`kill -USR1` every rank of a job that hangs without an error).
     #[command(subcommand)]
     Trace(TraceCommand),
+    /// Draw the `--json` results of one or more `oxccl bench` runs: bus bandwidth against
+    /// size, one line per run and operation, with the memcpy reference where measured.
+    ///
+    /// Runs are named by backend and rank count in the legend, or by file name when two
+    /// runs share them (two versions, two machines).
+    #[command(after_help = PLOT_EXAMPLES)]
+    Plot(PlotArgs),
+}
+
+#[derive(Debug, Args)]
+struct PlotArgs {
+    /// `oxccl bench --json` files
+    #[arg(required = true, value_name = "JSON")]
+    inputs: Vec<PathBuf>,
+    /// The image to write: FILE.svg or FILE.png
+    #[arg(short = 'o', long, value_name = "FILE")]
+    output: PathBuf,
+    /// The plot's title [default: what the runs are]
+    #[arg(long)]
+    title: Option<String>,
+}
+
+const PLOT_EXAMPLES: &str = "\
+Examples:
+  oxccl bench --ranks 4 -e 64M --json cpu.json
+  oxccl bench --ranks 4 -e 64M --backend mpi --json mpi.json
+  oxccl plot cpu.json mpi.json -o cpu-vs-mpi.svg";
+
+/// `oxccl plot A.json [B.json ...] -o FILE`.
+fn plot_command(args: PlotArgs) -> ExitCode {
+    let draw = || -> Result<(), String> {
+        bench::plot::format_of(&args.output)?;
+        let mut runs = args.inputs.iter().map(|p| bench::plot::read_run(p)).collect::<Result<Vec<_>, _>>()?;
+        bench::plot::label_runs(&mut runs);
+        let title = args.title.clone().unwrap_or_else(|| bench::plot::title(&runs));
+        bench::plot::draw(&bench::plot::curves(&runs)?, &title, &args.output)
+    };
+    match draw() {
+        Ok(()) => {
+            println!("plot written to {}", args.output.display());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("oxccl plot: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -326,6 +374,11 @@ struct BenchArgs {
     /// (single-threaded, the other ranks idle), and per rank with every rank copying at once.
     #[arg(long)]
     memcpy: bool,
+
+    /// Draw bus bandwidth against size into FILE.svg or FILE.png (rank 0): one line per
+    /// operation, out of place, with the memcpy reference (measured as with --memcpy).
+    #[arg(long, value_name = "FILE")]
+    plot: Option<PathBuf>,
 }
 
 fn parse_iters(s: &str) -> Result<bench::Iters, String> {
@@ -370,6 +423,14 @@ impl BenchArgs {
         if ops.is_empty() {
             ops.push(BenchOp::AllReduce);
         }
+        if let Some(p) = &self.plot {
+            bench::plot::format_of(p)?;
+            if self.algo == Some(bench::AlgoMode::All) {
+                return Err(
+                    "--plot draws the backend's choice; --algo all prints its comparison as a table only".into()
+                );
+            }
+        }
         let progress = if std::io::stderr().is_terminal() { ProgressMode::Terminal } else { ProgressMode::Lines };
         Ok(bench::Plan {
             ops,
@@ -381,8 +442,9 @@ impl BenchArgs {
             algo: self.algo.unwrap_or(bench::AlgoMode::Auto),
             warmup: self.warmup as usize,
             check: self.check == 1,
-            memcpy: self.memcpy,
+            memcpy: self.memcpy || self.plot.is_some(),
             json: self.json.clone(),
+            plot: self.plot.clone(),
             progress,
         })
     }
@@ -414,6 +476,10 @@ impl BenchArgs {
         }
         if self.memcpy {
             a.push("--memcpy".into());
+        }
+        if let Some(p) = &self.plot {
+            a.push("--plot".into());
+            a.push(p.clone().into_os_string());
         }
         a
     }
@@ -547,6 +613,7 @@ fn main() -> ExitCode {
         Command::Tune(args) => tune_command(args),
         Command::Trace(TraceCommand::Analyze { dir }) => trace_analyze(&dir),
         Command::Trace(TraceCommand::Merge { dir, output }) => trace_merge(&dir, output),
+        Command::Plot(args) => plot_command(args),
     }
 }
 

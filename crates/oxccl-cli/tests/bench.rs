@@ -86,6 +86,50 @@ fn json_and_memcpy_reference() {
 }
 
 #[test]
+fn plots_of_a_run_and_of_two_runs() {
+    let dir = std::env::temp_dir().join(format!("oxccl-plot-cli-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let (svg, json) = (dir.join("run.svg"), dir.join("cpu.json"));
+    // Processes on the default backend: rank 0 draws.
+    let mut cmd = oxccl(["bench", "all_reduce", "all_gather", "--ranks", "2", "-b", "8", "-e", "64K", "-f", "8"]);
+    cmd.args(["-n", "3", "-w", "1", "--json"]).arg(&json).arg("--plot").arg(&svg);
+    let f = run(cmd, LIMIT);
+    assert_eq!(f.code(), Some(0), "{}", f.all());
+    let text = std::fs::read_to_string(&svg).expect("svg written").replace('\n', "");
+    for label in [">all_reduce<", ">all_gather<", ">memcpy<", ">8<", "cpu backend, 2 ranks"] {
+        assert!(text.contains(label), "{label} not in the plot");
+    }
+    let local = dir.join("local.json");
+    let mut cmd =
+        oxccl(["bench", "all_reduce", "--ranks", "3", "--backend", "local", "-b", "8", "-e", "64K", "-f", "8"]);
+    cmd.args(["-n", "3", "-w", "1", "--json"]).arg(&local);
+    assert_eq!(run(cmd, LIMIT).code(), Some(0));
+    let png = dir.join("cmp.png");
+    let mut cmd = oxccl(["plot"]);
+    cmd.arg(&json).arg(&local).arg("-o").arg(&png);
+    let f = run(cmd, LIMIT);
+    assert_eq!(f.code(), Some(0), "{}", f.all());
+    let bytes = std::fs::read(&png).expect("png written");
+    assert_eq!(&bytes[..4], b"\x89PNG");
+    // Bad uses: an extension that is no image format, a file that is no bench output.
+    let mut cmd = oxccl(["plot"]);
+    cmd.arg(&json).arg("-o").arg(dir.join("x.pdf"));
+    let f = run(cmd, LIMIT);
+    assert_eq!(f.code(), Some(1), "{}", f.all());
+    assert!(f.stderr.contains("x.pdf") && f.stderr.contains(".svg"), "{}", f.all());
+    let mut cmd = oxccl(["plot"]);
+    cmd.arg(&svg).arg("-o").arg(dir.join("y.svg"));
+    let f = run(cmd, LIMIT);
+    assert!(f.code() == Some(1) && f.stderr.contains("run.svg"), "{}", f.all());
+    let mut cmd = oxccl(["bench", "--ranks", "2", "--backend", "local", "--plot"]);
+    cmd.arg(dir.join("z.jpg"));
+    let f = run(cmd, LIMIT);
+    assert_ne!(f.code(), Some(0), "{}", f.all());
+    assert!(f.stderr.contains("z.jpg"), "refused before measuring: {}", f.all());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn ranks_as_processes_with_the_cpu_backend() {
     let f = run(
         oxccl([

@@ -16,6 +16,7 @@
 //! - [`check`]: inputs and expected results;
 //! - [`table`]: the nccl-tests table;
 //! - [`json`]: `--json` output;
+//! - [`plot`]: `--plot` and `oxccl plot`, bus bandwidth against size as SVG or PNG;
 //! - [`progress`]: the progress indicator.
 
 pub mod algos;
@@ -23,6 +24,7 @@ pub mod check;
 pub mod join;
 pub mod json;
 pub mod ops;
+pub mod plot;
 pub mod progress;
 pub mod sizes;
 pub mod table;
@@ -64,6 +66,8 @@ pub struct Plan {
     pub memcpy: bool,
     /// Where rank 0 writes the JSON results.
     pub json: Option<PathBuf>,
+    /// Where rank 0 draws the bus bandwidth plot (SVG or PNG).
+    pub plot: Option<PathBuf>,
     /// How rank 0 shows progress.
     pub progress: ProgressMode,
 }
@@ -270,6 +274,16 @@ fn run_typed<T: BenchElem>(comm: &Communicator, plan: &Plan) -> Result<u64, Stri
     }
     progress.clear();
     if printer {
+        let records = json::records(&all_rows);
+        if let Some(path) = &plan.plot {
+            let runs = [plot::Run {
+                label: comm.backend().to_string(),
+                backend: comm.backend().to_string(),
+                world_size: n,
+                samples: records.iter().map(plot::Sample::from).collect(),
+            }];
+            plot::draw(&plot::curves(&runs)?, &plot::title(&runs), path)?;
+        }
         if let Some(path) = &plan.json {
             let report = json::Report {
                 tool: "oxccl bench",
@@ -279,7 +293,7 @@ fn run_typed<T: BenchElem>(comm: &Communicator, plan: &Plan) -> Result<u64, Stri
                 iters: plan.iters.to_string(),
                 warmup: plan.warmup,
                 check: plan.check,
-                rows: json::records(&all_rows),
+                rows: records,
             };
             json::write(path, &report)?;
         }
@@ -466,6 +480,7 @@ mod tests {
             check: true,
             memcpy: true,
             json: None,
+            plot: None,
             progress: ProgressMode::Off,
         }
     }
