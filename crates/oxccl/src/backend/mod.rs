@@ -15,6 +15,7 @@ pub mod completion;
 pub mod factory;
 pub mod op;
 pub mod options;
+pub mod peer_waits;
 pub mod poison;
 pub mod reduce;
 
@@ -161,6 +162,12 @@ pub trait Backend: Send + Sync + 'static {
     /// The rank (in this communicator) that an operation of this rank is blocked receiving
     /// from now, where the backend knows it (the flight recorder's dump of a hang names it).
     fn waiting_on(&self) -> Option<usize> {
+        None
+    }
+
+    /// The backend's account of the time this rank waits for each peer, where it keeps one
+    /// (off until [`peer_waits::PeerWaits::enable`]; the profiler turns it on).
+    fn peer_waits(&self) -> Option<Arc<peer_waits::PeerWaits>> {
         None
     }
 

@@ -42,6 +42,14 @@ pub struct Communicator {
     perf: Arc<PerfSettings>,
 }
 
+#[cfg(test)]
+impl Communicator {
+    /// The backend behind the front door (tests reach its internals through it).
+    pub(crate) fn backend_for_tests(&self) -> &Arc<dyn Backend> {
+        &self.backend
+    }
+}
+
 impl std::fmt::Debug for Communicator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Communicator")

@@ -21,6 +21,7 @@ use super::transport::shm::wait::WaitPolicy;
 use super::transport::{LinkKind, Stage, Transport};
 use crate::algorithm::Algorithm;
 use crate::backend::completion::Slot;
+use crate::backend::peer_waits::PeerWaits;
 use crate::backend::poison::Poison;
 use crate::backend::CallOptions;
 use crate::backend::{Backend, Completion, MessageInfo, Mode, Op, Pending};
@@ -62,6 +63,8 @@ struct Inner {
     /// Slot size and wait policy of the native collectives of this communicator and its
     /// splits.
     native_setup: OnceLock<(usize, WaitPolicy)>,
+    /// Time waited for each peer, for the profiler (off unless it turns it on).
+    waits: Arc<PeerWaits>,
 }
 
 #[derive(Default)]
@@ -121,6 +124,7 @@ impl CpuBackend {
             .max()
             .unwrap_or(LinkKind::Memory);
         let selector = Selector::new(Arc::new(Profile::default()), link, ranks.len(), 1.0);
+        let n_ranks = ranks.len();
         Ok(CpuBackend {
             inner: Arc::new(Inner {
                 selector,
@@ -137,6 +141,7 @@ impl CpuBackend {
                 seq: AtomicU64::new(0),
                 native: OnceLock::new(),
                 native_setup: OnceLock::new(),
+                waits: Arc::new(PeerWaits::new(n_ranks)),
             }),
             keep: Vec::new(),
         })
@@ -225,6 +230,7 @@ impl Inner {
             fp,
             clock: Clock::new(self.timeout(opts)),
             tally: self.native.get(),
+            waits: self.waits.enabled().then_some(&*self.waits),
         }
     }
 
@@ -307,6 +313,7 @@ impl Inner {
                 seq,
                 started,
                 deadline: started + self.timeout(opts),
+                waits: self.waits.enabled().then_some(&*self.waits),
             };
             // SAFETY: `op` came through `Backend::submit`, whose contract the submitter upholds.
             unsafe { p.run(ops) }
@@ -495,6 +502,7 @@ impl Backend for CpuBackend {
             seq: 0,
             started,
             deadline: started,
+            waits: None,
         };
         p.probe(peer, tag)
     }
@@ -503,6 +511,10 @@ impl Backend for CpuBackend {
         self.inner.check_poisoned()?;
         let r = self.inner.run_inline(|| self.inner.split(color, key, opts))?;
         Ok(r.map(|b| Arc::new(b) as Arc<dyn Backend>))
+    }
+
+    fn peer_waits(&self) -> Option<Arc<PeerWaits>> {
+        Some(Arc::clone(&self.inner.waits))
     }
 
     fn waiting_on(&self) -> Option<usize> {

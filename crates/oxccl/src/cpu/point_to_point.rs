@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use super::algorithms::map_transport_error;
 use super::transport::{Channel, Header, Transport};
+use crate::backend::peer_waits::PeerWaits;
 use crate::backend::{Completion, MessageInfo, P2p};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -22,6 +23,8 @@ pub struct P2pCtx<'a> {
     pub(crate) seq: u64,
     pub(crate) started: Instant,
     pub(crate) deadline: Instant,
+    /// Where receives add the time they waited, when the profiler asks.
+    pub(crate) waits: Option<&'a PeerWaits>,
 }
 
 impl P2pCtx<'_> {
@@ -68,10 +71,14 @@ impl P2pCtx<'_> {
                     // SAFETY: the submit contract gives this operation sole use of `buf`.
                     unsafe { std::slice::from_raw_parts_mut(buf.ptr, buf.bytes()) }
                 };
+                let t0 = self.waits.map(|_| Instant::now());
                 let got = self
                     .transport
                     .recv(self.peer(*peer)?, self.comm_id, Channel::PointToPoint(*tag), None, dst, self.deadline)
                     .map_err(|e| map(e, OpKind::Recv, buf.dtype, buf.count))?;
+                if let (Some(w), Some(t0)) = (self.waits, t0) {
+                    w.add(*peer, t0.elapsed());
+                }
                 let theirs = got.header.fingerprint;
                 let es = buf.dtype.size();
                 if theirs.dtype != buf.dtype || got.len > dst.len() || got.len % es != 0 {

@@ -37,7 +37,13 @@ impl Observed {
             signal::watch(&recorder, &dir);
         }
         let profiler = settings.profile.enabled().then(|| {
-            let p = Arc::new(Profiler::new(inner.rank(), inner.world_size(), recorder.comm(), &settings.profile));
+            let p = Arc::new(Profiler::new(
+                inner.rank(),
+                inner.world_size(),
+                recorder.comm(),
+                &settings.profile,
+                inner.peer_waits(),
+            ));
             signal::finish_at_exit(&p);
             p
         });
@@ -55,23 +61,23 @@ impl Observed {
     }
 
     /// What the profiler needs of an operation at its submission.
-    fn profile_start(&self, op: &Op, opts: &CallOptions) -> Option<Started> {
+    fn profile_start(&self, op: &Op, opts: &CallOptions) -> Option<(&Arc<Profiler>, Started)> {
         let p = self.profiler.as_ref()?;
         let bytes = op.message_bytes();
-        let algorithm = self.inner.algorithm_for(op.kind(), bytes, opts).ok().flatten();
-        Some(Started {
-            profiler: Arc::clone(p),
+        // Only a trace shows the algorithm: the statistics do not pay for the choice.
+        let algorithm = if p.traces() { self.inner.algorithm_for(op.kind(), bytes, opts).ok().flatten() } else { None };
+        let started = Started {
             fp: op.fingerprint(p.next_seq(), Algorithm::Auto),
             bytes: bytes as u64,
             algorithm,
             at: clock::now(),
-        })
+        };
+        Some((p, started))
     }
 }
 
 /// An operation the profiler saw start.
 struct Started {
-    profiler: Arc<Profiler>,
     fp: crate::fingerprint::Fingerprint,
     bytes: u64,
     algorithm: Option<Algorithm>,
@@ -79,8 +85,8 @@ struct Started {
 }
 
 impl Started {
-    fn end(self, ok: bool) {
-        self.profiler.record(self.fp, self.bytes, self.algorithm, self.at, clock::now(), ok);
+    fn end(self, profiler: &Profiler, ok: bool) {
+        profiler.record(self.fp, self.bytes, self.algorithm, self.at, clock::now(), ok);
     }
 }
 
@@ -146,15 +152,15 @@ struct ObservedPending {
     dir: Arc<PathBuf>,
     seq: u64,
     recorded: AtomicBool,
-    profiled: std::sync::Mutex<Option<Started>>,
+    profiled: std::sync::Mutex<Option<(Arc<Profiler>, Started)>>,
 }
 
 impl Pending for ObservedPending {
     fn wait(&self, timeout: Option<Duration>) -> Option<Result<Completion>> {
         let r = self.inner.wait(timeout)?;
         if !self.recorded.swap(true, Ordering::AcqRel) {
-            if let Some(p) = crate::sync::relock(&self.profiled).take() {
-                p.end(r.is_ok());
+            if let Some((p, s)) = crate::sync::relock(&self.profiled).take() {
+                s.end(&p, r.is_ok());
             }
             finish(&self.recorder, &self.dir, self.seq, r.as_ref().err());
         }
@@ -202,11 +208,11 @@ impl Backend for Observed {
                 dir: Arc::clone(&self.dir),
                 seq,
                 recorded: AtomicBool::new(false),
-                profiled: std::sync::Mutex::new(profiled),
+                profiled: std::sync::Mutex::new(profiled.map(|(p, s)| (Arc::clone(p), s))),
             })),
             Err(e) => {
-                if let Some(p) = profiled {
-                    p.end(false);
+                if let Some((p, s)) = profiled {
+                    s.end(p, false);
                 }
                 finish(&self.recorder, &self.dir, seq, Some(&e));
                 Err(e)
@@ -223,8 +229,8 @@ impl Backend for Observed {
         let seq = self.recorder.begin(&op);
         // SAFETY: forwarded from this function's contract.
         let r = unsafe { self.inner.run_blocking(op, opts) };
-        if let Some(p) = profiled {
-            p.end(r.is_ok());
+        if let Some((p, s)) = profiled {
+            s.end(p, r.is_ok());
         }
         finish(&self.recorder, &self.dir, seq, r.as_ref().err());
         r
@@ -241,6 +247,10 @@ impl Backend for Observed {
 
     fn waiting_on(&self) -> Option<usize> {
         self.inner.waiting_on()
+    }
+
+    fn peer_waits(&self) -> Option<Arc<crate::backend::peer_waits::PeerWaits>> {
+        self.inner.peer_waits()
     }
 
     fn abort(&self, reason: &str) {

@@ -3,19 +3,23 @@
 //! as events written in the Chrome trace format (`chrome://tracing`, Perfetto) when the
 //! communicator ends.
 //!
-//! Off by default; on, it costs two counter reads, a lock and a push per operation.
+//! Off by default; on, it costs two counter reads, a lock and a push per operation. Where the
+//! backend measures the time it waits for each peer ([`PeerWaits`]), the profiler turns that
+//! on and charges each operation what was waited during it: per peer in the trace
+//! (`waited_us`) and in total in the report (`peer_waits`).
 //! Durations go into log-scale histograms (8 buckets per doubling, so a percentile is within
 //! 9% of the true value) that keep their size however long the job runs.
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
 use super::clock::{self, Tick};
 use crate::algorithm::Algorithm;
+use crate::backend::peer_waits::PeerWaits;
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, OpKind};
 
@@ -68,6 +72,9 @@ struct Event {
     started: Tick,
     ended: Tick,
     ok: bool,
+    /// Nanoseconds waited per peer during it, where the backend measures waits and it
+    /// waited: (rank, ns).
+    waited: Vec<(usize, u64)>,
 }
 
 /// One row of a profile: an operation at one size (the largest power of two at or below the
@@ -92,6 +99,17 @@ pub struct ProfileRow {
     pub busbw_gbps: f64,
 }
 
+/// The time this rank waited for one peer, over the communicator's operations.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PeerWaitRow {
+    /// The peer (communicator rank).
+    pub peer: usize,
+    /// Time waited for it, microseconds.
+    pub total_us: f64,
+    /// Operations in which this rank waited for it.
+    pub ops: u64,
+}
+
 /// A communicator's statistics on this rank.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProfileReport {
@@ -101,6 +119,10 @@ pub struct ProfileReport {
     pub world_size: usize,
     /// The rows, by operation then size.
     pub rows: Vec<ProfileRow>,
+    /// The time waited for each peer, most first, where the backend measures it (`cpu`:
+    /// receives from the peer, and shared-memory waits charged to the last rank to arrive);
+    /// `None` for backends that do not (`mpi`, `nccl`).
+    pub peer_waits: Option<Vec<PeerWaitRow>>,
 }
 
 impl fmt::Display for ProfileReport {
@@ -117,6 +139,16 @@ impl fmt::Display for ProfileReport {
                 "{:>15} {:>12} {:>9} {:>11.2} {:>11.2} {:>11.2} {:>8.2} {:>8.2}",
                 r.op, r.size, r.count, r.mean_us, r.p50_us, r.p99_us, r.algbw_gbps, r.busbw_gbps
             )?;
+        }
+        if let Some(waits) = &self.peer_waits {
+            if waits.is_empty() {
+                writeln!(f, "waited for peers: never")?;
+            } else {
+                writeln!(f, "waited for peers (blocked on their data; most first):")?;
+                for w in waits {
+                    writeln!(f, "{:>15} {:>12.1} us in {} ops", format!("rank {}", w.peer), w.total_us, w.ops)?;
+                }
+            }
         }
         Ok(())
     }
@@ -151,6 +183,11 @@ struct State {
     stats: BTreeMap<(usize, u64), Stat>,
     events: Vec<Event>,
     dropped_events: u64,
+    /// The backend's per-peer wait totals at the latest record, and their sum.
+    waits_seen: Vec<u64>,
+    waits_seen_total: u64,
+    /// Per peer: nanoseconds waited, operations that waited.
+    peer_waits: BTreeMap<usize, (u64, u64)>,
 }
 
 /// The profiler of one communicator on this rank.
@@ -167,15 +204,31 @@ pub struct Profiler {
     next_seq: std::sync::atomic::AtomicU64,
     finished: std::sync::atomic::AtomicBool,
     state: Mutex<State>,
+    /// The backend's wait accounting, where it keeps one (turned on by [`Profiler::new`]).
+    waits: Option<Arc<PeerWaits>>,
 }
 
 impl Profiler {
     /// A profiler for communicator `comm` (its flight recorder's number) of `world_size`
     /// ranks, this one `rank`, doing what `settings` ask when it finishes (its communicator is dropped, or the
     /// process exits).
-    pub fn new(rank: usize, world_size: usize, comm: u64, settings: &crate::config::ProfileSettings) -> Profiler {
+    ///
+    /// `waits`: the backend's account of the time waited per peer, which the profiler turns on
+    /// and attributes to each operation (the difference at its end).
+    pub fn new(
+        rank: usize,
+        world_size: usize,
+        comm: u64,
+        settings: &crate::config::ProfileSettings,
+        waits: Option<Arc<PeerWaits>>,
+    ) -> Profiler {
         // Measure the counter's rate now (a few ms, once per process), not on an operation.
         clock::Scale::now_cached();
+        if let Some(w) = &waits {
+            w.enable();
+        }
+        let seen = waits.as_ref().map_or_else(Vec::new, |w| w.per_peer_ns());
+        let seen_total = waits.as_ref().map_or(0, |w| w.total_ns());
         Profiler {
             rank,
             world_size,
@@ -187,8 +240,14 @@ impl Profiler {
             trace_dir: settings.trace_dir.clone(),
             next_seq: std::sync::atomic::AtomicU64::new(0),
             finished: std::sync::atomic::AtomicBool::new(false),
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State { waits_seen: seen, waits_seen_total: seen_total, ..State::default() }),
+            waits,
         }
+    }
+
+    /// Whether it writes a trace (which names each operation's algorithm).
+    pub(crate) fn traces(&self) -> bool {
+        self.trace_dir.is_some()
     }
 
     /// The next operation's sequence number.
@@ -206,14 +265,12 @@ impl Profiler {
         ended: Tick,
         ok: bool,
     ) {
-        let mut st = crate::sync::relock(&self.state);
-        let started = enqueued.max(st.last_end).min(ended);
-        st.last_end = st.last_end.max(ended);
-        drop(st);
-        let ns = clock::Scale::now_cached().ns(ended.saturating_sub(started));
         let bytes = sized(fp.op, message_bytes, self.world_size);
         let class = if bytes == 0 { 0 } else { 1u64 << (63 - bytes.leading_zeros()) };
         let mut st = crate::sync::relock(&self.state);
+        let started = enqueued.max(st.last_end).min(ended);
+        st.last_end = st.last_end.max(ended);
+        let ns = clock::Scale::now_cached().ns(ended.saturating_sub(started));
         let op = OpKind::ALL.iter().position(|&o| o == fp.op).unwrap_or(0);
         let s = st.stats.entry((op, class)).or_insert_with(|| Stat {
             count: 0,
@@ -225,13 +282,38 @@ impl Profiler {
         s.sum_ns += ns;
         s.bytes += bytes;
         s.hist[bucket_of(ns)] += 1;
+        let waited = self.waited_since_last(&mut st);
         if self.trace_dir.is_some() {
             if st.events.len() < MAX_EVENTS {
-                st.events.push(Event { fp, bytes, algorithm, enqueued, started, ended, ok });
+                st.events.push(Event { fp, bytes, algorithm, enqueued, started, ended, ok, waited });
             } else {
                 st.dropped_events += 1;
             }
         }
+    }
+
+    /// What the backend's wait account gained since the last operation, per peer (nothing
+    /// read beyond one counter when it did not change), added to the totals.
+    fn waited_since_last(&self, st: &mut State) -> Vec<(usize, u64)> {
+        let Some(w) = &self.waits else { return Vec::new() };
+        let total = w.total_ns();
+        if total == st.waits_seen_total {
+            return Vec::new();
+        }
+        st.waits_seen_total = total;
+        let now = w.per_peer_ns();
+        let mut out = Vec::new();
+        for (p, &ns) in now.iter().enumerate() {
+            let before = st.waits_seen.get(p).copied().unwrap_or(0);
+            if ns > before {
+                out.push((p, ns - before));
+                let e = st.peer_waits.entry(p).or_insert((0, 0));
+                e.0 += ns - before;
+                e.1 += 1;
+            }
+        }
+        st.waits_seen = now;
+        out
     }
 
     /// The statistics so far.
@@ -257,7 +339,16 @@ impl Profiler {
                 }
             })
             .collect();
-        ProfileReport { rank: self.rank, world_size: self.world_size, rows }
+        let peer_waits = self.waits.as_ref().map(|_| {
+            let mut w: Vec<PeerWaitRow> = st
+                .peer_waits
+                .iter()
+                .map(|(&peer, &(ns, ops))| PeerWaitRow { peer, total_us: ns as f64 / 1e3, ops })
+                .collect();
+            w.sort_by(|a, b| b.total_us.total_cmp(&a.total_us));
+            w
+        });
+        ProfileReport { rank: self.rank, world_size: self.world_size, rows, peer_waits }
     }
 
     /// The file name of this profiler's trace.
@@ -292,6 +383,11 @@ impl Profiler {
             }
             if let Some(a) = e.algorithm {
                 args["algorithm"] = a.to_string().into();
+            }
+            if !e.waited.is_empty() {
+                let by_peer: serde_json::Map<String, serde_json::Value> =
+                    e.waited.iter().map(|&(p, ns)| (p.to_string(), (ns as f64 / 1e3).into())).collect();
+                args["waited_us"] = by_peer.into();
             }
             events.push(serde_json::json!({
                 "name": e.fp.op.to_string(), "cat": "collective", "ph": "X",

@@ -251,3 +251,75 @@ fn a_snapshot_of_a_collective_blocked_in_shared_memory_names_the_missing_rank() 
     let last = d.ops.last().unwrap();
     assert_eq!((last.op.as_str(), last.state, last.waiting_on), ("all_reduce", OpState::Started, Some(1)), "{d:?}");
 }
+
+#[test]
+fn the_profiler_charges_waits_to_the_late_peer() {
+    let dir = dump_dir("waits");
+    let cfg = config(&dir, 100).set("OXCCL_PROFILE", &format!("trace:{}", dir.display())).unwrap();
+    let reports = crate::local::run_with(&cfg, 3, |c| {
+        let mut v = [1.0f32; 64];
+        // Rank 2 comes late to the all_reduce; then rank 1 sends to rank 0 late.
+        if c.rank() == 2 {
+            std::thread::sleep(Duration::from_millis(150));
+        }
+        c.all_reduce(&mut v[..], ReduceOp::Sum).unwrap();
+        assert_eq!(v, [3.0; 64]);
+        match c.rank() {
+            0 => {
+                let mut b = [0u8; 8];
+                c.recv(&mut b[..], 1, 3).unwrap();
+            }
+            1 => {
+                std::thread::sleep(Duration::from_millis(100));
+                c.send(&[1u8; 8][..], 0, 3).unwrap();
+            }
+            _ => {}
+        }
+        c.profile().expect("the profiler is on")
+    })
+    .unwrap();
+    let waits = reports[0].peer_waits.as_ref().expect("the cpu engine measures waits");
+    let us = |peer: usize| waits.iter().find(|w| w.peer == peer).map_or(0.0, |w| w.total_us);
+    // The all_reduce waited for rank 2 (directly, or through rank 1, which waited for it).
+    assert!(us(1) + us(2) >= 140_000.0, "{}", reports[0]);
+    assert!(us(1) >= 90_000.0, "the receive waited 100 ms for rank 1: {}", reports[0]);
+    assert!(waits.windows(2).all(|w| w[0].total_us >= w[1].total_us), "most first: {waits:?}");
+    assert!(format!("{}", reports[0]).contains("waited for peers"), "{}", reports[0]);
+    // Rank 2 came last: it waited for nobody long.
+    let late = reports[2].peer_waits.as_ref().unwrap();
+    assert!(late.iter().all(|w| w.total_us < 100_000.0), "{}", reports[2]);
+    // Rank 0's trace charges the receive's wait to rank 1, in that event.
+    let path = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| Some(e.ok()?.path()))
+        .find(|p| p.to_string_lossy().contains("oxccl-trace-") && p.to_string_lossy().ends_with("-rank0.json"))
+        .expect("rank 0's trace");
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let recv = v["traceEvents"].as_array().unwrap().iter().find(|e| e["name"] == "recv").expect("a recv event");
+    assert!(recv["args"]["waited_us"]["1"].as_f64().is_some_and(|w| w >= 90_000.0), "{recv}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn shared_memory_waits_are_charged_to_the_last_rank_to_arrive() {
+    crate::cpu::transport::shm::links::tests::world_with(3, 1 << 16, Some(1 << 16), |c| {
+        let waits = c.backend_for_tests().peer_waits().expect("the cpu engine measures waits");
+        waits.enable();
+        let c = c.with_algorithm(crate::Algorithm::SharedMemory);
+        let mut v = [1.0f32; 16];
+        // Everyone waits for rank 0 to start before rank 2 sleeps, so the late one is rank 2.
+        c.barrier().unwrap();
+        if c.rank() == 2 {
+            std::thread::sleep(Duration::from_millis(150));
+        }
+        c.all_reduce(&mut v[..], ReduceOp::Sum).unwrap();
+        assert_eq!(v, [3.0; 16]);
+        let ns = waits.per_peer_ns();
+        if c.rank() != 2 {
+            assert!(ns[2] >= 140_000_000, "rank {} waited {ns:?}", c.rank());
+            assert!(ns[2] > ns[1 - c.rank().min(1)] * 4, "rank {}: the wait is rank 2's: {ns:?}", c.rank());
+        } else {
+            assert!(ns.iter().sum::<u64>() < 100_000_000, "rank 2 came last: {ns:?}");
+        }
+    });
+}

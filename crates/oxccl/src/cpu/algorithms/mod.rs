@@ -25,6 +25,7 @@ use std::ops::Range;
 use std::time::{Duration, Instant};
 
 use super::transport::{Channel, Header, Stage, Transport, TransportError};
+use crate::backend::peer_waits::PeerWaits;
 use crate::backend::reduce as kernels;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -44,6 +45,8 @@ pub struct Ctx<'a> {
     /// The communicator's shared-memory collectives, which keep the tally of collective
     /// frames (so a frame nobody takes is found at their next step).
     pub(crate) tally: Option<&'a shared_memory::ShmCollectives>,
+    /// Where waits for peers are added up, when the profiler asks (`None`: no clock read).
+    pub(crate) waits: Option<&'a PeerWaits>,
 }
 
 /// The start and deadline of one operation, read from the clock at the first need: an
@@ -120,10 +123,14 @@ impl Ctx<'_> {
     /// transport's errors (timeout, lost peer, abort) with this collective's context.
     pub fn recv(&self, peer: usize, buf: &mut [u8]) -> Result<()> {
         let t = self.transport_rank(peer)?;
+        let t0 = self.waits.map(|_| Instant::now());
         let got = self
             .transport
             .recv(t, self.comm_id, Channel::Collective, Some(Stage::of_seq(self.fp.seq)), buf, self.clock.deadline())
             .map_err(|e| self.map_err(e))?;
+        if let (Some(w), Some(t0)) = (self.waits, t0) {
+            w.add(peer, t0.elapsed());
+        }
         if let Some(tally) = self.tally {
             tally.count_taken(peer);
         }

@@ -310,11 +310,32 @@ impl ShmCollectives {
     fn wait_all(&self, ctx: &Ctx, phase: Phase, step: u64) -> Result<()> {
         let arrived = |p: usize| self.counter(p, phase).load(Ordering::Acquire) >= step;
         let ours = pack(&ctx.fp);
+        // Ranks are looked at in order from the first one missing (arrivals are monotonic, so
+        // a rank passed stays arrived). With the profiler on, a wait that does not end at once
+        // is charged to the last rank the scan stopped at: the last to arrive, to within one
+        // look (every rank before it arrived earlier, every rank after it was there when it
+        // came).
+        let mut next = 0;
+        let mut blocker = usize::MAX;
+        let mut since: Option<Instant> = None;
+        let profiled = ctx.waits.is_some();
         let r = futex::wait_until(
             self.doorbell(),
             self.sleepers(),
             &self.wait,
-            || (0..self.n).all(arrived),
+            || {
+                while next < self.n {
+                    if !arrived(next) {
+                        blocker = next;
+                        if profiled && since.is_none() {
+                            since = Some(Instant::now());
+                        }
+                        return false;
+                    }
+                    next += 1;
+                }
+                true
+            },
             CHECK_EVERY,
             || {
                 for p in (0..self.n).filter(|&p| p != self.me) {
@@ -346,6 +367,9 @@ impl ShmCollectives {
             self.waiting.store(usize::MAX, Ordering::Relaxed);
         }
         r?;
+        if let (Some(w), Some(t0)) = (ctx.waits, since) {
+            w.add(blocker, t0.elapsed());
+        }
         if matches!(phase, Phase::Arrive) {
             for p in 0..self.n {
                 let w = self.fp_words(p, (step % 2) as usize).map(|a| a.load(Ordering::Relaxed));
