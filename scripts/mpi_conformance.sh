@@ -4,8 +4,11 @@
 #   2. runs the conformance suite (the same one every backend runs) under
 #      `mpirun -np 2`, `-np 3` and `-np 4` with OXCCL_BACKEND=mpi, and checks that each
 #      ends with `conformance: N passed, 0 failed`;
-#   3. runs `oxccl bench --backend mpi` under `mpirun -np 2`;
-#   4. compares the `cpu` and `mpi` backends on the same sizes in one run (bus bandwidth
+#   3. a rank that skips a collective and ranks that call different ones (the failure probe,
+#      mpirun -np 3 and 2): every rank dumps its flight recorder and `oxccl trace analyze` names
+#      the rank and the collective;
+#   4. runs `oxccl bench --backend mpi` under `mpirun -np 2`;
+#   5. compares the `cpu` and `mpi` backends on the same sizes in one run (bus bandwidth
 #      side by side, out-of-place, per size).
 # Prints SKIP and exits 0 where `mpirun` is missing.
 #
@@ -45,6 +48,31 @@ for np in 2 3 4; do
     fi
 done
 unset OXCCL_CONFORMANCE_QUICK
+
+# The flight recorder on the mpi backend: ranks that disagree write their dumps and
+# `oxccl trace analyze` names the rank and the collective.
+PROBE="${CARGO_TARGET_DIR:-target}/release/oxccl-failure-probe"
+flight_recorder_case() { # scenario, ranks, text the analysis must show
+    local dir out
+    dir=$(mktemp -d)
+    # A failed rank lingers 3 s before it exits (mpirun then stops the job): the others find
+    # the failure in that time.
+    OXCCL_FR_DIR="$dir" PROBE_BACKEND=mpi PROBE_LINGER_MS=3000 OXCCL_TIMEOUT=10s timeout 120 "${MPIRUN[@]}" \
+        -x OXCCL_FR_DIR -x PROBE_BACKEND -x PROBE_LINGER_MS -x OXCCL_TIMEOUT -np "$2" "$PROBE" "$1" >/dev/null 2>&1 || true
+    out=$("$OXCCL" trace analyze "$dir" 2>&1) && { echo "$out"; echo "FAIL: no problem found in the $1 dumps"; fail=1; }
+    if grep -qF "$3" <<<"$out"; then
+        echo "mpi flight recorder, $1 on $2 ranks: $(grep -F "$3" <<<"$out" | head -n 1)"
+    else
+        echo "$out"
+        echo "FAIL: the analysis of the $1 dumps does not say: $3"
+        fail=1
+    fi
+    rm -rf "$dir"
+}
+echo
+echo "== flight recorder dumps and their analysis on the mpi backend"
+flight_recorder_case skip 3 "rank 1 called barrier(u8 × 0) (seq 2)"
+flight_recorder_case mismatch 2 "rank 1 called all_gather"
 
 MAX=${OXCCL_MPI_BENCH_MAX:-16M}
 echo

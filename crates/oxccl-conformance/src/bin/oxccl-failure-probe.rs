@@ -14,6 +14,10 @@
 //!   sends itself SIGUSR1 (as an operator would: its flight recorder dumps) and sleeps
 //!   `PROBE_SECONDS` (default 90).
 //!
+//! `PROBE_LINGER_MS` (default 0): how long a rank whose call failed waits before it exits.
+//! `PROBE_BACKEND` picks the backend (default `cpu`; `mpi` under mpirun, in a build with the
+//! `mpi` feature).
+//!
 //! When `PROBE_GATE` names a store key, the process first waits (up to 60 s) until that key
 //! is set in the job's store (`OXCCL_STORE_ADDR`, `OXCCL_SECRET`), before joining the world.
 //!
@@ -169,18 +173,25 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     }
-    let comm = match Config::new().backend("cpu").init() {
+    let backend = std::env::var("PROBE_BACKEND").unwrap_or_else(|_| "cpu".to_string());
+    let comm = match Config::new().backend(&backend).init() {
         Ok(c) => c,
         Err(e) => {
             println!("PROBE-INIT-ERROR: {}", e.to_string().replace('\n', " "));
             return ExitCode::from(2);
         }
     };
-    match scenario.as_str() {
+    let code = match scenario.as_str() {
         "loop" => run_loop(&comm),
         "mismatch" => run_mismatch(&comm),
         "skip" => run_skip_or_hang(&comm, false),
         "hang" => run_skip_or_hang(&comm, true),
         _ => run_barrier(&comm),
+    };
+    if code != ExitCode::SUCCESS {
+        // Under launchers that stop a job at its first failed rank (mpirun), give the others
+        // the time to find the failure themselves (and write their dumps).
+        std::thread::sleep(Duration::from_millis(env_number("PROBE_LINGER_MS", 0)));
     }
+    code
 }
