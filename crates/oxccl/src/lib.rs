@@ -46,6 +46,7 @@
 pub mod algorithm;
 pub mod backend;
 pub mod bootstrap;
+mod clock;
 pub mod communicator;
 pub mod config;
 mod cpu;

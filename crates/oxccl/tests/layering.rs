@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 /// Top-level modules by layer, bottom (0) to top.
 const LAYERS: &[(&str, &[&str])] = &[
-    ("vocabulary", &["error", "dtype", "reduce_op", "device", "algorithm", "fingerprint", "sync", "config"]),
+    ("vocabulary", &["error", "dtype", "reduce_op", "device", "algorithm", "fingerprint", "sync", "clock", "config"]),
     ("shared below the backends", &["backend", "bootstrap"]),
     ("backends", &["cpu", "mpi", "xccl"]),
     ("observability", &["perf"]),

@@ -3,18 +3,21 @@
 //! to arrive), for the profiler (`OXCCL_PROFILE`) to attribute to operations.
 //!
 //! Off until the profiler turns it on: a backend looks at one relaxed flag per operation and
-//! reads no clock while it is off.
+//! reads no clock while it is off. On, waits are timed in ticks of the crate's clock (the
+//! time-stamp counter where the kernel trusts it: a few ns to read) and kept in ticks; the
+//! reader scales them.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
 
-/// Nanoseconds waited per peer of one communicator on this rank, accumulated.
+use crate::clock;
+
+/// Time waited per peer of one communicator on this rank, accumulated, in clock ticks.
 #[derive(Debug)]
 pub struct PeerWaits {
     on: AtomicBool,
     /// By communicator rank.
-    ns: Box<[AtomicU64]>,
-    /// The sum of `ns`, so a reader that finds it unchanged reads nothing else.
+    ticks: Box<[AtomicU64]>,
+    /// The sum of `ticks`, so a reader that finds it unchanged reads nothing else.
     total: AtomicU64,
 }
 
@@ -23,7 +26,7 @@ impl PeerWaits {
     pub fn new(n: usize) -> PeerWaits {
         PeerWaits {
             on: AtomicBool::new(false),
-            ns: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            ticks: (0..n).map(|_| AtomicU64::new(0)).collect(),
             total: AtomicU64::new(0),
         }
     }
@@ -38,33 +41,49 @@ impl PeerWaits {
         self.on.load(Ordering::Relaxed)
     }
 
-    /// Adds `waited` to `peer` (a rank out of range is ignored).
-    pub fn add(&self, peer: usize, waited: Duration) {
-        let ns = u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX);
-        if let Some(a) = self.ns.get(peer) {
-            a.fetch_add(ns, Ordering::Relaxed);
-            self.total.fetch_add(ns, Ordering::Relaxed);
+    /// The start of a wait: now, in clock ticks.
+    pub fn start() -> u64 {
+        clock::now()
+    }
+
+    /// Charges the time since `since` (from [`PeerWaits::start`]) to `peer` (a rank out of
+    /// range is ignored).
+    pub fn add_since(&self, peer: usize, since: u64) {
+        self.add_ticks(peer, clock::now().saturating_sub(since));
+    }
+
+    /// Charges `ticks` to `peer`.
+    pub fn add_ticks(&self, peer: usize, ticks: u64) {
+        if let Some(a) = self.ticks.get(peer) {
+            a.fetch_add(ticks, Ordering::Relaxed);
+            self.total.fetch_add(ticks, Ordering::Relaxed);
         }
     }
 
-    /// Everything waited so far, all peers together, nanoseconds.
-    pub fn total_ns(&self) -> u64 {
+    /// Everything waited so far, all peers together, in ticks (a reader that finds it
+    /// unchanged need read nothing else).
+    pub fn total_ticks(&self) -> u64 {
         self.total.load(Ordering::Relaxed)
     }
 
-    /// Nanoseconds waited so far for each peer, by communicator rank.
-    pub fn per_peer_ns(&self) -> Vec<u64> {
-        self.ns.iter().map(|a| a.load(Ordering::Relaxed)).collect()
+    /// Ticks waited so far for each peer, by communicator rank.
+    pub fn per_peer_ticks(&self) -> Vec<u64> {
+        self.ticks.iter().map(|a| a.load(Ordering::Relaxed)).collect()
+    }
+
+    /// Nanoseconds in `ticks` of this clock.
+    pub fn ns(ticks: u64) -> f64 {
+        clock::Scale::now_cached().ns(ticks)
     }
 
     /// The number of ranks accounted for.
     pub fn len(&self) -> usize {
-        self.ns.len()
+        self.ticks.len()
     }
 
     /// Whether the communicator has no ranks (never, for a real one).
     pub fn is_empty(&self) -> bool {
-        self.ns.is_empty()
+        self.ticks.is_empty()
     }
 }
 
@@ -78,12 +97,17 @@ mod tests {
         assert!(!w.enabled());
         w.enable();
         assert!(w.enabled());
-        w.add(1, Duration::from_micros(5));
-        w.add(2, Duration::from_nanos(7));
-        w.add(1, Duration::from_nanos(1));
-        w.add(9, Duration::from_secs(1));
-        assert_eq!(w.per_peer_ns(), [0, 5001, 7]);
-        assert_eq!(w.total_ns(), 5008);
+        w.add_ticks(1, 5000);
+        w.add_ticks(2, 7);
+        w.add_ticks(1, 1);
+        w.add_ticks(9, 1_000_000);
+        assert_eq!(w.per_peer_ticks(), [0, 5001, 7]);
+        assert_eq!(w.total_ticks(), 5008);
         assert_eq!(w.len(), 3);
+        let t0 = PeerWaits::start();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        w.add_since(0, t0);
+        let ns = PeerWaits::ns(w.per_peer_ticks()[0]);
+        assert!((19e6..1e9).contains(&ns), "a 20 ms sleep measured {ns} ns");
     }
 }

@@ -71,13 +71,13 @@ impl P2pCtx<'_> {
                     // SAFETY: the submit contract gives this operation sole use of `buf`.
                     unsafe { std::slice::from_raw_parts_mut(buf.ptr, buf.bytes()) }
                 };
-                let t0 = self.waits.map(|_| Instant::now());
+                let t0 = self.waits.map(|_| PeerWaits::start());
                 let got = self
                     .transport
                     .recv(self.peer(*peer)?, self.comm_id, Channel::PointToPoint(*tag), None, dst, self.deadline)
                     .map_err(|e| map(e, OpKind::Recv, buf.dtype, buf.count))?;
                 if let (Some(w), Some(t0)) = (self.waits, t0) {
-                    w.add(*peer, t0.elapsed());
+                    w.add_since(*peer, t0);
                 }
                 let theirs = got.header.fingerprint;
                 let es = buf.dtype.size();

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use super::clock::{self, Tick};
+use crate::clock::{self, Tick};
 
 use super::dump::{self, Dump, OpRecord, OpState};
 use crate::backend::Op;

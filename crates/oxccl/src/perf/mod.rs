@@ -7,8 +7,8 @@
 //! - [`dump`]: what a recorder writes (`OXCCL_FR_DIR`, one JSON file per rank and
 //!   communicator) when an operation times out, mismatches, loses a peer or is aborted, and
 //!   on `SIGUSR1` for a job that hangs without erroring; `oxccl trace analyze` reads them.
-//! - `clock`: the recorders' cheap clock (the CPU's time-stamp counter where the kernel
-//!   trusts it).
+//! - The recorders' clock is `crate::clock` (the CPU's time-stamp counter where the kernel
+//!   trusts it), below the backends, which time their waits for the profiler with it.
 //! - [`profiler`]: statistics per operation and size, and Chrome traces (`OXCCL_PROFILE`).
 //! - [`analyze`]: what a job's dumps say (`oxccl trace analyze`).
 //! - `log`: the stderr subscriber for oxccl's `tracing` events (`OXCCL_LOG`).
@@ -16,7 +16,6 @@
 //! - `signal`: the `SIGUSR1` watcher.
 
 pub mod analyze;
-mod clock;
 pub mod dump;
 pub mod flight_recorder;
 pub(crate) mod log;

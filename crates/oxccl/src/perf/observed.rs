@@ -8,10 +8,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::clock::{self, Tick};
 use super::{signal, FlightRecorder, PerfSettings, Profiler};
 use crate::algorithm::Algorithm;
 use crate::backend::{Backend, CallOptions, Completion, MessageInfo, Mode, Op, Pending};
+use crate::clock::{self, Tick};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::fingerprint::OpKind;

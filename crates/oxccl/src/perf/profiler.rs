@@ -17,9 +17,9 @@ use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
-use super::clock::{self, Tick};
 use crate::algorithm::Algorithm;
 use crate::backend::peer_waits::PeerWaits;
+use crate::clock::{self, Tick};
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, OpKind};
 
@@ -180,7 +180,12 @@ struct State {
     /// runs its operations in order).
     last_end: Tick,
     /// By (operation, size class); the operation as its position in [`OpKind::ALL`].
-    stats: BTreeMap<(usize, u64), Stat>,
+    index: BTreeMap<(usize, u64), usize>,
+    /// The statistics, in the order first seen ([`State::index`] finds them).
+    stats: Vec<Stat>,
+    /// The latest operation, size class and its statistics' place: a run of calls of one
+    /// kind and size class finds its entry without a search.
+    hot: Option<(OpKind, u64, usize)>,
     events: Vec<Event>,
     dropped_events: u64,
     /// The backend's per-peer wait totals at the latest record, and their sum.
@@ -227,8 +232,8 @@ impl Profiler {
         if let Some(w) = &waits {
             w.enable();
         }
-        let seen = waits.as_ref().map_or_else(Vec::new, |w| w.per_peer_ns());
-        let seen_total = waits.as_ref().map_or(0, |w| w.total_ns());
+        let seen = waits.as_ref().map_or_else(Vec::new, |w| w.per_peer_ticks());
+        let seen_total = waits.as_ref().map_or(0, |w| w.total_ticks());
         Profiler {
             rank,
             world_size,
@@ -271,13 +276,20 @@ impl Profiler {
         let started = enqueued.max(st.last_end).min(ended);
         st.last_end = st.last_end.max(ended);
         let ns = clock::Scale::now_cached().ns(ended.saturating_sub(started));
-        let op = OpKind::ALL.iter().position(|&o| o == fp.op).unwrap_or(0);
-        let s = st.stats.entry((op, class)).or_insert_with(|| Stat {
-            count: 0,
-            sum_ns: 0.0,
-            bytes: 0,
-            hist: vec![0; BUCKETS],
-        });
+        let at = match st.hot {
+            Some((op, c, at)) if op == fp.op && c == class => at,
+            _ => {
+                let key = (OpKind::ALL.iter().position(|&o| o == fp.op).unwrap_or(0), class);
+                let fresh = st.stats.len();
+                let at = *st.index.entry(key).or_insert(fresh);
+                if at == fresh {
+                    st.stats.push(Stat { count: 0, sum_ns: 0.0, bytes: 0, hist: vec![0; BUCKETS] });
+                }
+                st.hot = Some((fp.op, class, at));
+                at
+            }
+        };
+        let s = &mut st.stats[at];
         s.count += 1;
         s.sum_ns += ns;
         s.bytes += bytes;
@@ -296,19 +308,20 @@ impl Profiler {
     /// read beyond one counter when it did not change), added to the totals.
     fn waited_since_last(&self, st: &mut State) -> Vec<(usize, u64)> {
         let Some(w) = &self.waits else { return Vec::new() };
-        let total = w.total_ns();
+        let total = w.total_ticks();
         if total == st.waits_seen_total {
             return Vec::new();
         }
         st.waits_seen_total = total;
-        let now = w.per_peer_ns();
+        let now = w.per_peer_ticks();
         let mut out = Vec::new();
-        for (p, &ns) in now.iter().enumerate() {
+        for (p, &ticks) in now.iter().enumerate() {
             let before = st.waits_seen.get(p).copied().unwrap_or(0);
-            if ns > before {
-                out.push((p, ns - before));
+            if ticks > before {
+                let ns = PeerWaits::ns(ticks - before) as u64;
+                out.push((p, ns));
                 let e = st.peer_waits.entry(p).or_insert((0, 0));
-                e.0 += ns - before;
+                e.0 += ns;
                 e.1 += 1;
             }
         }
@@ -320,9 +333,10 @@ impl Profiler {
     pub fn report(&self) -> ProfileReport {
         let st = crate::sync::relock(&self.state);
         let rows = st
-            .stats
+            .index
             .iter()
-            .map(|(&(op, size), s)| {
+            .map(|(&(op, size), &at)| (op, size, &st.stats[at]))
+            .map(|(op, size, s)| {
                 let op = OpKind::ALL[op];
                 let mean_ns = s.sum_ns / s.count as f64;
                 let mean_bytes = s.bytes as f64 / s.count as f64;

@@ -314,7 +314,8 @@ fn shared_memory_waits_are_charged_to_the_last_rank_to_arrive() {
         }
         c.all_reduce(&mut v[..], ReduceOp::Sum).unwrap();
         assert_eq!(v, [3.0; 16]);
-        let ns = waits.per_peer_ns();
+        let ns: Vec<u64> =
+            waits.per_peer_ticks().into_iter().map(|t| crate::backend::peer_waits::PeerWaits::ns(t) as u64).collect();
         if c.rank() != 2 {
             assert!(ns[2] >= 140_000_000, "rank {} waited {ns:?}", c.rank());
             assert!(ns[2] > ns[1 - c.rank().min(1)] * 4, "rank {}: the wait is rank 2's: {ns:?}", c.rank());

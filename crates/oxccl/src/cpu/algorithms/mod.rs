@@ -123,13 +123,13 @@ impl Ctx<'_> {
     /// transport's errors (timeout, lost peer, abort) with this collective's context.
     pub fn recv(&self, peer: usize, buf: &mut [u8]) -> Result<()> {
         let t = self.transport_rank(peer)?;
-        let t0 = self.waits.map(|_| Instant::now());
+        let t0 = self.waits.map(|_| PeerWaits::start());
         let got = self
             .transport
             .recv(t, self.comm_id, Channel::Collective, Some(Stage::of_seq(self.fp.seq)), buf, self.clock.deadline())
             .map_err(|e| self.map_err(e))?;
         if let (Some(w), Some(t0)) = (self.waits, t0) {
-            w.add(peer, t0.elapsed());
+            w.add_since(peer, t0);
         }
         if let Some(tally) = self.tally {
             tally.count_taken(peer);

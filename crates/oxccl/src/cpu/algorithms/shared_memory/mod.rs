@@ -44,6 +44,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use super::{barrier, broadcast, Ctx};
+use crate::backend::peer_waits::PeerWaits;
 use crate::backend::Op;
 use crate::cpu::transport::frame::{decode_fp, FP_LEN};
 use crate::cpu::transport::shm::copy;
@@ -317,7 +318,7 @@ impl ShmCollectives {
         // came).
         let mut next = 0;
         let mut blocker = usize::MAX;
-        let mut since: Option<Instant> = None;
+        let mut since = None;
         let profiled = ctx.waits.is_some();
         let r = futex::wait_until(
             self.doorbell(),
@@ -328,7 +329,7 @@ impl ShmCollectives {
                     if !arrived(next) {
                         blocker = next;
                         if profiled && since.is_none() {
-                            since = Some(Instant::now());
+                            since = Some(PeerWaits::start());
                         }
                         return false;
                     }
@@ -368,7 +369,7 @@ impl ShmCollectives {
         }
         r?;
         if let (Some(w), Some(t0)) = (ctx.waits, since) {
-            w.add(blocker, t0.elapsed());
+            w.add_since(blocker, t0);
         }
         if matches!(phase, Phase::Arrive) {
             for p in 0..self.n {

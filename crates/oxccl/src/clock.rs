@@ -1,4 +1,6 @@
-//! The recorders' clock: a point in time costs one instruction where it can.
+//! The recorders' clock: a point in time costs one instruction where it can. The flight
+//! recorder and profiler (`perf`) time operations with it, and the backends their waits for
+//! peers (`backend::peer_waits`).
 //!
 //! On x86-64, where the kernel keeps time by the CPU's time-stamp counter (clocksource
 //! `tsc`: a constant rate, synchronized across cores), a [`Tick`] is that counter (about 7
