@@ -2,7 +2,8 @@
 //!
 //! - `oxccl run`: start the ranks of a program on this node, like torchrun ([`run`]);
 //! - `oxccl bench`: measure collectives like nccl-tests ([`mod@bench`]);
-//! - `oxccl plot`: draw the results of bench runs ([`bench::plot`]).
+//! - `oxccl plot`: draw the results of bench runs ([`bench::plot`]);
+//! - `oxccl info`: the doctor (`oxccl::info`).
 //!
 //! This file holds the command-line definitions and dispatches to those modules.
 
@@ -84,6 +85,18 @@ enum Command {
     /// runs share them (two versions, two machines).
     #[command(after_help = PLOT_EXAMPLES)]
     Plot(PlotArgs),
+    /// The doctor: what this machine and this build of oxccl can do, and why not.
+    ///
+    /// Each backend available or not and exactly why (paths tried, versions found); the GPU
+    /// runtimes and NCCL/RCCL libraries; MPI and whether it is CUDA-aware; GPUs on the PCI
+    /// bus with their NUMA node and nearest NIC; GPUDirect RDMA; the network interfaces and
+    /// the one the TCP transport would use (OXCCL_SOCKET_IFNAME); /dev/shm; the memlock
+    /// limit; every OXCCL_*/NCCL_* variable, checked; then the problems found. Exits 0.
+    Info {
+        /// Print the report as JSON (for tools)
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -104,6 +117,23 @@ Examples:
   oxccl bench --ranks 4 -e 64M --json cpu.json
   oxccl bench --ranks 4 -e 64M --backend mpi --json mpi.json
   oxccl plot cpu.json mpi.json -o cpu-vs-mpi.svg";
+
+/// `oxccl info [--json]`.
+fn info_command(json: bool) -> ExitCode {
+    let report = oxccl::info::Report::gather();
+    if json {
+        match serde_json::to_string_pretty(&report) {
+            Ok(t) => println!("{t}"),
+            Err(e) => {
+                eprintln!("oxccl info: could not encode the report: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        print!("{report}");
+    }
+    ExitCode::SUCCESS
+}
 
 /// `oxccl plot A.json [B.json ...] -o FILE`.
 fn plot_command(args: PlotArgs) -> ExitCode {
@@ -614,6 +644,7 @@ fn main() -> ExitCode {
         Command::Trace(TraceCommand::Analyze { dir }) => trace_analyze(&dir),
         Command::Trace(TraceCommand::Merge { dir, output }) => trace_merge(&dir, output),
         Command::Plot(args) => plot_command(args),
+        Command::Info { json } => info_command(json),
     }
 }
 

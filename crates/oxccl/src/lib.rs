@@ -54,15 +54,18 @@ pub mod device;
 pub mod dtype;
 pub mod error;
 pub mod fingerprint;
+pub mod info;
 mod init;
 pub mod mesh;
 pub mod mpi;
 pub mod perf;
+pub mod pinned;
 pub mod reduce_op;
 mod sync;
 pub mod tensor;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub mod topology;
 pub mod tuning;
 mod xccl;
 

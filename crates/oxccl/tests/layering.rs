@@ -17,11 +17,11 @@ use std::path::{Path, PathBuf};
 /// Top-level modules by layer, bottom (0) to top.
 const LAYERS: &[(&str, &[&str])] = &[
     ("vocabulary", &["error", "dtype", "reduce_op", "device", "algorithm", "fingerprint", "sync", "clock", "config"]),
-    ("shared below the backends", &["backend", "bootstrap"]),
+    ("shared below the backends", &["backend", "bootstrap", "pinned", "topology"]),
     ("backends", &["cpu", "mpi", "xccl"]),
     ("observability", &["perf"]),
     ("front door", &["communicator", "tensor", "mesh", "tuning"]),
-    ("construction", &["init", "testing"]),
+    ("construction", &["init", "testing", "info"]),
 ];
 
 /// Same-layer references that are allowed: (from, to).
@@ -48,6 +48,10 @@ const SAME_LAYER: &[(&str, &str)] = &[
     // The GPU backends run their host side (bootstrap, fingerprint checks, point-to-point
     // envelopes, liveness) over a cpu communicator, as torch runs gloo beside nccl.
     ("xccl", "cpu"),
+    // The pinned pool's memlock error quotes the host's limit as the topology reads it.
+    ("pinned", "topology"),
+    // The doctor reports what `init` would choose from (each backend's availability).
+    ("info", "init"),
 ];
 
 fn layer_of(module: &str) -> Option<(usize, &'static str)> {

@@ -455,6 +455,16 @@ pub const GPU_HOST_BUFFERS: Setting = Setting {
     origin: Origin::User,
 };
 
+/// `OXCCL_PINNED_LIMIT`.
+pub const PINNED_LIMIT: Setting = Setting {
+    name: "OXCCL_PINNED_LIMIT",
+    kind: Kind::Size { min: 1 << 20, max: 1 << 40 },
+    default: "1G",
+    default_doc: "`1G`",
+    doc: "most page-locked (pinned) host memory the process-wide staging pool holds, leased and free buffers together (GPU buffers on `cpu`/`mpi` are staged through it); free buffers are evicted least recently used first to stay under it; read from the environment when the pool is first used; 1M to 1T",
+    origin: Origin::User,
+};
+
 /// Every setting, in the order the docs list them.
 pub const ALL: &[Setting] = &[
     BACKEND,
@@ -489,6 +499,7 @@ pub const ALL: &[Setting] = &[
     GPU_DEVICE,
     GPU_FINGERPRINT,
     GPU_HOST_BUFFERS,
+    PINNED_LIMIT,
 ];
 
 /// The setting called `name` (case-insensitive), if there is one.

@@ -87,6 +87,7 @@ fn cases(name: &str) -> (&'static str, &'static str) {
         "OXCCL_GPU_DEVICE" => ("3", "-1"),
         "OXCCL_GPU_FINGERPRINT" => ("on", "sometimes"),
         "OXCCL_GPU_HOST_BUFFERS" => ("stage", "copy"),
+        "OXCCL_PINNED_LIMIT" => ("256MiB", "512K"),
         other => panic!("no test values for {other}: add them here"),
     }
 }
@@ -222,6 +223,8 @@ fn sizes_share_one_grammar() {
             "OXCCL_SHM_SLOT_BYTES" => r.cpu.shm_slot_bytes,
             "OXCCL_SHM_RING_BYTES" => r.cpu.shm_ring_bytes,
             "OXCCL_MAX_FRAME" => r.cpu.max_frame,
+            // Process-wide, read by the pinned pool itself (through the same parser).
+            "OXCCL_PINNED_LIMIT" => crate::pinned::limit_with(env(&[(s.name, "1MiB")])).unwrap(),
             other => panic!("size setting {other} is not checked here"),
         };
         assert_eq!(got, 1 << 20, "{}", s.name);

@@ -118,7 +118,7 @@ impl Runtime {
     }
 }
 
-fn library_version() -> String {
+pub(crate) fn library_version() -> String {
     let mut buf = vec![0 as c_char; 8192];
     let mut len: c_int = 0;
     // SAFETY: the buffer exceeds MPI_MAX_LIBRARY_VERSION_STRING of every implementation.

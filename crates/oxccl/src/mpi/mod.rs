@@ -48,6 +48,12 @@ mod engine;
 mod graveyard;
 #[cfg(feature = "mpi")]
 mod init;
+
+/// `MPI_Get_library_version`'s first line (callable before MPI is initialised).
+#[cfg(feature = "mpi")]
+pub(crate) fn library_version() -> String {
+    init::library_version()
+}
 #[cfg(feature = "mpi")]
 mod ops;
 #[cfg(feature = "mpi")]

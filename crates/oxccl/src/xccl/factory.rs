@@ -32,6 +32,42 @@ pub(crate) static RCCL: GpuFactory = GpuFactory { flavor: Flavor::Rccl };
 static CUDA: OnceLock<std::result::Result<Arc<dyn DeviceRuntime>, Error>> = OnceLock::new();
 static HIP: OnceLock<std::result::Result<Arc<dyn DeviceRuntime>, Error>> = OnceLock::new();
 
+/// What `oxccl info` reports of one GPU stack, each part found or why not.
+pub(crate) struct StackProbe {
+    /// The vendor runtime: its description and its device count (or why it cannot count).
+    pub(crate) runtime: std::result::Result<(String, std::result::Result<u32, String>), String>,
+    /// The collective library: where it was loaded from and its version.
+    pub(crate) library: std::result::Result<(std::path::PathBuf, String), String>,
+}
+
+/// Probes the runtime and library of the `nccl` or `rccl` backend (`None` for another
+/// name), the way the backend would load them (`OXCCL_NCCL_LIBRARY`/`OXCCL_RCCL_LIBRARY`
+/// from `explicit`, else the search).
+pub(crate) fn probe(backend: &str, explicit: Option<std::path::PathBuf>) -> Option<StackProbe> {
+    let flavor = match backend {
+        "nccl" => Flavor::Nccl,
+        "rccl" => Flavor::Rccl,
+        _ => return None,
+    };
+    let cell = match flavor {
+        Flavor::Nccl => &CUDA,
+        Flavor::Rccl => &HIP,
+    };
+    let runtime = match cell.get_or_init(|| load_runtime(flavor)) {
+        Ok(rt) => Ok((rt.describe(), rt.device_count().map_err(|e| e.to_string()))),
+        Err(Error::BackendUnavailable { why, .. }) => Err(why.clone()),
+        Err(e) => Err(e.to_string()),
+    };
+    let mut env = SearchEnv::from_process();
+    env.explicit = explicit;
+    let library = match Library::load(flavor, &env) {
+        Ok(lib) => Ok((lib.path.clone(), lib.version.to_string())),
+        Err(Error::BackendUnavailable { why, .. }) => Err(why),
+        Err(e) => Err(e.to_string()),
+    };
+    Some(StackProbe { runtime, library })
+}
+
 /// The vendor runtime of `flavor` (CUDA for NCCL, HIP for RCCL), loaded once per process,
 /// with at least one device.
 ///

@@ -28,6 +28,15 @@ fn interfaces() -> io::Result<Vec<Iface>> {
         .collect())
 }
 
+/// This host's IPv4 interfaces: (name, address, whether it is up), in the order the
+/// system lists them (what [`select_address`] chooses from).
+///
+/// # Errors
+/// The system's error when the interfaces cannot be listed.
+pub fn ipv4_interfaces() -> io::Result<Vec<(String, Ipv4Addr, bool)>> {
+    Ok(interfaces()?.into_iter().map(|i| (i.name, i.ip, i.up)).collect())
+}
+
 /// The address a rank listens on and publishes: `opts.bind_addr` when set, else the IPv4
 /// address of the interface `opts.ifname` names, else the first up non-loopback IPv4
 /// interface, else 127.0.0.1.

@@ -1,0 +1,94 @@
+use super::*;
+
+fn vars(list: &[(&str, &str)]) -> Vec<(String, String)> {
+    list.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+#[test]
+fn variables_are_checked_against_the_registry_and_secrets_hidden() {
+    let v = check_environment(vars(&[
+        ("PATH", "/bin"),
+        ("OXCCL_TIMEOUT", "5s"),
+        ("OXCCL_TIMEUOT", "5s"),
+        ("OXCCL_SHM_SLOT_BYTES", "lots"),
+        ("NCCL_DEBUG", "INFO"),
+        ("OXCCL_SECRET", "hunter22"),
+        ("OXCCL_WHATEVER_THIS_IS", "1"),
+    ]));
+    let names: Vec<&str> = v.iter().map(|x| x.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "NCCL_DEBUG",
+            "OXCCL_SECRET",
+            "OXCCL_SHM_SLOT_BYTES",
+            "OXCCL_TIMEOUT",
+            "OXCCL_TIMEUOT",
+            "OXCCL_WHATEVER_THIS_IS"
+        ]
+    );
+    assert!(v[0].status.starts_with("ok (read by the NCCL"));
+    assert_eq!((v[1].value.as_str(), v[1].status.as_str()), ("(8 characters, hidden)", "ok"));
+    assert!(v[2].status.contains("OXCCL_SHM_SLOT_BYTES"), "a bad value names its variable: {}", v[2].status);
+    assert_eq!(v[3].status, "ok");
+    assert!(v[4].status.contains("did you mean OXCCL_TIMEOUT?"), "{}", v[4].status);
+    assert_eq!(v[5].status, "not an oxccl setting; it is ignored");
+    assert_eq!(edit_distance("kitten", "sitting"), 3);
+}
+
+#[test]
+fn this_machine_without_gpu_or_mpi_is_described() {
+    let r = Report::gather();
+    let state = |n: &str| r.backends.iter().find(|b| b.name == n).map(|b| (b.available, b.detail.clone()));
+    assert_eq!(state("cpu").map(|s| s.0), Some(true));
+    assert_eq!(state("local").map(|s| s.0), Some(true));
+    // No GPU here (CI machines have none): the GPU backends say why.
+    if r.topology.gpus.is_empty() && !std::path::Path::new("/dev/nvidia0").exists() {
+        let (ok, why) = state("nccl").unwrap();
+        assert!(!ok && !why.is_empty(), "{why}");
+        let nccl = r.gpu_stacks.iter().find(|g| g.backend == "nccl").unwrap();
+        assert!(nccl.runtime.is_err() || nccl.devices.unwrap_or(0) == 0, "{nccl:?}");
+    }
+    assert_eq!(r.mpi.built_in, cfg!(feature = "mpi"));
+    assert!(r.interfaces.iter().any(|i| i.name == "lo" && i.address == "127.0.0.1"), "{:?}", r.interfaces);
+    assert!(r.tcp_address.is_ok(), "{:?}", r.tcp_address);
+    if std::path::Path::new("/dev/shm").is_dir() {
+        assert!(r.topology.host.dev_shm.is_some());
+    }
+    let text = r.to_string();
+    for part in [
+        "Backends",
+        "GPU runtimes and libraries",
+        "MPI",
+        "GPUs on the PCI bus",
+        "GPUDirect RDMA:",
+        "Network",
+        "Host",
+        "/dev/shm",
+        "locked-memory limit",
+        "Environment",
+        "Problems",
+    ] {
+        assert!(text.contains(part), "{part} missing:\n{text}");
+    }
+    if r.topology.gpus.is_empty() {
+        assert!(text.contains("GPUs on the PCI bus\n  none"), "{text}");
+        assert!(text.contains("GPUDirect RDMA: no (no NVIDIA or AMD GPU"), "{text}");
+    }
+    let json = serde_json::to_value(&r).unwrap();
+    assert!(json["backends"].is_array() && json["topology"]["host"]["cpus"].as_u64() >= Some(1));
+}
+
+#[test]
+fn problems_say_what_to_do() {
+    let mut r = Report::gather();
+    r.topology.host.dev_shm = Some(crate::topology::host::Space { total_bytes: 64 << 20, free_bytes: 60 << 20 });
+    r.environment = check_environment(vars(&[("OXCCL_TIMEOUT", "soon")]));
+    r.tcp_address = Err("no interface matches".into());
+    let p = r.find_problems();
+    assert!(p.iter().any(|x| x.contains("/dev/shm is only 64 MiB") && x.contains("--shm-size")), "{p:?}");
+    assert!(p.iter().any(|x| x.starts_with("OXCCL_TIMEOUT:")), "{p:?}");
+    assert!(p.iter().any(|x| x.contains("cannot pick an address")), "{p:?}");
+    r.topology.host.dev_shm = None;
+    assert!(r.find_problems().iter().any(|x| x.contains("/dev/shm is not mounted")));
+}

@@ -1,0 +1,102 @@
+//! What this machine offers the collectives, read from the kernel (sysfs and procfs) without
+//! any vendor library: the GPUs on the PCI bus, the network interfaces and RDMA devices and
+//! how close each is to each GPU, whether GPUDirect RDMA is possible, and the host's limits
+//! that matter to shared memory and pinned memory.
+//!
+//! NCCL reads the same files to build its topology; `oxccl info` prints what is found here,
+//! and the GPU paths use [`Topology::nearest_nic`] to pick a NIC per GPU.
+//!
+//! - [`pci`]: GPUs and NICs on the PCI bus, and the PCI distance between two devices;
+//! - [`gpudirect`]: the peer-memory kernel modules and RDMA devices GPUDirect RDMA needs;
+//! - [`host`]: /dev/shm, the memlock limit, CPUs and NUMA nodes.
+//!
+//! Every reader takes a [`Sysfs`] root, `/` on a real machine: tests build a fake tree.
+
+pub mod gpudirect;
+pub mod host;
+pub mod pci;
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+pub use gpudirect::GpuDirect;
+pub use host::HostLimits;
+pub use pci::{Distance, Gpu, GpuVendor, Nic};
+
+/// Where the kernel's files are read from: `/` on a real machine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sysfs {
+    root: PathBuf,
+}
+
+impl Default for Sysfs {
+    fn default() -> Self {
+        Sysfs { root: PathBuf::from("/") }
+    }
+}
+
+impl Sysfs {
+    /// The kernel's files under `root` instead of `/` (for tests).
+    pub fn at(root: impl Into<PathBuf>) -> Sysfs {
+        Sysfs { root: root.into() }
+    }
+
+    /// `path` (absolute, as on a real machine) under this root.
+    pub fn path(&self, path: &str) -> PathBuf {
+        self.root.join(path.trim_start_matches('/'))
+    }
+
+    /// The trimmed contents of a small file, if it can be read.
+    pub fn read(&self, path: &Path) -> Option<String> {
+        std::fs::read_to_string(path).ok().map(|s| s.trim().to_string())
+    }
+
+    /// The entries of a directory, sorted by name (empty when it does not exist).
+    pub fn entries(&self, dir: &str) -> Vec<(String, PathBuf)> {
+        let mut v: Vec<(String, PathBuf)> = std::fs::read_dir(self.path(dir))
+            .map(|rd| rd.flatten().map(|e| (e.file_name().to_string_lossy().into_owned(), e.path())).collect())
+            .unwrap_or_default();
+        v.sort();
+        v
+    }
+}
+
+/// The machine as the collectives see it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Topology {
+    /// GPUs on the PCI bus (NVIDIA and AMD display and 3D controllers), by PCI address.
+    pub gpus: Vec<Gpu>,
+    /// Network interfaces backed by a device (virtual ones, like `lo` or bridges, left out).
+    pub nics: Vec<Nic>,
+    /// Whether GPUDirect RDMA can work here, and why not.
+    pub gpudirect: GpuDirect,
+    /// Shared memory, memlock limit, CPUs, NUMA nodes.
+    pub host: HostLimits,
+}
+
+impl Topology {
+    /// Reads the machine from `sys` (never fails: what cannot be read is left out or `None`).
+    pub fn read(sys: &Sysfs) -> Topology {
+        let gpus = pci::gpus(sys);
+        let nics = pci::nics(sys);
+        let gpudirect = gpudirect::detect(sys, &gpus, &nics);
+        Topology { gpus, nics, gpudirect, host: HostLimits::read(sys) }
+    }
+
+    /// This machine.
+    pub fn detect() -> Topology {
+        Topology::read(&Sysfs::default())
+    }
+
+    /// The NIC closest to `gpu` on the PCI bus and its distance: RDMA-capable NICs first at
+    /// equal distance, then by name. `None` without NICs.
+    pub fn nearest_nic(&self, gpu: &Gpu) -> Option<(&Nic, Distance)> {
+        self.nics.iter().map(|n| (n, pci::distance(&gpu.path, gpu.numa_node, &n.path, n.numa_node))).min_by(|a, b| {
+            a.1.cmp(&b.1).then(b.0.rdma.is_some().cmp(&a.0.rdma.is_some())).then(a.0.name.cmp(&b.0.name))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;
