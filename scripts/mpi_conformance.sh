@@ -4,6 +4,7 @@
 #   2. runs the conformance suite (the same one every backend runs) under
 #      `mpirun -np 2`, `-np 3` and `-np 4` with OXCCL_BACKEND=mpi, and checks that each
 #      ends with `conformance: N passed, 0 failed`;
+#   2b. the quick matrix at -np 2 with every buffer staged (OXCCL_MPI_FORCE_STAGING=1);
 #   3. a rank that skips a collective and ranks that call different ones (the failure probe,
 #      mpirun -np 3 and 2): every rank dumps its flight recorder and `oxccl trace analyze` names
 #      the rank and the collective;
@@ -48,6 +49,17 @@ for np in 2 3 4; do
     fi
 done
 unset OXCCL_CONFORMANCE_QUICK
+
+# Device buffers staged through pinned host temporaries (backend/staging.rs), forced on host
+# buffers: the quick matrix at -np 2.
+start=$(date +%s)
+out=$(OXCCL_MPI_FORCE_STAGING=1 OXCCL_CONFORMANCE_QUICK=1 timeout 300 "${MPIRUN[@]}" -x OXCCL_MPI_FORCE_STAGING -np 2 "$CONF" 2>&1) || true
+line=$(grep '^conformance:' <<<"$out" | tail -n 1 || true)
+echo "mpi conformance -np 2, every buffer staged: ${line:-no result} ($(($(date +%s) - start))s)"
+if ! grep -Eq '^conformance: [0-9]+ passed, 0 failed' <<<"$line"; then
+    echo "$out" | tail -n 60
+    fail=1
+fi
 
 # The flight recorder on the mpi backend: ranks that disagree write their dumps and
 # `oxccl trace analyze` names the rank and the collective.

@@ -264,6 +264,16 @@ pub fn run_local(n: usize, opts: &SuiteOptions) -> oxccl::Result<Report> {
     Ok(report)
 }
 
+/// [`run_local`] with a configuration (`OXCCL_CPU_FORCE_STAGING`, an algorithm, ...) on
+/// top of the environment's; the collective cases only.
+///
+/// # Errors
+/// The world could not be created.
+pub fn run_local_with(cfg: &oxccl::Config, n: usize, opts: &SuiteOptions) -> oxccl::Result<Report> {
+    let reports = oxccl::local::run_with(cfg, n, |comm| run_suite(&comm, opts))?;
+    Ok(Report::merge(reports))
+}
+
 /// A communicator with the same ranks as `parent`, fresh (its own sequence numbers and
 /// failure state).
 pub(crate) fn fresh_communicator(parent: &Communicator) -> Result<Communicator, String> {

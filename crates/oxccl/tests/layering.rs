@@ -50,6 +50,8 @@ const SAME_LAYER: &[(&str, &str)] = &[
     ("xccl", "cpu"),
     // The pinned pool's memlock error quotes the host's limit as the topology reads it.
     ("pinned", "topology"),
+    // Staging device buffers (backend/staging.rs) leases its host temporaries from the pool.
+    ("backend", "pinned"),
     // The doctor reports what `init` would choose from (each backend's availability).
     ("info", "init"),
 ];

@@ -48,6 +48,9 @@ pub struct CpuSettings {
     pub max_frame: usize,
     /// This process's host identity, when overridden (`OXCCL_HOST_ID`).
     pub host_id: Option<String>,
+    /// Stage every buffer through host temporaries, as device buffers are
+    /// (`OXCCL_CPU_FORCE_STAGING`; tests the device path without a GPU).
+    pub force_staging: bool,
     /// `host:port` of a running store (`OXCCL_STORE_ADDR`).
     pub store_addr: Option<String>,
     /// The port of the store rank 0 hosts (`OXCCL_STORE_PORT`).

@@ -300,6 +300,7 @@ impl Config {
             socket_ifname: rd.get(&r::SOCKET_IFNAME, text)?,
             max_frame: rd.or_default(&r::MAX_FRAME, size)?,
             host_id: rd.get(&r::HOST_ID, text)?,
+            force_staging: rd.or_default(&r::CPU_FORCE_STAGING, parse::flag)?,
             store_addr: rd.get(&r::STORE_ADDR, text)?,
             store_port: rd.get(&r::STORE_PORT, parse::port)?,
             secret: rd.get(&r::SECRET, |v| Ok(SecretText(v.to_string())))?,

@@ -389,6 +389,17 @@ pub const MPI_CUDA_AWARE: Setting = Setting {
     doc: "`mpi`: hand device buffers to MPI directly: `auto` (ask MPI), `yes`, `no`",
     origin: Origin::User,
 };
+
+/// `OXCCL_CPU_FORCE_STAGING`.
+pub const CPU_FORCE_STAGING: Setting = Setting {
+    name: "OXCCL_CPU_FORCE_STAGING",
+    kind: Kind::Flag,
+    default: "0",
+    default_doc: "`0`",
+    doc: "`cpu`/`local`: stage every buffer through host temporaries as device buffers are (tests the device path without a GPU)",
+    origin: Origin::User,
+};
+
 /// `OXCCL_MPI_FORCE_STAGING`.
 pub const MPI_FORCE_STAGING: Setting = Setting {
     name: "OXCCL_MPI_FORCE_STAGING",
@@ -481,6 +492,7 @@ pub const ALL: &[Setting] = &[
     HOST_ID,
     SPIN_US,
     YIELD_US,
+    CPU_FORCE_STAGING,
     TUNE_FILE,
     LOG,
     FR_SIZE,

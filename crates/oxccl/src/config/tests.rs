@@ -81,6 +81,7 @@ fn cases(name: &str) -> (&'static str, &'static str) {
         "OXCCL_MPI_HALF_REDUCE" => ("user-op", "fast"),
         "OXCCL_MPI_CUDA_AWARE" => ("no", "perhaps"),
         "OXCCL_MPI_FORCE_STAGING" => ("1", "2"),
+        "OXCCL_CPU_FORCE_STAGING" => ("1", "maybe"),
         "OXCCL_MPI_ENV" => ("OMPI_MCA_btl=self,vader; A=1", "novalue"),
         "OXCCL_NCCL_LIBRARY" => ("/opt/nccl/lib/libnccl.so.2", ""),
         "OXCCL_RCCL_LIBRARY" => ("/opt/rocm/lib", ""),

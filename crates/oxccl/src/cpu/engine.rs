@@ -23,9 +23,11 @@ use crate::algorithm::Algorithm;
 use crate::backend::completion::Slot;
 use crate::backend::peer_waits::PeerWaits;
 use crate::backend::poison::Poison;
+use crate::backend::staging;
 use crate::backend::CallOptions;
 use crate::backend::{Backend, Completion, MessageInfo, Mode, Op, Pending};
 use crate::config::ResolvedConfig;
+use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, OpKind};
@@ -216,6 +218,21 @@ impl Inner {
         self.transport.notify_failure(self.comm_id, &self.peers(), at, e);
     }
 
+    /// Runs `op`, whose buffers are in device memory, on host temporaries: device inputs are
+    /// copied in first, outputs copied back after (`backend::staging`). A copy that fails
+    /// poisons the communicator and tells the peers, so they fail instead of waiting.
+    fn execute_staged(&self, op: &Op, opts: &CallOptions) -> Result<Completion> {
+        let fail = |e: Error| {
+            self.poison(&e, self.next_stage());
+            e
+        };
+        let force = self.cfg.cpu.force_staging;
+        let (host, staged) = staging::stage(op.clone(), |d| force || d != Device::Cpu, self.name).map_err(fail)?;
+        let done = self.execute_host(&host, opts)?;
+        staged.finish(&done.received).map_err(fail)?;
+        Ok(done)
+    }
+
     /// The stage of the next collective (this rank completed every one before it).
     fn next_stage(&self) -> Stage {
         Stage::Collective(self.seq.load(Ordering::Relaxed))
@@ -284,6 +301,16 @@ impl Inner {
 
     /// Runs one operation on the calling thread.
     fn execute(&self, op: &Op, opts: &CallOptions) -> Result<Completion> {
+        let mut on_device = false;
+        op.for_each_buffer(|b| on_device |= b.device != Device::Cpu);
+        if on_device || self.cfg.cpu.force_staging {
+            return self.execute_staged(op, opts);
+        }
+        self.execute_host(op, opts)
+    }
+
+    /// Runs `op`, whose buffers are all in host memory.
+    fn execute_host(&self, op: &Op, opts: &CallOptions) -> Result<Completion> {
         let kind = op.kind();
         // Refused before a sequence number is taken: the communicator stays in step.
         let forced = opts.forced_algorithm(kind, &self.cfg.algorithms)?;
@@ -511,6 +538,21 @@ impl Backend for CpuBackend {
         self.inner.check_poisoned()?;
         let r = self.inner.run_inline(|| self.inner.split(color, key, opts))?;
         Ok(r.map(|b| Arc::new(b) as Arc<dyn Backend>))
+    }
+
+    fn check_device(&self, device: Device) -> Result<()> {
+        // Device buffers are staged through host memory where their runtime can copy.
+        staging::copier_for(device, self.inner.name).map(drop).map_err(|e| {
+            let why = match e {
+                Error::BackendUnavailable { why, .. } => why,
+                other => other.to_string(),
+            };
+            Error::invalid(format!(
+                "the {} backend stages {device} buffers through host memory, but cannot copy them here ({why}); \
+                 use a GPU backend (OXCCL_BACKEND=nccl or rccl), or copy to the host",
+                self.inner.name
+            ))
+        })
     }
 
     fn peer_waits(&self) -> Option<Arc<PeerWaits>> {

@@ -78,13 +78,22 @@ fn first_available<T>(cfg: &ResolvedConfig, create: impl Fn(&dyn BackendFactory)
     Err(auto_failure(skipped))
 }
 
+/// Lets the host backends load a GPU runtime when they first meet its device buffers (a
+/// buffer the application made with its own framework, before oxccl loaded the runtime).
+fn install_staging_loader() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| crate::backend::staging::install_loader(Box::new(crate::xccl::factory::staging_copy)));
+}
+
 /// Creates `n` in-process ranks on the configured backend.
 pub(crate) fn init_world(cfg: &ResolvedConfig, n: usize) -> Result<Vec<Arc<dyn Backend>>> {
+    install_staging_loader();
     first_available(cfg, |f| f.create_world(cfg, n))
 }
 
 /// Creates this process's rank on the configured backend.
 pub(crate) fn init_process(cfg: &ResolvedConfig) -> Result<Arc<dyn Backend>> {
+    install_staging_loader();
     first_available(cfg, |f| f.create_process(cfg))
 }
 

@@ -40,7 +40,6 @@ use std::time::{Duration, Instant};
 
 use mpi::ffi;
 
-use super::cuda::{self, Staged};
 use super::graveyard;
 use super::init::{check, Runtime};
 use super::ops::{self, Posted};
@@ -48,6 +47,7 @@ use super::side::{self, Msg, Outbox, WORDS};
 use crate::algorithm::Algorithm;
 use crate::backend::completion::Slot;
 use crate::backend::poison::Poison;
+use crate::backend::staging::{self, Staged};
 use crate::backend::CallOptions;
 use crate::backend::{Completion, MessageInfo, Op, P2p, RawBuf, RawBufMut};
 use crate::config::ResolvedConfig;
@@ -270,7 +270,7 @@ impl Shared {
         let is_coll = !matches!(op, Op::Batch(_));
         let direct = self.rt.cuda.is_aware() && !host_work(&op);
         let force = self.rt.cfg.force_staging;
-        let (op, staged) = cuda::stage(op, |d| force || (d != Device::Cpu && !direct))?;
+        let (op, staged) = staging::stage(op, |d| force || (d != Device::Cpu && !direct), "mpi")?;
         let seq = st.seq;
         if is_coll {
             st.seq += 1;

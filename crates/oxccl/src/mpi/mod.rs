@@ -61,8 +61,9 @@ mod request;
 #[cfg(feature = "mpi")]
 mod side;
 
+pub use crate::backend::staging::{register_device_copy, DeviceCopy, DeviceKind};
 pub use crate::config::mpi::{CudaAware, HalfReduce, MpiConfig, ThreadLevel};
-pub use cuda::{register_device_copy, CudaSupport, DeviceCopy};
+pub use cuda::CudaSupport;
 
 /// The backend's name.
 pub const NAME: &str = "mpi";

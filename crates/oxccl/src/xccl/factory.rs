@@ -11,7 +11,9 @@ use std::sync::{Arc, OnceLock};
 use super::engine::{Engine, Parts};
 use super::library::{Flavor, Library, SearchEnv};
 use super::runtime::DeviceRuntime;
+use super::staging_copy::RuntimeCopy;
 use crate::backend::factory::BackendFactory;
+use crate::backend::staging::{self, DeviceKind};
 use crate::backend::Backend;
 use crate::bootstrap::env::LaunchInfo;
 use crate::config::{BackendChoice, HostBuffers, ResolvedConfig};
@@ -90,13 +92,37 @@ pub(crate) fn runtime(flavor: Flavor) -> Result<Arc<dyn DeviceRuntime>> {
 /// Loads the vendor runtime of `flavor`: the CUDA driver for NCCL, HIP for RCCL (from
 /// `$ROCM_PATH`, read here: it is ROCm's variable, not an oxccl setting).
 fn load_runtime(flavor: Flavor) -> std::result::Result<Arc<dyn DeviceRuntime>, Error> {
-    Ok(match flavor {
+    let rt: Arc<dyn DeviceRuntime> = match flavor {
         Flavor::Nccl => Arc::new(super::runtime::cuda::CudaRuntime::load()?),
         Flavor::Rccl => {
             let rocm = std::env::var_os("ROCM_PATH").map(std::path::PathBuf::from);
             Arc::new(super::runtime::hip::HipRuntime::load(rocm)?)
         }
-    })
+    };
+    // The host backends stage this vendor's device buffers through it from now on.
+    let kind = match flavor {
+        Flavor::Nccl => DeviceKind::Cuda,
+        Flavor::Rccl => DeviceKind::Rocm,
+    };
+    staging::register_device_copy(kind, Arc::new(RuntimeCopy::new(Arc::clone(&rt))));
+    Ok(rt)
+}
+
+/// The copy functions of `kind`'s runtime for staging (loads the runtime on first use):
+/// what [`staging::install_loader`] is given at initialisation.
+///
+/// # Errors
+/// Why the runtime does not load (the paths tried), or sees no device.
+pub(crate) fn staging_copy(kind: DeviceKind) -> std::result::Result<Arc<dyn staging::DeviceCopy>, String> {
+    let flavor = match kind {
+        DeviceKind::Cuda => Flavor::Nccl,
+        DeviceKind::Rocm => Flavor::Rccl,
+    };
+    let rt = runtime(flavor).map_err(|e| match e {
+        Error::BackendUnavailable { why, .. } => why,
+        other => other.to_string(),
+    })?;
+    Ok(Arc::new(RuntimeCopy::new(rt)))
 }
 
 impl GpuFactory {

@@ -24,3 +24,4 @@ pub(crate) mod host_side;
 pub(crate) mod library;
 pub mod memory;
 pub(crate) mod runtime;
+pub(crate) mod staging_copy;

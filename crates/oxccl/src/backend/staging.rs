@@ -1,0 +1,410 @@
+//! Device buffers on host backends: every device input is copied into a host temporary
+//! before the operation runs, every device output is received into a host temporary and
+//! copied back once it has completed (a receive copies back only what arrived). The `cpu`
+//! backend stages every device buffer; the `mpi` backend those a CUDA-aware MPI cannot take.
+//!
+//! Temporaries are leased from the process's pinned pool ([`crate::pinned::global`]), so the
+//! device copies run at the bus's full speed and the steady state allocates nothing; where
+//! the pool cannot serve (its limit, the memlock limit), a pageable temporary is used
+//! instead and the first such fallback is logged.
+//!
+//! The copies use the [`DeviceCopy`] registered for the device's kind
+//! ([`register_device_copy`]: the GPU runtime layer registers one per vendor when it loads a
+//! runtime, or a loader installed with [`install_loader`] loads it on first need); host
+//! memory uses `memcpy`, which is how staging is tested without a GPU.
+
+use std::sync::{Arc, Mutex, Once};
+
+use crate::backend::{Op, P2p, RawBuf, RawBufMut};
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::pinned::PinnedBuf;
+
+/// Copies between device memory and host memory.
+pub trait DeviceCopy: Send + Sync {
+    /// Copies `bytes` bytes from `src` on `device` to host memory at `dst`, and returns
+    /// once they are there.
+    ///
+    /// # Errors
+    /// The device runtime's error.
+    ///
+    /// # Safety
+    /// `src` must be `bytes` readable bytes on `device`, `dst` `bytes` writable host bytes.
+    unsafe fn to_host(&self, device: Device, src: *const u8, dst: *mut u8, bytes: usize) -> Result<()>;
+    /// Copies `bytes` bytes from host memory at `src` to `dst` on `device`, and returns once
+    /// they are there.
+    ///
+    /// # Errors
+    /// The device runtime's error.
+    ///
+    /// # Safety
+    /// `src` must be `bytes` readable host bytes, `dst` `bytes` writable bytes on `device`.
+    unsafe fn to_device(&self, device: Device, src: *const u8, dst: *mut u8, bytes: usize) -> Result<()>;
+}
+
+/// Host "device": `memcpy` (host buffers staged for testing).
+struct HostCopy;
+
+impl DeviceCopy for HostCopy {
+    unsafe fn to_host(&self, _: Device, src: *const u8, dst: *mut u8, bytes: usize) -> Result<()> {
+        // SAFETY: the caller promises both ranges; temporaries never overlap user buffers.
+        unsafe { std::ptr::copy(src, dst, bytes) };
+        Ok(())
+    }
+    unsafe fn to_device(&self, _: Device, src: *const u8, dst: *mut u8, bytes: usize) -> Result<()> {
+        // SAFETY: as above.
+        unsafe { std::ptr::copy(src, dst, bytes) };
+        Ok(())
+    }
+}
+
+/// The kinds of device memory a copy function serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceKind {
+    /// CUDA devices (`Device::Cuda`).
+    Cuda,
+    /// ROCm/HIP devices (`Device::Rocm`).
+    Rocm,
+}
+
+impl DeviceKind {
+    /// The kind of `device` (`None` for the host).
+    pub fn of(device: Device) -> Option<DeviceKind> {
+        match device {
+            Device::Cpu => None,
+            Device::Cuda(_) => Some(DeviceKind::Cuda),
+            Device::Rocm(_) => Some(DeviceKind::Rocm),
+        }
+    }
+}
+
+/// Loads the copy function of a kind of device on first need (the construction layer
+/// installs one that loads the vendor runtime).
+pub type Loader = Box<dyn Fn(DeviceKind) -> std::result::Result<Arc<dyn DeviceCopy>, String> + Send + Sync>;
+
+struct Registry {
+    cuda: Option<Arc<dyn DeviceCopy>>,
+    rocm: Option<Arc<dyn DeviceCopy>>,
+    loader: Option<Arc<Loader>>,
+}
+
+static REGISTRY: Mutex<Registry> = Mutex::new(Registry { cuda: None, rocm: None, loader: None });
+
+/// Registers the copy functions used to stage buffers of one kind of device.
+pub fn register_device_copy(kind: DeviceKind, copy: Arc<dyn DeviceCopy>) {
+    let mut r = crate::sync::relock(&REGISTRY);
+    match kind {
+        DeviceKind::Cuda => r.cuda = Some(copy),
+        DeviceKind::Rocm => r.rocm = Some(copy),
+    }
+}
+
+/// Installs the loader asked for a kind of device with no registered copy functions.
+pub fn install_loader(loader: Loader) {
+    crate::sync::relock(&REGISTRY).loader = Some(Arc::new(loader));
+}
+
+/// How staging finds the copy functions of a device.
+pub type Copier<'a> = &'a dyn Fn(Device) -> Result<Arc<dyn DeviceCopy>>;
+
+/// The copy functions of `device` (`memcpy` for the host): registered, else loaded.
+///
+/// # Errors
+/// [`Error::BackendUnavailable`] for backend `backend` when there are none, saying why.
+pub fn copier_for(device: Device, backend: &str) -> Result<Arc<dyn DeviceCopy>> {
+    let Some(kind) = DeviceKind::of(device) else { return Ok(Arc::new(HostCopy)) };
+    let (found, loader) = {
+        let r = crate::sync::relock(&REGISTRY);
+        let found = match kind {
+            DeviceKind::Cuda => r.cuda.clone(),
+            DeviceKind::Rocm => r.rocm.clone(),
+        };
+        (found, r.loader.clone())
+    };
+    if let Some(c) = found {
+        return Ok(c);
+    }
+    let why = match loader {
+        Some(load) => match load(kind) {
+            Ok(c) => {
+                register_device_copy(kind, Arc::clone(&c));
+                return Ok(c);
+            }
+            Err(why) => why,
+        },
+        None => "no device copy function is registered (oxccl::backend::staging::register_device_copy)".to_string(),
+    };
+    Err(Error::BackendUnavailable {
+        backend: backend.to_string(),
+        why: format!("a {device} buffer must be staged through host memory, but its runtime cannot copy: {why}"),
+    })
+}
+
+/// A host temporary: pinned where the pool serves, pageable otherwise.
+enum Temp {
+    Pinned(PinnedBuf),
+    Pageable(Vec<u64>),
+}
+
+impl Temp {
+    fn new(bytes: usize) -> Temp {
+        match crate::pinned::global().and_then(|pool| pool.acquire(bytes.max(1))) {
+            Ok(b) => Temp::Pinned(b),
+            Err(e) => {
+                static SAID: Once = Once::new();
+                SAID.call_once(|| {
+                    tracing::warn!("staging device buffers through pageable host memory (slower): {e}");
+                });
+                Temp::Pageable(vec![0u64; bytes.div_ceil(8).max(1)])
+            }
+        }
+    }
+
+    fn ptr(&mut self) -> *mut u8 {
+        match self {
+            Temp::Pinned(b) => b.as_mut_ptr(),
+            Temp::Pageable(v) => v.as_mut_ptr().cast(),
+        }
+    }
+}
+
+/// A host temporary for one staged buffer, and where its content goes afterwards.
+struct CopyBack {
+    temp: *const u8,
+    dst: *mut u8,
+    elem: usize,
+    count: usize,
+    device: Device,
+    copy: Arc<dyn DeviceCopy>,
+    /// For a receive: its index among the batch's receives (only what arrived goes back).
+    recv_index: Option<usize>,
+}
+
+/// The host temporaries of a staged operation; keep it alive until the operation has
+/// completed, then call [`Staged::finish`].
+#[derive(Default)]
+pub struct Staged {
+    temps: Vec<Temp>,
+    back: Vec<CopyBack>,
+}
+
+// SAFETY: the pointers refer to the temporaries owned here and to user buffers that the
+// submitter keeps valid until completion (the `Backend::submit` contract); the copy
+// functions are `Send + Sync`.
+unsafe impl Send for Staged {}
+
+impl Staged {
+    fn temp(&mut self, bytes: usize) -> *mut u8 {
+        let mut t = Temp::new(bytes);
+        let p = t.ptr();
+        self.temps.push(t);
+        p
+    }
+
+    fn input(&mut self, b: RawBuf, stage: &impl Fn(Device) -> bool, copier: Copier) -> Result<RawBuf> {
+        if !stage(b.device) {
+            return Ok(b);
+        }
+        let copy = copier(b.device)?;
+        let t = self.temp(b.bytes());
+        // SAFETY: `b` is valid for reads (submit contract), `t` is a fresh temporary of that size.
+        unsafe { copy.to_host(b.device, b.ptr, t, b.bytes())? };
+        Ok(RawBuf { ptr: t, device: Device::Cpu, ..b })
+    }
+
+    fn output(
+        &mut self,
+        b: RawBufMut,
+        recv_index: Option<usize>,
+        stage: &impl Fn(Device) -> bool,
+        copier: Copier,
+    ) -> Result<RawBufMut> {
+        if !stage(b.device) {
+            return Ok(b);
+        }
+        let copy = copier(b.device)?;
+        let t = self.temp(b.bytes());
+        self.back.push(CopyBack {
+            temp: t,
+            dst: b.ptr,
+            elem: b.dtype.size(),
+            count: b.count,
+            device: b.device,
+            copy,
+            recv_index,
+        });
+        Ok(RawBufMut { ptr: t, device: Device::Cpu, ..b })
+    }
+
+    /// Copies the staged outputs back (receives: only the `received` elements).
+    ///
+    /// # Errors
+    /// The device runtime's copy error.
+    pub fn finish(&self, received: &[usize]) -> Result<()> {
+        for b in &self.back {
+            let count = b.recv_index.and_then(|i| received.get(i).copied()).unwrap_or(b.count).min(b.count);
+            // SAFETY: `temp` is our temporary of `b.count` elements, `dst` the user's output
+            // of the same size (valid until completion, which is now).
+            unsafe { b.copy.to_device(b.device, b.temp, b.dst, count * b.elem)? };
+        }
+        Ok(())
+    }
+
+    /// Whether anything was staged.
+    pub fn is_empty(&self) -> bool {
+        self.temps.is_empty()
+    }
+
+    /// How many temporaries are pinned (the rest are pageable).
+    pub fn pinned(&self) -> usize {
+        self.temps.iter().filter(|t| matches!(t, Temp::Pinned(_))).count()
+    }
+}
+
+/// Rewrites `op` so that every buffer for which `stage(device)` holds lives in a host
+/// temporary; device inputs are copied now. The copy functions come from the registry
+/// ([`copier_for`]); `backend` names the backend in errors.
+///
+/// # Errors
+/// No copy function for a device; the device runtime's copy error.
+pub fn stage(op: Op, stage: impl Fn(Device) -> bool, backend: &str) -> Result<(Op, Staged)> {
+    stage_with(op, stage, &|d| copier_for(d, backend))
+}
+
+/// [`stage`] with the copy functions `copier` gives per device (tests pass their own).
+///
+/// # Errors
+/// As [`stage`].
+pub fn stage_with(op: Op, stage: impl Fn(Device) -> bool, copier: Copier) -> Result<(Op, Staged)> {
+    let mut s = Staged::default();
+    let st = &stage;
+    let op = match op {
+        Op::AllReduce { input, output, op } => {
+            Op::AllReduce { input: s.input(input, st, copier)?, output: s.output(output, None, st, copier)?, op }
+        }
+        Op::Reduce { input, output, op, root } => Op::Reduce {
+            input: s.input(input, st, copier)?,
+            output: output.map(|o| s.output(o, None, st, copier)).transpose()?,
+            op,
+            root,
+        },
+        Op::Broadcast { input, output, root } => Op::Broadcast {
+            input: input.map(|i| s.input(i, st, copier)).transpose()?,
+            output: s.output(output, None, st, copier)?,
+            root,
+        },
+        Op::AllGather { input, output } => {
+            Op::AllGather { input: s.input(input, st, copier)?, output: s.output(output, None, st, copier)? }
+        }
+        Op::AllGatherV { input, output, counts } => {
+            Op::AllGatherV { input: s.input(input, st, copier)?, output: s.output(output, None, st, copier)?, counts }
+        }
+        Op::ReduceScatter { input, output, op } => {
+            Op::ReduceScatter { input: s.input(input, st, copier)?, output: s.output(output, None, st, copier)?, op }
+        }
+        Op::AllToAll { input, output } => {
+            Op::AllToAll { input: s.input(input, st, copier)?, output: s.output(output, None, st, copier)? }
+        }
+        Op::AllToAllV { input, send_counts, output, recv_counts } => Op::AllToAllV {
+            input: s.input(input, st, copier)?,
+            send_counts,
+            output: s.output(output, None, st, copier)?,
+            recv_counts,
+        },
+        Op::Gather { input, output, root } => Op::Gather {
+            input: s.input(input, st, copier)?,
+            output: output.map(|o| s.output(o, None, st, copier)).transpose()?,
+            root,
+        },
+        Op::Scatter { input, output, root } => Op::Scatter {
+            input: input.map(|i| s.input(i, st, copier)).transpose()?,
+            output: s.output(output, None, st, copier)?,
+            root,
+        },
+        Op::Barrier => Op::Barrier,
+        Op::Batch(ops) => {
+            let mut recv = 0;
+            let mut out = Vec::with_capacity(ops.len());
+            for p in ops {
+                out.push(match p {
+                    P2p::Send { buf, peer, tag } => P2p::Send { buf: s.input(buf, st, copier)?, peer, tag },
+                    P2p::Recv { buf, peer, tag } => {
+                        recv += 1;
+                        P2p::Recv { buf: s.output(buf, Some(recv - 1), st, copier)?, peer, tag }
+                    }
+                });
+            }
+            Op::Batch(out)
+        }
+    };
+    Ok((op, s))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dtype::DType;
+
+    #[test]
+    fn staging_round_trip_with_host_buffers() {
+        let input = [1.0f32, 2.0, 3.0];
+        let mut output = [0.0f32; 3];
+        let op = Op::AllReduce {
+            input: RawBuf { ptr: input.as_ptr().cast(), count: 3, dtype: DType::F32, device: Device::Cpu },
+            output: RawBufMut { ptr: output.as_mut_ptr().cast(), count: 3, dtype: DType::F32, device: Device::Cpu },
+            op: crate::ReduceOp::Sum,
+        };
+        let (staged_op, staged) = stage(op, |_| true, "test").unwrap();
+        let Op::AllReduce { input: i, output: o, .. } = staged_op else { panic!("op changed kind") };
+        assert_ne!(i.ptr, input.as_ptr().cast());
+        assert_ne!(o.ptr.cast_const(), output.as_ptr().cast());
+        // "MPI" runs on the temporaries: doubles the staged input into the staged output.
+        for k in 0..3 {
+            // SAFETY: both temporaries hold 3 f32 values.
+            unsafe { *o.ptr.cast::<f32>().add(k) = *i.ptr.cast::<f32>().add(k) * 2.0 };
+        }
+        assert_eq!(output, [0.0; 3], "nothing is copied back before completion");
+        staged.finish(&[]).unwrap();
+        assert_eq!(output, [2.0, 4.0, 6.0]);
+    }
+
+    #[test]
+    fn staged_receives_copy_back_only_what_arrived() {
+        let mut buf = [7u32; 4];
+        let op = Op::Batch(vec![P2p::Recv {
+            buf: RawBufMut { ptr: buf.as_mut_ptr().cast(), count: 4, dtype: DType::U32, device: Device::Cpu },
+            peer: 0,
+            tag: 1,
+        }]);
+        let (op, staged) = stage(op, |_| true, "test").unwrap();
+        let Op::Batch(v) = op else { panic!() };
+        let P2p::Recv { buf: t, .. } = v[0] else { panic!() };
+        // SAFETY: the temporary holds 4 u32 values.
+        unsafe { *t.ptr.cast::<u32>() = 42 };
+        staged.finish(&[1]).unwrap();
+        assert_eq!(buf, [42, 7, 7, 7]);
+    }
+
+    #[test]
+    fn device_buffers_without_a_copier_are_refused_clearly() {
+        let x = [0u8; 4];
+        let op = Op::Broadcast {
+            input: Some(RawBuf { ptr: x.as_ptr(), count: 4, dtype: DType::U8, device: Device::Cuda(0) }),
+            output: RawBufMut { ptr: x.as_ptr().cast_mut(), count: 4, dtype: DType::U8, device: Device::Cuda(0) },
+            root: 0,
+        };
+        let none = |d: Device| -> Result<Arc<dyn DeviceCopy>> {
+            Err(Error::BackendUnavailable { backend: "test".into(), why: format!("no copy for {d}") })
+        };
+        let e = stage_with(op, |d| d != Device::Cpu, &none).err().expect("no copier").to_string();
+        assert!(e.contains("cuda:0"), "{e}");
+        // Host buffers are left alone when only device buffers are staged.
+        let y = [1u8; 2];
+        let op = Op::AllGather {
+            input: RawBuf { ptr: y.as_ptr(), count: 2, dtype: DType::U8, device: Device::Cpu },
+            output: RawBufMut { ptr: y.as_ptr().cast_mut(), count: 2, dtype: DType::U8, device: Device::Cpu },
+        };
+        let (_, s) = stage(op, |d| d != Device::Cpu, "test").unwrap();
+        assert!(s.is_empty());
+    }
+}

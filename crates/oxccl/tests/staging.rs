@@ -1,0 +1,150 @@
+//! Device buffers on the host backends: staged through host memory. A "device" here is host
+//! memory labelled `cuda:0`, and its copy functions are `memcpy` that count what they copy
+//! (registered for CUDA memory in this test process only), so every operation's staging is
+//! checked against a sequential reference without a GPU.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use oxccl::backend::staging::{register_device_copy, DeviceCopy, DeviceKind};
+use oxccl::backend::{RawBuf, RawBufMut};
+use oxccl::{local, Buffer, BufferMut, Device, Element, Error, ReduceOp};
+
+/// Host memory that says it is on `cuda:0`.
+struct OnGpu<T>(Vec<T>);
+
+// SAFETY: the vector's elements are valid and initialised; the label only routes the
+// buffer through staging, whose copy functions (below) read and write host memory.
+unsafe impl<T: Element> Buffer for OnGpu<T> {
+    type Elem = T;
+    fn as_raw(&self) -> RawBuf {
+        RawBuf { ptr: self.0.as_ptr().cast(), count: self.0.len(), dtype: T::DTYPE, device: Device::Cuda(0) }
+    }
+}
+
+// SAFETY: as above, exclusive through `&mut`.
+unsafe impl<T: Element> BufferMut for OnGpu<T> {
+    fn as_raw_mut(&mut self) -> RawBufMut {
+        RawBufMut { ptr: self.0.as_mut_ptr().cast(), count: self.0.len(), dtype: T::DTYPE, device: Device::Cuda(0) }
+    }
+}
+
+/// `memcpy` that counts, and fails for one rank's thread when asked.
+#[derive(Default)]
+struct Counting {
+    to_host: AtomicUsize,
+    to_device: AtomicUsize,
+}
+
+static COPIES: std::sync::OnceLock<Arc<Counting>> = std::sync::OnceLock::new();
+
+thread_local! {
+    static FAIL: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+impl DeviceCopy for Counting {
+    unsafe fn to_host(&self, device: Device, src: *const u8, dst: *mut u8, bytes: usize) -> oxccl::Result<()> {
+        assert_eq!(device, Device::Cuda(0));
+        if FAIL.with(|f| f.get()) {
+            return Err(Error::Backend { code: 700, message: "an illegal address (injected)".into() });
+        }
+        self.to_host.fetch_add(bytes, Ordering::Relaxed);
+        // SAFETY: staging passes a device (here host) source and a host temporary of `bytes`.
+        unsafe { std::ptr::copy_nonoverlapping(src, dst, bytes) };
+        Ok(())
+    }
+    unsafe fn to_device(&self, _: Device, src: *const u8, dst: *mut u8, bytes: usize) -> oxccl::Result<()> {
+        self.to_device.fetch_add(bytes, Ordering::Relaxed);
+        // SAFETY: as above, the other way.
+        unsafe { std::ptr::copy_nonoverlapping(src, dst, bytes) };
+        Ok(())
+    }
+}
+
+fn setup() -> Arc<Counting> {
+    Arc::clone(COPIES.get_or_init(|| {
+        let c = Arc::new(Counting::default());
+        register_device_copy(DeviceKind::Cuda, c.clone());
+        c
+    }))
+}
+
+#[test]
+fn every_collective_on_device_buffers_matches_the_reference() {
+    let copies = setup();
+    let before = (copies.to_host.load(Ordering::Relaxed), copies.to_device.load(Ordering::Relaxed));
+    for n in [1usize, 2, 3, 5] {
+        let out = local::run(n, |c| -> oxccl::Result<()> {
+            let (r, n) = (c.rank(), c.world_size());
+            let val = |i: usize, r: usize| (r * 1000 + i) as f32;
+            // all_reduce, out of place and in place, an odd length.
+            let input = OnGpu((0..37).map(|i| val(i, r)).collect::<Vec<f32>>());
+            let mut output = OnGpu(vec![0.0f32; 37]);
+            c.all_reduce_into(&input, &mut output, ReduceOp::Sum)?;
+            let want: Vec<f32> = (0..37).map(|i| (0..n).map(|q| val(i, q)).sum()).collect();
+            assert_eq!(output.0, want, "all_reduce_into on {n}");
+            let mut inplace = OnGpu((0..37).map(|i| val(i, r)).collect::<Vec<f32>>());
+            c.all_reduce(&mut inplace, ReduceOp::Max)?;
+            assert_eq!(inplace.0, (0..37).map(|i| val(i, n - 1)).collect::<Vec<_>>(), "all_reduce max on {n}");
+            // broadcast from the last rank, i64.
+            let mut b = OnGpu(if r == n - 1 { vec![7i64, -8, 9] } else { vec![0i64; 3] });
+            c.broadcast(&mut b, n - 1)?;
+            assert_eq!(b.0, [7, -8, 9]);
+            // all_gather and reduce_scatter, u8 and f64.
+            let mut g = OnGpu(vec![0u8; 3 * n]);
+            c.all_gather(&OnGpu(vec![r as u8; 3]), &mut g)?;
+            assert_eq!(g.0, (0..n).flat_map(|q| [q as u8; 3]).collect::<Vec<_>>());
+            let mut rs = OnGpu(vec![0.0f64; 2]);
+            c.reduce_scatter(&OnGpu((0..2 * n).map(|i| i as f64).collect::<Vec<_>>()), &mut rs, ReduceOp::Sum)?;
+            assert_eq!(rs.0, [(2 * r) as f64 * n as f64, (2 * r + 1) as f64 * n as f64]);
+            // all_to_all: block q of rank r's input goes to rank q.
+            let mut a2a = OnGpu(vec![0u32; n]);
+            c.all_to_all(&OnGpu((0..n).map(|q| (r * 10 + q) as u32).collect::<Vec<_>>()), &mut a2a)?;
+            assert_eq!(a2a.0, (0..n).map(|q| (q * 10 + r) as u32).collect::<Vec<_>>());
+            // reduce to rank 0, and point-to-point around a ring.
+            let mut red = OnGpu(vec![0i32; 4]);
+            c.reduce_into(&OnGpu(vec![r as i32 + 1; 4]), (r == 0).then_some(&mut red), ReduceOp::Sum, 0)?;
+            if r == 0 {
+                assert_eq!(red.0, [(n * (n + 1) / 2) as i32; 4]);
+            }
+            if n > 1 {
+                // Sends return before they are received: a ring of send-then-receive is safe.
+                let mut got = OnGpu(vec![0.0f64; 5]);
+                c.send(&OnGpu(vec![r as f64; 5]), (r + 1) % n, 4)?;
+                c.recv(&mut got, (r + n - 1) % n, 4)?;
+                assert_eq!(got.0, [((r + n - 1) % n) as f64; 5]);
+            }
+            c.barrier()?;
+            Ok(())
+        })
+        .unwrap();
+        assert!(out.iter().all(|r| r.is_ok()), "{n} ranks: {out:?}");
+    }
+    let after = (copies.to_host.load(Ordering::Relaxed), copies.to_device.load(Ordering::Relaxed));
+    assert!(after.0 > before.0 && after.1 > before.1, "the device copies ran: {before:?} -> {after:?}");
+    // The temporaries came from the pinned pool, and were reused.
+    let pool = oxccl::pinned::global().unwrap().stats();
+    assert!(pool.hits > 0 && pool.misses > 0, "{pool:?}");
+}
+
+#[test]
+fn a_failed_device_copy_fails_its_rank_and_its_peers_promptly() {
+    setup();
+    let t = std::time::Instant::now();
+    let out = local::run(3, |c| {
+        FAIL.with(|f| f.set(c.rank() == 1));
+        let mut v = OnGpu(vec![1.0f32; 8]);
+        let r = c.all_reduce(&mut v, ReduceOp::Sum);
+        FAIL.with(|f| f.set(false));
+        r
+    })
+    .unwrap();
+    match &out[1] {
+        Err(Error::Backend { message, .. }) => assert!(message.contains("illegal address"), "{message}"),
+        other => panic!("rank 1: {other:?}"),
+    }
+    for r in [0, 2] {
+        assert!(matches!(out[r], Err(Error::Aborted { .. }) | Err(Error::PeerLost { .. })), "rank {r}: {:?}", out[r]);
+    }
+    assert!(t.elapsed() < std::time::Duration::from_secs(10), "no wait for a timeout: {:?}", t.elapsed());
+}
