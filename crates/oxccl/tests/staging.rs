@@ -34,6 +34,9 @@ unsafe impl<T: Element> BufferMut for OnGpu<T> {
 struct Counting {
     to_host: AtomicUsize,
     to_device: AtomicUsize,
+    /// Copies to the host of exactly one pipeline chunk (4 MiB; the other tests' buffers are
+    /// far smaller, and a buffer staged whole is copied in one call of its full size).
+    chunk_calls: AtomicUsize,
 }
 
 static COPIES: std::sync::OnceLock<Arc<Counting>> = std::sync::OnceLock::new();
@@ -49,17 +52,26 @@ impl DeviceCopy for Counting {
             return Err(Error::Backend { code: 700, message: "an illegal address (injected)".into() });
         }
         self.to_host.fetch_add(bytes, Ordering::Relaxed);
+        if bytes == 4 << 20 {
+            self.chunk_calls.fetch_add(1, Ordering::Relaxed);
+        }
         // SAFETY: staging passes a device (here host) source and a host temporary of `bytes`.
         unsafe { std::ptr::copy_nonoverlapping(src, dst, bytes) };
         Ok(())
     }
     unsafe fn to_device(&self, _: Device, src: *const u8, dst: *mut u8, bytes: usize) -> oxccl::Result<()> {
+        if bytes == FAILING_TAIL * 4 {
+            return Err(Error::Backend { code: 700, message: "an illegal address (injected)".into() });
+        }
         self.to_device.fetch_add(bytes, Ordering::Relaxed);
         // SAFETY: as above, the other way.
         unsafe { std::ptr::copy_nonoverlapping(src, dst, bytes) };
         Ok(())
     }
 }
+
+/// The f32 length of the last chunk whose copy back fails (in the copy thread).
+const FAILING_TAIL: usize = 777;
 
 fn setup() -> Arc<Counting> {
     Arc::clone(COPIES.get_or_init(|| {
@@ -147,4 +159,48 @@ fn a_failed_device_copy_fails_its_rank_and_its_peers_promptly() {
         assert!(matches!(out[r], Err(Error::Aborted { .. }) | Err(Error::PeerLost { .. })), "rank {r}: {:?}", out[r]);
     }
     assert!(t.elapsed() < std::time::Duration::from_secs(10), "no wait for a timeout: {:?}", t.elapsed());
+}
+
+#[test]
+fn large_all_reduce_and_broadcast_run_as_overlapped_chunks() {
+    let copies = setup();
+    // 2.5 chunks of 4 MiB, and an odd tail.
+    let len = (10 << 20) / 4 + 3;
+    let calls = copies.chunk_calls.load(Ordering::Relaxed);
+    let out = local::run(3, |c| -> oxccl::Result<()> {
+        let r = c.rank();
+        let input = OnGpu((0..len).map(|i| ((i % 1000) + r) as f32).collect::<Vec<f32>>());
+        let mut output = OnGpu(vec![0.0f32; len]);
+        c.all_reduce_into(&input, &mut output, ReduceOp::Sum)?;
+        assert!(output.0.iter().enumerate().all(|(i, &v)| v == (3 * (i % 1000) + 3) as f32), "all_reduce");
+        let mut b = OnGpu(if r == 2 { (0..len).map(|i| i as i32).collect() } else { vec![-1i32; len] });
+        c.broadcast(&mut b, 2)?;
+        assert!(b.0.iter().enumerate().all(|(i, &v)| v == i as i32), "broadcast");
+        Ok(())
+    })
+    .unwrap();
+    assert!(out.iter().all(|r| r.is_ok()), "{out:?}");
+    // Each rank copied the all_reduce's input in 2 full chunks and a tail, and the root the
+    // broadcast's.
+    let made = copies.chunk_calls.load(Ordering::Relaxed) - calls;
+    assert_eq!(made, 3 * 2 + 2, "full chunks copied in");
+}
+
+#[test]
+fn a_failed_copy_in_the_pipeline_is_an_error_not_a_hang() {
+    setup();
+    let len = (8 << 20) / 4 + FAILING_TAIL;
+    let out = local::run(2, |c| {
+        let mut v = OnGpu(vec![1.0f32; len]);
+        c.all_reduce(&mut v, ReduceOp::Sum)
+    })
+    .unwrap();
+    for (r, o) in out.iter().enumerate() {
+        match o {
+            Err(Error::Backend { message, .. }) => assert!(message.contains("illegal address"), "{message}"),
+            // The other rank may hear of the failure first.
+            Err(Error::Aborted { .. }) => {}
+            other => panic!("rank {r}: {other:?}"),
+        }
+    }
 }

@@ -227,7 +227,19 @@ impl Inner {
             e
         };
         let force = self.cfg.cpu.force_staging;
-        let (host, staged) = staging::stage(op.clone(), |d| force || d != Device::Cpu, self.name).map_err(fail)?;
+        let staged_here = |d: Device| force || d != Device::Cpu;
+        // Large all_reduce and broadcast: chunks, with the copies overlapping the collectives.
+        if let Some(r) = super::staged::run(op, staged_here, self.name, |chunk| self.execute_host(&chunk, opts)) {
+            return r.map_err(|e| match e {
+                // A collective's own failure has already poisoned the communicator.
+                e @ (Error::Mismatch { .. }
+                | Error::Timeout { .. }
+                | Error::PeerLost { .. }
+                | Error::Aborted { .. }) => e,
+                e => fail(e),
+            });
+        }
+        let (host, staged) = staging::stage(op.clone(), staged_here, self.name).map_err(fail)?;
         let done = self.execute_host(&host, opts)?;
         staged.finish(&done.received).map_err(fail)?;
         Ok(done)

@@ -8,6 +8,7 @@
 //! - [`selector`]: which algorithm runs a given call.
 //! - [`dispatch`]: from a type-erased operation to algorithm calls.
 //! - [`engine`]: ordered execution, async work, poisoning, split.
+//! - `staged`: device buffers of large all_reduce and broadcast, pipelined through host memory.
 
 pub mod algorithms;
 pub mod dispatch;
@@ -17,6 +18,7 @@ pub mod local;
 pub mod point_to_point;
 pub mod selector;
 pub mod setup;
+pub(crate) mod staged;
 pub mod transport;
 
 /// The SplitMix64 increment (2^64 / golden ratio).
