@@ -231,11 +231,13 @@ impl Inner {
         // Large all_reduce and broadcast: chunks, with the copies overlapping the collectives.
         if let Some(r) = super::staged::run(op, staged_here, self.name, |chunk| self.execute_host(&chunk, opts)) {
             return r.map_err(|e| match e {
-                // A collective's own failure has already poisoned the communicator.
+                // A collective's own failure has already poisoned the communicator (and a
+                // refused argument must not).
                 e @ (Error::Mismatch { .. }
                 | Error::Timeout { .. }
                 | Error::PeerLost { .. }
-                | Error::Aborted { .. }) => e,
+                | Error::Aborted { .. }
+                | Error::InvalidArgument(_)) => e,
                 e => fail(e),
             });
         }
