@@ -11,7 +11,7 @@ use std::sync::{Arc, OnceLock};
 use super::engine::{Engine, Parts};
 use super::library::{Flavor, Library, SearchEnv};
 use super::runtime::DeviceRuntime;
-use super::staging_copy::RuntimeCopy;
+use super::staging_copy::{RuntimeCopy, RuntimePinner};
 use crate::backend::factory::BackendFactory;
 use crate::backend::staging::{self, DeviceKind};
 use crate::backend::Backend;
@@ -105,6 +105,11 @@ fn load_runtime(flavor: Flavor) -> std::result::Result<Arc<dyn DeviceRuntime>, E
         Flavor::Rccl => DeviceKind::Rocm,
     };
     staging::register_device_copy(kind, Arc::new(RuntimeCopy::new(Arc::clone(&rt))));
+    // The pinned pool registers its buffers with this runtime, if it has not started with
+    // another pinner (then its buffers stay mlocked: still pinned, only not device-mapped).
+    if let Err(e) = crate::pinned::install_pinner(Arc::new(RuntimePinner::new(Arc::clone(&rt)))) {
+        tracing::debug!("the pinned pool keeps its pinner: {e}");
+    }
     Ok(rt)
 }
 

@@ -1,6 +1,7 @@
 //! A vendor runtime as the copy functions of the host backends' staging
 //! ([`crate::backend::staging`]): when the `cpu` or `mpi` backend runs a collective on CUDA or
-//! ROCm memory, it copies through these.
+//! ROCm memory, it copies through these; and as the pinner of the pinned pool
+//! ([`RuntimePinner`]), so staging buffers are registered with the device.
 //!
 //! Each copy goes on the legacy default stream and is waited for: a host backend reads its
 //! host temporary right after, and the default stream orders the copy after the work the
@@ -8,10 +9,11 @@
 
 use std::sync::Arc;
 
-use super::runtime::{CopyKind, DeviceRuntime, RawStream};
+use super::runtime::{CopyKind, DeviceRuntime, RawStream, Vendor};
 use crate::backend::staging::DeviceCopy;
 use crate::device::Device;
 use crate::error::{Error, Result};
+use crate::pinned::Pinner;
 
 /// Copies between device and host memory through one vendor runtime.
 pub(crate) struct RuntimeCopy {
@@ -32,6 +34,49 @@ impl RuntimeCopy {
         // untouched by others until this returns; the stream is synchronized before it does.
         unsafe { self.rt.copy_async(dst, src, bytes, kind, RawStream::DEFAULT)? };
         self.rt.stream_synchronize(RawStream::DEFAULT)
+    }
+}
+
+/// Pins the pinned pool's buffers by registering them with a vendor runtime
+/// (`cuMemHostRegister`, `hipHostRegister`): page-locked like `mlock`, and mapped for the
+/// device's copy engines, so copies from and to them run at full speed and asynchronously.
+pub(crate) struct RuntimePinner {
+    rt: Arc<dyn DeviceRuntime>,
+    name: String,
+}
+
+impl RuntimePinner {
+    /// Registers through `rt`.
+    pub(crate) fn new(rt: Arc<dyn DeviceRuntime>) -> RuntimePinner {
+        let name = match rt.vendor() {
+            Vendor::Cuda => "CUDA (cuMemHostRegister)".to_string(),
+            Vendor::Hip => "HIP (hipHostRegister)".to_string(),
+            Vendor::Host => "the host double's host_register".to_string(),
+        };
+        RuntimePinner { rt, name }
+    }
+}
+
+impl Pinner for RuntimePinner {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    unsafe fn pin(&self, ptr: *mut u8, len: usize) -> Result<()> {
+        // SAFETY: the pool's contract: a live, page-aligned mapping that stays mapped until
+        // `unpin` returns.
+        unsafe { self.rt.host_register(ptr, len) }.map_err(|e| {
+            Error::io(
+                format!("registering {len} bytes of host memory with {} for the pinned pool", self.name),
+                &std::io::Error::new(std::io::ErrorKind::OutOfMemory, e.to_string()),
+            )
+        })
+    }
+
+    unsafe fn unpin(&self, ptr: *mut u8, _len: usize) -> Result<()> {
+        // SAFETY: pinned by `pin` above, still mapped, nothing queued on it (the pool only
+        // unpins free buffers).
+        unsafe { self.rt.host_unregister(ptr) }
     }
 }
 
@@ -67,5 +112,29 @@ mod tests {
         unsafe { rt.free(1, dev).unwrap() };
         let e = copy.copy(Device::Cuda(5), 0, 0, 1, CopyKind::HostToDevice).unwrap_err();
         assert!(e.to_string().contains('5'), "{e}");
+    }
+
+    #[test]
+    fn the_pool_pins_through_the_runtime() {
+        let rt: Arc<dyn DeviceRuntime> = Arc::new(HostRuntime::new(1));
+        let pinner = Arc::new(RuntimePinner::new(Arc::clone(&rt)));
+        let pool = crate::pinned::PinnedPool::new(1 << 20, pinner);
+        let mut a = pool.acquire(100_000).unwrap();
+        a.as_mut_slice().fill(3);
+        let s = pool.stats();
+        assert_eq!((s.pinner.as_str(), s.buffers, s.misses), ("the host double's host_register", 1, 1));
+        drop(a);
+        assert_eq!(pool.trim(), 128 << 10, "the free buffer is unregistered and unmapped");
+        assert_eq!(pool.stats().buffers, 0);
+        // Registering the same memory twice is the runtime's error, which the pool reports.
+        let p = RuntimePinner::new(Arc::clone(&rt));
+        let mut page = vec![0u8; 4096];
+        // SAFETY: `page` stays alive (mapped) across both calls and the unpin.
+        unsafe {
+            p.pin(page.as_mut_ptr(), 4096).unwrap();
+            let e = p.pin(page.as_mut_ptr(), 4096).unwrap_err();
+            assert!(e.to_string().contains("already registered"), "{e}");
+            p.unpin(page.as_mut_ptr(), 4096).unwrap();
+        }
     }
 }

@@ -154,6 +154,28 @@ pub(crate) trait DeviceRuntime: Send + Sync + 'static {
     #[allow(dead_code)]
     unsafe fn host_free(&self, ptr: *mut u8) -> Result<()>;
 
+    /// Page-locks `bytes` of host memory at `ptr` (page aligned) and registers it with the
+    /// runtime, so copies from and to it run at full speed and asynchronously
+    /// (`cuMemHostRegister`, `hipHostRegister`; portable to every context).
+    ///
+    /// # Safety
+    /// `ptr..ptr + bytes` is mapped host memory that stays mapped until
+    /// [`host_unregister`](Self::host_unregister).
+    ///
+    /// # Errors
+    /// The runtime's error (the memlock limit, a range already registered), or a driver that
+    /// lacks the call.
+    unsafe fn host_register(&self, ptr: *mut u8, bytes: usize) -> Result<()>;
+
+    /// Undoes [`host_register`](Self::host_register).
+    ///
+    /// # Safety
+    /// `ptr` was registered and no queued work uses it.
+    ///
+    /// # Errors
+    /// The runtime's error.
+    unsafe fn host_unregister(&self, ptr: *mut u8) -> Result<()>;
+
     /// Creates a stream on `device` that does not synchronize with the legacy default stream.
     ///
     /// # Errors

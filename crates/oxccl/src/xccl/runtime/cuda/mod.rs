@@ -259,6 +259,23 @@ impl DeviceRuntime for CudaRuntime {
         self.check("cuMemFreeHost", unsafe { (self.t.mem_free_host)(ptr.cast()) })
     }
 
+    unsafe fn host_register(&self, ptr: *mut u8, bytes: usize) -> Result<()> {
+        self.ensure_context()?;
+        let Some((register, _)) = self.t.mem_host_register else {
+            return Err(Error::Backend { code: -1, message: "this CUDA driver lacks cuMemHostRegister_v2".into() });
+        };
+        // SAFETY: the caller gives mapped host memory that stays mapped until unregistered.
+        self.check("cuMemHostRegister_v2", unsafe { register(ptr.cast(), bytes, CU_MEMHOSTREGISTER_PORTABLE) })
+    }
+
+    unsafe fn host_unregister(&self, ptr: *mut u8) -> Result<()> {
+        let Some((_, unregister)) = self.t.mem_host_register else {
+            return Err(Error::Backend { code: -1, message: "this CUDA driver lacks cuMemHostUnregister".into() });
+        };
+        // SAFETY: `ptr` was registered and nothing queued uses it (our contract).
+        self.check("cuMemHostUnregister", unsafe { unregister(ptr.cast()) })
+    }
+
     fn stream_create(&self, device: u32) -> Result<RawStream> {
         self.set_current(device)?;
         let mut s: Handle = std::ptr::null_mut();

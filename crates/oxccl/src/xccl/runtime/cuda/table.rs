@@ -36,6 +36,8 @@ pub(crate) const CUDA_ERROR_INVALID_VALUE: CuResult = 1;
 pub(crate) const CUDA_ERROR_NO_DEVICE: CuResult = 100;
 /// `CUDA_ERROR_INVALID_DEVICE`.
 pub(crate) const CUDA_ERROR_INVALID_DEVICE: CuResult = 101;
+/// `CU_MEMHOSTREGISTER_PORTABLE`: registered memory usable from every context.
+pub(crate) const CU_MEMHOSTREGISTER_PORTABLE: c_uint = 0x01;
 /// `CUDA_ERROR_NOT_READY`: `cuEventQuery` before the event fired.
 pub(crate) const CUDA_ERROR_NOT_READY: CuResult = 600;
 /// `CU_MEMHOSTALLOC_PORTABLE`: pinned memory usable from every context. The only flag we
@@ -81,7 +83,9 @@ pub(crate) type MemAllocFn = unsafe extern "C" fn(dptr: *mut CuDevicePtr, bytes:
 pub(crate) type MemFreeFn = unsafe extern "C" fn(dptr: CuDevicePtr) -> CuResult;
 /// `CUresult cuMemHostAlloc(void** pp, size_t bytesize, unsigned int Flags)`.
 pub(crate) type MemHostAllocFn = unsafe extern "C" fn(pp: *mut *mut c_void, bytes: usize, flags: c_uint) -> CuResult;
-/// `CUresult cuMemFreeHost(void* p)`.
+/// `CUresult cuMemHostRegister_v2(void* p, size_t bytesize, unsigned int Flags)`.
+pub(crate) type MemHostRegisterFn = unsafe extern "C" fn(p: *mut c_void, bytes: usize, flags: c_uint) -> CuResult;
+/// `CUresult cuMemFreeHost(void* p)` and `cuMemHostUnregister(void* p)`.
 pub(crate) type MemFreeHostFn = unsafe extern "C" fn(p: *mut c_void) -> CuResult;
 /// `CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t, CUstream)`.
 pub(crate) type HtoDFn =
@@ -132,6 +136,9 @@ pub(crate) struct CudaTable {
     pub(crate) pointer_get_attribute: PointerGetAttributeFn,
     pub(crate) get_error_name: ErrorTextFn,
     pub(crate) get_error_string: ErrorTextFn,
+    /// `cuMemHostRegister_v2` and `cuMemHostUnregister`, where the driver has them (every
+    /// driver since CUDA 4; optional so a table of test functions may leave them out).
+    pub(crate) mem_host_register: Option<(MemHostRegisterFn, MemFreeHostFn)>,
     /// The library the pointers point into (`None` for a table of test functions).
     pub(crate) library: Option<Arc<Opened>>,
 }
@@ -180,7 +187,13 @@ impl CudaTable {
                 get(lookup, m, c"cuGetErrorString"),
             )
         };
-        match t {
+        // SAFETY: as above, for two optional names.
+        let register = unsafe {
+            let mut optional = Vec::new();
+            let o = &mut optional;
+            (get(lookup, o, c"cuMemHostRegister_v2"), get(lookup, o, c"cuMemHostUnregister"))
+        };
+        let t = match t {
             (
                 Some(init),
                 Some(driver_get_version),
@@ -235,10 +248,17 @@ impl CudaTable {
                 pointer_get_attribute,
                 get_error_name,
                 get_error_string,
+                mem_host_register: None,
                 library: None,
             }),
             _ => Err(format!("lacks {}", missing.join(", "))),
-        }
+        };
+        t.map(|mut t| {
+            if let (Some(r), Some(u)) = register {
+                t.mem_host_register = Some((r, u));
+            }
+            t
+        })
     }
 
     /// The table of an opened library.

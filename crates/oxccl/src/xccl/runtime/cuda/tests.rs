@@ -13,6 +13,7 @@ struct Fake {
     retains: Vec<CuDevice>,
     current: usize,
     host_flags: Vec<c_uint>,
+    registered: Vec<(usize, usize, c_uint)>,
     alloc_bytes: Vec<usize>,
     event_ready: bool,
     /// The memory type `cuPointerGetAttribute` reports, or None for INVALID_VALUE.
@@ -88,6 +89,10 @@ unsafe extern "C" fn host_alloc(p: *mut *mut c_void, _: usize, flags: c_uint) ->
     CUDA_SUCCESS
 }
 unsafe extern "C" fn free_host(_: *mut c_void) -> CuResult {
+    CUDA_SUCCESS
+}
+unsafe extern "C" fn host_register(p: *mut c_void, bytes: usize, flags: c_uint) -> CuResult {
+    with(|f| f.registered.push((p as usize, bytes, flags)));
     CUDA_SUCCESS
 }
 unsafe extern "C" fn htod(_: CuDevicePtr, _: *const c_void, _: usize, _: Handle) -> CuResult {
@@ -169,6 +174,8 @@ fn fake(without: &[&str]) -> std::result::Result<CudaTable, String> {
         ("cuMemFree_v2", mem_free as *mut c_void),
         ("cuMemHostAlloc", host_alloc as *mut c_void),
         ("cuMemFreeHost", free_host as *mut c_void),
+        ("cuMemHostRegister_v2", host_register as *mut c_void),
+        ("cuMemHostUnregister", free_host as *mut c_void),
         ("cuMemcpyHtoDAsync_v2", htod as *mut c_void),
         ("cuMemcpyDtoHAsync_v2", dtoh as *mut c_void),
         ("cuMemcpyDtoDAsync_v2", dtod as *mut c_void),
@@ -240,6 +247,18 @@ fn contexts_allocations_events_and_pointers() {
     assert!(flags.iter().all(|f| f & CU_MEMHOSTALLOC_WRITECOMBINED == 0));
     // SAFETY: from host_alloc, freed once.
     unsafe { rt.host_free(p).unwrap() };
+    // Host memory is registered portable (for the pinned pool), and unregistered.
+    // SAFETY: the fake driver only records the call.
+    unsafe {
+        rt.host_register(0x7000 as *mut u8, 8192).unwrap();
+        rt.host_unregister(0x7000 as *mut u8).unwrap();
+    }
+    assert_eq!(with(|f| f.registered.clone()), vec![(0x7000, 8192, CU_MEMHOSTREGISTER_PORTABLE)]);
+    // A driver without the calls (they are optional) says so.
+    let bare = CudaRuntime::from_table(fake(&["cuMemHostRegister_v2"]).expect("table"), "/fake").expect("runtime");
+    // SAFETY: refused before any call.
+    let e = unsafe { bare.host_register(0x7000 as *mut u8, 8192) }.unwrap_err();
+    assert!(e.to_string().contains("lacks cuMemHostRegister_v2"), "{e}");
     // Events: not ready, then ready.
     let e = rt.event_create(0).unwrap();
     assert!(!rt.event_query(e).unwrap());

@@ -198,6 +198,22 @@ impl DeviceRuntime for HipRuntime {
         self.check("hipHostFree", unsafe { (self.t.host_free)(ptr.cast()) })
     }
 
+    unsafe fn host_register(&self, ptr: *mut u8, bytes: usize) -> Result<()> {
+        let Some((register, _)) = self.t.host_register else {
+            return Err(Error::Backend { code: -1, message: "this HIP runtime lacks hipHostRegister".into() });
+        };
+        // SAFETY: the caller gives mapped host memory that stays mapped until unregistered.
+        self.check("hipHostRegister", unsafe { register(ptr.cast(), bytes, HIP_HOST_REGISTER_PORTABLE) })
+    }
+
+    unsafe fn host_unregister(&self, ptr: *mut u8) -> Result<()> {
+        let Some((_, unregister)) = self.t.host_register else {
+            return Err(Error::Backend { code: -1, message: "this HIP runtime lacks hipHostUnregister".into() });
+        };
+        // SAFETY: `ptr` was registered and nothing queued uses it (our contract).
+        self.check("hipHostUnregister", unsafe { unregister(ptr.cast()) })
+    }
+
     fn stream_create(&self, device: u32) -> Result<RawStream> {
         self.set_current(device)?;
         let mut s: Handle = std::ptr::null_mut();

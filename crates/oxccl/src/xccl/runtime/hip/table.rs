@@ -30,6 +30,8 @@ pub(crate) const HIP_ERROR_NO_DEVICE: HipError = 100;
 pub(crate) const HIP_ERROR_NOT_READY: HipError = 600;
 /// `hipHostMallocPortable`. The only flag we pass: not `hipHostMallocWriteCombined` (0x4).
 pub(crate) const HIP_HOST_MALLOC_PORTABLE: c_uint = 0x1;
+/// `hipHostRegisterPortable`: registered memory usable from every device.
+pub(crate) const HIP_HOST_REGISTER_PORTABLE: c_uint = 0x1;
 /// `hipHostMallocWriteCombined` (never passed; named for the test that checks so).
 pub(crate) const HIP_HOST_MALLOC_WRITE_COMBINED: c_uint = 0x4;
 /// `hipStreamNonBlocking`.
@@ -83,6 +85,8 @@ pub(crate) type SetDeviceFn = unsafe extern "C" fn(device: c_int) -> HipError;
 pub(crate) type MallocFn = unsafe extern "C" fn(ptr: *mut *mut c_void, size: usize) -> HipError;
 /// `hipError_t hipFree(void* ptr)` and `hipHostFree(void* ptr)`.
 pub(crate) type FreeFn = unsafe extern "C" fn(ptr: *mut c_void) -> HipError;
+/// `hipError_t hipHostRegister(void* hostPtr, size_t sizeBytes, unsigned int flags)`.
+pub(crate) type HostRegisterFn = unsafe extern "C" fn(ptr: *mut c_void, size: usize, flags: c_uint) -> HipError;
 /// `hipError_t hipHostMalloc(void** ptr, size_t size, unsigned int flags)`.
 pub(crate) type HostMallocFn = unsafe extern "C" fn(ptr: *mut *mut c_void, size: usize, flags: c_uint) -> HipError;
 /// `hipError_t hipMemcpyAsync(void* dst, const void* src, size_t sizeBytes, hipMemcpyKind
@@ -128,6 +132,9 @@ pub(crate) struct HipTable {
     pub(crate) pointer_get_attributes: PointerGetAttributesFn,
     pub(crate) get_error_name: ErrorTextFn,
     pub(crate) get_error_string: ErrorTextFn,
+    /// `hipHostRegister` and `hipHostUnregister`, where the library has them (optional so a
+    /// table of test functions may leave them out).
+    pub(crate) host_register: Option<(HostRegisterFn, FreeFn)>,
     /// The library the pointers point into (`None` for a table of test functions).
     pub(crate) library: Option<Arc<Opened>>,
 }
@@ -170,7 +177,13 @@ impl HipTable {
                 get(lookup, m, c"hipGetErrorString"),
             )
         };
-        match t {
+        // SAFETY: as above, for two optional names.
+        let register = unsafe {
+            let mut optional = Vec::new();
+            let o = &mut optional;
+            (get(lookup, o, c"hipHostRegister"), get(lookup, o, c"hipHostUnregister"))
+        };
+        let t = match t {
             (
                 Some(init),
                 Some(runtime_get_version),
@@ -213,10 +226,17 @@ impl HipTable {
                 pointer_get_attributes,
                 get_error_name,
                 get_error_string,
+                host_register: None,
                 library: None,
             }),
             _ => Err(format!("lacks {}", missing.join(", "))),
-        }
+        };
+        t.map(|mut t| {
+            if let (Some(r), Some(u)) = register {
+                t.host_register = Some((r, u));
+            }
+            t
+        })
     }
 
     /// The table of an opened library.

@@ -12,6 +12,7 @@ struct Fake {
     version: c_int,
     current: c_int,
     host_flags: Vec<c_uint>,
+    registered: Vec<(usize, usize, c_uint)>,
     malloc_bytes: Vec<usize>,
     copies: Vec<c_int>,
     event_ready: bool,
@@ -61,6 +62,10 @@ unsafe extern "C" fn host_malloc(p: *mut *mut c_void, _: usize, flags: c_uint) -
     // SAFETY: a valid pointer.
     unsafe { *p = 0x5000 as *mut c_void };
     HIP_SUCCESS
+}
+unsafe extern "C" fn host_register(p: *mut c_void, bytes: usize, flags: c_uint) -> HipError {
+    with(|f| f.registered.push((p as usize, bytes, flags)));
+    0
 }
 unsafe extern "C" fn memcpy_async(_: *mut c_void, _: *const c_void, _: usize, kind: c_int, _: Handle) -> HipError {
     with(|f| f.copies.push(kind));
@@ -121,6 +126,8 @@ fn fake(without: &[&str]) -> std::result::Result<HipTable, String> {
         ("hipFree", free as *mut c_void),
         ("hipHostMalloc", host_malloc as *mut c_void),
         ("hipHostFree", free as *mut c_void),
+        ("hipHostRegister", host_register as *mut c_void),
+        ("hipHostUnregister", free as *mut c_void),
         ("hipMemcpyAsync", memcpy_async as *mut c_void),
         ("hipStreamCreateWithFlags", create as *mut c_void),
         ("hipStreamDestroy", handle_ok as *mut c_void),
@@ -180,6 +187,12 @@ fn devices_memory_copies_events_and_both_memory_type_numberings() {
     rt.host_alloc(10).unwrap();
     let flags = with(|f| f.host_flags.clone());
     assert!(flags == vec![HIP_HOST_MALLOC_PORTABLE] && flags[0] & HIP_HOST_MALLOC_WRITE_COMBINED == 0);
+    // SAFETY: the fake only records the calls.
+    unsafe {
+        rt.host_register(0x7000 as *mut u8, 4096).unwrap();
+        rt.host_unregister(0x7000 as *mut u8).unwrap();
+    }
+    assert_eq!(with(|f| f.registered.clone()), vec![(0x7000, 4096, HIP_HOST_REGISTER_PORTABLE)]);
     // SAFETY: made-up addresses the fake never dereferences.
     unsafe {
         rt.copy_async(1, 2, 8, CopyKind::HostToDevice, RawStream::DEFAULT).unwrap();

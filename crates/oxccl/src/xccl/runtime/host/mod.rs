@@ -70,7 +70,7 @@ use self::stall::Gate;
 use self::stream::{Stream, Work};
 use self::wake::{Waited, Wake};
 use super::{CopyKind, DeviceRuntime, RawEvent, RawStream, Residence, Vendor};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::sync::relock;
 
 #[cfg(any(test, feature = "testing"))]
@@ -144,6 +144,8 @@ pub(crate) struct HostRuntime {
     streams: Mutex<Streams>,
     /// The live events, by handle number.
     events: Mutex<HashMap<usize, Arc<Event>>>,
+    /// Host memory registered with `host_register`: address, bytes.
+    registered: Mutex<HashMap<usize, usize>>,
 }
 
 impl std::fmt::Debug for HostRuntime {
@@ -169,6 +171,7 @@ impl HostRuntime {
             wake: Arc::new(Wake::default()),
             streams: Mutex::new(Streams::default()),
             events: Mutex::new(HashMap::new()),
+            registered: Mutex::new(HashMap::new()),
         }
     }
 
@@ -315,6 +318,25 @@ impl DeviceRuntime for HostRuntime {
         let addr = usize::try_from(ptr)
             .map_err(|_| fail(INVALID_VALUE, "free", format!("{ptr:#x} is not a live allocation")))?;
         self.memory.free(Owner::Device(device), addr, "free")
+    }
+
+    unsafe fn host_register(&self, ptr: *mut u8, bytes: usize) -> Result<()> {
+        let mut r = relock(&self.registered);
+        if r.contains_key(&(ptr as usize)) {
+            return Err(Error::Backend {
+                code: 712,
+                message: "host_register: this memory is already registered".into(),
+            });
+        }
+        r.insert(ptr as usize, bytes);
+        Ok(())
+    }
+
+    unsafe fn host_unregister(&self, ptr: *mut u8) -> Result<()> {
+        match relock(&self.registered).remove(&(ptr as usize)) {
+            Some(_) => Ok(()),
+            None => Err(Error::Backend { code: 713, message: "host_unregister: this memory is not registered".into() }),
+        }
     }
 
     fn host_alloc(&self, bytes: usize) -> Result<*mut u8> {
