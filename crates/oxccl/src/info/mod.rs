@@ -46,6 +46,24 @@ pub struct GpuStack {
     /// The collective library: its path and version (`Ok`), or every path tried and why each
     /// failed.
     pub library: Result<String, String>,
+    /// What the runtime says of each device it sees, by ordinal.
+    pub device_details: Vec<Result<RuntimeDevice, String>>,
+    /// Pairs of devices (device, peer) that can access each other's memory directly, and
+    /// those that cannot, as the runtime answers.
+    pub peer_access: Vec<(u32, u32, bool)>,
+}
+
+/// A device as its runtime describes it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RuntimeDevice {
+    /// Its model.
+    pub name: Option<String>,
+    /// Its memory, bytes.
+    pub memory_bytes: Option<u64>,
+    /// Its PCI address (matches [`crate::topology::Gpu::bus_id`]).
+    pub pci_bus_id: Option<String>,
+    /// Whether its driver supports dma-buf (GPUDirect RDMA without a peer-memory module).
+    pub dma_buf: Option<bool>,
 }
 
 /// MPI as this build sees it.
@@ -207,7 +225,24 @@ fn gpu_stack(backend: &str) -> Option<GpuStack> {
         Err(e) => (Err(e), None),
     };
     let library = p.library.map(|(path, version)| format!("{version} from {}", path.display()));
-    Some(GpuStack { backend: backend.to_string(), runtime, devices, library })
+    let device_details = p
+        .devices
+        .into_iter()
+        .map(|d| {
+            d.map(|i| RuntimeDevice {
+                name: i.name,
+                memory_bytes: i.memory_bytes,
+                pci_bus_id: i.pci_bus_id,
+                dma_buf: i.dma_buf,
+            })
+        })
+        .collect();
+    Some(GpuStack { backend: backend.to_string(), runtime, devices, library, device_details, peer_access: p.peers })
+}
+
+/// The dma-buf answers of every device the runtimes describe.
+fn gpu_stacks_dma_buf(stacks: &[GpuStack]) -> Vec<bool> {
+    stacks.iter().flat_map(|g| &g.device_details).filter_map(|d| d.as_ref().ok()?.dma_buf).collect()
 }
 
 impl Report {
@@ -222,8 +257,14 @@ impl Report {
                 detail: s.err().unwrap_or_else(|| "available".to_string()),
             })
             .collect();
-        let gpu_stacks = ["nccl", "rccl"].iter().filter_map(|b| gpu_stack(b)).collect();
-        let topology = Topology::detect();
+        let gpu_stacks: Vec<GpuStack> = ["nccl", "rccl"].iter().filter_map(|b| gpu_stack(b)).collect();
+        let mut topology = Topology::detect();
+        // The GPU driver's dma-buf answer completes the GPUDirect picture.
+        let dma_buf: Vec<bool> = gpu_stacks_dma_buf(&gpu_stacks);
+        if !dma_buf.is_empty() {
+            let have_gpus = !topology.gpus.is_empty();
+            topology.gpudirect = topology.gpudirect.clone().with_dma_buf(dma_buf.iter().any(|&d| d), have_gpus);
+        }
         let gpu_nics =
             topology.gpus.iter().map(|g| topology.nearest_nic(g).map(|(n, d)| (n.name.clone(), d))).collect();
         let interfaces = crate::cpu::transport::tcp::ipv4_interfaces()

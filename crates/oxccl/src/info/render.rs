@@ -44,6 +44,36 @@ impl fmt::Display for Report {
             if let Some(n) = g.devices {
                 writeln!(s, "  {}: {n} device(s) visible", g.backend)?;
             }
+            for (i, d) in g.device_details.iter().enumerate() {
+                match d {
+                    Ok(d) => {
+                        write!(s, "    device {i}: {}", d.name.as_deref().unwrap_or("(no name)"))?;
+                        if let Some(m) = d.memory_bytes {
+                            write!(s, ", {}", size(m))?;
+                        }
+                        if let Some(b) = &d.pci_bus_id {
+                            write!(s, ", PCI {b}")?;
+                        }
+                        if let Some(x) = d.dma_buf {
+                            write!(s, ", dma-buf {}", if x { "yes" } else { "no" })?;
+                        }
+                        writeln!(s)?;
+                    }
+                    Err(e) => writeln!(s, "    device {i}: {e}")?,
+                }
+            }
+            let (yes, no): (Vec<_>, Vec<_>) = g.peer_access.iter().partition(|p| p.2);
+            if !g.peer_access.is_empty() {
+                let pairs = |v: &[&(u32, u32, bool)]| {
+                    v.iter().map(|p| format!("{}->{}", p.0, p.1)).collect::<Vec<_>>().join(" ")
+                };
+                writeln!(
+                    s,
+                    "    peer access: {}{}",
+                    if yes.is_empty() { "none".into() } else { pairs(&yes) },
+                    if no.is_empty() { String::new() } else { format!("; not: {}", pairs(&no)) }
+                )?;
+            }
             match &g.library {
                 Ok(l) => writeln!(s, "  {}: library {l}", g.backend)?,
                 Err(e) => writeln!(s, "  {}: library not found: {e}", g.backend)?,

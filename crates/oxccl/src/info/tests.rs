@@ -92,3 +92,29 @@ fn problems_say_what_to_do() {
     r.topology.host.dev_shm = None;
     assert!(r.find_problems().iter().any(|x| x.contains("/dev/shm is not mounted")));
 }
+
+#[test]
+fn runtime_devices_and_peer_access_are_shown() {
+    let mut r = Report::gather();
+    r.gpu_stacks = vec![GpuStack {
+        backend: "nccl".into(),
+        runtime: Ok("the CUDA driver 13.0 (/fake)".into()),
+        devices: Some(2),
+        library: Err("no usable NCCL library".into()),
+        device_details: vec![
+            Ok(RuntimeDevice {
+                name: Some("NVIDIA H100 80GB HBM3".into()),
+                memory_bytes: Some(80 << 30),
+                pci_bus_id: Some("0000:3b:00.0".into()),
+                dma_buf: Some(true),
+            }),
+            Err("cuDeviceGet failed".into()),
+        ],
+        peer_access: vec![(0, 1, true), (1, 0, false)],
+    }];
+    let text = r.to_string();
+    assert!(text.contains("    device 0: NVIDIA H100 80GB HBM3, 80.0 GiB, PCI 0000:3b:00.0, dma-buf yes"), "{text}");
+    assert!(text.contains("    device 1: cuDeviceGet failed"), "{text}");
+    assert!(text.contains("    peer access: 0->1; not: 1->0"), "{text}");
+    assert_eq!(gpu_stacks_dma_buf(&r.gpu_stacks), [true]);
+}

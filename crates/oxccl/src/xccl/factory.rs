@@ -40,6 +40,11 @@ pub(crate) struct StackProbe {
     pub(crate) runtime: std::result::Result<(String, std::result::Result<u32, String>), String>,
     /// The collective library: where it was loaded from and its version.
     pub(crate) library: std::result::Result<(std::path::PathBuf, String), String>,
+    /// What the runtime says of each device it sees.
+    pub(crate) devices: Vec<std::result::Result<super::runtime::DeviceInfo, String>>,
+    /// Peer access between the devices: (device, peer, answer) for every ordered pair the
+    /// runtime answers.
+    pub(crate) peers: Vec<(u32, u32, bool)>,
 }
 
 /// Probes the runtime and library of the `nccl` or `rccl` backend (`None` for another
@@ -55,11 +60,23 @@ pub(crate) fn probe(backend: &str, explicit: Option<std::path::PathBuf>) -> Opti
         Flavor::Nccl => &CUDA,
         Flavor::Rccl => &HIP,
     };
-    let runtime = match cell.get_or_init(|| load_runtime(flavor)) {
+    let loaded = cell.get_or_init(|| load_runtime(flavor));
+    let runtime = match loaded {
         Ok(rt) => Ok((rt.describe(), rt.device_count().map_err(|e| e.to_string()))),
         Err(Error::BackendUnavailable { why, .. }) => Err(why.clone()),
         Err(e) => Err(e.to_string()),
     };
+    let (mut devices, mut peers) = (Vec::new(), Vec::new());
+    if let (Ok(rt), Ok((_, Ok(n)))) = (loaded, &runtime) {
+        devices = (0..*n).map(|d| rt.device_info(d).map_err(|e| e.to_string())).collect();
+        for a in 0..*n {
+            for b in (0..*n).filter(|&b| b != a) {
+                if let Ok(Some(yes)) = rt.can_access_peer(a, b) {
+                    peers.push((a, b, yes));
+                }
+            }
+        }
+    }
     let mut env = SearchEnv::from_process();
     env.explicit = explicit;
     let library = match Library::load(flavor, &env) {
@@ -67,7 +84,7 @@ pub(crate) fn probe(backend: &str, explicit: Option<std::path::PathBuf>) -> Opti
         Err(Error::BackendUnavailable { why, .. }) => Err(why),
         Err(e) => Err(e.to_string()),
     };
-    Some(StackProbe { runtime, library })
+    Some(StackProbe { runtime, library, devices, peers })
 }
 
 /// The vendor runtime of `flavor` (CUDA for NCCL, HIP for RCCL), loaded once per process,

@@ -89,6 +89,20 @@ pub(crate) enum Residence {
     Host,
 }
 
+/// What a runtime says about one of its devices (`oxccl info`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct DeviceInfo {
+    /// Its model (`NVIDIA H100 80GB HBM3`).
+    pub(crate) name: Option<String>,
+    /// Its memory, bytes.
+    pub(crate) memory_bytes: Option<u64>,
+    /// Its PCI address, lower case (`0000:3b:00.0`), as sysfs names it.
+    pub(crate) pci_bus_id: Option<String>,
+    /// Whether the driver supports dma-buf for its memory (GPUDirect RDMA without a
+    /// peer-memory module); `None` where the runtime cannot say.
+    pub(crate) dma_buf: Option<bool>,
+}
+
 /// What the GPU engine needs from a vendor runtime. Every call that takes a device ordinal
 /// makes that device current on the calling thread first (the way the runtime APIs work:
 /// the current device is per thread).
@@ -175,6 +189,20 @@ pub(crate) trait DeviceRuntime: Send + Sync + 'static {
     /// # Errors
     /// The runtime's error.
     unsafe fn host_unregister(&self, ptr: *mut u8) -> Result<()>;
+
+    /// What the runtime says about `device`: each part the driver answers (a driver that
+    /// lacks a query leaves its part `None`).
+    ///
+    /// # Errors
+    /// An ordinal out of range, or the runtime's error.
+    fn device_info(&self, device: u32) -> Result<DeviceInfo>;
+
+    /// Whether `device` can access `peer`'s memory directly (peer-to-peer over NVLink or
+    /// PCIe); `None` where the runtime cannot say.
+    ///
+    /// # Errors
+    /// An ordinal out of range, or the runtime's error.
+    fn can_access_peer(&self, device: u32, peer: u32) -> Result<Option<bool>>;
 
     /// Creates a stream on `device` that does not synchronize with the legacy default stream.
     ///

@@ -22,7 +22,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use self::table::*;
-use super::{CopyKind, DeviceRuntime, RawEvent, RawStream, Residence, Vendor};
+use super::{CopyKind, DeviceInfo, DeviceRuntime, RawEvent, RawStream, Residence, Vendor};
 use crate::error::{Error, Result};
 use crate::sync::relock;
 use crate::xccl::dl::{Candidate, Opened};
@@ -120,6 +120,16 @@ impl CudaRuntime {
         } else {
             Err(Error::Backend { code: i64::from(code), message: format!("{call}: {}", self.describe_code(code)) })
         }
+    }
+
+    /// The `CUdevice` of ordinal `device`.
+    fn cu_device(&self, device: u32) -> Result<CuDevice> {
+        let ordinal =
+            c_int::try_from(device).map_err(|_| Error::invalid(format!("CUDA device {device} is out of range")))?;
+        let mut dev: CuDevice = 0;
+        // SAFETY: writes one CUdevice through a valid pointer.
+        self.check("cuDeviceGet", unsafe { (self.t.device_get)(&mut dev, ordinal) })?;
+        Ok(dev)
     }
 
     /// The primary context of `device`, retained on first use.
@@ -257,6 +267,46 @@ impl DeviceRuntime for CudaRuntime {
     unsafe fn host_free(&self, ptr: *mut u8) -> Result<()> {
         // SAFETY: `ptr` came from cuMemHostAlloc and is freed once (our contract).
         self.check("cuMemFreeHost", unsafe { (self.t.mem_free_host)(ptr.cast()) })
+    }
+
+    fn device_info(&self, device: u32) -> Result<DeviceInfo> {
+        let dev = self.cu_device(device)?;
+        let text = |f: Option<DeviceTextFn>, call: &str| -> Result<Option<String>> {
+            let Some(f) = f else { return Ok(None) };
+            let mut buf = [0 as c_char; 256];
+            // SAFETY: writes at most `len` bytes, NUL-terminated, into the buffer.
+            self.check(call, unsafe { f(buf.as_mut_ptr(), buf.len() as c_int, dev) })?;
+            buf[buf.len() - 1] = 0;
+            // SAFETY: NUL-terminated within the buffer (its last byte is 0).
+            Ok(Some(unsafe { CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned()))
+        };
+        let name = text(self.t.device_name, "cuDeviceGetName")?;
+        let pci_bus_id = text(self.t.device_pci_bus_id, "cuDeviceGetPCIBusId")?.map(|b| b.to_ascii_lowercase());
+        let memory_bytes = match self.t.device_total_mem {
+            Some(f) => {
+                let mut b: usize = 0;
+                // SAFETY: writes one size_t through a valid pointer.
+                self.check("cuDeviceTotalMem_v2", unsafe { f(&mut b, dev) })?;
+                Some(b as u64)
+            }
+            None => None,
+        };
+        let dma_buf = self.t.device_get_attribute.and_then(|f| {
+            let mut v: c_int = 0;
+            // SAFETY: writes one int; an older driver answers CUDA_ERROR_INVALID_VALUE, which
+            // means "cannot say".
+            (unsafe { f(&mut v, CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, dev) } == CUDA_SUCCESS).then_some(v != 0)
+        });
+        Ok(DeviceInfo { name, memory_bytes, pci_bus_id, dma_buf })
+    }
+
+    fn can_access_peer(&self, device: u32, peer: u32) -> Result<Option<bool>> {
+        let (a, b) = (self.cu_device(device)?, self.cu_device(peer)?);
+        let Some(f) = self.t.device_can_access_peer else { return Ok(None) };
+        let mut v: c_int = 0;
+        // SAFETY: writes one int through a valid pointer.
+        self.check("cuDeviceCanAccessPeer", unsafe { f(&mut v, a, b) })?;
+        Ok(Some(v != 0))
     }
 
     unsafe fn host_register(&self, ptr: *mut u8, bytes: usize) -> Result<()> {

@@ -38,6 +38,8 @@ pub(crate) const CUDA_ERROR_NO_DEVICE: CuResult = 100;
 pub(crate) const CUDA_ERROR_INVALID_DEVICE: CuResult = 101;
 /// `CU_MEMHOSTREGISTER_PORTABLE`: registered memory usable from every context.
 pub(crate) const CU_MEMHOSTREGISTER_PORTABLE: c_uint = 0x01;
+/// `CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED` (CUDA 11.7+ drivers answer it).
+pub(crate) const CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED: c_int = 124;
 /// `CUDA_ERROR_NOT_READY`: `cuEventQuery` before the event fired.
 pub(crate) const CUDA_ERROR_NOT_READY: CuResult = 600;
 /// `CU_MEMHOSTALLOC_PORTABLE`: pinned memory usable from every context. The only flag we
@@ -85,6 +87,15 @@ pub(crate) type MemFreeFn = unsafe extern "C" fn(dptr: CuDevicePtr) -> CuResult;
 pub(crate) type MemHostAllocFn = unsafe extern "C" fn(pp: *mut *mut c_void, bytes: usize, flags: c_uint) -> CuResult;
 /// `CUresult cuMemHostRegister_v2(void* p, size_t bytesize, unsigned int Flags)`.
 pub(crate) type MemHostRegisterFn = unsafe extern "C" fn(p: *mut c_void, bytes: usize, flags: c_uint) -> CuResult;
+/// `CUresult cuDeviceGetName(char* name, int len, CUdevice dev)` and
+/// `cuDeviceGetPCIBusId(char* pciBusId, int len, CUdevice dev)`.
+pub(crate) type DeviceTextFn = unsafe extern "C" fn(out: *mut c_char, len: c_int, dev: CuDevice) -> CuResult;
+/// `CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev)`.
+pub(crate) type DeviceTotalMemFn = unsafe extern "C" fn(bytes: *mut usize, dev: CuDevice) -> CuResult;
+/// `CUresult cuDeviceGetAttribute(int* pi, CUdevice_attribute attrib, CUdevice dev)`.
+pub(crate) type DeviceGetAttributeFn = unsafe extern "C" fn(out: *mut c_int, attrib: c_int, dev: CuDevice) -> CuResult;
+/// `CUresult cuDeviceCanAccessPeer(int* canAccessPeer, CUdevice dev, CUdevice peerDev)`.
+pub(crate) type CanAccessPeerFn = unsafe extern "C" fn(out: *mut c_int, dev: CuDevice, peer: CuDevice) -> CuResult;
 /// `CUresult cuMemFreeHost(void* p)` and `cuMemHostUnregister(void* p)`.
 pub(crate) type MemFreeHostFn = unsafe extern "C" fn(p: *mut c_void) -> CuResult;
 /// `CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t, CUstream)`.
@@ -139,6 +150,14 @@ pub(crate) struct CudaTable {
     /// `cuMemHostRegister_v2` and `cuMemHostUnregister`, where the driver has them (every
     /// driver since CUDA 4; optional so a table of test functions may leave them out).
     pub(crate) mem_host_register: Option<(MemHostRegisterFn, MemFreeHostFn)>,
+    /// The device queries `oxccl info` asks (optional, as above): `cuDeviceGetName`,
+    /// `cuDeviceTotalMem_v2`, `cuDeviceGetPCIBusId`, `cuDeviceGetAttribute`,
+    /// `cuDeviceCanAccessPeer`.
+    pub(crate) device_name: Option<DeviceTextFn>,
+    pub(crate) device_total_mem: Option<DeviceTotalMemFn>,
+    pub(crate) device_pci_bus_id: Option<DeviceTextFn>,
+    pub(crate) device_get_attribute: Option<DeviceGetAttributeFn>,
+    pub(crate) device_can_access_peer: Option<CanAccessPeerFn>,
     /// The library the pointers point into (`None` for a table of test functions).
     pub(crate) library: Option<Arc<Opened>>,
 }
@@ -192,6 +211,18 @@ impl CudaTable {
             let mut optional = Vec::new();
             let o = &mut optional;
             (get(lookup, o, c"cuMemHostRegister_v2"), get(lookup, o, c"cuMemHostUnregister"))
+        };
+        // SAFETY: as above, for the optional device queries.
+        let queries = unsafe {
+            let mut optional = Vec::new();
+            let o = &mut optional;
+            (
+                get(lookup, o, c"cuDeviceGetName"),
+                get(lookup, o, c"cuDeviceTotalMem_v2"),
+                get(lookup, o, c"cuDeviceGetPCIBusId"),
+                get(lookup, o, c"cuDeviceGetAttribute"),
+                get(lookup, o, c"cuDeviceCanAccessPeer"),
+            )
         };
         let t = match t {
             (
@@ -249,6 +280,11 @@ impl CudaTable {
                 get_error_name,
                 get_error_string,
                 mem_host_register: None,
+                device_name: None,
+                device_total_mem: None,
+                device_pci_bus_id: None,
+                device_get_attribute: None,
+                device_can_access_peer: None,
                 library: None,
             }),
             _ => Err(format!("lacks {}", missing.join(", "))),
@@ -257,6 +293,13 @@ impl CudaTable {
             if let (Some(r), Some(u)) = register {
                 t.mem_host_register = Some((r, u));
             }
+            (
+                t.device_name,
+                t.device_total_mem,
+                t.device_pci_bus_id,
+                t.device_get_attribute,
+                t.device_can_access_peer,
+            ) = queries;
             t
         })
     }

@@ -91,6 +91,36 @@ unsafe extern "C" fn host_alloc(p: *mut *mut c_void, _: usize, flags: c_uint) ->
 unsafe extern "C" fn free_host(_: *mut c_void) -> CuResult {
     CUDA_SUCCESS
 }
+unsafe extern "C" fn device_name(out: *mut c_char, len: c_int, dev: CuDevice) -> CuResult {
+    let name = format!("Fake GPU {dev}\0");
+    // SAFETY: the runtime passes a buffer of `len` bytes; the name is shorter.
+    unsafe { std::ptr::copy_nonoverlapping(name.as_ptr().cast::<c_char>(), out, name.len().min(len as usize)) };
+    CUDA_SUCCESS
+}
+unsafe extern "C" fn pci_bus_id(out: *mut c_char, len: c_int, dev: CuDevice) -> CuResult {
+    let id = format!("0000:3B:0{dev}.0\0");
+    // SAFETY: as above.
+    unsafe { std::ptr::copy_nonoverlapping(id.as_ptr().cast::<c_char>(), out, id.len().min(len as usize)) };
+    CUDA_SUCCESS
+}
+unsafe extern "C" fn total_mem(bytes: *mut usize, _: CuDevice) -> CuResult {
+    // SAFETY: a valid pointer.
+    unsafe { *bytes = 80 << 30 };
+    CUDA_SUCCESS
+}
+unsafe extern "C" fn device_attribute(out: *mut c_int, attrib: c_int, dev: CuDevice) -> CuResult {
+    if attrib != CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED || dev == 1 {
+        return CUDA_ERROR_INVALID_VALUE; // an older driver for device 1: cannot say
+    }
+    // SAFETY: a valid pointer.
+    unsafe { *out = 1 };
+    CUDA_SUCCESS
+}
+unsafe extern "C" fn can_access_peer(out: *mut c_int, a: CuDevice, b: CuDevice) -> CuResult {
+    // SAFETY: a valid pointer.
+    unsafe { *out = c_int::from(a == 0 && b == 1) };
+    CUDA_SUCCESS
+}
 unsafe extern "C" fn host_register(p: *mut c_void, bytes: usize, flags: c_uint) -> CuResult {
     with(|f| f.registered.push((p as usize, bytes, flags)));
     CUDA_SUCCESS
@@ -176,6 +206,11 @@ fn fake(without: &[&str]) -> std::result::Result<CudaTable, String> {
         ("cuMemFreeHost", free_host as *mut c_void),
         ("cuMemHostRegister_v2", host_register as *mut c_void),
         ("cuMemHostUnregister", free_host as *mut c_void),
+        ("cuDeviceGetName", device_name as *mut c_void),
+        ("cuDeviceGetPCIBusId", pci_bus_id as *mut c_void),
+        ("cuDeviceTotalMem_v2", total_mem as *mut c_void),
+        ("cuDeviceGetAttribute", device_attribute as *mut c_void),
+        ("cuDeviceCanAccessPeer", can_access_peer as *mut c_void),
         ("cuMemcpyHtoDAsync_v2", htod as *mut c_void),
         ("cuMemcpyDtoHAsync_v2", dtoh as *mut c_void),
         ("cuMemcpyDtoDAsync_v2", dtod as *mut c_void),
@@ -259,6 +294,18 @@ fn contexts_allocations_events_and_pointers() {
     // SAFETY: refused before any call.
     let e = unsafe { bare.host_register(0x7000 as *mut u8, 8192) }.unwrap_err();
     assert!(e.to_string().contains("lacks cuMemHostRegister_v2"), "{e}");
+    // Device facts for `oxccl info`; a driver that cannot answer dma-buf says nothing.
+    let d0 = rt.device_info(0).unwrap();
+    assert_eq!(
+        (d0.name.as_deref(), d0.memory_bytes, d0.pci_bus_id.as_deref(), d0.dma_buf),
+        (Some("Fake GPU 0"), Some(80 << 30), Some("0000:3b:00.0"), Some(true))
+    );
+    assert_eq!(rt.device_info(1).unwrap().dma_buf, None);
+    assert_eq!((rt.can_access_peer(0, 1).unwrap(), rt.can_access_peer(1, 0).unwrap()), (Some(true), Some(false)));
+    let d = bare.device_info(0).unwrap();
+    assert_eq!(d.name.as_deref(), Some("Fake GPU 0"), "the queries are there in `bare`");
+    let none = CudaRuntime::from_table(fake(&["cuDeviceGetName", "cuDeviceCanAccessPeer"]).unwrap(), "/f").unwrap();
+    assert_eq!((none.device_info(0).unwrap().name, none.can_access_peer(0, 1).unwrap()), (None, None));
     // Events: not ready, then ready.
     let e = rt.event_create(0).unwrap();
     assert!(!rt.event_query(e).unwrap());

@@ -17,12 +17,12 @@ pub(crate) mod table;
 #[cfg(test)]
 mod tests;
 
-use std::ffi::{c_int, c_void, CStr};
+use std::ffi::{c_char, c_int, c_void, CStr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use self::table::*;
-use super::{CopyKind, DeviceRuntime, RawEvent, RawStream, Residence, Vendor};
+use super::{CopyKind, DeviceInfo, DeviceRuntime, RawEvent, RawStream, Residence, Vendor};
 use crate::error::{Error, Result};
 use crate::xccl::dl::{Candidate, Opened};
 
@@ -196,6 +196,42 @@ impl DeviceRuntime for HipRuntime {
     unsafe fn host_free(&self, ptr: *mut u8) -> Result<()> {
         // SAFETY: `ptr` came from hipHostMalloc and is freed once (our contract).
         self.check("hipHostFree", unsafe { (self.t.host_free)(ptr.cast()) })
+    }
+
+    fn device_info(&self, device: u32) -> Result<DeviceInfo> {
+        let dev =
+            c_int::try_from(device).map_err(|_| Error::invalid(format!("HIP device {device} is out of range")))?;
+        let text = |f: Option<DeviceTextFn>, call: &str| -> Result<Option<String>> {
+            let Some(f) = f else { return Ok(None) };
+            let mut buf = [0 as c_char; 256];
+            // SAFETY: writes at most `len` bytes, NUL-terminated, into the buffer.
+            self.check(call, unsafe { f(buf.as_mut_ptr(), buf.len() as c_int, dev) })?;
+            buf[buf.len() - 1] = 0;
+            // SAFETY: NUL-terminated within the buffer (its last byte is 0).
+            Ok(Some(unsafe { CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned()))
+        };
+        let name = text(self.t.device_name, "hipDeviceGetName")?;
+        let pci_bus_id = text(self.t.device_pci_bus_id, "hipDeviceGetPCIBusId")?.map(|b| b.to_ascii_lowercase());
+        let memory_bytes = match self.t.device_total_mem {
+            Some(f) => {
+                let mut b: usize = 0;
+                // SAFETY: writes one size_t through a valid pointer.
+                self.check("hipDeviceTotalMem", unsafe { f(&mut b, dev) })?;
+                Some(b as u64)
+            }
+            None => None,
+        };
+        Ok(DeviceInfo { name, memory_bytes, pci_bus_id, dma_buf: None })
+    }
+
+    fn can_access_peer(&self, device: u32, peer: u32) -> Result<Option<bool>> {
+        let ord = |d: u32| c_int::try_from(d).map_err(|_| Error::invalid(format!("HIP device {d} is out of range")));
+        let (a, b) = (ord(device)?, ord(peer)?);
+        let Some(f) = self.t.device_can_access_peer else { return Ok(None) };
+        let mut v: c_int = 0;
+        // SAFETY: writes one int through a valid pointer.
+        self.check("hipDeviceCanAccessPeer", unsafe { f(&mut v, a, b) })?;
+        Ok(Some(v != 0))
     }
 
     unsafe fn host_register(&self, ptr: *mut u8, bytes: usize) -> Result<()> {

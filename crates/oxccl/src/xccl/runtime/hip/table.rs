@@ -87,6 +87,13 @@ pub(crate) type MallocFn = unsafe extern "C" fn(ptr: *mut *mut c_void, size: usi
 pub(crate) type FreeFn = unsafe extern "C" fn(ptr: *mut c_void) -> HipError;
 /// `hipError_t hipHostRegister(void* hostPtr, size_t sizeBytes, unsigned int flags)`.
 pub(crate) type HostRegisterFn = unsafe extern "C" fn(ptr: *mut c_void, size: usize, flags: c_uint) -> HipError;
+/// `hipError_t hipDeviceGetName(char* name, int len, hipDevice_t device)` and
+/// `hipDeviceGetPCIBusId(char* pciBusId, int len, int device)`.
+pub(crate) type DeviceTextFn = unsafe extern "C" fn(out: *mut c_char, len: c_int, device: c_int) -> HipError;
+/// `hipError_t hipDeviceTotalMem(size_t* bytes, hipDevice_t device)`.
+pub(crate) type DeviceTotalMemFn = unsafe extern "C" fn(bytes: *mut usize, device: c_int) -> HipError;
+/// `hipError_t hipDeviceCanAccessPeer(int* canAccessPeer, int deviceId, int peerDeviceId)`.
+pub(crate) type CanAccessPeerFn = unsafe extern "C" fn(out: *mut c_int, device: c_int, peer: c_int) -> HipError;
 /// `hipError_t hipHostMalloc(void** ptr, size_t size, unsigned int flags)`.
 pub(crate) type HostMallocFn = unsafe extern "C" fn(ptr: *mut *mut c_void, size: usize, flags: c_uint) -> HipError;
 /// `hipError_t hipMemcpyAsync(void* dst, const void* src, size_t sizeBytes, hipMemcpyKind
@@ -135,6 +142,12 @@ pub(crate) struct HipTable {
     /// `hipHostRegister` and `hipHostUnregister`, where the library has them (optional so a
     /// table of test functions may leave them out).
     pub(crate) host_register: Option<(HostRegisterFn, FreeFn)>,
+    /// The device queries `oxccl info` asks (optional, as above): `hipDeviceGetName`,
+    /// `hipDeviceTotalMem`, `hipDeviceGetPCIBusId`, `hipDeviceCanAccessPeer`.
+    pub(crate) device_name: Option<DeviceTextFn>,
+    pub(crate) device_total_mem: Option<DeviceTotalMemFn>,
+    pub(crate) device_pci_bus_id: Option<DeviceTextFn>,
+    pub(crate) device_can_access_peer: Option<CanAccessPeerFn>,
     /// The library the pointers point into (`None` for a table of test functions).
     pub(crate) library: Option<Arc<Opened>>,
 }
@@ -183,6 +196,17 @@ impl HipTable {
             let o = &mut optional;
             (get(lookup, o, c"hipHostRegister"), get(lookup, o, c"hipHostUnregister"))
         };
+        // SAFETY: as above, for the optional device queries.
+        let queries = unsafe {
+            let mut optional = Vec::new();
+            let o = &mut optional;
+            (
+                get(lookup, o, c"hipDeviceGetName"),
+                get(lookup, o, c"hipDeviceTotalMem"),
+                get(lookup, o, c"hipDeviceGetPCIBusId"),
+                get(lookup, o, c"hipDeviceCanAccessPeer"),
+            )
+        };
         let t = match t {
             (
                 Some(init),
@@ -227,6 +251,10 @@ impl HipTable {
                 get_error_name,
                 get_error_string,
                 host_register: None,
+                device_name: None,
+                device_total_mem: None,
+                device_pci_bus_id: None,
+                device_can_access_peer: None,
                 library: None,
             }),
             _ => Err(format!("lacks {}", missing.join(", "))),
@@ -235,6 +263,7 @@ impl HipTable {
             if let (Some(r), Some(u)) = register {
                 t.host_register = Some((r, u));
             }
+            (t.device_name, t.device_total_mem, t.device_pci_bus_id, t.device_can_access_peer) = queries;
             t
         })
     }

@@ -69,7 +69,7 @@ use self::memory::{Memory, Owner, Transfer};
 use self::stall::Gate;
 use self::stream::{Stream, Work};
 use self::wake::{Waited, Wake};
-use super::{CopyKind, DeviceRuntime, RawEvent, RawStream, Residence, Vendor};
+use super::{CopyKind, DeviceInfo, DeviceRuntime, RawEvent, RawStream, Residence, Vendor};
 use crate::error::{Error, Result};
 use crate::sync::relock;
 
@@ -318,6 +318,22 @@ impl DeviceRuntime for HostRuntime {
         let addr = usize::try_from(ptr)
             .map_err(|_| fail(INVALID_VALUE, "free", format!("{ptr:#x} is not a live allocation")))?;
         self.memory.free(Owner::Device(device), addr, "free")
+    }
+
+    fn device_info(&self, device: u32) -> Result<DeviceInfo> {
+        self.check_device(device, "device_info")?;
+        Ok(DeviceInfo {
+            name: Some(format!("host double device {device}")),
+            memory_bytes: Some(1 << 30),
+            pci_bus_id: Some(format!("0000:{:02x}:00.0", device + 1)),
+            dma_buf: Some(false),
+        })
+    }
+
+    fn can_access_peer(&self, device: u32, peer: u32) -> Result<Option<bool>> {
+        self.check_device(device, "can_access_peer")?;
+        self.check_device(peer, "can_access_peer")?;
+        Ok(Some(device != peer))
     }
 
     unsafe fn host_register(&self, ptr: *mut u8, bytes: usize) -> Result<()> {
