@@ -70,6 +70,9 @@ impl DeviceCopy for Counting {
     }
 }
 
+/// Held by the tests that copy whole chunks, so one's chunk count is not the other's.
+static PIPELINES: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// The f32 length of the last chunk whose copy back fails (in the copy thread).
 const FAILING_TAIL: usize = 777;
 
@@ -163,6 +166,7 @@ fn a_failed_device_copy_fails_its_rank_and_its_peers_promptly() {
 
 #[test]
 fn large_all_reduce_and_broadcast_run_as_overlapped_chunks() {
+    let _alone = PIPELINES.lock().unwrap_or_else(|p| p.into_inner());
     let copies = setup();
     // 2.5 chunks of 4 MiB, and an odd tail.
     let len = (10 << 20) / 4 + 3;
@@ -188,6 +192,7 @@ fn large_all_reduce_and_broadcast_run_as_overlapped_chunks() {
 
 #[test]
 fn a_failed_copy_in_the_pipeline_is_an_error_not_a_hang() {
+    let _alone = PIPELINES.lock().unwrap_or_else(|p| p.into_inner());
     setup();
     let len = (8 << 20) / 4 + FAILING_TAIL;
     let out = local::run(2, |c| {
