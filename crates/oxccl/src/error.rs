@@ -93,6 +93,15 @@ pub enum Error {
 }
 
 impl Error {
+    /// What to tell a user of this error where the backend is already named: a
+    /// [`Error::BackendUnavailable`]'s reason, or the whole message.
+    pub(crate) fn reason(self) -> String {
+        match self {
+            Error::BackendUnavailable { why, .. } => why,
+            other => other.to_string(),
+        }
+    }
+
     /// Builds an [`Error::InvalidArgument`].
     pub fn invalid(msg: impl Into<String>) -> Self {
         Error::InvalidArgument(msg.into())

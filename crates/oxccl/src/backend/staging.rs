@@ -141,13 +141,14 @@ pub fn copier_for(device: Device, backend: &str) -> Result<Arc<dyn DeviceCopy>> 
 }
 
 /// A host temporary: pinned where the pool serves, pageable otherwise.
-enum Temp {
+pub(crate) enum Temp {
     Pinned(PinnedBuf),
     Pageable(Vec<u64>),
 }
 
 impl Temp {
-    fn new(bytes: usize) -> Temp {
+    /// A temporary of at least `bytes` bytes.
+    pub(crate) fn new(bytes: usize) -> Temp {
         match crate::pinned::global().and_then(|pool| pool.acquire(bytes.max(1))) {
             Ok(b) => Temp::Pinned(b),
             Err(e) => {
@@ -160,7 +161,8 @@ impl Temp {
         }
     }
 
-    fn ptr(&mut self) -> *mut u8 {
+    /// Its first byte.
+    pub(crate) fn ptr(&mut self) -> *mut u8 {
         match self {
             Temp::Pinned(b) => b.as_mut_ptr(),
             Temp::Pageable(v) => v.as_mut_ptr().cast(),
@@ -253,11 +255,6 @@ impl Staged {
     /// Whether anything was staged.
     pub fn is_empty(&self) -> bool {
         self.temps.is_empty()
-    }
-
-    /// How many temporaries are pinned (the rest are pageable).
-    pub fn pinned(&self) -> usize {
-        self.temps.iter().filter(|t| matches!(t, Temp::Pinned(_))).count()
     }
 }
 

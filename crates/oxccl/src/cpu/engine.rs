@@ -557,10 +557,7 @@ impl Backend for CpuBackend {
     fn check_device(&self, device: Device) -> Result<()> {
         // Device buffers are staged through host memory where their runtime can copy.
         staging::copier_for(device, self.inner.name).map(drop).map_err(|e| {
-            let why = match e {
-                Error::BackendUnavailable { why, .. } => why,
-                other => other.to_string(),
-            };
+            let why = e.reason();
             Error::invalid(format!(
                 "the {} backend stages {device} buffers through host memory, but cannot copy them here ({why}); \
                  use a GPU backend (OXCCL_BACKEND=nccl or rccl), or copy to the host",

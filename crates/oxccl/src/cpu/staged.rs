@@ -16,11 +16,10 @@
 use std::sync::mpsc;
 use std::sync::Arc;
 
-use crate::backend::staging::{copier_for, DeviceCopy};
+use crate::backend::staging::{copier_for, DeviceCopy, Temp};
 use crate::backend::{Completion, Op, RawBuf, RawBufMut};
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::pinned::PinnedBuf;
 
 /// Bytes per chunk: large enough that a collective of it runs near its bandwidth, small
 /// enough that three fit the pinned pool many times over.
@@ -67,28 +66,6 @@ impl Plan {
                 })
             }
             _ => None,
-        }
-    }
-}
-
-/// A host buffer of one chunk: pinned where the pool serves.
-enum Temp {
-    Pinned(PinnedBuf),
-    Pageable(Vec<u64>),
-}
-
-impl Temp {
-    fn new() -> Temp {
-        match crate::pinned::global().and_then(|p| p.acquire(CHUNK)) {
-            Ok(b) => Temp::Pinned(b),
-            Err(_) => Temp::Pageable(vec![0u64; CHUNK / 8]),
-        }
-    }
-
-    fn ptr(&mut self) -> *mut u8 {
-        match self {
-            Temp::Pinned(b) => b.as_mut_ptr(),
-            Temp::Pageable(v) => v.as_mut_ptr().cast(),
         }
     }
 }
@@ -150,7 +127,7 @@ fn pipeline(plan: &Plan, backend: &str, run_chunk: &mut dyn FnMut(Op) -> Result<
             return Err(Error::Internal(format!("a staged operation spans {} and {}", src.device, plan.dst.device)));
         }
     }
-    let mut temps = [Temp::new(), Temp::new(), Temp::new()];
+    let mut temps = [Temp::new(CHUNK), Temp::new(CHUNK), Temp::new(CHUNK)];
     let hosts: Vec<*mut u8> = temps.iter_mut().map(Temp::ptr).collect();
     let span = |i: usize| (i * per, per.min(total - i * per));
     let job_in = |i: usize| {

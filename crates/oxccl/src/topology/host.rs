@@ -41,8 +41,8 @@ pub struct HostLimits {
     pub numa_nodes: usize,
 }
 
-/// The space of the file system holding `path`.
-fn space(path: &std::path::Path) -> Option<Space> {
+/// The space of the file system holding `path` (`statvfs`), if it can be asked.
+pub fn space(path: &std::path::Path) -> Option<Space> {
     let c = CString::new(path.as_os_str().as_bytes()).ok()?;
     // SAFETY: an all-zero statvfs is a valid value of this plain C struct.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };

@@ -34,6 +34,15 @@ pub(crate) static RCCL: GpuFactory = GpuFactory { flavor: Flavor::Rccl };
 static CUDA: OnceLock<std::result::Result<Arc<dyn DeviceRuntime>, Error>> = OnceLock::new();
 static HIP: OnceLock<std::result::Result<Arc<dyn DeviceRuntime>, Error>> = OnceLock::new();
 
+/// The vendor runtime of `flavor` as its first load left it (loaded once per process).
+fn loaded(flavor: Flavor) -> &'static std::result::Result<Arc<dyn DeviceRuntime>, Error> {
+    let cell = match flavor {
+        Flavor::Nccl => &CUDA,
+        Flavor::Rccl => &HIP,
+    };
+    cell.get_or_init(|| load_runtime(flavor))
+}
+
 /// What `oxccl info` reports of one GPU stack, each part found or why not.
 pub(crate) struct StackProbe {
     /// The vendor runtime: its description and its device count (or why it cannot count).
@@ -56,15 +65,10 @@ pub(crate) fn probe(backend: &str, explicit: Option<std::path::PathBuf>) -> Opti
         "rccl" => Flavor::Rccl,
         _ => return None,
     };
-    let cell = match flavor {
-        Flavor::Nccl => &CUDA,
-        Flavor::Rccl => &HIP,
-    };
-    let loaded = cell.get_or_init(|| load_runtime(flavor));
+    let loaded = loaded(flavor);
     let runtime = match loaded {
         Ok(rt) => Ok((rt.describe(), rt.device_count().map_err(|e| e.to_string()))),
-        Err(Error::BackendUnavailable { why, .. }) => Err(why.clone()),
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(e.clone().reason()),
     };
     let (mut devices, mut peers) = (Vec::new(), Vec::new());
     if let (Ok(rt), Ok((_, Ok(n)))) = (loaded, &runtime) {
@@ -79,11 +83,7 @@ pub(crate) fn probe(backend: &str, explicit: Option<std::path::PathBuf>) -> Opti
     }
     let mut env = SearchEnv::from_process();
     env.explicit = explicit;
-    let library = match Library::load(flavor, &env) {
-        Ok(lib) => Ok((lib.path.clone(), lib.version.to_string())),
-        Err(Error::BackendUnavailable { why, .. }) => Err(why),
-        Err(e) => Err(e.to_string()),
-    };
+    let library = Library::load(flavor, &env).map(|lib| (lib.path, lib.version.to_string())).map_err(Error::reason);
     Some(StackProbe { runtime, library, devices, peers })
 }
 
@@ -94,11 +94,7 @@ pub(crate) fn probe(backend: &str, explicit: Option<std::path::PathBuf>) -> Opti
 /// [`Error::BackendUnavailable`] naming what is missing (the driver library, a device).
 pub(crate) fn runtime(flavor: Flavor) -> Result<Arc<dyn DeviceRuntime>> {
     let unavailable = |why: String| Error::BackendUnavailable { backend: flavor.backend().to_string(), why };
-    let rt = match flavor {
-        Flavor::Nccl => CUDA.get_or_init(|| load_runtime(flavor)),
-        Flavor::Rccl => HIP.get_or_init(|| load_runtime(flavor)),
-    }
-    .clone()?;
+    let rt = loaded(flavor).clone()?;
     let count = rt.device_count().map_err(|e| unavailable(format!("{} cannot count devices: {e}", rt.describe())))?;
     if count == 0 {
         return Err(unavailable(format!("{} sees no device", rt.describe())));
@@ -140,10 +136,7 @@ pub(crate) fn staging_copy(kind: DeviceKind) -> std::result::Result<Arc<dyn stag
         DeviceKind::Cuda => Flavor::Nccl,
         DeviceKind::Rocm => Flavor::Rccl,
     };
-    let rt = runtime(flavor).map_err(|e| match e {
-        Error::BackendUnavailable { why, .. } => why,
-        other => other.to_string(),
-    })?;
+    let rt = runtime(flavor).map_err(Error::reason)?;
     Ok(Arc::new(RuntimeCopy::new(rt)))
 }
 
@@ -230,10 +223,7 @@ impl BackendFactory for GpuFactory {
     }
 
     fn availability(&self) -> std::result::Result<(), String> {
-        runtime(self.flavor).map(drop).map_err(|e| match e {
-            Error::BackendUnavailable { why, .. } => why,
-            other => other.to_string(),
-        })
+        runtime(self.flavor).map(drop).map_err(Error::reason)
     }
 
     fn create_world(&self, cfg: &ResolvedConfig, n: usize) -> Result<Vec<Arc<dyn Backend>>> {

@@ -103,6 +103,19 @@ pub(crate) struct DeviceInfo {
     pub(crate) dma_buf: Option<bool>,
 }
 
+/// The text a driver writes into a caller's buffer (`cuDeviceGetName`, `hipDeviceGetPCIBusId`,
+/// ...): `fill` gets a buffer and its length, and returns the call's result.
+///
+/// # Errors
+/// `fill`'s error.
+pub(crate) fn c_text(fill: impl FnOnce(*mut std::ffi::c_char, std::ffi::c_int) -> Result<()>) -> Result<String> {
+    let mut buf = [0 as std::ffi::c_char; 256];
+    fill(buf.as_mut_ptr(), buf.len() as std::ffi::c_int)?;
+    buf[buf.len() - 1] = 0;
+    // SAFETY: NUL-terminated within the buffer (its last byte is 0).
+    Ok(unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned())
+}
+
 /// What the GPU engine needs from a vendor runtime. Every call that takes a device ordinal
 /// makes that device current on the calling thread first (the way the runtime APIs work:
 /// the current device is per thread).

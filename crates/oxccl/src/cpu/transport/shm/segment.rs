@@ -33,16 +33,6 @@ fn errno_error(context: String) -> Error {
     Error::io(context, &std::io::Error::last_os_error())
 }
 
-/// Bytes free in the filesystem holding `dir`, if it can be asked.
-fn free_bytes(dir: &Path) -> Option<u64> {
-    let c = CString::new(dir.as_os_str().as_encoded_bytes()).ok()?;
-    // SAFETY: an all-zero statvfs is a valid value for the kernel to overwrite.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: `c` is a valid NUL-terminated path and `st` a valid out-pointer.
-    let rc = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
-    (rc == 0).then(|| st.f_bavail as u64 * st.f_frsize as u64)
-}
-
 impl Segment {
     /// Creates a new segment file `name` in /dev/shm of `len` bytes (zeroed) and maps it.
     ///
@@ -67,7 +57,9 @@ impl Segment {
                 libc::close(fd);
                 libc::unlink(c.as_ptr());
             }
-            let free = free_bytes(Path::new(SHM_DIR)).map_or("unknown".to_string(), |f| format!("{f}"));
+            let free = crate::topology::host::space(Path::new(SHM_DIR))
+                .map(|s| s.free_bytes)
+                .map_or("unknown".to_string(), |f| format!("{f}"));
             return Err(Error::Io {
                 context: format!("reserving {len} bytes of shared memory in {SHM_DIR}"),
                 kind: std::io::ErrorKind::StorageFull,

@@ -22,7 +22,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use self::table::*;
-use super::{CopyKind, DeviceInfo, DeviceRuntime, RawEvent, RawStream, Residence, Vendor};
+use super::{c_text, CopyKind, DeviceInfo, DeviceRuntime, RawEvent, RawStream, Residence, Vendor};
 use crate::error::{Error, Result};
 use crate::sync::relock;
 use crate::xccl::dl::{Candidate, Opened};
@@ -272,13 +272,8 @@ impl DeviceRuntime for CudaRuntime {
     fn device_info(&self, device: u32) -> Result<DeviceInfo> {
         let dev = self.cu_device(device)?;
         let text = |f: Option<DeviceTextFn>, call: &str| -> Result<Option<String>> {
-            let Some(f) = f else { return Ok(None) };
-            let mut buf = [0 as c_char; 256];
-            // SAFETY: writes at most `len` bytes, NUL-terminated, into the buffer.
-            self.check(call, unsafe { f(buf.as_mut_ptr(), buf.len() as c_int, dev) })?;
-            buf[buf.len() - 1] = 0;
-            // SAFETY: NUL-terminated within the buffer (its last byte is 0).
-            Ok(Some(unsafe { CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned()))
+            // SAFETY: the driver writes at most `len` bytes, NUL-terminated, into the buffer.
+            f.map(|f| c_text(|buf, len| self.check(call, unsafe { f(buf, len, dev) }))).transpose()
         };
         let name = text(self.t.device_name, "cuDeviceGetName")?;
         let pci_bus_id = text(self.t.device_pci_bus_id, "cuDeviceGetPCIBusId")?.map(|b| b.to_ascii_lowercase());

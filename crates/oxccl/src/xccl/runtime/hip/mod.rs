@@ -17,12 +17,12 @@ pub(crate) mod table;
 #[cfg(test)]
 mod tests;
 
-use std::ffi::{c_char, c_int, c_void, CStr};
+use std::ffi::{c_int, c_void, CStr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use self::table::*;
-use super::{CopyKind, DeviceInfo, DeviceRuntime, RawEvent, RawStream, Residence, Vendor};
+use super::{c_text, CopyKind, DeviceInfo, DeviceRuntime, RawEvent, RawStream, Residence, Vendor};
 use crate::error::{Error, Result};
 use crate::xccl::dl::{Candidate, Opened};
 
@@ -202,13 +202,8 @@ impl DeviceRuntime for HipRuntime {
         let dev =
             c_int::try_from(device).map_err(|_| Error::invalid(format!("HIP device {device} is out of range")))?;
         let text = |f: Option<DeviceTextFn>, call: &str| -> Result<Option<String>> {
-            let Some(f) = f else { return Ok(None) };
-            let mut buf = [0 as c_char; 256];
-            // SAFETY: writes at most `len` bytes, NUL-terminated, into the buffer.
-            self.check(call, unsafe { f(buf.as_mut_ptr(), buf.len() as c_int, dev) })?;
-            buf[buf.len() - 1] = 0;
-            // SAFETY: NUL-terminated within the buffer (its last byte is 0).
-            Ok(Some(unsafe { CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned()))
+            // SAFETY: the driver writes at most `len` bytes, NUL-terminated, into the buffer.
+            f.map(|f| c_text(|buf, len| self.check(call, unsafe { f(buf, len, dev) }))).transpose()
         };
         let name = text(self.t.device_name, "hipDeviceGetName")?;
         let pci_bus_id = text(self.t.device_pci_bus_id, "hipDeviceGetPCIBusId")?.map(|b| b.to_ascii_lowercase());
