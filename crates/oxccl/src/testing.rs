@@ -67,3 +67,21 @@ pub fn gpu_double_backends(cfg: &Config, n: usize, backend: &str, old_library: b
     let hosts = crate::cpu::local::world(&cfg, n)?.into_iter().map(|b| Arc::new(b) as Arc<dyn Backend>).collect();
     crate::xccl::factory::world_over(name, &lib, &rt, hosts, &cfg, &|i| i as u32)
 }
+
+/// A [`Gpu`](crate::Gpu) over the host double (host memory posing as CUDA device `ordinal`
+/// of `devices`), whose copy functions are also registered as the host backends' staging
+/// copies for CUDA memory, as loading the real CUDA runtime does: collectives on the `cpu`,
+/// `local` and `mpi` backends take its buffers and stage them through host memory. For
+/// tests that run device-buffer code paths end to end without a GPU; it replaces any CUDA
+/// staging copies registered before in this process.
+///
+/// # Errors
+/// [`Error::InvalidArgument`](crate::Error::InvalidArgument) when `ordinal >= devices`.
+pub fn host_gpu(devices: u32, ordinal: u32) -> Result<crate::Gpu> {
+    use crate::backend::staging::{register_device_copy, DeviceKind};
+    use crate::xccl::runtime::{host::HostRuntime, DeviceRuntime};
+    let rt: Arc<dyn DeviceRuntime> = Arc::new(HostRuntime::new(devices));
+    let gpu = crate::Gpu::new(Arc::clone(&rt), ordinal)?;
+    register_device_copy(DeviceKind::Cuda, Arc::new(crate::xccl::staging_copy::RuntimeCopy::new(rt)));
+    Ok(gpu)
+}

@@ -126,7 +126,12 @@ pub(crate) fn library_version() -> String {
     if rc != 0 {
         return "unknown MPI".into();
     }
-    let bytes: Vec<u8> = buf[..usize::try_from(len).unwrap_or(0).min(buf.len())].iter().map(|&c| c as u8).collect();
+    // Open MPI counts the terminating NUL in `len`: the text ends at the first NUL.
+    let bytes: Vec<u8> = buf[..usize::try_from(len).unwrap_or(0).min(buf.len())]
+        .iter()
+        .map(|&c| c as u8)
+        .take_while(|&b| b != 0)
+        .collect();
     String::from_utf8_lossy(&bytes).lines().next().unwrap_or("unknown MPI").trim().to_string()
 }
 

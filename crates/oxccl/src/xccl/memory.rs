@@ -86,6 +86,14 @@ impl Gpu {
         self.ordinal
     }
 
+    /// How many devices this GPU's runtime sees (this one among them).
+    ///
+    /// # Errors
+    /// The runtime's error.
+    pub fn device_count(&self) -> Result<u32> {
+        self.rt.device_count()
+    }
+
     /// The device, as buffers name it (`cuda:N`, `rocm:N`; the test double poses as CUDA).
     pub fn device(&self) -> Device {
         match self.rt.vendor() {
