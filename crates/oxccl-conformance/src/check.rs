@@ -1,9 +1,11 @@
-//! Helpers shared by the cases: where a check happened ([`Point`]) and how failures are
-//! collected ([`Check`]).
+//! Helpers shared by the cases: where a check happened ([`Point`]), how failures are
+//! collected ([`Check`]), and where the buffers of a call live ([`Placed`], [`PlacedIn`]:
+//! on the host, or copied to the GPU of [`SuiteOptions::gpu`]).
 
 use std::fmt;
 
-use oxccl::{Algorithm, Communicator, DType, Error, ReduceOp};
+use oxccl::backend::{RawBuf, RawBufMut};
+use oxccl::{Algorithm, Buffer, BufferMut, Communicator, DType, DeviceBuffer, Element, Error, ReduceOp};
 
 use crate::element::TestElement;
 use crate::inputs;
@@ -48,6 +50,120 @@ impl Cx<'_> {
     /// Initial contents of an output buffer (never equal to what should be written).
     pub fn sentinel<T: TestElement>(&self, key: u64, rank: usize, count: usize) -> Vec<T> {
         inputs::sentinel(self.seed, key, rank, count)
+    }
+
+    /// A read-only buffer for a call: `host` itself without device placement, a device
+    /// copy of it with.
+    pub fn place<'h, T: Element>(&self, host: &'h [T]) -> oxccl::Result<PlacedIn<'h, T>> {
+        match &self.opts.gpu {
+            None => Ok(PlacedIn::Host(host)),
+            Some(gpu) => Ok(PlacedIn::Device(gpu.copy_from_host(host)?)),
+        }
+    }
+
+    /// A writable buffer for a call: `host` itself without device placement, a device copy
+    /// of it with (copied back into `host` by [`Placed::back`]).
+    pub fn place_mut<'h, T: Element>(&self, host: &'h mut [T]) -> oxccl::Result<Placed<'h, T>> {
+        match &self.opts.gpu {
+            None => Ok(Placed::Host(host)),
+            Some(gpu) => {
+                let dev = gpu.copy_from_host(host)?;
+                Ok(Placed::Device { host, dev })
+            }
+        }
+    }
+}
+
+/// A buffer that a call only reads, where [`Cx::place`] put it.
+pub(crate) enum PlacedIn<'h, T: Element> {
+    /// The host slice itself.
+    Host(&'h [T]),
+    /// A device copy of it.
+    Device(DeviceBuffer<T>),
+}
+
+// SAFETY: forwards to the host slice or the owned device buffer, which are borrowed (or
+// owned) by `self` and so stay valid, and unwritten by others, while `self` is borrowed.
+unsafe impl<T: Element> Buffer for PlacedIn<'_, T> {
+    type Elem = T;
+    fn as_raw(&self) -> RawBuf {
+        match self {
+            PlacedIn::Host(h) => h.as_raw(),
+            PlacedIn::Device(d) => d.as_raw(),
+        }
+    }
+}
+
+/// A buffer that a call may write, where [`Cx::place_mut`] put it; [`back`](Placed::back)
+/// brings the device contents back to the host slice.
+pub(crate) enum Placed<'h, T: Element> {
+    /// The host slice itself.
+    Host(&'h mut [T]),
+    /// A device copy of `host`, copied back into it by [`back`](Placed::back).
+    Device {
+        /// Where the contents go back to.
+        host: &'h mut [T],
+        /// The copy the call uses.
+        dev: DeviceBuffer<T>,
+    },
+}
+
+impl<T: Element> Placed<'_, T> {
+    /// Copies the device contents into the host slice (nothing to do on the host).
+    ///
+    /// # Errors
+    /// The device runtime's error; a device copy whose length differs from the host slice's.
+    pub fn back(self) -> oxccl::Result<()> {
+        match self {
+            Placed::Host(_) => Ok(()),
+            Placed::Device { host, dev } => {
+                let v = dev.to_vec()?;
+                if v.len() != host.len() {
+                    return Err(Error::invalid(format!(
+                        "oxccl-conformance: a device buffer of {} elements placed from {} host elements",
+                        v.len(),
+                        host.len()
+                    )));
+                }
+                host.copy_from_slice(&v);
+                Ok(())
+            }
+        }
+    }
+
+    /// The current contents (the device's, when placed on a device), copied to the host.
+    ///
+    /// # Errors
+    /// The device runtime's error.
+    pub fn to_vec(&self) -> oxccl::Result<Vec<T>> {
+        match self {
+            Placed::Host(h) => Ok(h.to_vec()),
+            Placed::Device { dev, .. } => dev.to_vec(),
+        }
+    }
+}
+
+// SAFETY: forwards to the host slice (borrowed exclusively by `self`) or the owned device
+// buffer: both stay valid, and unwritten by others, while `self` is borrowed.
+unsafe impl<T: Element> Buffer for Placed<'_, T> {
+    type Elem = T;
+    fn as_raw(&self) -> RawBuf {
+        match self {
+            Placed::Host(h) => (**h).as_raw(),
+            Placed::Device { dev, .. } => dev.as_raw(),
+        }
+    }
+}
+
+// SAFETY: as above; `&mut self` is exclusive, and so is `self`'s borrow of the host slice
+// (or its ownership of the device buffer), and `as_raw_mut` names the same memory as
+// `as_raw`.
+unsafe impl<T: Element> BufferMut for Placed<'_, T> {
+    fn as_raw_mut(&mut self) -> RawBufMut {
+        match self {
+            Placed::Host(h) => h.as_raw_mut(),
+            Placed::Device { dev, .. } => dev.as_raw_mut(),
+        }
     }
 }
 
@@ -243,6 +359,38 @@ macro_rules! call {
 }
 pub(crate) use call;
 
+/// Runs a communicator call on buffers placed by [`Cx::place`] / [`Cx::place_mut`]:
+///
+/// ```text
+/// placed!(chk, p, cx; [in1, in2] [out1, out2] => c.some_call(&in1, &mut out1, ...))
+/// ```
+///
+/// Inside a block, shadows each `inN` (any `&[T]`-like value) with its placed read-only
+/// copy and each `outN` (a mutable `Vec`/slice binding) with its placed writable copy,
+/// runs the expression through [`call!`], copies every `outN` back into its host buffer
+/// and yields the expression's value. Each step that fails ends the case like `call!`.
+/// Without device placement the shadows are the host buffers themselves. Inputs that the
+/// case later checks for being unchanged go in the out list, so the device copy is what is
+/// checked; so do inputs of calls that take input and output as the same buffer type
+/// (`reduce_into`, `broadcast_into`, `gather`, `scatter`).
+macro_rules! placed {
+    ($chk:ident, $p:expr, $cx:expr; [$($i:ident),* $(,)?] [$($o:ident),* $(,)?] => $e:expr) => {{
+        $(
+            let $i = $crate::check::call!($chk, $p, $cx.place(&$i));
+        )*
+        $(
+            #[allow(unused_mut)]
+            let mut $o = $crate::check::call!($chk, $p, $cx.place_mut(&mut $o));
+        )*
+        let value = $crate::check::call!($chk, $p, $e);
+        $(
+            $crate::check::call!($chk, $p, $o.back());
+        )*
+        value
+    }};
+}
+pub(crate) use placed;
+
 /// Runs `$body` with the type alias `$T` bound to the Rust type of `$dtype`.
 macro_rules! with_dtype {
     ($dtype:expr, $T:ident => $body:expr) => {
@@ -291,3 +439,70 @@ macro_rules! with_dtype {
     };
 }
 pub(crate) use with_dtype;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A case body that all_gathers `input` into a sentinel-filled output through `placed!`
+    /// (on a 1-rank world the output is the input) and checks it.
+    fn gather_case(comm: &Communicator, cx: &Cx, input: Vec<i32>, out_len: usize) -> Verdict {
+        let mut chk = Check::new(comm);
+        let p = Point::new("all_gather", comm);
+        let want = input.clone();
+        let mut out = vec![-7i32; out_len];
+        placed!(chk, p, cx; [input] [out] => comm.all_gather(&input, &mut out));
+        chk.bits(&p, "output", &out, &want);
+        chk.finish()
+    }
+
+    #[test]
+    fn placed_on_a_gpu_runs_on_the_device_copy_and_back_brings_it_home() {
+        let gpu = oxccl::testing::host_gpu(1, 0).unwrap();
+        let opts = SuiteOptions::new().on_gpu(gpu);
+        let cx = Cx { seed: 1, key: 2, opts: &opts };
+        let results = oxccl::local::run(1, |comm| {
+            let input = vec![1i32, 2, 3, 4];
+            let mut out = vec![0i32; 4];
+            let placed_in = cx.place(&input).unwrap();
+            assert!(matches!(placed_in, PlacedIn::Device(_)));
+            assert_eq!(placed_in.as_raw().device, oxccl::Device::Cuda(0));
+            let mut placed_out = cx.place_mut(&mut out).unwrap();
+            assert_eq!(placed_out.as_raw_mut().device, oxccl::Device::Cuda(0));
+            comm.all_gather(&placed_in, &mut placed_out).unwrap();
+            // The call wrote the device copy, not the host slice.
+            assert_eq!(placed_out.to_vec().unwrap(), input);
+            match &placed_out {
+                Placed::Device { host, .. } => assert_eq!(**host, [0, 0, 0, 0]),
+                Placed::Host(_) => panic!("placed on the host with a GPU in the options"),
+            }
+            placed_out.back().unwrap();
+            assert_eq!(out, input);
+            (gather_case(&comm, &cx, vec![5, 6, 7], 3), gather_case(&comm, &cx, vec![5, 6, 7], 4))
+        })
+        .unwrap();
+        let (ok, wrong_length) = &results[0];
+        assert_eq!(ok, &Ok(()));
+        // A failing call inside `placed!` ends the case with the call's error.
+        let e = wrong_length.as_ref().unwrap_err();
+        assert!(e.contains("all_gather") && e.contains("returned error"), "{e}");
+    }
+
+    #[test]
+    fn without_a_gpu_the_host_buffers_are_passed_themselves() {
+        let opts = SuiteOptions::new();
+        let cx = Cx { seed: 1, key: 2, opts: &opts };
+        let input = vec![1u8, 2];
+        let mut out = vec![0u8; 2];
+        let placed_in = cx.place(&input).unwrap();
+        assert_eq!(placed_in.as_raw().ptr, input.as_ptr());
+        let out_ptr = out.as_mut_ptr();
+        let mut placed_out = cx.place_mut(&mut out).unwrap();
+        assert!(matches!(placed_out, Placed::Host(_)));
+        assert_eq!(placed_out.as_raw_mut().ptr, out_ptr);
+        assert_eq!(placed_out.as_raw().device, oxccl::Device::Cpu);
+        placed_out.back().unwrap();
+        let results = oxccl::local::run(1, |comm| gather_case(&comm, &cx, vec![9, 8], 2)).unwrap();
+        assert_eq!(results, vec![Ok(())]);
+    }
+}

@@ -30,6 +30,15 @@
 //! same calls. The error cases ([`errors`]) deliberately poison their communicators the
 //! same way.
 //!
+//! ## Device placement
+//!
+//! With [`SuiteOptions::on_gpu`] (or `OXCCL_CONFORMANCE_DEVICE=cuda:0`, see
+//! [`SuiteOptions::from_env`]) every buffer a case hands to a communicator call is first
+//! copied to that GPU, the call runs on the device copy, and its outputs (and the inputs
+//! checked for being unchanged) are copied back before the comparison; the same cases then
+//! check a backend's device-buffer paths. Without it the calls get the host buffers
+//! themselves.
+//!
 //! ## Coverage
 //!
 //! Every collective × every dtype ([`oxccl::DType::ALL`]) × every reduce op (for the
@@ -67,7 +76,10 @@ pub const DEFAULT_SEED: u64 = 0x0C0F_FEE0_DDBA_11AD;
 /// Which cases to run, and how.
 ///
 /// Every rank must pass equal options: they decide the sequence of cases.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Equality compares [`gpu`](Self::gpu) by the device it names (`cuda:0`, ...), not by the
+/// runtime behind it.
+#[derive(Debug, Clone)]
 pub struct SuiteOptions {
     /// Seed of every input (a failure reproduces from the seed and the case name).
     pub seed: u64,
@@ -82,7 +94,26 @@ pub struct SuiteOptions {
     /// Deadline of every call the suite makes, except where a case sets its own
     /// (a failure shows up as a timeout instead of a hang).
     pub timeout: Duration,
+    /// Device placement: when set, every buffer a case passes to a communicator call is
+    /// first copied to this GPU ([`oxccl::DeviceBuffer`]), the call runs on the device
+    /// copy, and the outputs are copied back to the host before they are checked. `None`
+    /// (the default): the calls get the host buffers themselves. The suite's own
+    /// bookkeeping calls and the error cases always use host buffers.
+    pub gpu: Option<oxccl::Gpu>,
 }
+
+impl PartialEq for SuiteOptions {
+    fn eq(&self, other: &Self) -> bool {
+        self.seed == other.seed
+            && self.filter == other.filter
+            && self.skip == other.skip
+            && self.quick == other.quick
+            && self.timeout == other.timeout
+            && self.gpu.as_ref().map(oxccl::Gpu::device) == other.gpu.as_ref().map(oxccl::Gpu::device)
+    }
+}
+
+impl Eq for SuiteOptions {}
 
 impl Default for SuiteOptions {
     fn default() -> Self {
@@ -92,6 +123,7 @@ impl Default for SuiteOptions {
             skip: Vec::new(),
             quick: false,
             timeout: Duration::from_secs(60),
+            gpu: None,
         }
     }
 }
@@ -104,9 +136,37 @@ impl SuiteOptions {
 
     /// Options from the environment: `OXCCL_CONFORMANCE_FILTER` and `OXCCL_CONFORMANCE_SKIP`
     /// (comma-separated patterns), `OXCCL_CONFORMANCE_SEED` (integer),
-    /// `OXCCL_CONFORMANCE_QUICK` (`1`/`true`), `OXCCL_CONFORMANCE_TIMEOUT` (seconds, or `250ms`, `2m` ...).
-    /// Unset or unparsable variables keep the defaults.
+    /// `OXCCL_CONFORMANCE_QUICK` (`1`/`true`), `OXCCL_CONFORMANCE_TIMEOUT` (seconds, or `250ms`, `2m` ...),
+    /// `OXCCL_CONFORMANCE_DEVICE` (device placement, see [`gpu`](Self::gpu): unset, empty or
+    /// `cpu` for host buffers; `cuda`, `cuda:N`, `rocm`, `rocm:N` for that GPU, ordinal 0
+    /// when omitted).
+    ///
+    /// Unset or unparsable variables keep the defaults; a bad `OXCCL_CONFORMANCE_DEVICE`,
+    /// or a GPU that cannot be opened, is reported on stderr and the suite runs on host
+    /// buffers. Use [`try_from_env`](Self::try_from_env) to get that as an error instead.
     pub fn from_env() -> Self {
+        let mut o = Self::from_env_host();
+        match gpu_from_env() {
+            Ok(gpu) => o.gpu = gpu,
+            Err(e) => eprintln!("oxccl-conformance: {e}; running on host buffers"),
+        }
+        o
+    }
+
+    /// [`from_env`](Self::from_env), except that a bad `OXCCL_CONFORMANCE_DEVICE` is an error.
+    ///
+    /// # Errors
+    /// `OXCCL_CONFORMANCE_DEVICE` is not one of `cpu`, `cuda`, `cuda:N`, `rocm`, `rocm:N`, or
+    /// names a GPU that cannot be opened ([`oxccl::Gpu::of`] failed: no runtime, no such
+    /// device); the message names the variable.
+    pub fn try_from_env() -> Result<Self, String> {
+        let mut o = Self::from_env_host();
+        o.gpu = gpu_from_env()?;
+        Ok(o)
+    }
+
+    /// The options of [`from_env`](Self::from_env) but the device.
+    fn from_env_host() -> Self {
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
         let list = |v: String| v.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
         let mut o = SuiteOptions::default();
@@ -159,11 +219,39 @@ impl SuiteOptions {
         self
     }
 
+    /// Chooses device placement on `gpu` (see [`gpu`](Self::gpu)): every buffer a case
+    /// passes to a communicator call is copied to `gpu` first and its outputs copied back
+    /// before they are checked. Every rank of a run should place its buffers on a GPU (its
+    /// own, or the same one), or none.
+    pub fn on_gpu(mut self, gpu: oxccl::Gpu) -> Self {
+        self.gpu = Some(gpu);
+        self
+    }
+
     /// Whether the case named `name` runs under these options.
     pub fn selects(&self, name: &str) -> bool {
         (self.filter.is_empty() || self.filter.iter().any(|p| pattern_matches(p, name)))
             && !self.skip.iter().any(|p| pattern_matches(p, name))
     }
+}
+
+/// The GPU `OXCCL_CONFORMANCE_DEVICE` names (`None` for unset, empty or `cpu`), opened.
+fn gpu_from_env() -> Result<Option<oxccl::Gpu>, String> {
+    const VAR: &str = "OXCCL_CONFORMANCE_DEVICE";
+    let raw = match std::env::var(VAR) {
+        Ok(v) => v,
+        Err(std::env::VarError::NotPresent) => return Ok(None),
+        Err(std::env::VarError::NotUnicode(v)) => return Err(format!("{VAR}={v:?} is not valid UTF-8")),
+    };
+    if raw.trim().is_empty() {
+        return Ok(None);
+    }
+    let device = match raw.parse::<oxccl::Device>() {
+        Ok(oxccl::Device::Cpu) => return Ok(None),
+        Ok(d) => d,
+        Err(e) => return Err(format!("{VAR}={raw:?}: {e}")),
+    };
+    oxccl::Gpu::of(device).map(Some).map_err(|e| format!("{VAR}={raw:?}: cannot open {device}: {e}"))
 }
 
 /// Whether a filter pattern matches a case name: `^prefix` matches names that start with
@@ -302,5 +390,19 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
         s.clone()
     } else {
         "(non-string panic payload)".into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn equality_compares_the_gpu_by_device() {
+        let gpu = oxccl::testing::host_gpu(1, 0).unwrap();
+        let host = SuiteOptions::new();
+        assert_eq!(host, SuiteOptions::new());
+        assert_ne!(host, host.clone().on_gpu(gpu.clone()));
+        assert_eq!(host.clone().on_gpu(gpu.clone()), host.on_gpu(gpu));
     }
 }

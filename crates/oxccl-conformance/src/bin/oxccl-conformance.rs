@@ -8,8 +8,8 @@
 //!
 //! Every rank joins the world with `oxccl::init()` (backend `cpu` unless `OXCCL_BACKEND`
 //! says otherwise; rank, world and store from the launcher's environment), runs
-//! [`run_suite`] with [`SuiteOptions::from_env`] (`OXCCL_CONFORMANCE_FILTER`, `_SKIP`,
-//! `_SEED`, `_QUICK`, `_TIMEOUT`; every rank must see the same values), and prints its own
+//! [`run_suite`] with [`SuiteOptions::try_from_env`] (`OXCCL_CONFORMANCE_FILTER`, `_SKIP`,
+//! `_SEED`, `_QUICK`, `_TIMEOUT`, `_DEVICE`; every rank must see the same values), and prints its own
 //! failures, each line prefixed with its rank. The ranks then combine their outcomes with
 //! an `all_reduce` on the world communicator, so every rank reaches the same verdict, and
 //! rank 0 prints the world's totals as its last line:
@@ -117,11 +117,20 @@ fn main() -> ExitCode {
         }
     };
     let (rank, n) = (comm.rank(), comm.world_size());
-    let opts = SuiteOptions::from_env();
+    // A device that cannot be opened ends the run (every rank opens it, and `oxccl run`
+    // stops the others when one fails) instead of testing host buffers by mistake.
+    let opts = match SuiteOptions::try_from_env() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("[rank {rank}] oxccl-conformance: {e}");
+            return ExitCode::from(2);
+        }
+    };
     if rank == 0 {
         println!(
-            "oxccl-conformance: backend `{}`, world size {n}, {} suite, seed {:#x}{}{}",
+            "oxccl-conformance: backend `{}`, world size {n}, buffers on {}, {} suite, seed {:#x}{}{}",
             comm.backend(),
+            opts.gpu.as_ref().map_or_else(|| "cpu".to_string(), |g| g.device().to_string()),
             if opts.quick { "quick" } else { "full" },
             opts.seed,
             if opts.filter.is_empty() { String::new() } else { format!(", only {:?}", opts.filter) },

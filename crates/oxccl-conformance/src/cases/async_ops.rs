@@ -7,7 +7,7 @@ use half::bf16;
 use oxccl::{Communicator, DType, ReduceOp};
 
 use super::{case, Case};
-use crate::check::{call, Check, Cx, Point, Verdict};
+use crate::check::{placed, Check, Cx, Point, Verdict};
 use crate::inputs::Dist;
 use crate::reference;
 use crate::SuiteOptions;
@@ -26,10 +26,11 @@ fn two_all_reduces(comm: &Communicator, cx: &Cx) -> Verdict {
     let mut chk = Check::new(comm);
     let (ka, kb) = (cx.sub(1), cx.sub(2));
     let mut a = cx.input::<f32>(ka, me, 4099, Dist::Reduce(ReduceOp::Sum));
-    let b_in = cx.input::<i64>(kb, me, 131, Dist::Reduce(ReduceOp::Max));
+    let mut b_in = cx.input::<i64>(kb, me, 131, Dist::Reduce(ReduceOp::Max));
     let mut b_out = cx.sentinel::<i64>(kb, me, 131);
     let p = Point::new("scope all_reduce + all_reduce_into", comm).note("f32 sum x4099, i64 max x131");
-    let got = comm.scope(|s| {
+    // b_in is checked for being unchanged: placed as writable, so the device copy is checked.
+    let got = placed!(chk, p, cx; [] [a, b_in, b_out] => comm.scope(|s| {
         let wa = s.all_reduce(&mut a, ReduceOp::Sum)?;
         let wb = s.all_reduce_into(&b_in, &mut b_out, ReduceOp::Max)?;
         // The caller's own work, overlapping with the communication.
@@ -37,11 +38,11 @@ fn two_all_reduces(comm: &Communicator, cx: &Cx) -> Verdict {
             reference::all_reduce(&cx.inputs::<f32>(ka, n, |_| 4099, Dist::Reduce(ReduceOp::Sum)), ReduceOp::Sum);
         let want_b =
             reference::all_reduce(&cx.inputs::<i64>(kb, n, |_| 131, Dist::Reduce(ReduceOp::Max)), ReduceOp::Max);
-        let rb = wb.wait()?.to_vec();
-        let ra = wa.wait()?.to_vec();
+        let rb = wb.wait()?.to_vec()?;
+        let ra = wa.wait()?.to_vec()?;
         Ok((ra, want_a, rb, want_b))
-    });
-    let (ra, want_a, rb, want_b) = call!(chk, p, got);
+    }));
+    let (ra, want_a, rb, want_b) = got;
     let pa = Point::new("async all_reduce", comm).dtype(DType::F32).reduce(ReduceOp::Sum).count(4099);
     chk.expect(&pa, "buffer", &ra, &want_a);
     let pb = Point::new("async all_reduce_into", comm).dtype(DType::I64).reduce(ReduceOp::Max).count(131);
@@ -67,23 +68,24 @@ fn many_in_flight(comm: &Communicator, cx: &Cx) -> Verdict {
     let mut aa = cx.sentinel::<bf16>(k(4), me, 3 * n);
     let rd_in = cx.inputs::<u64>(k(5), n, |_| 11, Dist::Reduce(ReduceOp::Min));
     let mut rd = rd_in[me].clone();
+    let (ag_mine, rs_mine, aa_mine) = (&ag_in[me], &rs_in[me], &aa_in[me]);
     let p = Point::new("scope with six operations in flight", comm);
-    let got = comm.scope(|s| {
+    let got = placed!(chk, p, cx; [ag_mine, rs_mine, aa_mine] [bc, ag, rs, aa, rd] => comm.scope(|s| {
         let w1 = s.broadcast(&mut bc, last)?;
-        let w2 = s.all_gather(&ag_in[me], &mut ag)?;
-        let w3 = s.reduce_scatter(&rs_in[me], &mut rs, ReduceOp::Sum)?;
-        let w4 = s.all_to_all(&aa_in[me], &mut aa)?;
+        let w2 = s.all_gather(&ag_mine, &mut ag)?;
+        let w3 = s.reduce_scatter(&rs_mine, &mut rs, ReduceOp::Sum)?;
+        let w4 = s.all_to_all(&aa_mine, &mut aa)?;
         let w5 = s.barrier()?;
         let w6 = s.reduce(&mut rd, ReduceOp::Min, 0)?;
-        let r6 = w6.wait()?.to_vec();
+        let r6 = w6.wait()?.to_vec()?;
         w5.wait()?;
-        let r4 = w4.wait()?.to_vec();
-        let r3 = w3.wait()?.to_vec();
-        let r2 = w2.wait()?.to_vec();
-        let r1 = w1.wait()?.to_vec();
+        let r4 = w4.wait()?.to_vec()?;
+        let r3 = w3.wait()?.to_vec()?;
+        let r2 = w2.wait()?.to_vec()?;
+        let r1 = w1.wait()?.to_vec()?;
         Ok((r1, r2, r3, r4, r6))
-    });
-    let (r1, r2, r3, r4, r6) = call!(chk, p, got);
+    }));
+    let (r1, r2, r3, r4, r6) = got;
     chk.bits(&Point::new("async broadcast", comm).dtype(DType::U32).root(last).count(13), "buffer", &r1, &bc_root);
     chk.bits(
         &Point::new("async all_gather", comm).dtype(DType::I8).count(7),
@@ -116,12 +118,11 @@ fn blocking_after_async(comm: &Communicator, cx: &Cx) -> Verdict {
     let bc_root = cx.input::<f32>(k ^ 1, root, 4099, Dist::Bits);
     let mut bc = if me == root { bc_root.clone() } else { cx.sentinel::<f32>(k, me, 4099) };
     let p = Point::new("scope all_reduce, then blocking broadcast", comm);
-    let got = comm.scope(|s| {
+    let r = placed!(chk, p, cx; [] [ar, bc] => comm.scope(|s| {
         let w = s.all_reduce(&mut ar, ReduceOp::Sum)?;
         comm.broadcast(&mut bc, root)?;
-        Ok(w.wait()?.to_vec())
-    });
-    let r = call!(chk, p, got);
+        w.wait()?.to_vec()
+    }));
     let pa = Point::new("async all_reduce", comm).dtype(DType::I32).reduce(ReduceOp::Sum).count(131);
     chk.expect(&pa, "buffer", &r, &reference::all_reduce(&ar_in, ReduceOp::Sum));
     let pb = Point::new("blocking broadcast", comm).dtype(DType::F32).root(root).count(4099);
@@ -141,7 +142,7 @@ fn dropped_and_polled(comm: &Communicator, cx: &Cx) -> Verdict {
     let mut b = b_in[me].clone();
     let p = Point::new("scope: dropped work, polled work", comm);
     let deadline = Instant::now() + cx.opts.timeout;
-    let got = comm.scope(|s| {
+    let got = placed!(chk, p, cx; [] [a, b] => comm.scope(|s| {
         drop(s.all_reduce(&mut a, ReduceOp::Max)?);
         let mut w = s.all_reduce(&mut b, ReduceOp::Prod)?;
         let mut polls = 0u32;
@@ -149,9 +150,9 @@ fn dropped_and_polled(comm: &Communicator, cx: &Cx) -> Verdict {
             polls += 1;
         }
         let done = w.is_completed();
-        Ok((done, polls, w.wait()?.to_vec()))
-    });
-    let (done, polls, rb) = call!(chk, p, got);
+        Ok((done, polls, w.wait()?.to_vec()?))
+    }));
+    let (done, polls, rb) = got;
     chk.that(done, || format!("{p}: is_completed() is false after wait_timeout reported completion ({polls} polls)"));
     let pa = Point::new("async all_reduce (handle dropped)", comm).dtype(DType::U8).reduce(ReduceOp::Max).count(131);
     chk.expect(&pa, "buffer", &a, &reference::all_reduce(&a_in, ReduceOp::Max));

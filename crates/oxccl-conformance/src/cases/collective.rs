@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use oxccl::{Algorithm, Communicator, ReduceOp};
 
 use super::{roots, Form};
-use crate::check::{call, Check, Cx, Point, Verdict};
+use crate::check::{call, placed, Check, Cx, Point, Verdict};
 use crate::element::TestElement;
 use crate::inputs::Dist;
 use crate::reference;
@@ -42,13 +42,13 @@ pub(crate) fn all_reduce<T: TestElement>(
         match form {
             Form::InPlace => {
                 let mut buf = inputs[me].clone();
-                call!(chk, p, c.all_reduce(&mut buf, op));
+                placed!(chk, p, cx; [] [buf] => c.all_reduce(&mut buf, op));
                 chk.expect(&p, "buffer", &buf, &reference::all_reduce(&inputs, op));
             }
             Form::OutOfPlace => {
-                let input = inputs[me].clone();
+                let mut input = inputs[me].clone();
                 let mut out = cx.sentinel::<T>(key, me, count);
-                call!(chk, p, c.all_reduce_into(&input, &mut out, op));
+                placed!(chk, p, cx; [] [input, out] => c.all_reduce_into(&input, &mut out, op));
                 chk.expect(&p, "output", &out, &reference::all_reduce(&inputs, op));
                 chk.bits(&p, "input (must be unchanged)", &input, &inputs[me]);
             }
@@ -74,11 +74,11 @@ pub(crate) fn all_reduce_bitwise<T: TestElement>(
         let inputs = cx.inputs::<T>(key, n, |_| count, Dist::Reduce(op));
         let p = Point::new("all_reduce", comm).dtype(T::DTYPE).reduce(op).algo(algo).count(count);
         let mut buf = inputs[me].clone();
-        call!(chk, p, c.all_reduce(&mut buf, op));
+        placed!(chk, p, cx; [] [buf] => c.all_reduce(&mut buf, op));
         chk.expect(&p, "buffer", &buf, &reference::all_reduce(&inputs, op));
         let mut all = cx.sentinel::<T>(key, me, n * count);
         let pg = Point::new("all_gather of the all_reduce results", comm).dtype(T::DTYPE).count(count);
-        call!(chk, pg, comm.all_gather(&buf, &mut all));
+        placed!(chk, pg, cx; [buf] [all] => comm.all_gather(&buf, &mut all));
         for (r, theirs) in all.chunks(count.max(1)).enumerate().take(if count == 0 { 0 } else { n }) {
             if let Some(i) = theirs.iter().zip(&buf).position(|(a, b)| !a.same_bits(*b)) {
                 chk.fail(format!(
@@ -120,7 +120,7 @@ pub(crate) fn reduce<T: TestElement>(
             match form {
                 Form::InPlace => {
                     let mut buf = mine.clone();
-                    call!(chk, p, c.reduce(&mut buf, op, root));
+                    placed!(chk, p, cx; [] [buf] => c.reduce(&mut buf, op, root));
                     if me == root {
                         chk.expect(&p, "root buffer", &buf, &want());
                     } else {
@@ -128,19 +128,19 @@ pub(crate) fn reduce<T: TestElement>(
                     }
                 }
                 Form::OutOfPlace => {
-                    let input = mine.clone();
+                    let mut input = mine.clone();
                     if me == root {
                         let mut out = cx.sentinel::<T>(key, me, count);
-                        call!(chk, p, c.reduce_into(&input, Some(&mut out), op, root));
+                        placed!(chk, p, cx; [] [input, out] => c.reduce_into(&input, Some(&mut out), op, root));
                         chk.expect(&p, "root output", &out, &want());
                     } else if me % 2 == 1 {
                         // Off the root the output is ignored: it must stay untouched.
                         let before = cx.sentinel::<T>(key, me, count);
                         let mut out = before.clone();
-                        call!(chk, p, c.reduce_into(&input, Some(&mut out), op, root));
+                        placed!(chk, p, cx; [] [input, out] => c.reduce_into(&input, Some(&mut out), op, root));
                         chk.bits(&p, "non-root output (ignored, must be unchanged)", &out, &before);
                     } else {
-                        call!(chk, p, c.reduce_into(&input, None, op, root));
+                        placed!(chk, p, cx; [] [input] => c.reduce_into(&input, None, op, root));
                     }
                     chk.bits(&p, "input (must be unchanged)", &input, &mine);
                 }
@@ -169,15 +169,15 @@ pub(crate) fn reduce_scatter<T: TestElement>(
         let p = Point::new("reduce_scatter", comm).dtype(T::DTYPE).reduce(op).algo(algo).form(form.name()).count(count);
         match form {
             Form::OutOfPlace => {
-                let input = inputs[me].clone();
+                let mut input = inputs[me].clone();
                 let mut out = cx.sentinel::<T>(key, me, count);
-                call!(chk, p, c.reduce_scatter(&input, &mut out, op));
+                placed!(chk, p, cx; [] [input, out] => c.reduce_scatter(&input, &mut out, op));
                 chk.expect(&p, "output", &out, &reference::reduce_scatter(&inputs, op, me));
                 chk.bits(&p, "input (must be unchanged)", &input, &inputs[me]);
             }
             Form::InPlace => {
                 let mut buf = inputs[me].clone();
-                call!(chk, p, c.reduce_scatter_in_place(&mut buf, op));
+                placed!(chk, p, cx; [] [buf] => c.reduce_scatter_in_place(&mut buf, op));
                 let mine = &buf[me * count..(me + 1) * count];
                 chk.expect(&p, "this rank's block", mine, &reference::reduce_scatter(&inputs, op, me));
             }
@@ -205,22 +205,24 @@ pub(crate) fn broadcast<T: TestElement>(
             match form {
                 Form::InPlace => {
                     let mut buf = if me == root { data.clone() } else { cx.sentinel::<T>(key, me, count) };
-                    call!(chk, p, c.broadcast(&mut buf, root));
+                    placed!(chk, p, cx; [] [buf] => c.broadcast(&mut buf, root));
                     chk.bits(&p, "buffer", &buf, &reference::broadcast(std::slice::from_ref(&data), 0));
                 }
                 Form::OutOfPlace => {
-                    let input = data.clone();
+                    let mut input = data.clone();
                     // Off the root the input is ignored, even when its length is wrong.
-                    let junk = cx.sentinel::<T>(key ^ 1, me, count + 1);
+                    let mut junk = cx.sentinel::<T>(key ^ 1, me, count + 1);
                     let mut out = cx.sentinel::<T>(key, me, count);
-                    let inp = if me == root {
-                        Some(&input[..])
-                    } else if me % 2 == 1 {
-                        Some(&junk[..])
-                    } else {
-                        None
-                    };
-                    call!(chk, p, c.broadcast_into(inp, &mut out, root));
+                    placed!(chk, p, cx; [] [input, junk, out] => {
+                        let inp = if me == root {
+                            Some(&input)
+                        } else if me % 2 == 1 {
+                            Some(&junk)
+                        } else {
+                            None
+                        };
+                        c.broadcast_into(inp, &mut out, root)
+                    });
                     chk.bits(&p, "output", &out, &data);
                     chk.bits(&p, "root input (must be unchanged)", &input, &data);
                 }
@@ -249,13 +251,13 @@ pub(crate) fn all_gather<T: TestElement>(
         let mut buf = cx.sentinel::<T>(key, me, n * count);
         match form {
             Form::OutOfPlace => {
-                let input = inputs[me].clone();
-                call!(chk, p, c.all_gather(&input, &mut buf));
+                let mut input = inputs[me].clone();
+                placed!(chk, p, cx; [] [input, buf] => c.all_gather(&input, &mut buf));
                 chk.bits(&p, "input (must be unchanged)", &input, &inputs[me]);
             }
             Form::InPlace => {
                 buf[me * count..(me + 1) * count].copy_from_slice(&inputs[me]);
-                call!(chk, p, c.all_gather_in_place(&mut buf));
+                placed!(chk, p, cx; [] [buf] => c.all_gather_in_place(&mut buf));
             }
         }
         chk.bits(&p, "output", &buf, &want);
@@ -289,9 +291,9 @@ pub(crate) fn all_gather_v<T: TestElement>(comm: &Communicator, cx: &Cx, algo: A
             .algo(algo)
             .count(counts[me])
             .note(format!("pattern={pattern} {counts:?}"));
-        let input = inputs[me].clone();
+        let mut input = inputs[me].clone();
         let mut out = cx.sentinel::<T>(key, me, total);
-        call!(chk, p, c.all_gather_v(&input, &mut out, &counts));
+        placed!(chk, p, cx; [] [input, out] => c.all_gather_v(&input, &mut out, &counts));
         chk.bits(&p, "output", &out, &reference::all_gather(&inputs));
         chk.bits(&p, "input (must be unchanged)", &input, &inputs[me]);
     }
@@ -316,15 +318,15 @@ pub(crate) fn all_to_all<T: TestElement>(
         let p = Point::new("all_to_all", comm).dtype(T::DTYPE).algo(algo).form(form.name()).count(count);
         match form {
             Form::OutOfPlace => {
-                let input = inputs[me].clone();
+                let mut input = inputs[me].clone();
                 let mut out = cx.sentinel::<T>(key, me, n * count);
-                call!(chk, p, c.all_to_all(&input, &mut out));
+                placed!(chk, p, cx; [] [input, out] => c.all_to_all(&input, &mut out));
                 chk.bits(&p, "output", &out, &want);
                 chk.bits(&p, "input (must be unchanged)", &input, &inputs[me]);
             }
             Form::InPlace => {
                 let mut buf = inputs[me].clone();
-                call!(chk, p, c.all_to_all_in_place(&mut buf));
+                placed!(chk, p, cx; [] [buf] => c.all_to_all_in_place(&mut buf));
                 chk.bits(&p, "buffer", &buf, &want);
             }
         }
@@ -359,9 +361,9 @@ pub(crate) fn all_to_all_v<T: TestElement>(comm: &Communicator, cx: &Cx, algo: A
             .algo(algo)
             .count(inputs[me].len())
             .note(format!("pattern={pattern} send_counts={send_counts:?} recv_counts={recv_counts:?}"));
-        let input = inputs[me].clone();
+        let mut input = inputs[me].clone();
         let mut out = cx.sentinel::<T>(key, me, recv_counts.iter().sum());
-        call!(chk, p, c.all_to_all_v(&input, &send_counts, &mut out, &recv_counts));
+        placed!(chk, p, cx; [] [input, out] => c.all_to_all_v(&input, &send_counts, &mut out, &recv_counts));
         chk.bits(&p, "output", &out, &reference::all_to_all_v(&inputs, &m, me));
         chk.bits(&p, "input (must be unchanged)", &input, &inputs[me]);
     }
@@ -376,20 +378,21 @@ pub(crate) fn gather<T: TestElement>(comm: &Communicator, cx: &Cx, algo: Algorit
     for root in roots(n) {
         for &count in counts {
             let key = rc_key(cx, root, count);
-            let mine = cx.input::<T>(key, me, count, Dist::Bits);
+            // The input shares the output's buffer type: placed as writable, never checked.
+            let mut mine = cx.input::<T>(key, me, count, Dist::Bits);
             let p = Point::new("gather", comm).dtype(T::DTYPE).algo(algo).root(root).count(count);
             if me == root {
                 let mut out = cx.sentinel::<T>(key, me, n * count);
-                call!(chk, p, c.gather(&mine, Some(&mut out), root));
+                placed!(chk, p, cx; [] [mine, out] => c.gather(&mine, Some(&mut out), root));
                 let inputs = cx.inputs::<T>(key, n, |_| count, Dist::Bits);
                 chk.bits(&p, "root output", &out, &reference::all_gather(&inputs));
             } else if me % 2 == 1 {
                 let before = cx.sentinel::<T>(key, me, 3);
                 let mut out = before.clone();
-                call!(chk, p, c.gather(&mine, Some(&mut out), root));
+                placed!(chk, p, cx; [] [mine, out] => c.gather(&mine, Some(&mut out), root));
                 chk.bits(&p, "non-root output (ignored, must be unchanged)", &out, &before);
             } else {
-                call!(chk, p, c.gather(&mine, None, root));
+                placed!(chk, p, cx; [] [mine] => c.gather(&mine, None, root));
             }
         }
     }
@@ -404,19 +407,24 @@ pub(crate) fn scatter<T: TestElement>(comm: &Communicator, cx: &Cx, algo: Algori
     for root in roots(n) {
         for &count in counts {
             let key = rc_key(cx, root, count);
-            let data = cx.input::<T>(key, root, n * count, Dist::Bits);
-            let junk = cx.sentinel::<T>(key ^ 1, me, 5);
+            let mut data = cx.input::<T>(key, root, n * count, Dist::Bits);
+            let mut junk = cx.sentinel::<T>(key ^ 1, me, 5);
             let p = Point::new("scatter", comm).dtype(T::DTYPE).algo(algo).root(root).count(count);
-            let input = if me == root {
-                Some(&data[..])
-            } else if me % 2 == 1 {
-                Some(&junk[..])
-            } else {
-                None
-            };
+            // Computed before the call: the inputs share the output's buffer type, so they are
+            // placed as writable (and copied back).
+            let want = reference::scatter(&data, n, me);
             let mut out = cx.sentinel::<T>(key, me, count);
-            call!(chk, p, c.scatter(input, &mut out, root));
-            chk.bits(&p, "output", &out, &reference::scatter(&data, n, me));
+            placed!(chk, p, cx; [] [data, junk, out] => {
+                let input = if me == root {
+                    Some(&data)
+                } else if me % 2 == 1 {
+                    Some(&junk)
+                } else {
+                    None
+                };
+                c.scatter(input, &mut out, root)
+            });
+            chk.bits(&p, "output", &out, &want);
         }
     }
     chk.finish()

@@ -28,9 +28,17 @@ fn cx_for<'a>(cx: &Cx<'a>, salt: u64) -> Cx<'a> {
 }
 
 /// Checks that `sub` has the given members (parent ranks, in sub-rank order), by its rank
-/// and size and by an all_gather of the parent ranks and an all_reduce of them. A call that
-/// fails aborts `sub` (so its peers stop waiting) and is returned as the error.
-fn check_members(chk: &mut Check, p: &Point, sub: &Communicator, me: usize, members: &[usize]) -> Result<(), String> {
+/// and size and by an all_gather of the parent ranks and an all_reduce of them (on buffers
+/// placed by `cx`). A call that fails aborts `sub` (so its peers stop waiting) and is
+/// returned as the error.
+fn check_members(
+    chk: &mut Check,
+    cx: &Cx,
+    p: &Point,
+    sub: &Communicator,
+    me: usize,
+    members: &[usize],
+) -> Result<(), String> {
     let pos = members.iter().position(|&r| r == me);
     if sub.world_size() != members.len() || Some(sub.rank()) != pos {
         chk.fail(format!(
@@ -46,20 +54,30 @@ fn check_members(chk: &mut Check, p: &Point, sub: &Communicator, me: usize, memb
         format!("{p}: {what} on the sub-communicator: {e}")
     };
     let mut order = vec![-1i64; members.len()];
-    sub.all_gather(&[me as i64], &mut order).map_err(|e| failed("all_gather", e))?;
+    let mine = [me as i64];
+    {
+        let mine = cx.place(&mine).map_err(|e| failed("placing the all_gather input", e))?;
+        let mut out = cx.place_mut(&mut order).map_err(|e| failed("placing the all_gather output", e))?;
+        sub.all_gather(&mine, &mut out).map_err(|e| failed("all_gather", e))?;
+        out.back().map_err(|e| failed("copying back the all_gather output", e))?;
+    }
     let want: Vec<i64> = members.iter().map(|&r| r as i64).collect();
     chk.that(order == want, || {
         format!("{p}: the sub-communicator's ranks are parent ranks {order:?}, expected {want:?}")
     });
     let mut sum = [me as u64];
-    sub.all_reduce(&mut sum, ReduceOp::Sum).map_err(|e| failed("all_reduce", e))?;
+    {
+        let mut buf = cx.place_mut(&mut sum).map_err(|e| failed("placing the all_reduce buffer", e))?;
+        sub.all_reduce(&mut buf, ReduceOp::Sum).map_err(|e| failed("all_reduce", e))?;
+        buf.back().map_err(|e| failed("copying back the all_reduce buffer", e))?;
+    }
     let want_sum: u64 = members.iter().map(|&r| r as u64).sum();
     chk.that(sum[0] == want_sum, || format!("{p}: all_reduce of parent ranks gave {}, expected {want_sum}", sum[0]));
     Ok(())
 }
 
 /// color = rank parity, key = −rank: each group is ordered by descending parent rank.
-fn split_parity_reversed(comm: &Communicator, _cx: &Cx) -> Verdict {
+fn split_parity_reversed(comm: &Communicator, cx: &Cx) -> Verdict {
     let (n, me) = (comm.world_size(), comm.rank());
     let mut chk = Check::new(comm);
     let p = Point::new("split", comm).note("color=rank%2 key=-rank");
@@ -69,7 +87,7 @@ fn split_parity_reversed(comm: &Communicator, _cx: &Cx) -> Verdict {
         return chk.finish();
     };
     let members: Vec<usize> = (0..n).rev().filter(|r| r % 2 == me % 2).collect();
-    if let Err(e) = check_members(&mut chk, &p, &sub, me, &members) {
+    if let Err(e) = check_members(&mut chk, cx, &p, &sub, me, &members) {
         chk.fail(e);
     }
     chk.finish()
@@ -91,7 +109,7 @@ fn split_opt_out(comm: &Communicator, cx: &Cx) -> Verdict {
         (false, None) => chk.fail(format!("{p}: a rank that passed a color got None")),
         (false, Some(sub)) => {
             let members: Vec<usize> = (0..n).filter(|r| r % 3 != 1).collect();
-            if let Err(e) = check_members(&mut chk, &p, &sub, me, &members) {
+            if let Err(e) = check_members(&mut chk, cx, &p, &sub, me, &members) {
                 chk.fail(e);
                 return chk.finish();
             }
@@ -113,7 +131,7 @@ fn split_singletons(comm: &Communicator, cx: &Cx) -> Verdict {
         chk.fail(format!("{p}: returned None"));
         return chk.finish();
     };
-    if let Err(e) = check_members(&mut chk, &p, &sub, me, &[me]) {
+    if let Err(e) = check_members(&mut chk, cx, &p, &sub, me, &[me]) {
         chk.fail(e);
         return chk.finish();
     }
@@ -140,7 +158,7 @@ fn new_group_even_reversed(comm: &Communicator, cx: &Cx) -> Verdict {
             chk.fail(format!("{p}: an unlisted rank got rank {} of {}", s.rank(), s.world_size()))
         }
         Some(sub) => {
-            if let Err(e) = check_members(&mut chk, &p, &sub, me, &members) {
+            if let Err(e) = check_members(&mut chk, cx, &p, &sub, me, &members) {
                 chk.fail(e);
                 return chk.finish();
             }
@@ -258,18 +276,23 @@ fn concurrent_overlapping(comm: &Communicator, cx: &Cx) -> Verdict {
     let mut b = b_in[yr].clone();
     let mut cb = if xr == 0 { c_root.clone() } else { vec![0u8; 13] };
     let mut g = vec![0i32; 7 * n];
-    let g_mine = g_in[yr].clone();
+    let g_mine = &g_in[yr];
     let pr = Point::new("async all_reduce/broadcast on x with all_reduce/all_gather on y", comm);
+    // Placed by hand, not with `placed!`: a failure of the scopes must abort x and y too. The
+    // results are read from the buffers `wait` hands back, so nothing needs copying back.
+    let g_mine = call!(chk, pr, cx.place(g_mine));
+    let (mut a, mut b) = (call!(chk, pr, cx.place_mut(&mut a)), call!(chk, pr, cx.place_mut(&mut b)));
+    let (mut cb, mut g) = (call!(chk, pr, cx.place_mut(&mut cb)), call!(chk, pr, cx.place_mut(&mut g)));
     let got = x.scope(|sx| {
         y.scope(|sy| {
             let wa = sx.all_reduce(&mut a, ReduceOp::Sum)?;
             let wb = sy.all_reduce(&mut b, ReduceOp::Max)?;
             let wc = sx.broadcast(&mut cb, 0)?;
             let wg = sy.all_gather(&g_mine, &mut g)?;
-            let g = wg.wait()?.to_vec();
-            let b = wb.wait()?.to_vec();
-            let c = wc.wait()?.to_vec();
-            let a = wa.wait()?.to_vec();
+            let g = wg.wait()?.to_vec()?;
+            let b = wb.wait()?.to_vec()?;
+            let c = wc.wait()?.to_vec()?;
+            let a = wa.wait()?.to_vec()?;
             Ok((a, b, c, g))
         })
     });

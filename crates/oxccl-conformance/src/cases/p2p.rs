@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use oxccl::{Algorithm, Communicator, DType, MessageInfo, OpKind};
 
 use super::{algos, case, counts, dtypes, Case};
-use crate::check::{call, with_dtype, Check, Cx, Point, Verdict};
+use crate::check::{call, placed, with_dtype, Check, Cx, Placed, PlacedIn, Point, Verdict};
 use crate::element::TestElement;
 use crate::inputs::Dist;
 use crate::SuiteOptions;
@@ -62,9 +62,9 @@ pub(crate) fn ring<T: TestElement>(comm: &Communicator, cx: &Cx, algo: Algorithm
             .algo(algo)
             .count(count)
             .note(format!("to={next} from={prev}"));
-        call!(chk, p, c.send(&mine, next, TAG));
+        placed!(chk, p, cx; [mine] [] => c.send(&mine, next, TAG));
         let mut buf = cx.sentinel::<T>(key, me, count);
-        let got = call!(chk, p, c.recv(&mut buf, prev, TAG));
+        let got = placed!(chk, p, cx; [] [buf] => c.recv(&mut buf, prev, TAG));
         chk.that(got == count, || format!("{p}: recv returned {got} elements, expected {count}"));
         chk.bits(&p, "received", &buf, &cx.input::<T>(key, prev, count, Dist::Bits));
     }
@@ -80,17 +80,18 @@ fn recv_into_larger_buffer(comm: &Communicator, cx: &Cx) -> Verdict {
     let key = cx.sub(0);
     let p = Point::new("send/recv", comm).dtype(DType::F32).note("5-element message into a 13-element buffer");
     let mine = cx.input::<f32>(key, me, 5, Dist::Bits);
-    call!(chk, p, comm.send(&mine, next, TAG));
-    call!(chk, p, comm.send::<[f32]>(&[], next, TAG));
+    placed!(chk, p, cx; [mine] [] => comm.send(&mine, next, TAG));
+    let empty: Vec<f32> = Vec::new();
+    placed!(chk, p, cx; [empty] [] => comm.send(&empty, next, TAG));
     let before = cx.sentinel::<f32>(key, me, 13);
     let mut buf = before.clone();
-    let got = call!(chk, p, comm.recv(&mut buf, prev, TAG));
+    let got = placed!(chk, p, cx; [] [buf] => comm.recv(&mut buf, prev, TAG));
     chk.that(got == 5, || format!("{p}: recv returned {got}, expected 5"));
     chk.bits(&p, "received prefix", &buf[..5], &cx.input::<f32>(key, prev, 5, Dist::Bits));
     chk.bits(&p, "rest of the buffer (must be unchanged)", &buf[5..], &before[5..]);
     let p0 = Point::new("send/recv", comm).dtype(DType::F32).note("0-element message into a 4-element buffer");
     let mut small = before[..4].to_vec();
-    let got = call!(chk, p0, comm.recv(&mut small, prev, TAG));
+    let got = placed!(chk, p0, cx; [] [small] => comm.recv(&mut small, prev, TAG));
     chk.that(got == 0, || format!("{p0}: recv returned {got}, expected 0"));
     chk.bits(&p0, "buffer (must be unchanged)", &small, &before[..4]);
     chk.finish()
@@ -106,13 +107,14 @@ fn tags_and_order(comm: &Communicator, cx: &Cx) -> Verdict {
     let data = |r: usize, k: usize| cx.input::<i64>(cx.sub(k as u64), r, sends[k].1, Dist::Bits);
     for (k, &(tag, count)) in sends.iter().enumerate() {
         let p = Point::new("send", comm).dtype(DType::I64).count(count).note(format!("tag={tag} to={next}"));
-        call!(chk, p, comm.send(&data(me, k), next, tag));
+        let msg = data(me, k);
+        placed!(chk, p, cx; [msg] [] => comm.send(&msg, next, tag));
     }
     for k in [1usize, 0, 2] {
         let (tag, count) = sends[k];
         let p = Point::new("recv", comm).dtype(DType::I64).count(count).note(format!("tag={tag} from={prev}"));
         let mut buf = vec![0i64; 8];
-        let got = call!(chk, p, comm.recv(&mut buf, prev, tag));
+        let got = placed!(chk, p, cx; [] [buf] => comm.recv(&mut buf, prev, tag));
         chk.that(got == count, || format!("{p}: got a {got}-element message, expected the {count}-element one"));
         chk.bits(&p, "message", &buf[..got.min(8)], &data(prev, k)[..count.min(got)]);
     }
@@ -131,8 +133,9 @@ fn probe(comm: &Communicator, cx: &Cx) -> Verdict {
 
     let key = cx.sub(0);
     let mine = cx.input::<f64>(key, me, 11, Dist::Bits);
-    call!(chk, p, comm.send(&mine, next, 5));
-    call!(chk, p, comm.send::<[u8]>(&[], next, 6));
+    placed!(chk, p, cx; [mine] [] => comm.send(&mine, next, 5));
+    let empty: Vec<u8> = Vec::new();
+    placed!(chk, p, cx; [empty] [] => comm.send(&empty, next, 6));
     let want = MessageInfo { source: prev, tag: 5, dtype: DType::F64, count: 11 };
     let deadline = Instant::now() + cx.opts.timeout;
     let info = loop {
@@ -156,11 +159,11 @@ fn probe(comm: &Communicator, cx: &Cx) -> Verdict {
     chk.that(empty == Some(want_empty), || format!("{p}: probe of a 0-element message reported {empty:?}"));
 
     let mut buf = vec![0f64; 11];
-    let got = call!(chk, p, comm.recv(&mut buf, prev, 5));
+    let got = placed!(chk, p, cx; [] [buf] => comm.recv(&mut buf, prev, 5));
     chk.that(got == 11, || format!("{p}: recv after probe returned {got}, expected 11"));
     chk.bits(&p, "received", &buf, &cx.input::<f64>(key, prev, 11, Dist::Bits));
     let mut nothing = [0u8; 0];
-    let got = call!(chk, p, comm.recv(&mut nothing, prev, 6));
+    let got = placed!(chk, p, cx; [] [nothing] => comm.recv(&mut nothing, prev, 6));
     chk.that(got == 0, || format!("{p}: recv of the 0-element message returned {got}"));
     let after = call!(chk, p, comm.probe(prev, 5));
     chk.that(after.is_none(), || format!("{p}: probe after the recv still reports {after:?}"));
@@ -186,16 +189,29 @@ fn batch_all_pairs<T: TestElement>(comm: &Communicator, cx: &Cx, in_scope: bool)
     let p = Point::new(if in_scope { "run_batch (async)" } else { "run_batch" }, comm)
         .dtype(T::DTYPE)
         .note("recvs from every rank (descending) listed before sends to every rank");
+    // One placed buffer per peer (the macro shadows single bindings, not a Vec's elements).
+    let mut placed_bufs: Vec<Placed<T>> = Vec::with_capacity(n);
+    for buf in bufs.iter_mut() {
+        placed_bufs.push(call!(chk, p, cx.place_mut(buf)));
+    }
+    let mut placed_sends: Vec<PlacedIn<T>> = Vec::with_capacity(n);
+    for s in &sends {
+        placed_sends.push(call!(chk, p, cx.place(s)));
+    }
     let mut b = comm.batch();
-    for (j, buf) in bufs.iter_mut().enumerate().rev() {
+    for (j, buf) in placed_bufs.iter_mut().enumerate().rev() {
         call!(chk, p, b.recv(buf, j, TAG));
     }
-    for (j, s) in sends.iter().enumerate() {
+    for (j, s) in placed_sends.iter().enumerate() {
         call!(chk, p, b.send(s, j, TAG));
     }
     chk.that(b.len() == 2 * n, || format!("{p}: batch has {} operations, expected {}", b.len(), 2 * n));
     let got =
         if in_scope { call!(chk, p, comm.scope(|s| s.run_batch(b)?.wait())) } else { call!(chk, p, comm.run_batch(b)) };
+    drop(placed_sends);
+    for buf in placed_bufs {
+        call!(chk, p, buf.back());
+    }
     let want: Vec<usize> = (0..n).rev().map(|j| pair_count(n, j, me)).collect();
     chk.that(got == want, || format!("{p}: receive counts {got:?}, expected {want:?}"));
     for j in 0..n {
@@ -217,12 +233,14 @@ fn batch_two_tags_reversed(comm: &Communicator, cx: &Cx) -> Verdict {
     let (s1, s2) = (msg(me, 1), msg(me, 2));
     let (mut r1, mut r2) = (vec![0u32; 4], vec![0u32; 5]);
     let p = Point::new("run_batch", comm).dtype(DType::U32).note(format!("two tags to={next} from={prev}"));
-    let mut b = comm.batch();
-    call!(chk, p, b.send(&s1, next, 1));
-    call!(chk, p, b.recv(&mut r2, prev, 2));
-    call!(chk, p, b.send(&s2, next, 2));
-    call!(chk, p, b.recv(&mut r1, prev, 1));
-    let got = call!(chk, p, comm.run_batch(b));
+    let got = placed!(chk, p, cx; [s1, s2] [r1, r2] => {
+        let mut b = comm.batch();
+        call!(chk, p, b.send(&s1, next, 1));
+        call!(chk, p, b.recv(&mut r2, prev, 2));
+        call!(chk, p, b.send(&s2, next, 2));
+        call!(chk, p, b.recv(&mut r1, prev, 1));
+        comm.run_batch(b)
+    });
     chk.that(got == vec![5, 4], || format!("{p}: receive counts {got:?}, expected [5, 4]"));
     chk.bits(&p, "tag 1 message", &r1, &msg(prev, 1));
     chk.bits(&p, "tag 2 message", &r2, &msg(prev, 2));
@@ -239,17 +257,14 @@ fn async_send_recv(comm: &Communicator, cx: &Cx) -> Verdict {
     let mine = cx.input::<f16>(key, me, 131, Dist::Bits);
     let mut buf = cx.sentinel::<f16>(key, me, 131);
     let p = Point::new("scope send/recv", comm).dtype(DType::F16).count(131);
-    let (got, count) = call!(
-        chk,
-        p,
-        comm.scope(|s| {
-            let ws = s.send(&mine, next, TAG)?;
-            let wr = s.recv(&mut buf, prev, TAG)?;
-            ws.wait()?;
-            let (b, c) = wr.wait()?;
-            Ok((b.to_vec(), c))
-        })
-    );
+    // The result is read from the buffer `wait` hands back (the device copy when placed).
+    let (got, count) = placed!(chk, p, cx; [mine] [buf] => comm.scope(|s| {
+        let ws = s.send(&mine, next, TAG)?;
+        let wr = s.recv(&mut buf, prev, TAG)?;
+        ws.wait()?;
+        let (b, c) = wr.wait()?;
+        Ok((b.to_vec()?, c))
+    }));
     chk.that(count == 131, || format!("{p}: recv reported {count} elements"));
     chk.bits(&p, "received", &got, &cx.input::<f16>(key, prev, 131, Dist::Bits));
     chk.finish()
