@@ -116,6 +116,8 @@ pub struct Report {
     pub topology: Topology,
     /// The nearest NIC of each GPU (by position in `topology.gpus`): its name and distance.
     pub gpu_nics: Vec<Option<(String, Distance)>>,
+    /// NVIDIA's Multi-Process Service, where there are NVIDIA GPUs.
+    pub mps: Option<crate::topology::Mps>,
     /// The IPv4 interfaces.
     pub interfaces: Vec<Interface>,
     /// The address the `cpu` backend's TCP transport would listen on (`OXCCL_SOCKET_IFNAME`
@@ -267,6 +269,9 @@ impl Report {
         }
         let gpu_nics =
             topology.gpus.iter().map(|g| topology.nearest_nic(g).map(|(n, d)| (n.name.clone(), d))).collect();
+        let nvidia = topology.gpus.iter().any(|g| g.vendor == crate::topology::GpuVendor::Nvidia)
+            || gpu_stacks.iter().any(|g| g.backend == "nccl" && g.devices.is_some_and(|n| n > 0));
+        let mps = nvidia.then(crate::topology::Mps::detect);
         let interfaces = crate::cpu::transport::tcp::ipv4_interfaces()
             .map(|v| v.into_iter().map(|(name, ip, up)| Interface { name, address: ip.to_string(), up }).collect())
             .unwrap_or_default();
@@ -286,6 +291,7 @@ impl Report {
             mpi: mpi_status(),
             topology,
             gpu_nics,
+            mps,
             interfaces,
             tcp_address,
             environment,

@@ -109,6 +109,9 @@ impl fmt::Display for Report {
         }
         let gd = &t.gpudirect;
         writeln!(s, "GPUDirect RDMA: {} ({})", if gd.usable { "yes" } else { "no" }, gd.why)?;
+        if let Some(m) = &self.mps {
+            writeln!(s, "NVIDIA MPS: {}", m.describe())?;
+        }
         writeln!(s, "\nNetwork")?;
         for i in &self.interfaces {
             write!(s, "  {:<12} {:<15} {}", i.name, i.address, if i.up { "up" } else { "down" })?;

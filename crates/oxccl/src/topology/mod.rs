@@ -14,6 +14,7 @@
 
 pub mod gpudirect;
 pub mod host;
+pub mod mps;
 pub mod pci;
 
 use std::path::{Path, PathBuf};
@@ -22,6 +23,7 @@ use serde::Serialize;
 
 pub use gpudirect::GpuDirect;
 pub use host::HostLimits;
+pub use mps::Mps;
 pub use pci::{Distance, Gpu, GpuVendor, Nic};
 
 /// Where the kernel's files are read from: `/` on a real machine.

@@ -155,3 +155,17 @@ fn this_machine_is_read_without_errors() {
     let json = serde_json::to_value(&t).unwrap();
     assert!(json["gpudirect"]["why"].is_string());
 }
+
+#[test]
+fn mps_is_found_by_its_control_pipe() {
+    let dir = std::env::temp_dir().join(format!("oxccl-mps-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let m = super::Mps::find(Some(&dir));
+    assert!(!m.running && m.describe().contains("nvidia-cuda-mps-control -d"), "{m:?}");
+    // The daemon's pipe is a FIFO; any file of that name says the daemon runs.
+    std::fs::write(dir.join("control"), b"").unwrap();
+    let m = super::Mps::find(Some(&dir));
+    assert!(m.running && m.describe().starts_with("running"), "{m:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(super::Mps::find(None).pipe_dir, std::path::PathBuf::from("/tmp/nvidia-mps"));
+}
