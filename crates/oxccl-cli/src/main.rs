@@ -409,6 +409,14 @@ struct BenchArgs {
     /// operation, out of place, with the memcpy reference (measured as with --memcpy).
     #[arg(long, value_name = "FILE")]
     plot: Option<PathBuf>,
+
+    /// Where the measured buffers live: cpu, cuda:N or rocm:N (that GPU on every rank), or a
+    /// bare cuda or rocm (each rank's local rank modulo the GPUs seen) [default: the
+    /// backend's device: its GPU on nccl and rccl, host memory otherwise]. Device buffers on
+    /// cpu, local and mpi are staged through pinned host memory (or passed to a CUDA-aware
+    /// MPI).
+    #[arg(long, value_name = "DEV")]
+    device: Option<bench::BenchDevice>,
 }
 
 fn parse_iters(s: &str) -> Result<bench::Iters, String> {
@@ -461,6 +469,9 @@ impl BenchArgs {
                 );
             }
         }
+        if self.algo == Some(bench::AlgoMode::All) && self.device.is_some_and(|d| d != bench::BenchDevice::Host) {
+            return Err("--algo all compares the algorithms on host buffers; leave out --device".into());
+        }
         let progress = if std::io::stderr().is_terminal() { ProgressMode::Terminal } else { ProgressMode::Lines };
         Ok(bench::Plan {
             ops,
@@ -476,6 +487,7 @@ impl BenchArgs {
             json: self.json.clone(),
             plot: self.plot.clone(),
             progress,
+            device: self.device,
         })
     }
 
@@ -510,6 +522,10 @@ impl BenchArgs {
         if let Some(p) = &self.plot {
             a.push("--plot".into());
             a.push(p.clone().into_os_string());
+        }
+        if let Some(d) = self.device {
+            a.push("--device".into());
+            a.push(d.to_string().into());
         }
         a
     }

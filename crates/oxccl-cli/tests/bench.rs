@@ -183,6 +183,32 @@ fn bad_arguments_explain_themselves() {
     let f = run(oxccl(["bench", "--ranks", "2", "--backend", "warp"]), LIMIT);
     assert_eq!(f.code(), Some(1), "{}", f.all());
     assert!(f.stderr.contains("unknown backend `warp`"), "{}", f.all());
+
+    let f = run(oxccl(["bench", "--device", "gpu0"]), LIMIT);
+    assert_eq!(f.code(), Some(2), "{}", f.all());
+    assert!(f.stderr.contains("expected cpu, cuda:N or rocm:N"), "{}", f.all());
+
+    let f = run(oxccl(["bench", "--device", "cuda", "--algo", "all"]), LIMIT);
+    assert_eq!(f.code(), Some(1), "{}", f.all());
+    assert!(f.stderr.contains("--algo all compares the algorithms on host buffers"), "{}", f.all());
+}
+
+/// `--device cpu` is the host (as without it); a GPU that is not there is refused by every
+/// rank with the runtime's reason, not a panic or a hang. (The GPU check measures real
+/// device buffers: scripts/gpu_staged_check.sh.)
+#[test]
+fn device_buffers_need_the_device() {
+    let f =
+        run(oxccl(["bench", "--ranks", "2", "--backend", "local", "--device", "cpu", "-e", "64", "-n", "1"]), LIMIT);
+    assert_eq!(f.code(), Some(0), "{}", f.all());
+    assert!(f.stdout.contains("buffers on cpu"), "{}", f.all());
+    if std::path::Path::new("/dev/nvidia0").exists() {
+        return;
+    }
+    let f =
+        run(oxccl(["bench", "--ranks", "2", "--backend", "local", "--device", "cuda:0", "-e", "64", "-n", "1"]), LIMIT);
+    assert_eq!(f.code(), Some(1), "{}", f.all());
+    assert!(f.stderr.contains("--device") && f.stderr.contains("nccl"), "{}", f.all());
 }
 
 #[test]

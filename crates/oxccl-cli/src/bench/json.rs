@@ -18,6 +18,8 @@ pub struct Report {
     pub backend: String,
     /// Number of ranks.
     pub world_size: usize,
+    /// Where the measured buffers lived: `cpu`, or the GPU (`cuda:0`, ...) of rank 0.
+    pub device: String,
     /// Timed iterations per measurement: a number, or `auto` (each row's `iters` says how
     /// many it took).
     pub iters: String,
@@ -147,6 +149,7 @@ mod tests {
             version: "0",
             backend: "local".into(),
             world_size: 2,
+            device: "cpu".into(),
             iters: "1".into(),
             warmup: 0,
             check: true,
@@ -165,6 +168,7 @@ mod tests {
             version: "0",
             backend: "local".into(),
             world_size: 1,
+            device: "cpu".into(),
             iters: "1".into(),
             warmup: 0,
             check: true,

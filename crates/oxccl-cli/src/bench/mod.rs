@@ -70,6 +70,84 @@ pub struct Plan {
     pub plot: Option<PathBuf>,
     /// How rank 0 shows progress.
     pub progress: ProgressMode,
+    /// Where the measured buffers live (`--device`); `None`: where the backend computes
+    /// (the communicator's GPU on `nccl`/`rccl`, host memory otherwise).
+    pub device: Option<BenchDevice>,
+}
+
+/// `--device`: the GPU whose memory holds the measured buffers, on any backend (the host
+/// backends stage device buffers through host memory).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BenchDevice {
+    /// Host memory.
+    Host,
+    /// This GPU on every rank (`cuda:N`, `rocm:N`).
+    Fixed(oxccl::Device),
+    /// A GPU per rank (a bare `cuda` or `rocm`): the rank's local rank modulo the devices
+    /// the runtime sees (the vendor's ordinal 0 names the runtime).
+    PerRank(oxccl::Device),
+}
+
+impl std::str::FromStr for BenchDevice {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<BenchDevice, String> {
+        let d: oxccl::Device = s.parse().map_err(|e: oxccl::Error| e.to_string())?;
+        Ok(match d {
+            oxccl::Device::Cpu => BenchDevice::Host,
+            d if s.contains(':') => BenchDevice::Fixed(d),
+            d => BenchDevice::PerRank(d),
+        })
+    }
+}
+
+impl std::fmt::Display for BenchDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BenchDevice::Host => f.write_str("cpu"),
+            BenchDevice::Fixed(d) => write!(f, "{d}"),
+            BenchDevice::PerRank(oxccl::Device::Rocm(_)) => f.write_str("rocm"),
+            BenchDevice::PerRank(_) => f.write_str("cuda"),
+        }
+    }
+}
+
+/// The local rank of this process: `LOCAL_RANK` (oxccl run, torchrun),
+/// `OMPI_COMM_WORLD_LOCAL_RANK` (Open MPI), `MPI_LOCALRANKID` (MPICH), else the rank (a
+/// world on one host: `local` threads, or a launcher that says nothing).
+fn local_rank(comm: &Communicator) -> usize {
+    if comm.backend() == "local" {
+        return comm.rank();
+    }
+    ["LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"]
+        .iter()
+        .find_map(|k| std::env::var(k).ok().and_then(|v| v.trim().parse().ok()))
+        .unwrap_or_else(|| comm.rank())
+}
+
+/// The GPU holding this rank's measured buffers, or `None` for host memory.
+///
+/// # Errors
+/// The GPU cannot be opened (no runtime, no such device).
+fn bench_gpu(comm: &Communicator, plan: &Plan) -> oxccl::Result<Option<oxccl::Gpu>> {
+    match plan.device {
+        None => match comm.device() {
+            oxccl::Device::Cpu => Ok(None),
+            d => Ok(Some(oxccl::Gpu::of(d)?)),
+        },
+        Some(BenchDevice::Host) => Ok(None),
+        Some(BenchDevice::Fixed(d)) => Ok(Some(oxccl::Gpu::of(d)?)),
+        Some(BenchDevice::PerRank(d)) => {
+            let first = oxccl::Gpu::of(d)?;
+            let count = first.device_count()?.max(1) as usize;
+            let ordinal = (local_rank(comm) % count) as u32;
+            let d = match d {
+                oxccl::Device::Rocm(_) => oxccl::Device::Rocm(ordinal),
+                _ => oxccl::Device::Cuda(ordinal),
+            };
+            Ok(Some(oxccl::Gpu::of(d)?))
+        }
+    }
 }
 
 /// How many timed iterations a measurement takes.
@@ -221,6 +299,8 @@ fn out(text: &str) {
 fn run_typed<T: BenchElem>(comm: &Communicator, plan: &Plan) -> Result<u64, String> {
     let (rank, n) = (comm.rank(), comm.world_size());
     let printer = rank == 0;
+    let gpu = bench_gpu(comm, plan).map_err(|e| format!("rank {rank}: --device: {e}"))?;
+    let device = gpu.as_ref().map_or_else(|| "cpu".to_string(), |g| g.device().to_string());
     if plan.root >= n && plan.ops.iter().any(|op| op.is_rooted()) {
         let ranks = if n == 1 { "rank" } else { "ranks" };
         return Err(format!("--root {} is out of range for {n} {ranks}: use 0 to {}", plan.root, n - 1));
@@ -229,7 +309,7 @@ fn run_typed<T: BenchElem>(comm: &Communicator, plan: &Plan) -> Result<u64, Stri
     let mut progress = Progress::new(if printer { plan.progress } else { ProgressMode::Off }, steps);
     if printer {
         out(&format!(
-            "# oxccl bench: {n} rank{} on backend {}  minBytes {} maxBytes {}  warmup iters: {}  iters: {}  validation: {}\n",
+            "# oxccl bench: {n} rank{} on backend {}, buffers on {device}  minBytes {} maxBytes {}  warmup iters: {}  iters: {}  validation: {}\n",
             if n == 1 { "" } else { "s" },
             comm.backend(),
             plan.sizes.first().copied().unwrap_or(0),
@@ -258,7 +338,7 @@ fn run_typed<T: BenchElem>(comm: &Communicator, plan: &Plan) -> Result<u64, Stri
         let mut rows = Vec::new();
         for size in plan.sizes_of(op) {
             progress.step(&format!("{op} {}", sizes::format_size(size)));
-            let row = measure::<T>(comm, op, size, plan, std::mem::take(&mut first))
+            let row = measure::<T>(comm, gpu.as_ref(), op, size, plan, std::mem::take(&mut first))
                 .map_err(|e| format!("rank {rank}: {op} of {size} bytes: {e}"))?;
             if printer {
                 progress.clear();
@@ -277,8 +357,8 @@ fn run_typed<T: BenchElem>(comm: &Communicator, plan: &Plan) -> Result<u64, Stri
         let records = json::records(&all_rows);
         if let Some(path) = &plan.plot {
             let runs = [plot::Run {
-                label: comm.backend().to_string(),
-                backend: comm.backend().to_string(),
+                label: plot::backend_label(comm.backend(), &device),
+                backend: plot::backend_label(comm.backend(), &device),
                 world_size: n,
                 samples: records.iter().map(plot::Sample::from).collect(),
             }];
@@ -290,6 +370,7 @@ fn run_typed<T: BenchElem>(comm: &Communicator, plan: &Plan) -> Result<u64, Stri
                 version: env!("CARGO_PKG_VERSION"),
                 backend: comm.backend().to_string(),
                 world_size: n,
+                device: device.clone(),
                 iters: plan.iters.to_string(),
                 warmup: plan.warmup,
                 check: plan.check,
@@ -305,6 +386,7 @@ fn run_typed<T: BenchElem>(comm: &Communicator, plan: &Plan) -> Result<u64, Stri
 /// first measurement of the run, which first warms the job up ([`STARTUP_US`]).
 fn measure<T: BenchElem>(
     comm: &Communicator,
+    gpu: Option<&oxccl::Gpu>,
     op: BenchOp,
     size: usize,
     plan: &Plan,
@@ -320,16 +402,12 @@ fn measure<T: BenchElem>(
     let mut times = [0.0f64; 4];
     let mut iters = [0usize; 2];
     let mut wrong = [0u64; 2];
-    // On a GPU backend the buffers live on the communicator's device: the host buffers
-    // hold the inputs and the checked results, and are copied over around the timed loops.
-    let gpu = match comm.device() {
-        oxccl::Device::Cpu => None,
-        d => Some(oxccl::Gpu::of(d)?),
-    };
+    // On a GPU (a GPU backend's device, or --device) the host buffers hold the inputs and
+    // the checked results, and are copied over around the timed loops.
     for (k, &place) in places.iter().enumerate() {
         let a = OpArgs { place, redop: plan.redop, root: plan.root };
         let mut b = ops::prepare::<T>(comm, op, count, &a);
-        if let Some(gpu) = &gpu {
+        if let Some(gpu) = gpu {
             let mut input = gpu.copy_from_host(&b.input)?;
             let mut output = gpu.copy_from_host(&b.output)?;
             (times[k], iters[k]) =
@@ -482,6 +560,7 @@ mod tests {
             json: None,
             plot: None,
             progress: ProgressMode::Off,
+            device: None,
         }
     }
 

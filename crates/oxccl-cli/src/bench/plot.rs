@@ -69,6 +69,9 @@ pub struct Run {
 #[derive(Debug, Deserialize)]
 struct ReportFile {
     backend: String,
+    /// Where the buffers lived (absent in files of older versions: the host).
+    #[serde(default)]
+    device: Option<String>,
     world_size: usize,
     rows: Vec<Sample>,
 }
@@ -87,7 +90,18 @@ pub fn read_run(path: &Path) -> Result<Run, String> {
         )
     })?;
     let label = path.file_stem().map_or_else(|| path.display().to_string(), |s| s.to_string_lossy().into_owned());
-    Ok(Run { label, backend: r.backend, world_size: r.world_size, samples: r.rows })
+    let backend = backend_label(&r.backend, r.device.as_deref().unwrap_or("cpu"));
+    Ok(Run { label, backend, world_size: r.world_size, samples: r.rows })
+}
+
+/// A run's backend as legends name it: with the GPU its buffers lived on, where not the host
+/// (`cpu on cuda:0`).
+pub fn backend_label(backend: &str, device: &str) -> String {
+    if device == "cpu" {
+        backend.to_string()
+    } else {
+        format!("{backend} on {device}")
+    }
 }
 
 /// Names runs in the legend: by backend and rank count where those tell them apart, by file

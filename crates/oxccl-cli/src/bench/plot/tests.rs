@@ -134,6 +134,7 @@ fn bench_json_reads_back() {
         version: "0",
         backend: "cpu".into(),
         world_size: 3,
+        device: "cpu".into(),
         iters: "auto".into(),
         warmup: 5,
         check: true,
@@ -162,4 +163,19 @@ fn bench_json_reads_back() {
     assert_eq!((r.label.as_str(), r.backend.as_str(), r.world_size), ("r", "cpu", 3));
     assert_eq!(r.samples, [sample("all_gather", 3072, false, 0.2, None)]);
     assert_eq!(Sample::from(&report.rows[0]), r.samples[0]);
+}
+
+#[test]
+fn device_runs_are_named_by_their_device() {
+    assert_eq!(super::backend_label("cpu", "cpu"), "cpu");
+    assert_eq!(super::backend_label("cpu", "cuda:0"), "cpu on cuda:0");
+    let dir = std::env::temp_dir().join(format!("oxccl-plot-device-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (a, b) = (dir.join("a.json"), dir.join("b.json"));
+    std::fs::write(&a, r#"{"backend":"cpu","world_size":2,"rows":[]}"#).unwrap();
+    std::fs::write(&b, r#"{"backend":"cpu","device":"cuda:0","world_size":2,"rows":[]}"#).unwrap();
+    let mut runs = vec![super::read_run(&a).unwrap(), super::read_run(&b).unwrap()];
+    super::label_runs(&mut runs);
+    assert_eq!((runs[0].label.as_str(), runs[1].label.as_str()), ("cpu x2", "cpu on cuda:0 x2"));
+    std::fs::remove_dir_all(&dir).unwrap();
 }
