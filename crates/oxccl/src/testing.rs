@@ -77,11 +77,11 @@ pub fn gpu_double_backends(cfg: &Config, n: usize, backend: &str, old_library: b
 ///
 /// # Errors
 /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) when `ordinal >= devices`.
-pub fn host_gpu(devices: u32, ordinal: u32) -> Result<crate::Gpu> {
+pub fn host_gpu(devices: u32, ordinal: u32) -> Result<crate::xccl::memory::Gpu> {
     use crate::backend::staging::{register_device_copy, DeviceKind};
     use crate::xccl::runtime::{host::HostRuntime, DeviceRuntime};
     let rt: Arc<dyn DeviceRuntime> = Arc::new(HostRuntime::new(devices));
-    let gpu = crate::Gpu::new(Arc::clone(&rt), ordinal)?;
+    let gpu = crate::xccl::memory::Gpu::new(Arc::clone(&rt), ordinal)?;
     register_device_copy(DeviceKind::Cuda, Arc::new(crate::xccl::staging_copy::RuntimeCopy::new(rt)));
     Ok(gpu)
 }
