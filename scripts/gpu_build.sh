@@ -2,14 +2,23 @@
 # Run HERE (a machine with Rust, no GPU needed): builds the release binaries the GPU check
 # runs and puts them in gpu-bin/ (git-ignored), which the device tool carries to the GPU
 # machine: `run` with carry ["gpu-bin"] and command `scripts/gpu_check.sh`.
+# `--mpi` builds them with the mpi backend (linked against this machine's Open MPI,
+# libmpi.so.40, which the GPU machine's Open MPI 4.1 also provides), as
+# scripts/gpu_staged_check.sh needs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release -p oxccl-cli -p oxccl-conformance --bins
+features=()
+[ "${1:-}" = --mpi ] && features=(--features oxccl-cli/mpi,oxccl-conformance/mpi)
+cargo build --release -p oxccl-cli -p oxccl-conformance --bins "${features[@]}"
 rel="${CARGO_TARGET_DIR:-target}/release"
 mkdir -p gpu-bin
 for b in oxccl oxccl-conformance oxccl-failure-probe; do
   cp "$rel/$b" gpu-bin/
   strip gpu-bin/$b 2>/dev/null || true
 done
+if [ "${1:-}" = --mpi ]; then
+  # Open MPI's C reference of scripts/peers (scripts/gpu_staged_check.sh's `cpu16` step).
+  mpicc -O2 -o gpu-bin/ompi_bench scripts/peers/ompi_bench.c
+fi
 du -ch gpu-bin/* | tail -n 4
 echo "carry limit: 64 MiB in all"
