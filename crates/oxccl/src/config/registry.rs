@@ -187,7 +187,7 @@ pub const SOCKET_IFNAME: Setting = Setting {
     name: "OXCCL_SOCKET_IFNAME",
     kind: Kind::Text,
     default: "",
-    default_doc: "first non-loopback IPv4",
+    default_doc: "the NIC nearest the rank's GPU, else the first non-loopback IPv4",
     doc: "network interface for TCP, like `NCCL_SOCKET_IFNAME`: `eth0`, `eth,ib` (prefixes), `=eth0` (exact), `^docker` (exclude)",
     origin: Origin::User,
 };

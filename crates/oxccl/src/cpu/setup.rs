@@ -73,6 +73,7 @@ impl CpuOptions {
         };
         let tcp = TcpOptions {
             ifname: c.socket_ifname.clone(),
+            prefer: gpu_nic(cfg),
             max_frame: c.max_frame,
             connect_timeout: cfg.timeout,
             ..TcpOptions::default()
@@ -87,6 +88,33 @@ impl CpuOptions {
             yield_for: c.yield_for,
         })
     }
+}
+
+/// The NIC nearest this rank's GPU, for the TCP transport to listen on (NCCL's choice of a
+/// NIC per GPU: device data staged through host memory then crosses the fewest bridges),
+/// when the choice is open: no `OXCCL_SOCKET_IFNAME`, TCP may carry traffic, more than one
+/// interface could be picked, there is a GPU on the PCI bus, and the GPU runtime says which
+/// one this rank uses ([`crate::backend::rank_gpu`]). `None` otherwise (the default rule).
+fn gpu_nic(cfg: &ResolvedConfig) -> Option<String> {
+    use crate::config::TransportChoice;
+    let c = &cfg.cpu;
+    if c.socket_ifname.is_some() || c.transport == TransportChoice::Shm {
+        return None;
+    }
+    let names = crate::cpu::transport::tcp::default_candidates();
+    if names.len() < 2 {
+        return None;
+    }
+    let topology = crate::topology::Topology::detect();
+    if topology.gpus.is_empty() {
+        return None;
+    }
+    let local_rank = LaunchInfo::from_env().ok()?.local_rank;
+    let bus = crate::backend::rank_gpu::bus_id(cfg, local_rank)?;
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let (nic, distance) = topology.nic_near_gpu(&bus, &refs)?;
+    tracing::info!("TCP transport: {} is the interface nearest this rank's GPU {bus} ({distance})", nic.name);
+    Some(nic.name.clone())
 }
 
 /// This process's host identity: `OXCCL_HOST_ID` (`configured`), else the hostname and the

@@ -138,6 +138,10 @@ impl fmt::Display for Report {
             Ok(a) => writeln!(s, "  the cpu backend's TCP transport listens on {a} ({why})")?,
             Err(e) => writeln!(s, "  the cpu backend's TCP transport cannot pick an address: {e}")?,
         }
+        let candidates = self.interfaces.iter().filter(|i| i.up && i.address != "127.0.0.1").count();
+        if ifname.is_none() && !t.gpus.is_empty() && candidates > 1 {
+            writeln!(s, "  (a rank whose GPU the runtime names listens on the NIC nearest that GPU, listed above)")?;
+        }
         let h = &t.host;
         writeln!(s, "\nHost")?;
         writeln!(s, "  CPUs this process may use: {}; NUMA nodes: {}", h.cpus, h.numa_nodes)?;

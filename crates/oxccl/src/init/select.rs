@@ -79,10 +79,14 @@ fn first_available<T>(cfg: &ResolvedConfig, create: impl Fn(&dyn BackendFactory)
 }
 
 /// Lets the host backends load a GPU runtime when they first meet its device buffers (a
-/// buffer the application made with its own framework, before oxccl loaded the runtime).
+/// buffer the application made with its own framework, before oxccl loaded the runtime),
+/// and ask which GPU a rank uses (to listen on the NIC nearest it).
 fn install_staging_loader() {
     static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| crate::backend::staging::install_loader(Box::new(crate::xccl::factory::staging_copy)));
+    ONCE.call_once(|| {
+        crate::backend::staging::install_loader(Box::new(crate::xccl::factory::staging_copy));
+        crate::backend::rank_gpu::install_locator(crate::xccl::factory::rank_gpu_bus_id);
+    });
 }
 
 /// Creates `n` in-process ranks on the configured backend.

@@ -91,6 +91,21 @@ impl Topology {
         Topology::read(&Sysfs::default())
     }
 
+    /// Among the interfaces named `names` (those a transport may use), the NIC closest to
+    /// the GPU at PCI address `bus_id` (any case, 4- or 8-digit domain), and its distance;
+    /// `None` when no GPU here has that address or none of `names` is a NIC here.
+    pub fn nic_near_gpu(&self, bus_id: &str, names: &[&str]) -> Option<(&Nic, Distance)> {
+        let want = pci::normalize_bus_id(bus_id)?;
+        let gpu = self.gpus.iter().find(|g| pci::normalize_bus_id(&g.bus_id).as_deref() == Some(want.as_str()))?;
+        self.nics
+            .iter()
+            .filter(|n| names.contains(&n.name.as_str()))
+            .map(|n| (n, pci::distance(&gpu.path, gpu.numa_node, &n.path, n.numa_node)))
+            .min_by(|a, b| {
+                a.1.cmp(&b.1).then(b.0.rdma.is_some().cmp(&a.0.rdma.is_some())).then(a.0.name.cmp(&b.0.name))
+            })
+    }
+
     /// The NIC closest to `gpu` on the PCI bus and its distance: RDMA-capable NICs first at
     /// equal distance, then by name. `None` without NICs.
     pub fn nearest_nic(&self, gpu: &Gpu) -> Option<(&Nic, Distance)> {

@@ -212,6 +212,18 @@ pub fn rdma_devices(sys: &Sysfs) -> Vec<String> {
     sys.entries("/sys/class/infiniband").into_iter().map(|(n, _)| n).collect()
 }
 
+/// A PCI address in sysfs's form (`0000:3b:00.0`: 4-digit domain, lower case) from any of
+/// the forms drivers print (`00000000:3B:00.0`, `0000:3b:00.0`); `None` when it is not one.
+pub fn normalize_bus_id(id: &str) -> Option<String> {
+    let mut parts = id.trim().rsplitn(3, ':');
+    let (devfn, bus, domain) = (parts.next()?, parts.next()?, parts.next()?);
+    let domain = u32::from_str_radix(domain, 16).ok()?;
+    let bus = u8::from_str_radix(bus, 16).ok()?;
+    let (dev, func) = devfn.split_once('.')?;
+    let (dev, func) = (u8::from_str_radix(dev, 16).ok()?, u8::from_str_radix(func, 16).ok()?);
+    Some(format!("{domain:04x}:{bus:02x}:{dev:02x}.{func:x}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -121,6 +121,15 @@ fn gpus_nics_and_their_distances_come_from_sysfs() {
     // The AMD GPU is on node 1, every NIC on node 0: across the sockets, the RDMA one first.
     let (nic, d) = t.nearest_nic(&t.gpus[1]).unwrap();
     assert_eq!((nic.name.as_str(), d), ("ib0", Distance::System));
+    // A transport that may use eth0 and ib0 listens on the one nearest the rank's GPU, named
+    // as the CUDA driver prints it; a GPU that is not here, or no NIC among the names: none.
+    assert_eq!(t.nic_near_gpu("00000000:02:00.0", &["eth0", "ib0"]).map(|(n, _)| n.name.as_str()), Some("ib0"));
+    assert_eq!(
+        t.nic_near_gpu("0000:02:00.0", &["eth0"]).map(|(n, d)| (n.name.as_str(), d)),
+        Some(("eth0", Distance::HostBridge))
+    );
+    assert!(t.nic_near_gpu("0000:09:00.0", &["eth0", "ib0"]).is_none());
+    assert!(t.nic_near_gpu("0000:02:00.0", &["lo"]).is_none());
     assert_eq!(t.host.numa_nodes, 2);
     assert!(t.host.dev_shm.is_some_and(|s| s.total_bytes > 0));
     assert_eq!(t.gpudirect.peer_memory_module.as_deref(), Some("nvidia_peermem"));
@@ -168,4 +177,15 @@ fn mps_is_found_by_its_control_pipe() {
     assert!(m.running && m.describe().starts_with("running"), "{m:?}");
     std::fs::remove_dir_all(&dir).unwrap();
     assert_eq!(super::Mps::find(None).pipe_dir, std::path::PathBuf::from("/tmp/nvidia-mps"));
+}
+
+#[test]
+fn pci_addresses_are_compared_in_one_form() {
+    use super::pci::normalize_bus_id as n;
+    assert_eq!(n("00000000:3B:00.0").as_deref(), Some("0000:3b:00.0"));
+    assert_eq!(n("0000:3b:00.0").as_deref(), Some("0000:3b:00.0"));
+    assert_eq!(n(" 0001:81:1f.7 ").as_deref(), Some("0001:81:1f.7"));
+    for bad in ["", "3b:00.0", "0000:3b:00", "0000:zz:00.0", "x:3b:00.0"] {
+        assert_eq!(n(bad), None, "{bad}");
+    }
 }

@@ -37,9 +37,27 @@ pub fn ipv4_interfaces() -> io::Result<Vec<(String, Ipv4Addr, bool)>> {
     Ok(interfaces()?.into_iter().map(|i| (i.name, i.ip, i.up)).collect())
 }
 
+/// The interfaces the default choice may pick (up, IPv4, not loopback or link-local), by
+/// name, in the system's order.
+pub fn default_candidates() -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for i in interfaces().unwrap_or_default().into_iter().filter(usable) {
+        if !names.contains(&i.name) {
+            names.push(i.name);
+        }
+    }
+    names
+}
+
+/// Whether the default choice may pick `i`.
+fn usable(i: &Iface) -> bool {
+    i.up && !i.ip.is_loopback() && !i.ip.is_link_local() && !i.ip.is_unspecified()
+}
+
 /// The address a rank listens on and publishes: `opts.bind_addr` when set, else the IPv4
-/// address of the interface `opts.ifname` names, else the first up non-loopback IPv4
-/// interface, else 127.0.0.1.
+/// address of the interface `opts.ifname` names, else that of `opts.prefer` (the NIC
+/// nearest the rank's GPU) when it is up, else the first up non-loopback IPv4 interface
+/// (not a container bridge), else 127.0.0.1.
 ///
 /// # Errors
 /// [`Error::Config`] when `bind_addr` is unspecified (0.0.0.0 cannot be published) or
@@ -60,7 +78,7 @@ pub fn select_address(opts: &TcpOptions) -> Result<IpAddr> {
                 interfaces().map_err(|e| Error::io(format!("listing network interfaces for {IFNAME_ENV}"), &e))?;
             pick(Some(spec), &found).map(IpAddr::V4)
         }
-        None => Ok(IpAddr::V4(interfaces().ok().and_then(|f| pick(None, &f).ok()).unwrap_or(Ipv4Addr::LOCALHOST))),
+        None => Ok(IpAddr::V4(pick_preferring(opts.prefer.as_deref(), &interfaces().unwrap_or_default()))),
     }
 }
 
@@ -113,6 +131,15 @@ fn describe(found: &[Iface]) -> String {
         .join(", ")
 }
 
+/// The default choice among `found` (no `OXCCL_SOCKET_IFNAME`): `prefer`'s address when it
+/// is a usable interface, else [`pick`]'s.
+pub(super) fn pick_preferring(prefer: Option<&str>, found: &[Iface]) -> Ipv4Addr {
+    match prefer.and_then(|p| found.iter().find(|i| i.name == p && usable(i))) {
+        Some(i) => i.ip,
+        None => pick(None, found).unwrap_or(Ipv4Addr::LOCALHOST),
+    }
+}
+
 /// Picks an address among `found` as [`select_address`] describes.
 pub(super) fn pick(spec: Option<&str>, found: &[Iface]) -> Result<Ipv4Addr> {
     let virtual_name = |n: &str| ["docker", "veth", "virbr", "br-"].iter().any(|p| n.starts_with(p));
@@ -120,7 +147,7 @@ pub(super) fn pick(spec: Option<&str>, found: &[Iface]) -> Result<Ipv4Addr> {
         return Ok(found
             .iter()
             .enumerate()
-            .filter(|(_, i)| i.up && !i.ip.is_loopback() && !i.ip.is_link_local() && !i.ip.is_unspecified())
+            .filter(|(_, i)| usable(i))
             .min_by_key(|&(k, i)| (virtual_name(&i.name), k))
             .map_or(Ipv4Addr::LOCALHOST, |(_, i)| i.ip));
     };

@@ -62,7 +62,7 @@ use std::time::{Duration, Instant};
 
 #[cfg(any(test, feature = "testing"))]
 pub use handshake::AUTH_CONTEXT;
-pub use interface::{ipv4_interfaces, select_address};
+pub use interface::{default_candidates, ipv4_interfaces, select_address};
 pub use links::TcpLinks;
 pub use options::TcpOptions;
 #[cfg(test)]

@@ -34,6 +34,9 @@ pub struct TcpOptions {
     pub ifname: Option<String>,
     /// An explicit address to listen on (e.g. 127.0.0.1), overriding `ifname`.
     pub bind_addr: Option<IpAddr>,
+    /// The interface to prefer when neither `ifname` nor `bind_addr` is set, if it is up
+    /// with an IPv4 address: the NIC nearest this rank's GPU (the backend's setup decides).
+    pub prefer: Option<String>,
     /// How long establishing all connections may take (address lookups, connects with
     /// retries, accepts, handshakes).
     pub connect_timeout: Duration,
@@ -47,6 +50,7 @@ impl Default for TcpOptions {
         TcpOptions {
             ifname: None,
             bind_addr: None,
+            prefer: None,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             max_frame: DEFAULT_MAX_FRAME,
         }

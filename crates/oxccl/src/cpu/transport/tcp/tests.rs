@@ -12,7 +12,7 @@ use proptest::prelude::*;
 
 use super::connection::{set_liveness, KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, KEEPALIVE_PROBES, USER_TIMEOUT_MS};
 use super::handshake::{dial, lookup, Ident, Verdict, REPLY_LEN};
-use super::interface::{pick, Iface};
+use super::interface::{pick, pick_preferring, Iface};
 use super::reader::{pump, read_payload, End, PREALLOC};
 use super::{remaining, select_address, TcpLinks, TcpOptions, AUTH_CONTEXT, IFNAME_ENV, MAX_FRAME_ENV};
 use crate::bootstrap::auth::{self, Secret, SECRET_ENV};
@@ -66,6 +66,7 @@ fn opts() -> TcpOptions {
     TcpOptions {
         ifname: None,
         bind_addr: Some(IpAddr::V4(Ipv4Addr::LOCALHOST)),
+        prefer: None,
         connect_timeout: Duration::from_secs(10),
         max_frame: 1 << 26,
     }
@@ -611,6 +612,17 @@ fn interfaces_are_chosen_like_nccl_socket_ifname() {
     assert_eq!(pick(None, &found[..2]).unwrap().to_string(), "172.17.0.1");
     assert_eq!(pick(None, &found[..1]).unwrap(), Ipv4Addr::LOCALHOST);
     assert_eq!(pick(None, &[]).unwrap(), Ipv4Addr::LOCALHOST);
+    // The NIC nearest the rank's GPU wins the default choice when it is up; a down, loopback
+    // or unknown one leaves the default rule.
+    let near = |p: &str| pick_preferring(Some(p), &found).to_string();
+    assert_eq!(near("ib0"), "10.9.0.2");
+    for ignored in ["eth1", "lo", "wlan9"] {
+        assert_eq!(near(ignored), "10.1.0.2", "{ignored}");
+    }
+    assert_eq!(pick_preferring(None, &found).to_string(), "10.1.0.2");
+    // OXCCL_SOCKET_IFNAME outranks it.
+    let named = TcpOptions { ifname: Some("=lo".into()), prefer: Some("eth0".into()), ..TcpOptions::default() };
+    assert_eq!(select_address(&named).unwrap(), IpAddr::V4(Ipv4Addr::LOCALHOST));
     let e = ip(Some("wlan0")).unwrap_err().to_string();
     assert!(e.contains(IFNAME_ENV) && e.contains("eth1 10.0.1.2 (down)") && e.contains("lo 127.0.0.1"), "{e}");
     assert!(ip(Some("^")).is_err());
