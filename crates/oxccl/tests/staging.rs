@@ -37,6 +37,9 @@ struct Counting {
     /// Copies to the host of exactly one pipeline chunk (4 MiB; the other tests' buffers are
     /// far smaller, and a buffer staged whole is copied in one call of its full size).
     chunk_calls: AtomicUsize,
+    /// Copies to the host of exactly one 1 MiB piece: a full block slice of an all_gather or
+    /// reduce_scatter chunk on 3 ranks (4 MiB / (3 + 1)).
+    piece_calls: AtomicUsize,
 }
 
 static COPIES: std::sync::OnceLock<Arc<Counting>> = std::sync::OnceLock::new();
@@ -54,6 +57,9 @@ impl DeviceCopy for Counting {
         self.to_host.fetch_add(bytes, Ordering::Relaxed);
         if bytes == 4 << 20 {
             self.chunk_calls.fetch_add(1, Ordering::Relaxed);
+        }
+        if bytes == 1 << 20 {
+            self.piece_calls.fetch_add(1, Ordering::Relaxed);
         }
         // SAFETY: staging passes a device (here host) source and a host temporary of `bytes`.
         unsafe { std::ptr::copy_nonoverlapping(src, dst, bytes) };
@@ -188,6 +194,56 @@ fn large_all_reduce_and_broadcast_run_as_overlapped_chunks() {
     // broadcast's.
     let made = copies.chunk_calls.load(Ordering::Relaxed) - calls;
     assert_eq!(made, 3 * 2 + 2, "full chunks copied in");
+}
+
+#[test]
+fn large_reduce_all_gather_and_reduce_scatter_run_as_overlapped_chunks() {
+    let _alone = PIPELINES.lock().unwrap_or_else(|p| p.into_inner());
+    let copies = setup();
+    let (chunks, pieces) = (copies.chunk_calls.load(Ordering::Relaxed), copies.piece_calls.load(Ordering::Relaxed));
+    // reduce: 2.5 chunks; all_gather and reduce_scatter: blocks of 4.96 slices of 1 MiB.
+    let (len, k) = ((10 << 20) / 4 + 5, (5 << 20) / 4 - 13);
+    let val = |i: usize, r: usize| ((i * 7 + r * 13) % 1009) as f32;
+    let out = local::run(3, |c| -> oxccl::Result<()> {
+        let (r, n) = (c.rank(), c.world_size());
+        // reduce to rank 1, out of place (the others pass no output) and in place.
+        let input = OnGpu((0..len).map(|i| val(i, r)).collect::<Vec<f32>>());
+        let mut red = OnGpu(vec![-1.0f32; len]);
+        c.reduce_into(&input, (r == 1).then_some(&mut red), ReduceOp::Sum, 1)?;
+        let sum = |i: usize| (0..n).map(|q| val(i, q)).sum::<f32>();
+        if r == 1 {
+            assert!(red.0.iter().enumerate().all(|(i, &v)| v == sum(i)), "reduce_into at the root");
+        }
+        let mut inplace = OnGpu((0..len).map(|i| val(i, r)).collect::<Vec<f32>>());
+        c.reduce(&mut inplace, ReduceOp::Max, 2)?;
+        let want = |i: usize| if r == 2 { (0..n).map(|q| val(i, q)).fold(f32::MIN, f32::max) } else { val(i, r) };
+        assert!(inplace.0.iter().enumerate().all(|(i, &v)| v == want(i)), "reduce in place, rank {r}");
+        // all_gather: block q of the output is rank q's input.
+        let mine = OnGpu((0..k).map(|i| val(i, r)).collect::<Vec<f32>>());
+        let mut all = OnGpu(vec![0.0f32; n * k]);
+        c.all_gather(&mine, &mut all)?;
+        assert!(all.0.iter().enumerate().all(|(j, &v)| v == val(j % k, j / k)), "all_gather");
+        // reduce_scatter: block r of the sum of every rank's n blocks.
+        let blocks = OnGpu((0..n * k).map(|j| val(j, r)).collect::<Vec<f32>>());
+        let mut mine = OnGpu(vec![0.0f32; k]);
+        c.reduce_scatter(&blocks, &mut mine, ReduceOp::Sum)?;
+        assert!(mine.0.iter().enumerate().all(|(i, &v)| v == sum(r * k + i)), "reduce_scatter");
+        // In place: the input is (all_gather) or the output becomes (reduce_scatter) this
+        // rank's block of the buffer, which later chunks must not read after it changed.
+        let mut buf = OnGpu((0..n * k).map(|j| if j / k == r { val(j % k, r) } else { -1.0 }).collect::<Vec<f32>>());
+        c.all_gather_in_place(&mut buf)?;
+        assert!(buf.0.iter().enumerate().all(|(j, &v)| v == val(j % k, j / k)), "all_gather in place");
+        let mut buf = OnGpu((0..n * k).map(|j| val(j, r)).collect::<Vec<f32>>());
+        c.reduce_scatter_in_place(&mut buf, ReduceOp::Sum)?;
+        assert!(buf.0[r * k..(r + 1) * k].iter().enumerate().all(|(i, &v)| v == sum(r * k + i)), "in place");
+        Ok(())
+    })
+    .unwrap();
+    assert!(out.iter().all(|r| r.is_ok()), "{out:?}");
+    // reduce: each rank copies 2 full chunks in, twice. all_gather: 4 full slices per rank;
+    // reduce_scatter: 4 full slices of each of 3 blocks per rank.
+    assert_eq!(copies.chunk_calls.load(Ordering::Relaxed) - chunks, 2 * 3 * 2, "reduce chunks");
+    assert_eq!(copies.piece_calls.load(Ordering::Relaxed) - pieces, 2 * (3 * 4 + 3 * 3 * 4), "block slices");
 }
 
 #[test]
