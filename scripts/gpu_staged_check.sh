@@ -19,6 +19,9 @@
 #                PyTorch gloo with CUDA tensors, 2 ranks (and 4 at 64 MiB); 1 rank and 2
 #                threads of one process on cuda:0; the mpi backend staged and on host;
 #                scripts/gpu/staged_summary.py prints the ratios
+#   ops          every pipelined collective (all_reduce, reduce, broadcast, all_gather,
+#                reduce_scatter) at 16 and 64 MiB on cuda:0 vs host, results checked, 2 ranks;
+#                gloo's all_gather on CUDA tensors at 64 MiB
 #   cpu16        issue 10 on 16 cores: the cpu backend (host buffers) beside Open MPI's C
 #                API (scripts/peers/ompi_bench.c), 2 and 16 ranks, 20 and 2000 iterations
 set -uo pipefail
@@ -29,7 +32,7 @@ BIN="${GPU_BIN:-$PWD/gpu-bin}"
 PY="${PYTHON:-/opt/torch/.venv/bin/python3}"
 MPIRUN=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
 failed=0
-want="${*:-info conformance mpi speed cpu16}"
+want="${*:-info conformance mpi speed ops cpu16}"
 wanted() { [[ " $want " == *" $1 "* ]]; }
 step() { echo; echo "== $* ($(date +%T))"; }
 verdict() { if [ "$1" = 0 ]; then echo "PASS $2"; else echo "FAIL $2"; failed=1; fi; }
@@ -127,6 +130,18 @@ if wanted speed; then
   obench mpi-staged-2 "${MPIRUN[@]}" -np 2 -x OXCCL_MPI_CUDA_AWARE=no -- --backend mpi --device cuda:0
   obench mpi-host-2 "${MPIRUN[@]}" -np 2 -- --backend mpi --device cpu
   python3 scripts/gpu/staged_summary.py "$OUT" | tee "$OUT/summary.txt"
+fi
+
+if wanted ops; then
+  step "every pipelined collective, 2 ranks, cuda:0 vs host"
+  for dev in cuda:0 cpu; do
+    timeout 120 "$BIN/oxccl" bench --ranks 2 all_reduce reduce broadcast all_gather reduce_scatter -b 16M -e 64M \
+      -n 8 -w 2 --device "$dev" --json "$OUT/ops-${dev%:0}-2.json" > "$OUT/ops-${dev%:0}-2.txt" 2>&1; rc=$?
+    grep -a -E "^# [a-z_]+$|^ +[0-9]|Out of bounds|rror" "$OUT/ops-${dev%:0}-2.txt"; verdict $rc "all ops --device $dev"
+  done
+  OP=all_gather ITERS=5 SIZES=16777216,67108864 timeout 120 "$PY" -m torch.distributed.run --nproc-per-node 2 \
+    --master-port 29544 scripts/gpu/torch_gloo.py > "$OUT/gloo-ag-2.txt" 2>&1; rc=$?
+  grep -E "^ +[0-9]|rror" "$OUT/gloo-ag-2.txt"; verdict $rc "torch gloo all_gather"
 fi
 
 if wanted cpu16; then
