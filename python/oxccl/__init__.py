@@ -1,0 +1,190 @@
+"""oxccl: collective communications across processes and hosts.
+
+    import numpy as np, oxccl
+    comm = oxccl.init()                 # under oxccl run, torchrun, mpirun or Slurm
+    x = np.full(4, comm.rank, dtype=np.float32)
+    comm.all_reduce(x)                  # in place: every rank now holds the sum
+
+Buffers are numpy arrays, torch CPU tensors or writable buffer-protocol objects, used in
+place without copies; they must be contiguous. Every call blocks until this rank's part is
+done; the GIL is released meanwhile. Errors are the classes of :mod:`oxccl.errors`.
+"""
+
+import enum as _enum
+
+from . import errors
+from ._buffers import describe as _describe
+from ._oxccl import Communicator as _RawCommunicator
+from ._oxccl import __version__
+from ._oxccl import dtypes as _dtypes
+from ._oxccl import init as _init
+from .errors import *  # noqa: F401,F403  (the exception classes, at the top level too)
+
+
+class ReduceOp(str, _enum.Enum):
+    """How values combine. Plain strings (``"sum"``, ...) work too."""
+
+    SUM = "sum"
+    PROD = "prod"
+    MIN = "min"
+    MAX = "max"
+    AVG = "avg"
+
+
+def _op(op):
+    return op.value if isinstance(op, ReduceOp) else op
+
+
+class Communicator:
+    """A group of ranks that run collectives together (from :func:`init`, :meth:`split`
+    or :meth:`new_group`). Every rank of it must issue the same collectives in the same
+    order."""
+
+    __slots__ = ("_c",)
+
+    def __init__(self, raw):
+        self._c = raw
+
+    @property
+    def rank(self):
+        """This process's rank in the communicator."""
+        return self._c.rank
+
+    @property
+    def world_size(self):
+        """Number of ranks."""
+        return self._c.world_size
+
+    @property
+    def backend(self):
+        """The backend's name (``cpu``, ``mpi``, ...)."""
+        return self._c.backend
+
+    @property
+    def timeout(self):
+        """Each operation's deadline, in seconds."""
+        return self._c.timeout
+
+    def with_timeout(self, seconds):
+        """This communicator with another deadline for its operations."""
+        return Communicator(self._c.with_timeout(seconds))
+
+    def all_reduce(self, buf, op=ReduceOp.SUM):
+        """Every rank's ``buf`` becomes the element-wise reduction of all ranks' ``buf``."""
+        d, keep = _describe(buf, True, "buf")
+        self._c.all_reduce(d, _op(op))
+
+    def all_reduce_into(self, input, output, op=ReduceOp.SUM):
+        """``output`` becomes the reduction of all ranks' ``input`` (same length)."""
+        i, k1 = _describe(input, False, "input")
+        o, k2 = _describe(output, True, "output")
+        self._c.all_reduce_into(i, o, _op(op))
+
+    def reduce(self, buf, root, op=ReduceOp.SUM):
+        """The root's ``buf`` becomes the reduction of all ranks' ``buf``; the others' stay."""
+        d, keep = _describe(buf, True, "buf")
+        self._c.reduce(d, _op(op), root)
+
+    def reduce_into(self, input, output, root, op=ReduceOp.SUM):
+        """The root's ``output`` becomes the reduction of all ranks' ``input``; ``output`` is
+        ignored (may be None) off the root."""
+        i, k1 = _describe(input, False, "input")
+        o, k2 = (None, None) if output is None else _describe(output, True, "output")
+        self._c.reduce_into(i, o, _op(op), root)
+
+    def broadcast(self, buf, root):
+        """Every rank's ``buf`` becomes the root's."""
+        d, keep = _describe(buf, True, "buf")
+        self._c.broadcast(d, root)
+
+    def all_gather(self, input, output):
+        """``output`` (world_size blocks of ``len(input)``) becomes every rank's ``input``,
+        in rank order."""
+        i, k1 = _describe(input, False, "input")
+        o, k2 = _describe(output, True, "output")
+        self._c.all_gather(i, o)
+
+    def all_gather_in_place(self, buf):
+        """Block ``rank`` of ``buf`` is this rank's input; every block becomes its rank's."""
+        d, keep = _describe(buf, True, "buf")
+        self._c.all_gather_in_place(d)
+
+    def reduce_scatter(self, input, output, op=ReduceOp.SUM):
+        """``input`` is world_size blocks of ``len(output)``; ``output`` becomes block
+        ``rank`` of their reduction over all ranks."""
+        i, k1 = _describe(input, False, "input")
+        o, k2 = _describe(output, True, "output")
+        self._c.reduce_scatter(i, o, _op(op))
+
+    def all_to_all(self, input, output):
+        """Block j of rank i's ``input`` becomes block i of rank j's ``output``."""
+        i, k1 = _describe(input, False, "input")
+        o, k2 = _describe(output, True, "output")
+        self._c.all_to_all(i, o)
+
+    def gather(self, input, output, root):
+        """The root's ``output`` (world_size blocks) becomes every rank's ``input``;
+        ``output`` is ignored (may be None) off the root."""
+        i, k1 = _describe(input, False, "input")
+        o, k2 = (None, None) if output is None else _describe(output, True, "output")
+        self._c.gather(i, o, root)
+
+    def scatter(self, input, output, root):
+        """Block r of the root's ``input`` becomes rank r's ``output``; ``input`` is ignored
+        (may be None) off the root."""
+        i, k1 = (None, None) if input is None else _describe(input, False, "input")
+        o, k2 = _describe(output, True, "output")
+        self._c.scatter(i, o, root)
+
+    def barrier(self):
+        """Returns once every rank has entered it."""
+        self._c.barrier()
+
+    def send(self, buf, peer, tag=0):
+        """Sends ``buf`` to ``peer`` (returns once it is on its way)."""
+        d, keep = _describe(buf, False, "buf")
+        self._c.send(d, peer, tag)
+
+    def recv(self, buf, peer, tag=0):
+        """Receives a message from ``peer`` with ``tag`` into ``buf``; returns its length in
+        elements (at most ``len(buf)``)."""
+        d, keep = _describe(buf, True, "buf")
+        return self._c.recv(d, peer, tag)
+
+    def split(self, color, key=0):
+        """The communicator of the ranks that pass the same ``color`` (None: not a member,
+        returns None), ordered by ``key`` then rank. Every rank calls it."""
+        c = self._c.split(color, key)
+        return None if c is None else Communicator(c)
+
+    def new_group(self, ranks):
+        """The communicator of ``ranks`` (every rank calls it; None off the group)."""
+        c = self._c.new_group(list(ranks))
+        return None if c is None else Communicator(c)
+
+    def abort(self, reason="aborted by the application"):
+        """Fails this communicator's pending and future operations, and tells the peers."""
+        self._c.abort(reason)
+
+    def __repr__(self):
+        return repr(self._c)
+
+
+def init(**settings):
+    """Joins the job this process belongs to (the environment ``oxccl run``, torchrun,
+    mpirun or Slurm sets) and returns the world communicator. Keyword arguments are
+    ``OXCCL_*`` settings on top of the environment's, by name with or without the prefix
+    (``init(backend="cpu", timeout="30s")``)."""
+    opts = {}
+    for k, v in settings.items():
+        name = k.upper()
+        opts[name if name.startswith("OXCCL_") else "OXCCL_" + name] = str(v)
+    return Communicator(_init(opts))
+
+
+def dtypes():
+    """The dtype names oxccl knows (``f32``, ``bf16``, ...)."""
+    return list(_dtypes())
+
+
+__all__ = ["init", "Communicator", "ReduceOp", "errors", "dtypes", "__version__"] + errors.__all__

@@ -1,0 +1,397 @@
+//! `oxccl._oxccl`: the Rust half of the Python package. It holds communicators and runs
+//! their collectives on memory that the Python half (`oxccl/_buffers.py`) describes as
+//! `(address, element count, dtype name)` after taking it from a live exporter (a numpy
+//! array, a torch tensor, a DLPack capsule, a writable buffer) that it keeps referenced for
+//! the whole call. The GIL is released while a collective runs. Errors are raised as the
+//! exception classes of `oxccl.errors`, chosen by the kind of `oxccl::Error`.
+//!
+//! This module is private: its methods trust the descriptions they get, and only the
+//! package's Python half calls them.
+
+use std::time::Duration;
+
+use oxccl::backend::{RawBuf, RawBufMut};
+use oxccl::{Buffer, BufferMut, Communicator, DType, Device, Element, Error, ReduceOp};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+/// A buffer as the Python half describes it: address, element count, dtype name.
+type Desc = (usize, usize, String);
+
+/// Host memory of `len` elements of `T` at `ptr`, lent by a Python exporter for one call.
+struct Lent<T> {
+    ptr: *mut T,
+    len: usize,
+}
+
+// SAFETY: the memory belongs to a Python object that the calling Python frame keeps
+// referenced until the call returns (the GIL is released only inside that call), and the
+// exporter does not move or free it while referenced (numpy and torch storage is fixed; a
+// `bytearray` cannot resize while its memoryview is held by the caller).
+unsafe impl<T> Send for Lent<T> {}
+
+// SAFETY: `ptr` is valid for reads of `len` elements (see `Send`, and `lend`'s checks of
+// alignment and non-null), the dtype is `T`'s, and the memory is host memory.
+unsafe impl<T: Element> Buffer for Lent<T> {
+    type Elem = T;
+    fn as_raw(&self) -> RawBuf {
+        RawBuf { ptr: self.ptr.cast_const().cast(), count: self.len, dtype: T::DTYPE, device: Device::Cpu }
+    }
+}
+
+// SAFETY: as for `Buffer`; the Python half passes writable memory for outputs (it refuses
+// read-only exporters there), and `&mut self` is the only user during the call.
+unsafe impl<T: Element> BufferMut for Lent<T> {
+    fn as_raw_mut(&mut self) -> RawBufMut {
+        RawBufMut { ptr: self.ptr.cast(), count: self.len, dtype: T::DTYPE, device: Device::Cpu }
+    }
+}
+
+/// Checks a description and makes a `Lent` of it.
+fn lend<T: Element>(d: &Desc) -> PyResult<Lent<T>> {
+    let (addr, len, _) = d;
+    let align = std::mem::align_of::<T>();
+    if *len == 0 {
+        // No memory is touched; an aligned dangling address satisfies the slice rules.
+        return Ok(Lent { ptr: std::ptr::NonNull::<T>::dangling().as_ptr(), len: 0 });
+    }
+    if *addr == 0 {
+        return Err(PyValueError::new_err("a buffer of elements has a null address"));
+    }
+    if addr % align != 0 {
+        return Err(PyValueError::new_err(format!(
+            "a buffer of {} starts at {addr:#x}, which is not aligned to {align} bytes; pass an aligned copy",
+            T::DTYPE
+        )));
+    }
+    Ok(Lent { ptr: *addr as *mut T, len: *len })
+}
+
+/// The dtype named by a description.
+fn dtype_of(d: &Desc) -> PyResult<DType> {
+    d.2.parse::<DType>().map_err(|e| PyValueError::new_err(e.to_string()))
+}
+
+/// The one dtype of several descriptions.
+fn common_dtype(ds: &[&Desc]) -> PyResult<DType> {
+    let first = dtype_of(ds[0])?;
+    for d in &ds[1..] {
+        let t = dtype_of(d)?;
+        if t != first {
+            return Err(PyValueError::new_err(format!("the buffers' dtypes differ: {first} and {t}")));
+        }
+    }
+    Ok(first)
+}
+
+/// Runs `$body` with `$T` bound to the Rust type of `$dtype`.
+macro_rules! with_dtype {
+    ($dtype:expr, $T:ident => $body:expr) => {
+        match $dtype {
+            DType::I8 => {
+                type $T = i8;
+                $body
+            }
+            DType::U8 => {
+                type $T = u8;
+                $body
+            }
+            DType::I32 => {
+                type $T = i32;
+                $body
+            }
+            DType::U32 => {
+                type $T = u32;
+                $body
+            }
+            DType::I64 => {
+                type $T = i64;
+                $body
+            }
+            DType::U64 => {
+                type $T = u64;
+                $body
+            }
+            DType::F16 => {
+                type $T = oxccl::f16;
+                $body
+            }
+            DType::BF16 => {
+                type $T = oxccl::bf16;
+                $body
+            }
+            DType::F32 => {
+                type $T = f32;
+                $body
+            }
+            DType::F64 => {
+                type $T = f64;
+                $body
+            }
+        }
+    };
+}
+
+/// `oxccl::Error` as the exception class of `oxccl.errors` for its kind.
+fn raise(py: Python<'_>, e: Error) -> PyErr {
+    let (class, extra): (&str, Vec<(&str, PyObject)>) = match &e {
+        Error::InvalidArgument(_) => ("InvalidArgumentError", vec![]),
+        Error::Mismatch { .. } => ("MismatchError", vec![]),
+        Error::Timeout { .. } => ("TimeoutError", vec![]),
+        Error::PeerLost { .. } => ("PeerLostError", vec![]),
+        Error::Aborted { .. } => ("AbortedError", vec![]),
+        Error::BackendUnavailable { backend, .. } => (
+            "BackendUnavailableError",
+            vec![("backend", backend.clone().into_pyobject(py).map_or_else(|_| py.None(), |o| o.into_any().unbind()))],
+        ),
+        Error::Store(_) => ("StoreError", vec![]),
+        Error::Io { .. } => ("OxcclIOError", vec![]),
+        Error::Backend { code, .. } => (
+            "BackendError",
+            vec![("code", code.into_pyobject(py).map_or_else(|_| py.None(), |o| o.into_any().unbind()))],
+        ),
+        Error::Config(_) => ("ConfigError", vec![]),
+        _ => ("InternalError", vec![]),
+    };
+    let message = e.to_string();
+    let made = py.import("oxccl.errors").and_then(|m| m.getattr(class)).and_then(|c| c.call1((message.clone(),)));
+    match made {
+        Ok(exc) => {
+            for (k, v) in extra {
+                let _ = exc.setattr(k, v);
+            }
+            PyErr::from_value(exc)
+        }
+        Err(import_failed) => import_failed,
+    }
+}
+
+/// A reduce op from its name (`sum`, `prod`, `min`, `max`, `avg`).
+fn reduce_op(name: &str) -> PyResult<ReduceOp> {
+    name.parse::<ReduceOp>().map_err(|e| PyValueError::new_err(e.to_string()))
+}
+
+/// A communicator: a group of ranks that run collectives together.
+#[pyclass(module = "oxccl._oxccl", name = "Communicator", frozen)]
+struct PyCommunicator {
+    comm: Communicator,
+}
+
+impl PyCommunicator {
+    /// Runs `f` with the GIL released, mapping its error.
+    fn run<R: Send>(&self, py: Python<'_>, f: impl FnOnce(&Communicator) -> oxccl::Result<R> + Send) -> PyResult<R> {
+        let comm = &self.comm;
+        py.allow_threads(|| f(comm)).map_err(|e| raise(py, e))
+    }
+}
+
+#[pymethods]
+impl PyCommunicator {
+    /// This process's rank.
+    #[getter]
+    fn rank(&self) -> usize {
+        self.comm.rank()
+    }
+
+    /// Number of ranks.
+    #[getter]
+    fn world_size(&self) -> usize {
+        self.comm.world_size()
+    }
+
+    /// The backend's name (`cpu`, `mpi`, ...).
+    #[getter]
+    fn backend(&self) -> &'static str {
+        self.comm.backend()
+    }
+
+    /// The deadline of each operation, seconds.
+    #[getter]
+    fn timeout(&self) -> f64 {
+        self.comm.timeout().as_secs_f64()
+    }
+
+    /// A view of this communicator whose operations use `seconds` as their deadline.
+    fn with_timeout(&self, seconds: f64) -> PyResult<PyCommunicator> {
+        let d = Duration::try_from_secs_f64(seconds)
+            .map_err(|_| PyValueError::new_err(format!("timeout {seconds} is not a number of seconds >= 0")))?;
+        Ok(PyCommunicator { comm: self.comm.with_timeout(d) })
+    }
+
+    fn all_reduce(&self, py: Python<'_>, buf: Desc, op: &str) -> PyResult<()> {
+        let op = reduce_op(op)?;
+        with_dtype!(dtype_of(&buf)?, T => {
+            let mut b = lend::<T>(&buf)?;
+            self.run(py, move |c| c.all_reduce(&mut b, op))
+        })
+    }
+
+    fn all_reduce_into(&self, py: Python<'_>, input: Desc, output: Desc, op: &str) -> PyResult<()> {
+        let op = reduce_op(op)?;
+        with_dtype!(common_dtype(&[&input, &output])?, T => {
+            let (i, mut o) = (lend::<T>(&input)?, lend::<T>(&output)?);
+            self.run(py, move |c| c.all_reduce_into(&i, &mut o, op))
+        })
+    }
+
+    fn reduce(&self, py: Python<'_>, buf: Desc, op: &str, root: usize) -> PyResult<()> {
+        let op = reduce_op(op)?;
+        with_dtype!(dtype_of(&buf)?, T => {
+            let mut b = lend::<T>(&buf)?;
+            self.run(py, move |c| c.reduce(&mut b, op, root))
+        })
+    }
+
+    #[pyo3(signature = (input, output, op, root))]
+    fn reduce_into(&self, py: Python<'_>, input: Desc, output: Option<Desc>, op: &str, root: usize) -> PyResult<()> {
+        let op = reduce_op(op)?;
+        let dt = match &output {
+            Some(o) => common_dtype(&[&input, o])?,
+            None => dtype_of(&input)?,
+        };
+        with_dtype!(dt, T => {
+            let i = lend::<T>(&input)?;
+            let mut o = output.as_ref().map(lend::<T>).transpose()?;
+            self.run(py, move |c| c.reduce_into(&i, o.as_mut(), op, root))
+        })
+    }
+
+    fn broadcast(&self, py: Python<'_>, buf: Desc, root: usize) -> PyResult<()> {
+        with_dtype!(dtype_of(&buf)?, T => {
+            let mut b = lend::<T>(&buf)?;
+            self.run(py, move |c| c.broadcast(&mut b, root))
+        })
+    }
+
+    fn all_gather(&self, py: Python<'_>, input: Desc, output: Desc) -> PyResult<()> {
+        with_dtype!(common_dtype(&[&input, &output])?, T => {
+            let (i, mut o) = (lend::<T>(&input)?, lend::<T>(&output)?);
+            self.run(py, move |c| c.all_gather(&i, &mut o))
+        })
+    }
+
+    fn all_gather_in_place(&self, py: Python<'_>, buf: Desc) -> PyResult<()> {
+        with_dtype!(dtype_of(&buf)?, T => {
+            let mut b = lend::<T>(&buf)?;
+            self.run(py, move |c| c.all_gather_in_place(&mut b))
+        })
+    }
+
+    fn reduce_scatter(&self, py: Python<'_>, input: Desc, output: Desc, op: &str) -> PyResult<()> {
+        let op = reduce_op(op)?;
+        with_dtype!(common_dtype(&[&input, &output])?, T => {
+            let (i, mut o) = (lend::<T>(&input)?, lend::<T>(&output)?);
+            self.run(py, move |c| c.reduce_scatter(&i, &mut o, op))
+        })
+    }
+
+    fn all_to_all(&self, py: Python<'_>, input: Desc, output: Desc) -> PyResult<()> {
+        with_dtype!(common_dtype(&[&input, &output])?, T => {
+            let (i, mut o) = (lend::<T>(&input)?, lend::<T>(&output)?);
+            self.run(py, move |c| c.all_to_all(&i, &mut o))
+        })
+    }
+
+    #[pyo3(signature = (input, output, root))]
+    fn gather(&self, py: Python<'_>, input: Desc, output: Option<Desc>, root: usize) -> PyResult<()> {
+        let dt = match &output {
+            Some(o) => common_dtype(&[&input, o])?,
+            None => dtype_of(&input)?,
+        };
+        with_dtype!(dt, T => {
+            let i = lend::<T>(&input)?;
+            let mut o = output.as_ref().map(lend::<T>).transpose()?;
+            self.run(py, move |c| c.gather(&i, o.as_mut(), root))
+        })
+    }
+
+    #[pyo3(signature = (input, output, root))]
+    fn scatter(&self, py: Python<'_>, input: Option<Desc>, output: Desc, root: usize) -> PyResult<()> {
+        let dt = match &input {
+            Some(i) => common_dtype(&[i, &output])?,
+            None => dtype_of(&output)?,
+        };
+        with_dtype!(dt, T => {
+            let i = input.as_ref().map(lend::<T>).transpose()?;
+            let mut o = lend::<T>(&output)?;
+            self.run(py, move |c| c.scatter(i.as_ref(), &mut o, root))
+        })
+    }
+
+    fn barrier(&self, py: Python<'_>) -> PyResult<()> {
+        self.run(py, |c| c.barrier())
+    }
+
+    fn send(&self, py: Python<'_>, buf: Desc, peer: usize, tag: u32) -> PyResult<()> {
+        with_dtype!(dtype_of(&buf)?, T => {
+            let b = lend::<T>(&buf)?;
+            self.run(py, move |c| c.send(&b, peer, tag))
+        })
+    }
+
+    /// Returns the number of elements received.
+    fn recv(&self, py: Python<'_>, buf: Desc, peer: usize, tag: u32) -> PyResult<usize> {
+        with_dtype!(dtype_of(&buf)?, T => {
+            let mut b = lend::<T>(&buf)?;
+            self.run(py, move |c| c.recv(&mut b, peer, tag))
+        })
+    }
+
+    /// The sub-communicator of the ranks that pass the same `color` (None: not a member),
+    /// ordered by `key`, then rank.
+    #[pyo3(signature = (color, key))]
+    fn split(&self, py: Python<'_>, color: Option<u32>, key: i64) -> PyResult<Option<PyCommunicator>> {
+        Ok(self.run(py, move |c| c.split(color, key))?.map(|comm| PyCommunicator { comm }))
+    }
+
+    /// The sub-communicator of `ranks` (every rank calls it; None off the group).
+    fn new_group(&self, py: Python<'_>, ranks: Vec<usize>) -> PyResult<Option<PyCommunicator>> {
+        Ok(self.run(py, move |c| c.new_group(&ranks))?.map(|comm| PyCommunicator { comm }))
+    }
+
+    /// Fails this rank's pending and future operations (and tells the peers).
+    fn abort(&self, reason: &str) {
+        self.comm.abort(reason);
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<oxccl.Communicator rank {} of {} on backend {}>",
+            self.comm.rank(),
+            self.comm.world_size(),
+            self.comm.backend()
+        )
+    }
+}
+
+/// Joins the job this process belongs to (the environment of `oxccl run`, torchrun, mpirun,
+/// Slurm) with the settings `options` gives on top of the environment's (`OXCCL_*` names).
+#[pyfunction]
+#[pyo3(signature = (options=None))]
+fn init(py: Python<'_>, options: Option<&Bound<'_, PyDict>>) -> PyResult<PyCommunicator> {
+    let mut cfg = oxccl::Config::new();
+    if let Some(opts) = options {
+        for (k, v) in opts.iter() {
+            let (k, v): (String, String) = (k.extract()?, v.str()?.extract()?);
+            cfg = cfg.set(&k, &v).map_err(|e| raise(py, e))?;
+        }
+    }
+    let comm = py.allow_threads(|| cfg.init()).map_err(|e| raise(py, e))?;
+    Ok(PyCommunicator { comm })
+}
+
+/// The dtype names oxccl knows, as `DType` parses them.
+#[pyfunction]
+fn dtypes() -> Vec<&'static str> {
+    DType::ALL.iter().map(|d| d.name()).collect()
+}
+
+#[pymodule]
+fn _oxccl(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyCommunicator>()?;
+    m.add_function(wrap_pyfunction!(init, m)?)?;
+    m.add_function(wrap_pyfunction!(dtypes, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

@@ -1,0 +1,39 @@
+"""The core binding against numpy on 1-4 processes: every op, dtype and error mapping."""
+
+import pytest
+
+from launch import check, run
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+def test_every_op_and_dtype_matches_the_reference(n):
+    assert all("every_op ok" in t for t in check(run(n, "every_op", timeout=120)))
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_buffers_are_used_in_place_and_bad_ones_refused(n):
+    assert all("buffers ok" in t for t in check(run(n, "buffers")))
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_split_and_new_group(n):
+    assert all("groups ok" in t for t in check(run(n, "groups")))
+
+
+def test_mismatch_is_a_mismatch_error_on_both_ranks():
+    assert all("MismatchError" in t for t in check(run(2, "mismatch")))
+
+
+def test_timeout_is_a_timeout_error():
+    out = check(run(2, "timeout"))
+    assert "TimeoutError" in out[0], out[0]
+
+
+def test_a_dead_peer_is_an_error_not_a_hang():
+    out = run(2, "peer_lost")
+    assert out[1][0] == 3
+    assert out[0][0] == 0 and "PeerLost" in out[0][1], out[0][1]
+
+
+def test_a_bad_setting_names_the_variable():
+    check(run(1, "config"))

@@ -1,0 +1,210 @@
+"""One rank of a test scenario (see launch.py): checks its results against a sequential
+reference of every rank's inputs and exits 1 with a message on any difference."""
+
+import array
+import sys
+import time
+
+import numpy as np
+
+import oxccl
+
+DTYPES = [np.int8, np.uint8, np.int32, np.uint32, np.int64, np.uint64, np.float16, np.float32, np.float64]
+
+
+def inputs(n, count, dtype, salt=0):
+    """Every rank's input: small values, so sums and products stay exact in every dtype."""
+    return [((np.arange(count) * 7 + r * 3 + salt) % 5 + 1).astype(dtype) for r in range(n)]
+
+
+def reference(xs, op):
+    stack = np.stack([x.astype(np.float64) for x in xs])
+    r = {"sum": stack.sum(0), "prod": stack.prod(0), "min": stack.min(0), "max": stack.max(0),
+         "avg": stack.mean(0)}[op]
+    return r
+
+
+def close(got, want, what):
+    got64 = got.astype(np.float64)
+    tol = 1e-2 if got.dtype == np.float16 else 1e-6
+    if np.issubdtype(got.dtype, np.integer):
+        want = np.trunc(want)  # integer avg truncates
+        ok = np.array_equal(got64, want.astype(got.dtype).astype(np.float64))
+    else:
+        ok = np.allclose(got64, want, rtol=tol, atol=tol)
+    if not ok:
+        raise AssertionError(f"{what}: got {got[:8]} want {want[:8]}")
+
+
+def every_op(comm):
+    n, me = comm.world_size, comm.rank
+    for dtype in DTYPES:
+        for count in (0, 1, 7, 1000):
+            xs = inputs(n, count, dtype)
+            ops = ["sum", "min", "max", "avg"] + (["prod"] if n <= 3 else [])
+            for op in ops:
+                if op == "avg" and np.issubdtype(dtype, np.unsignedinteger):
+                    continue
+                buf = xs[me].copy()
+                comm.all_reduce(buf, op)
+                close(buf, reference(xs, op), f"all_reduce {dtype.__name__} {op} {count}")
+            out = np.zeros(count, dtype)
+            comm.all_reduce_into(xs[me], out, oxccl.ReduceOp.MAX)
+            close(out, reference(xs, "max"), "all_reduce_into")
+            root = n - 1
+            buf = xs[me].copy()
+            comm.reduce(buf, root)
+            close(buf, reference(xs, "sum") if me == root else xs[me].astype(np.float64), "reduce")
+            out = np.zeros(count, dtype) if me == root else None
+            comm.reduce_into(xs[me], out, root, "min")
+            if me == root:
+                close(out, reference(xs, "min"), "reduce_into")
+            buf = xs[me].copy()
+            comm.broadcast(buf, root)
+            close(buf, xs[root].astype(np.float64), "broadcast")
+            allg = np.zeros(n * count, dtype)
+            comm.all_gather(xs[me], allg)
+            close(allg, np.concatenate(xs).astype(np.float64), "all_gather")
+            inplace = np.zeros(n * count, dtype)
+            inplace[me * count:(me + 1) * count] = xs[me]
+            comm.all_gather_in_place(inplace)
+            close(inplace, np.concatenate(xs).astype(np.float64), "all_gather_in_place")
+            blocks = inputs(n, n * count, dtype, salt=1)
+            mine = np.zeros(count, dtype)
+            comm.reduce_scatter(blocks[me], mine)
+            close(mine, reference(blocks, "sum")[me * count:(me + 1) * count], "reduce_scatter")
+            a2a = np.zeros(n * count, dtype)
+            comm.all_to_all(blocks[me], a2a)
+            want = np.concatenate([blocks[q][me * count:(me + 1) * count] for q in range(n)])
+            close(a2a, want.astype(np.float64), "all_to_all")
+            g = np.zeros(n * count, dtype) if me == 0 else None
+            comm.gather(xs[me], g, 0)
+            if me == 0:
+                close(g, np.concatenate(xs).astype(np.float64), "gather")
+            s = np.zeros(count, dtype)
+            comm.scatter(blocks[0] if me == 0 else None, s, 0)
+            close(s, blocks[0][me * count:(me + 1) * count].astype(np.float64), "scatter")
+    if n > 1:
+        # A ring of send-then-receive (sends return once on their way).
+        got = np.zeros(5, np.float64)
+        comm.send(np.full(3, me, np.float64), (me + 1) % n, tag=3)
+        k = comm.recv(got, (me + n - 1) % n, tag=3)
+        assert k == 3 and list(got[:3]) == [(me + n - 1) % n] * 3, (k, got)
+    comm.barrier()
+    print("every_op ok")
+
+
+def buffers(comm):
+    n, me = comm.world_size, comm.rank
+    # Buffer-protocol objects: array.array and bytearray, used in place.
+    a = array.array("i", [me + 1] * 4)
+    comm.all_reduce(a)
+    assert list(a) == [n * (n + 1) // 2] * 4, a
+    b = bytearray([me] * 3)
+    comm.all_reduce(b, "max")
+    assert list(b) == [n - 1] * 3, b
+    # Refused clearly: non-contiguous, read-only outputs, unknown dtypes, mixed dtypes.
+    for bad, words in [
+        (lambda: comm.all_reduce(np.zeros(8, np.float32)[::2]), "not contiguous"),
+        (lambda: comm.all_reduce(np.zeros(2, np.float32).view().setflags(write=False) or _ro()), "read-only"),
+        (lambda: comm.all_reduce(np.zeros(2, np.complex64)), "complex64"),
+        (lambda: comm.all_reduce(b"abc"), "read-only"),
+        (lambda: comm.all_reduce([1, 2]), "not a buffer"),
+        (lambda: comm.all_gather(np.zeros(2, np.float32), np.zeros(2 * n, np.float64)), "dtypes differ"),
+        (lambda: comm.all_reduce(np.zeros(2, np.float32), "median"), "median"),
+    ]:
+        try:
+            bad()
+        except (oxccl.InvalidArgumentError, ValueError) as e:
+            assert words in str(e), (words, str(e))
+        else:
+            raise AssertionError(f"not refused: {words}")
+    # Wrong lengths are the library's InvalidArgumentError, a ValueError too.
+    try:
+        comm.all_gather(np.zeros(2, np.float32), np.zeros(2 * n + 1, np.float32))
+    except oxccl.InvalidArgumentError as e:
+        assert isinstance(e, ValueError) and isinstance(e, oxccl.OxcclError)
+    else:
+        raise AssertionError("a wrong all_gather length was not refused")
+    comm.barrier()
+    print("buffers ok")
+
+
+def _ro():
+    x = np.zeros(2, np.float32)
+    x.setflags(write=False)
+    return x
+
+
+def groups(comm):
+    n, me = comm.world_size, comm.rank
+    sub = comm.split(me % 2, key=-me)
+    assert sub.world_size == len(range(me % 2, n, 2)), sub
+    x = np.array([me], np.int64)
+    sub.all_reduce(x)
+    assert x[0] == sum(range(me % 2, n, 2)), x
+    g = comm.new_group([0, n - 1])
+    if me in (0, n - 1):
+        y = np.array([1.0], np.float32)
+        g.all_reduce(y)
+        assert y[0] == len({0, n - 1}), y
+    else:
+        assert g is None
+    none = comm.split(None if me == 0 else 1)
+    assert (none is None) == (me == 0)
+    print("groups ok")
+
+
+def mismatch(comm):
+    me = comm.rank
+    try:
+        if me == 0:
+            comm.all_reduce(np.zeros(4, np.float32))
+        else:
+            comm.all_gather(np.zeros(2, np.float32), np.zeros(4, np.float32))
+    except oxccl.MismatchError as e:
+        print("MismatchError", e)
+        return
+    raise AssertionError("no MismatchError")
+
+
+def timeout(comm):
+    if comm.rank == 1:
+        time.sleep(3)
+        return
+    t = time.monotonic()
+    try:
+        comm.with_timeout(0.5).all_reduce(np.zeros(4, np.float32))
+    except TimeoutError as e:
+        assert isinstance(e, oxccl.TimeoutError) and time.monotonic() - t < 2.5, e
+        print("TimeoutError", e)
+        return
+    raise AssertionError("no TimeoutError")
+
+
+def peer_lost(comm):
+    if comm.rank == 1:
+        import os
+        os._exit(3)
+    try:
+        comm.all_reduce(np.zeros(4, np.float32))
+    except (oxccl.PeerLostError, oxccl.AbortedError) as e:
+        print("PeerLost", type(e).__name__, e)
+        return
+    raise AssertionError("no PeerLostError")
+
+
+def config(comm):
+    try:
+        oxccl.init(spin_us="a lot")
+    except oxccl.ConfigError as e:
+        assert "OXCCL_SPIN_US" in str(e) and isinstance(e, ValueError), e
+        print("ConfigError", e)
+        return
+    raise AssertionError("no ConfigError")
+
+
+if __name__ == "__main__":
+    scenario = sys.argv[1]
+    comm = oxccl.init()
+    globals()[scenario](comm)

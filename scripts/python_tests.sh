@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The Python package's tests: a venv (${PY_VENV:-target/py-venv}) with maturin, numpy and
+# pytest, `pip install ./python` into it (builds the pyo3 extension), then pytest on
+# python/tests (1-4 processes per test). Run from anywhere; installs what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+VENV=${PY_VENV:-${CARGO_TARGET_DIR:-$ROOT/target}/py-venv}
+if [ ! -x "$VENV/bin/python" ]; then
+  if ! python3 -m venv "$VENV" 2>/dev/null; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+      apt-get update -qq >/dev/null 2>&1 || true
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null 2>&1 || true
+    fi
+    rm -rf "$VENV"
+    python3 -m venv "$VENV"
+  fi
+fi
+"$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+"$VENV/bin/python" -m pip install -q maturin numpy pytest
+# The extension builds in its own target directory (python/target, or $CARGO_TARGET_DIR).
+"$VENV/bin/python" -m pip install -q "$ROOT/python"
+# From outside the checkout, so `import oxccl` is the installed package, not python/oxccl.
+cd /tmp
+"$VENV/bin/python" -m pytest -q "$ROOT/python/tests" "$@"
