@@ -411,6 +411,32 @@ pub fn init_process(cfg: &ResolvedConfig) -> Result<CpuBackend> {
     Ok(keep.into_iter().fold(backend, CpuBackend::keep_alive))
 }
 
+/// Creates rank `rank` of `n` processes that meet through `rdv`, a store the caller shares
+/// with the other ranks (a framework's store), their connections authenticated with
+/// `secret`.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for `rank >= n`; [`Error::Config`] for an empty secret;
+/// [`Error::Store`] when a rank does not show up in time; transport setup errors.
+pub fn init_rendezvous(
+    cfg: &ResolvedConfig,
+    rank: usize,
+    n: usize,
+    rdv: &dyn Rendezvous,
+    secret: &str,
+) -> Result<CpuBackend> {
+    if rank >= n {
+        return Err(Error::invalid(format!("rank {rank} is not below the world size {n}")));
+    }
+    let opts = CpuOptions::from_config(cfg)?;
+    if n == 1 {
+        let transport = Arc::new(RoutedTransport::new(0, Arc::new(Mailbox::new()), vec![None])?);
+        return CpuBackend::new(NAME, transport, WORLD_COMM_ID, Arc::from([0usize]), 0, cfg.clone());
+    }
+    let secret = Secret::from_text(secret)?;
+    build(rank, n, rdv, "oxccl/rendezvous", &secret, &host_id(cfg.cpu.host_id.as_deref()), &opts, cfg)
+}
+
 /// Creates the `n` ranks of a world of threads in this process over the real
 /// transports (shared memory, or TCP on loopback with `OXCCL_TRANSPORT=tcp`).
 ///

@@ -48,6 +48,43 @@ impl Config {
     }
 }
 
+impl Config {
+    /// Creates rank `rank` of a world of `world_size` processes that meet through
+    /// `rendezvous`, a key-value store the caller already shares with the other ranks (a
+    /// framework's store: oxccl's Python package passes torch.distributed's), instead of the
+    /// launcher's environment; `secret` (the same text on every rank) authenticates their
+    /// connections. Every rank must use its own keys' namespace of the store for each
+    /// communicator made this way (a prefix), as torch gives each group. The `cpu` backend
+    /// only (the configured backend must be `auto` or `cpu`): the others bootstrap their own
+    /// way.
+    ///
+    /// # Errors
+    /// [`Error::Config`](crate::Error::Config) for unusable settings, another backend, or an
+    /// empty secret; [`Error::InvalidArgument`](crate::Error::InvalidArgument) for `rank >=
+    /// world_size`; [`Error::Store`](crate::Error::Store) when a rank does not show up in
+    /// time.
+    pub fn init_rendezvous(
+        &self,
+        rank: usize,
+        world_size: usize,
+        rendezvous: &dyn crate::bootstrap::Rendezvous,
+        secret: &str,
+    ) -> Result<Communicator> {
+        let cfg = self.resolve()?;
+        if let crate::config::BackendChoice::Named(b) = &cfg.backend {
+            if b != "cpu" {
+                return Err(crate::Error::Config(format!(
+                    "OXCCL_BACKEND={b}: a communicator made through a caller's store runs on the cpu backend; \
+                     unset OXCCL_BACKEND or set it to cpu"
+                )));
+            }
+        }
+        crate::perf::log::install(&cfg.log);
+        let b = crate::cpu::setup::init_rendezvous(&cfg, rank, world_size, rendezvous, secret)?;
+        Ok(wrap(Arc::new(b), &cfg))
+    }
+}
+
 /// Creates this process's communicator from the environment (`OXCCL_*` variables and the
 /// launcher's rank variables): `Config::new().init()`.
 ///

@@ -1,0 +1,45 @@
+//! Communicators made through a store the caller shares (`Config::init_rendezvous`), as the
+//! Python package does with torch.distributed's store.
+
+use oxccl::bootstrap::MemoryRendezvous;
+use oxccl::{Config, Error, ReduceOp};
+
+#[test]
+fn ranks_meet_through_the_callers_store() {
+    for n in [1usize, 3] {
+        let rdv = MemoryRendezvous::default();
+        let sums: Vec<oxccl::Result<Vec<f64>>> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..n)
+                .map(|r| {
+                    let rdv = &rdv;
+                    s.spawn(move || {
+                        let comm = Config::new().init_rendezvous(r, n, rdv, "shared secret")?;
+                        assert_eq!((comm.rank(), comm.world_size()), (r, n));
+                        let mut x = vec![r as f64 + 1.0; 5];
+                        comm.all_reduce(&mut x, ReduceOp::Sum)?;
+                        Ok(x)
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        for x in sums {
+            assert_eq!(x.unwrap(), vec![(n * (n + 1) / 2) as f64; 5]);
+        }
+    }
+}
+
+#[test]
+fn bad_requests_are_refused_clearly() {
+    let rdv = MemoryRendezvous::default();
+    let e = Config::new().init_rendezvous(2, 2, &rdv, "s").unwrap_err();
+    assert!(matches!(&e, Error::InvalidArgument(m) if m.contains("rank 2")), "{e}");
+    let e = Config::new().backend("mpi").init_rendezvous(0, 2, &rdv, "s").unwrap_err();
+    assert!(matches!(&e, Error::Config(m) if m.contains("OXCCL_BACKEND=mpi")), "{e}");
+    let e = Config::new().init_rendezvous(0, 2, &rdv, "").unwrap_err();
+    assert!(matches!(e, Error::Config(_)), "{e}");
+    // A peer that never shows up: the store's deadline, not a hang.
+    let quick = Config::new().timeout(std::time::Duration::from_millis(300));
+    let e = quick.init_rendezvous(0, 2, &rdv, "s").unwrap_err();
+    assert!(matches!(e, Error::Store(_) | Error::Timeout { .. }), "{e}");
+}
