@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The Python package's tests: a venv (${PY_VENV:-target/py-venv}) with maturin, numpy and
-# pytest, `pip install ./python` into it (builds the pyo3 extension), then pytest on
+# The Python package's tests: a venv (${PY_VENV:-target/py-venv}) with maturin, numpy,
+# pytest and torch, `pip install ./python` into it (builds the pyo3 extension), then pytest on
 # python/tests (1-4 processes per test). Run from anywhere; installs what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +18,11 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 "$VENV/bin/python" -m pip install -q maturin numpy pytest
+# torch for the torch.distributed backend's tests (PyPI's Linux wheel: the CUDA build, a few
+# GB, about a minute; it runs without a GPU). Without it those tests are skipped, said below.
+if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
+  "$VENV/bin/python" -m pip install -q torch || echo "note: could not install torch; the torch backend tests will be skipped"
+fi
 # The extension builds in its own target directory (python/target, or $CARGO_TARGET_DIR).
 "$VENV/bin/python" -m pip install -q "$ROOT/python"
 # From outside the checkout, so `import oxccl` is the installed package, not python/oxccl.

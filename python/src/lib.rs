@@ -370,6 +370,13 @@ impl PyCommunicator {
 #[pyfunction]
 #[pyo3(signature = (options=None))]
 fn init(py: Python<'_>, options: Option<&Bound<'_, PyDict>>) -> PyResult<PyCommunicator> {
+    let cfg = config(py, options)?;
+    let comm = py.allow_threads(|| cfg.init()).map_err(|e| raise(py, e))?;
+    Ok(PyCommunicator { comm })
+}
+
+/// A configuration with `options` (`OXCCL_*` names to values) on top of the environment's.
+fn config(py: Python<'_>, options: Option<&Bound<'_, PyDict>>) -> PyResult<oxccl::Config> {
     let mut cfg = oxccl::Config::new();
     if let Some(opts) = options {
         for (k, v) in opts.iter() {
@@ -377,7 +384,54 @@ fn init(py: Python<'_>, options: Option<&Bound<'_, PyDict>>) -> PyResult<PyCommu
             cfg = cfg.set(&k, &v).map_err(|e| raise(py, e))?;
         }
     }
-    let comm = py.allow_threads(|| cfg.init()).map_err(|e| raise(py, e))?;
+    Ok(cfg)
+}
+
+/// A caller's key-value store as oxccl's rendezvous: `set(key: str, value: bytes)` and
+/// `get(key: str, timeout_seconds: float) -> bytes` (waits for the key), Python callables
+/// (torch.distributed's store, wrapped by `oxccl.torch`).
+struct PyStore {
+    set: Py<PyAny>,
+    get: Py<PyAny>,
+}
+
+impl oxccl::bootstrap::Rendezvous for PyStore {
+    fn publish(&self, key: &str, value: &[u8]) -> oxccl::Result<()> {
+        Python::with_gil(|py| {
+            self.set
+                .call1(py, (key, pyo3::types::PyBytes::new(py, value)))
+                .map(drop)
+                .map_err(|e| Error::Store(format!("publishing {key} in the caller's store: {e}")))
+        })
+    }
+
+    fn lookup(&self, key: &str, timeout: Duration) -> oxccl::Result<Vec<u8>> {
+        Python::with_gil(|py| {
+            self.get
+                .call1(py, (key, timeout.as_secs_f64()))
+                .and_then(|v| v.extract::<Vec<u8>>(py))
+                .map_err(|e| Error::Store(format!("waiting for {key} in the caller's store: {e}")))
+        })
+    }
+}
+
+/// Creates rank `rank` of `world_size` processes that meet through the caller's store
+/// (`set`, `get`: see `PyStore`), their connections authenticated with `secret`; `options`
+/// are settings (`OXCCL_*` names) on top of the environment's. The cpu backend.
+#[pyfunction]
+#[pyo3(signature = (rank, world_size, set, get, secret, options=None))]
+fn init_store(
+    py: Python<'_>,
+    rank: usize,
+    world_size: usize,
+    set: Py<PyAny>,
+    get: Py<PyAny>,
+    secret: String,
+    options: Option<&Bound<'_, PyDict>>,
+) -> PyResult<PyCommunicator> {
+    let cfg = config(py, options)?;
+    let store = PyStore { set, get };
+    let comm = py.allow_threads(|| cfg.init_rendezvous(rank, world_size, &store, &secret)).map_err(|e| raise(py, e))?;
     Ok(PyCommunicator { comm })
 }
 
@@ -391,6 +445,7 @@ fn dtypes() -> Vec<&'static str> {
 fn _oxccl(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyCommunicator>()?;
     m.add_function(wrap_pyfunction!(init, m)?)?;
+    m.add_function(wrap_pyfunction!(init_store, m)?)?;
     m.add_function(wrap_pyfunction!(dtypes, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -23,7 +23,7 @@ def _free_port():
             continue
 
 
-def run(n, scenario, timeout=60, env=None):
+def run(n, scenario, timeout=60, env=None, script="worker.py"):
     port = _free_port()
     procs = []
     for r in range(n):
@@ -32,7 +32,7 @@ def run(n, scenario, timeout=60, env=None):
                  MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OXCCL_SECRET="python-tests",
                  OXCCL_TIMEOUT="20s", PYTHONUNBUFFERED="1")
         e.update(env or {})
-        procs.append(subprocess.Popen([sys.executable, os.path.join(HERE, "worker.py"), scenario],
+        procs.append(subprocess.Popen([sys.executable, os.path.join(HERE, script), scenario],
                                       env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     out = []
     for p in procs:

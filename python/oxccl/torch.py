@@ -1,0 +1,270 @@
+"""A ``torch.distributed`` backend named ``oxccl``: ``import oxccl.torch`` registers it, then
+
+    dist.init_process_group("oxccl")          # under torchrun
+
+and every group, subgroup and DeviceMesh dimension made with ``backend="oxccl"`` (or inheriting
+the default) runs on an oxccl communicator. CPU tensors of every dtype oxccl has (bf16 and
+f16 included), contiguous.
+
+Bootstrap: each group's ranks meet through the store torch hands the backend (the group's
+prefix store): group rank 0 draws a random secret and publishes it there, and the ranks then
+exchange their addresses through the same store (``Config::init_rendezvous``). So nothing
+beyond torch's own rendezvous (MASTER_ADDR/MASTER_PORT) is needed.
+
+Operations run when called and are complete when they return (their ``Work`` is done; its
+future holds the tensors), so ``async_op=True`` returns at once with finished work. CUDA
+tensors are refused with a clear error until the GPU backends serve this package.
+"""
+
+import secrets
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import _create_work_from_future
+from torch.futures import Future
+
+from . import Communicator, _describe
+from ._oxccl import init_store as _init_store
+from .errors import InvalidArgumentError
+
+BACKEND = "oxccl"
+
+_OPS = {
+    dist.ReduceOp.SUM: "sum",
+    dist.ReduceOp.PRODUCT: "prod",
+    dist.ReduceOp.MIN: "min",
+    dist.ReduceOp.MAX: "max",
+    dist.ReduceOp.AVG: "avg",
+}
+
+
+def _op(opts):
+    op = getattr(opts, "reduceOp", opts)
+    for k, v in _OPS.items():
+        if op == k:
+            return v
+    raise InvalidArgumentError(f"the oxccl backend does not support reduce op {op}; use SUM, PRODUCT, MIN, MAX or AVG")
+
+
+def _done(result):
+    fut = Future()
+    fut.set_result(result)
+    return _create_work_from_future(fut)
+
+
+def _flat(t):
+    """A 1-D view of a contiguous tensor (no copy)."""
+    if not t.is_contiguous():
+        raise InvalidArgumentError("the oxccl backend needs contiguous tensors; pass .contiguous() of it")
+    return t.view(-1)
+
+
+class ProcessGroupOxccl(dist.ProcessGroup):
+    """A torch ProcessGroup whose collectives run on an oxccl communicator."""
+
+    def __init__(self, comm: Communicator):
+        super().__init__(comm.rank, comm.world_size)
+        self._comm = comm
+        self._c = comm._c
+
+    # --- identity -------------------------------------------------------------------
+    def getBackendName(self):
+        return BACKEND
+
+    @property
+    def comm(self):
+        """The oxccl communicator underneath."""
+        return self._comm
+
+    def __repr__(self):
+        return f"ProcessGroupOxccl(rank={self.rank()}, size={self.size()})"
+
+    # --- collectives ----------------------------------------------------------------
+    def allreduce(self, tensors, opts=None):
+        op = _op(opts) if opts is not None else "sum"
+        for t in tensors:
+            d, keep = _describe(t, True, "tensor")
+            self._c.all_reduce(d, op)
+        return _done(tensors)
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        return self.allreduce(tensors, opts)
+
+    def reduce(self, tensors, opts):
+        op, root = _op(opts), opts.rootRank
+        for t in tensors:
+            d, keep = _describe(t, True, "tensor")
+            self._c.reduce(d, op, root)
+        return _done(tensors)
+
+    def broadcast(self, tensors, opts):
+        root = opts.rootRank
+        for t in tensors:
+            d, keep = _describe(t, True, "tensor")
+            self._c.broadcast(d, root)
+        return _done(tensors)
+
+    def allgather(self, output_tensors, input_tensors, opts=None):
+        for outs, inp in zip(output_tensors, input_tensors):
+            flat = torch.empty(len(outs) * inp.numel(), dtype=inp.dtype)
+            i, k1 = _describe(inp, False, "input")
+            o, k2 = _describe(flat, True, "output")
+            self._c.all_gather(i, o)
+            for r, out in enumerate(outs):
+                out.copy_(flat[r * inp.numel():(r + 1) * inp.numel()].view_as(out))
+        return _done(output_tensors)
+
+    def _allgather_base(self, output, input, opts=None):
+        i, k1 = _describe(_flat(input), False, "input")
+        o, k2 = _describe(_flat(output), True, "output")
+        self._c.all_gather(i, o)
+        return _done([output])
+
+    def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
+        for out, inp in zip(outputs, inputs):
+            self._allgather_base(out, inp, opts)
+        return _done(outputs)
+
+    def reduce_scatter(self, output_tensors, input_tensors, opts=None):
+        op = _op(opts) if opts is not None else "sum"
+        for out, ins in zip(output_tensors, input_tensors):
+            flat = torch.cat([_flat(t) for t in ins])
+            i, k1 = _describe(flat, False, "input")
+            o, k2 = _describe(_flat(out), True, "output")
+            self._c.reduce_scatter(i, o, op)
+        return _done(output_tensors)
+
+    def _reduce_scatter_base(self, output, input, opts=None):
+        op = _op(opts) if opts is not None else "sum"
+        i, k1 = _describe(_flat(input), False, "input")
+        o, k2 = _describe(_flat(output), True, "output")
+        self._c.reduce_scatter(i, o, op)
+        return _done([output])
+
+    def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
+        for out, inp in zip(outputs, inputs):
+            self._reduce_scatter_base(out, inp, opts)
+        return _done(outputs)
+
+    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        n = self.size()
+        if output_split_sizes or input_split_sizes:
+            even_in = not input_split_sizes or len(set(input_split_sizes)) == 1
+            even_out = not output_split_sizes or len(set(output_split_sizes)) == 1
+            if not (even_in and even_out):
+                raise InvalidArgumentError("the oxccl backend's all_to_all_single needs equal splits for now")
+        if input.numel() % n or output.numel() != input.numel():
+            raise InvalidArgumentError(
+                f"all_to_all_single: input and output need the same number of elements, a multiple of {n}")
+        i, k1 = _describe(_flat(input), False, "input")
+        o, k2 = _describe(_flat(output), True, "output")
+        self._c.all_to_all(i, o)
+        return _done([output])
+
+    def alltoall(self, output_tensors, input_tensors, opts=None):
+        inp = torch.cat([_flat(t) for t in input_tensors])
+        out = torch.empty_like(inp)
+        self.alltoall_base(out, inp, [], [], opts)
+        at = 0
+        for t in output_tensors:
+            t.copy_(out[at:at + t.numel()].view_as(t))
+            at += t.numel()
+        return _done(output_tensors)
+
+    def gather(self, output_tensors, input_tensors, opts):
+        root, n = opts.rootRank, self.size()
+        inp = input_tensors[0]
+        flat = torch.empty(n * inp.numel(), dtype=inp.dtype) if self.rank() == root else None
+        i, k1 = _describe(_flat(inp), False, "input")
+        o, k2 = (None, None) if flat is None else _describe(flat, True, "output")
+        self._c.gather(i, o, root)
+        if flat is not None:
+            for r, out in enumerate(output_tensors[0]):
+                out.copy_(flat[r * inp.numel():(r + 1) * inp.numel()].view_as(out))
+        return _done(output_tensors)
+
+    def scatter(self, output_tensors, input_tensors, opts):
+        root = opts.rootRank
+        out = output_tensors[0]
+        flat = torch.cat([_flat(t) for t in input_tensors[0]]) if self.rank() == root else None
+        i, k1 = (None, None) if flat is None else _describe(flat, False, "input")
+        o, k2 = _describe(_flat(out), True, "output")
+        self._c.scatter(i, o, root)
+        return _done(output_tensors)
+
+    def gather_single(self, output, input, opts):
+        root = opts.rootRank
+        i, k1 = _describe(_flat(input), False, "input")
+        o, k2 = _describe(_flat(output), True, "output") if self.rank() == root else (None, None)
+        self._c.gather(i, o, root)
+        return _done([output])
+
+    # The names torch 2.10 and later call (and the older ones above, for older torch).
+    all_gather_single = _allgather_base
+    all_gather_single_coalesced = allgather_into_tensor_coalesced
+    reduce_scatter_single = _reduce_scatter_base
+    reduce_scatter_single_coalesced = reduce_scatter_tensor_coalesced
+    all_to_all_single = alltoall_base
+
+    def _get_backend(self, device=None):
+        # torch asks a group for its backend per device (batch_isend_irecv, ...): this group
+        # is its own backend.
+        return self
+
+    supports_coalescing = False
+
+    def _start_coalescing(self, device=None):
+        # Operations run as they are called; a coalesced batch is their sequence.
+        pass
+
+    def _end_coalescing(self, device=None):
+        return _done([])
+
+    def recv_anysource(self, tensors, tag=0):
+        raise InvalidArgumentError("the oxccl backend receives from a named rank; pass src to recv")
+
+    def barrier(self, opts=None):
+        self._c.barrier()
+        return _done([])
+
+    def send(self, tensors, dst_rank, tag=0):
+        for t in tensors:
+            d, keep = _describe(_flat(t), False, "tensor")
+            self._c.send(d, dst_rank, tag)
+        return _done(tensors)
+
+    def recv(self, tensors, src_rank, tag=0):
+        for t in tensors:
+            d, keep = _describe(_flat(t), True, "tensor")
+            self._c.recv(d, src_rank, tag)
+        return _done(tensors)
+
+    def abort(self):
+        self._c.abort("torch.distributed aborted the process group")
+
+    def shutdown(self):
+        pass
+
+
+def _create(store, rank, world_size, timeout):
+    """torch's constructor hook: a group's ranks meet through its prefix store."""
+    key = "oxccl/secret"
+    if rank == 0:
+        store.set(key, secrets.token_hex(16))
+
+    def put(k, v):
+        store.set(f"oxccl/{k}", v)
+
+    def get(k, seconds):
+        store.wait([f"oxccl/{k}"], timedelta(seconds=seconds))
+        return store.get(f"oxccl/{k}")
+
+    secret = store.get(key).decode()
+    opts = {"OXCCL_TIMEOUT": f"{timeout.total_seconds()}s"} if isinstance(timeout, timedelta) else None
+    return ProcessGroupOxccl(Communicator(_init_store(rank, world_size, put, get, secret, opts)))
+
+
+dist.Backend.register_backend(BACKEND, _create, devices=["cpu"])
+
+__all__ = ["ProcessGroupOxccl", "BACKEND"]

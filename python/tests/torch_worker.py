@@ -1,0 +1,124 @@
+"""One rank of a torch test scenario (see launch.py): the ``oxccl`` torch.distributed backend
+against a sequential reference, and against gloo on the same data."""
+
+import sys
+
+import torch
+import torch.distributed as dist
+
+import oxccl.torch  # noqa: F401  (registers the backend)
+
+DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int32, torch.int64, torch.uint8]
+
+
+def inputs(n, count, dtype, salt=0):
+    return [((torch.arange(count) * 7 + r * 3 + salt) % 5 + 1).to(dtype) for r in range(n)]
+
+
+def same(got, want, what):
+    if not torch.equal(got, want.to(got.dtype)):
+        raise AssertionError(f"{what}: got {got[:8].tolist()} want {want[:8].tolist()}")
+
+
+def ops():
+    dist.init_process_group("oxccl")
+    n, me = dist.get_world_size(), dist.get_rank()
+    assert dist.get_backend() == "oxccl"
+    for dtype in DTYPES:
+        for count in (1, 7, 300):
+            xs = inputs(n, count, dtype)
+            stack = torch.stack([x.double() for x in xs])
+            for op, ref in [(dist.ReduceOp.SUM, stack.sum(0)), (dist.ReduceOp.MAX, stack.max(0).values),
+                            (dist.ReduceOp.MIN, stack.min(0).values)]:
+                t = xs[me].clone()
+                dist.all_reduce(t, op)
+                same(t, ref, f"all_reduce {dtype} {op}")
+            if dtype.is_floating_point:
+                t = xs[me].clone()
+                dist.all_reduce(t, dist.ReduceOp.AVG)
+                same(t, stack.mean(0), f"all_reduce avg {dtype}")
+            t = xs[me].clone()
+            dist.broadcast(t, src=n - 1)
+            same(t, xs[n - 1].double(), "broadcast")
+            t = xs[me].clone()
+            dist.reduce(t, dst=0)
+            if me == 0:
+                same(t, stack.sum(0), "reduce")
+            out = torch.empty(n * count, dtype=dtype)
+            dist.all_gather_into_tensor(out, xs[me])
+            same(out, torch.cat(xs).double(), "all_gather_into_tensor")
+            lst = [torch.empty(count, dtype=dtype) for _ in range(n)]
+            dist.all_gather(lst, xs[me])
+            same(torch.cat(lst), torch.cat(xs).double(), "all_gather")
+            blocks = inputs(n, n * count, dtype, salt=1)
+            bstack = torch.stack([b.double() for b in blocks])
+            mine = torch.empty(count, dtype=dtype)
+            dist.reduce_scatter_tensor(mine, blocks[me])
+            same(mine, bstack.sum(0)[me * count:(me + 1) * count], "reduce_scatter_tensor")
+            mine = torch.empty(count, dtype=dtype)
+            dist.reduce_scatter(mine, list(blocks[me].chunk(n)))
+            same(mine, bstack.sum(0)[me * count:(me + 1) * count], "reduce_scatter")
+            a2a = torch.empty(n * count, dtype=dtype)
+            dist.all_to_all_single(a2a, blocks[me])
+            same(a2a, torch.cat([blocks[q][me * count:(me + 1) * count] for q in range(n)]).double(), "all_to_all")
+            g = [torch.empty(count, dtype=dtype) for _ in range(n)] if me == 0 else None
+            dist.gather(xs[me], g, dst=0)
+            if me == 0:
+                same(torch.cat(g), torch.cat(xs).double(), "gather")
+            s = torch.empty(count, dtype=dtype)
+            dist.scatter(s, list(blocks[0].chunk(n)) if me == 0 else None, src=0)
+            same(s, blocks[0][me * count:(me + 1) * count].double(), "scatter")
+    if n > 1:
+        got = torch.empty(4)
+        if me == 0:
+            dist.send(torch.full((4,), 7.0), dst=1)
+        elif me == 1:
+            dist.recv(got, src=0)
+            same(got, torch.full((4,), 7.0), "send/recv")
+        reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, torch.full((2,), float(me)), (me + 1) % n),
+                                       dist.P2POp(dist.irecv, got[:2], (me + n - 1) % n)])
+        for q in reqs:
+            q.wait()
+        same(got[:2], torch.full((2,), float((me + n - 1) % n)), "batch_isend_irecv")
+    w = dist.all_reduce(torch.ones(3), async_op=True)
+    w.wait()
+    assert w.is_completed() and w.get_future().value()[0].tolist() == [float(n)] * 3
+    # Subgroups: every rank calls new_group; only members get one.
+    evens = dist.new_group(list(range(0, n, 2)), backend="oxccl")
+    if me % 2 == 0:
+        t = torch.ones(2)
+        dist.all_reduce(t, group=evens)
+        same(t, torch.full((2,), float(len(range(0, n, 2)))), "subgroup")
+    dist.barrier()
+    dist.destroy_process_group()
+    print("ops ok")
+
+
+def ddp():
+    """The same model trained with DistributedDataParallel on oxccl and on gloo, same seed
+    and data: the parameters agree."""
+    dist.init_process_group("oxccl")
+    me = dist.get_rank()
+    gloo = dist.new_group(backend="gloo")
+    params = []
+    for group in (None, gloo):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+        ddp_model = torch.nn.parallel.DistributedDataParallel(model, process_group=group)
+        opt = torch.optim.SGD(ddp_model.parameters(), lr=0.05)
+        g = torch.Generator().manual_seed(100 + me)
+        for _ in range(20):
+            x = torch.randn(32, 8, generator=g)
+            y = x.sum(1, keepdim=True)
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(ddp_model(x), y).backward()
+            opt.step()
+        params.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
+    diff = (params[0] - params[1]).abs().max().item()
+    assert diff < 1e-5, f"oxccl and gloo DDP differ by {diff}"
+    dist.destroy_process_group()
+    print("ddp ok", diff)
+
+
+if __name__ == "__main__":
+    globals()[sys.argv[1]]()
