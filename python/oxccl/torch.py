@@ -67,10 +67,30 @@ class ProcessGroupOxccl(dist.ProcessGroup):
         super().__init__(comm.rank, comm.world_size)
         self._comm = comm
         self._c = comm._c
+        self._name = None
+        self._desc = "undefined"
 
     # --- identity -------------------------------------------------------------------
     def getBackendName(self):
         return BACKEND
+
+    # torch names groups through these (DeviceMesh, the registry of groups); a Python group
+    # has no C++ backend to hold them.
+    def _set_group_name(self, name):
+        self._name = name
+
+    @property
+    def group_name(self):
+        if self._name is None:
+            raise RuntimeError("this oxccl process group has not been named by torch.distributed yet")
+        return self._name
+
+    def _set_group_desc(self, desc):
+        self._desc = desc
+
+    @property
+    def group_desc(self):
+        return self._desc
 
     @property
     def comm(self):

@@ -32,7 +32,8 @@ def run(n, scenario, timeout=60, env=None, script="worker.py"):
                  MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OXCCL_SECRET="python-tests",
                  OXCCL_TIMEOUT="20s", PYTHONUNBUFFERED="1")
         e.update(env or {})
-        procs.append(subprocess.Popen([sys.executable, os.path.join(HERE, script), scenario],
+        args = [sys.executable, os.path.join(HERE, script)] + ([scenario] if scenario else [])
+        procs.append(subprocess.Popen(args,
                                       env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     out = []
     for p in procs:
