@@ -78,12 +78,26 @@ def _memoryview(obj, writable, what):
     return addr, count, dtype, mv
 
 
+def _dlpack(obj, what):
+    from ._oxccl import dlpack_desc
+
+    try:
+        capsule = obj.__dlpack__()
+        return dlpack_desc(capsule), capsule
+    except ValueError as e:
+        raise InvalidArgumentError(f"{what}: {e}") from None
+
+
 def describe(obj, writable, what="the buffer"):
     """``(address, count, dtype)`` of ``obj``'s memory and the object that must stay
-    referenced during the call (``obj`` itself, or a memoryview pinning it)."""
+    referenced during the call (``obj`` itself, a DLPack capsule, or a memoryview pinning
+    it). DLPack (0.x) carries no read-only flag: such memory is taken as writable."""
     if hasattr(obj, "__array_interface__"):
         return _numpy(obj, writable, what), obj
     if hasattr(obj, "data_ptr") and hasattr(obj, "is_contiguous"):
         return _torch(obj, writable, what), obj
+    if hasattr(obj, "__dlpack__"):
+        d, capsule = _dlpack(obj, what)
+        return d, (obj, capsule)
     addr, count, dtype, mv = _memoryview(obj, writable, what)
     return (addr, count, dtype), mv

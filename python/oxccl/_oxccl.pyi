@@ -1,5 +1,5 @@
 # Type stubs of the extension module (private: use oxccl.Communicator and oxccl.init).
-from typing import Optional
+from typing import Any, Optional
 
 Desc = tuple[int, int, str]  # (address, element count, dtype name)
 
@@ -35,3 +35,6 @@ class Communicator:
 
 def init(options: Optional[dict[str, str]] = None) -> Communicator: ...
 def dtypes() -> list[str]: ...
+def init_store(rank: int, world_size: int, set: Any, get: Any, secret: str,
+               options: Optional[dict[str, str]] = None) -> Communicator: ...
+def dlpack_desc(capsule: Any) -> Desc: ...

@@ -435,6 +435,92 @@ fn init_store(
     Ok(PyCommunicator { comm })
 }
 
+/// DLPack's tensor description (`DLTensor`, ABI 0.x and 1.x alike up to `byte_offset`).
+#[repr(C)]
+struct DlTensor {
+    data: *mut std::ffi::c_void,
+    device_type: i32,
+    device_id: i32,
+    ndim: i32,
+    dtype_code: u8,
+    dtype_bits: u8,
+    dtype_lanes: u16,
+    shape: *const i64,
+    strides: *const i64,
+    byte_offset: u64,
+}
+
+/// `(address, element count, dtype name)` of the tensor in a legacy DLPack capsule
+/// (`"dltensor"`, what `__dlpack__()` returns without `max_version`); the caller keeps the
+/// capsule alive for the call (its destructor gives the memory back to the producer).
+#[pyfunction]
+fn dlpack_desc(capsule: &Bound<'_, pyo3::types::PyCapsule>) -> PyResult<Desc> {
+    let name = capsule.name()?.map(|n| n.to_string_lossy().into_owned());
+    if name.as_deref() != Some("dltensor") {
+        return Err(PyValueError::new_err(format!(
+            "a DLPack capsule named {name:?} (consumed already, or a versioned one): pass the object itself"
+        )));
+    }
+    // SAFETY: a capsule named "dltensor" holds a DLManagedTensor, whose first member is the
+    // DLTensor (DLPack's ABI); the producer keeps it valid while the capsule lives, and the
+    // caller holds the capsule.
+    let t = unsafe { &*(capsule.pointer() as *const DlTensor) };
+    if t.device_type != 1 {
+        return Err(PyValueError::new_err(format!(
+            "a DLPack tensor on device type {} (not the CPU): the Python package runs on host memory for now",
+            t.device_type
+        )));
+    }
+    let ndim = usize::try_from(t.ndim).map_err(|_| PyValueError::new_err("a DLPack tensor with negative ndim"))?;
+    // SAFETY: DLPack gives `ndim` shape entries (and strides, where not null) that live as
+    // long as the tensor.
+    let (shape, strides) = unsafe {
+        let shape = if ndim == 0 { &[][..] } else { std::slice::from_raw_parts(t.shape, ndim) };
+        let strides = (!t.strides.is_null() && ndim > 0).then(|| std::slice::from_raw_parts(t.strides, ndim));
+        (shape, strides)
+    };
+    let mut count: usize = 1;
+    for &d in shape {
+        count = count
+            .checked_mul(
+                usize::try_from(d).map_err(|_| PyValueError::new_err("a DLPack tensor with a negative dimension"))?,
+            )
+            .ok_or_else(|| PyValueError::new_err("a DLPack tensor too large to address"))?;
+    }
+    if let Some(strides) = strides {
+        // Row-major contiguous: each stride is the product of the dimensions after it
+        // (dimensions of size 1 may carry any stride).
+        let mut want: i64 = 1;
+        for (&d, &s) in shape.iter().zip(strides).rev() {
+            if d != 1 && s != want {
+                return Err(PyValueError::new_err("a DLPack tensor that is not contiguous; pass a contiguous copy"));
+            }
+            want = want.saturating_mul(d);
+        }
+    }
+    let dtype = match (t.dtype_code, t.dtype_bits, t.dtype_lanes) {
+        (0, 8, 1) => "i8",
+        (0, 32, 1) => "i32",
+        (0, 64, 1) => "i64",
+        (1, 8, 1) => "u8",
+        (1, 32, 1) => "u32",
+        (1, 64, 1) => "u64",
+        (2, 16, 1) => "f16",
+        (2, 32, 1) => "f32",
+        (2, 64, 1) => "f64",
+        (4, 16, 1) => "bf16",
+        (c, b, l) => {
+            return Err(PyValueError::new_err(format!(
+                "a DLPack tensor of type code {c}, {b} bits, {l} lanes, which oxccl does not reduce or move"
+            )))
+        }
+    };
+    let addr = (t.data as usize)
+        .checked_add(usize::try_from(t.byte_offset).unwrap_or(usize::MAX))
+        .ok_or_else(|| PyValueError::new_err("a DLPack tensor whose address overflows"))?;
+    Ok((addr, count, dtype.to_string()))
+}
+
 /// The dtype names oxccl knows, as `DType` parses them.
 #[pyfunction]
 fn dtypes() -> Vec<&'static str> {
@@ -447,6 +533,7 @@ fn _oxccl(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(init, m)?)?;
     m.add_function(wrap_pyfunction!(init_store, m)?)?;
     m.add_function(wrap_pyfunction!(dtypes, m)?)?;
+    m.add_function(wrap_pyfunction!(dlpack_desc, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

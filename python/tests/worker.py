@@ -103,6 +103,13 @@ def buffers(comm):
     b = bytearray([me] * 3)
     comm.all_reduce(b, "max")
     assert list(b) == [n - 1] * 3, b
+    # DLPack exporters (here one that offers nothing else): used in place too.
+    arr = np.full(6, me + 1, np.float64)
+    comm.all_reduce(DLPackOnly(arr))
+    assert list(arr) == [n * (n + 1) / 2] * 6, arr
+    h = np.full(3, me, np.float16)
+    comm.all_reduce(DLPackOnly(h), "max")
+    assert list(h) == [n - 1] * 3, h
     # Refused clearly: non-contiguous, read-only outputs, unknown dtypes, mixed dtypes.
     for bad, words in [
         (lambda: comm.all_reduce(np.zeros(8, np.float32)[::2]), "not contiguous"),
@@ -112,6 +119,8 @@ def buffers(comm):
         (lambda: comm.all_reduce([1, 2]), "not a buffer"),
         (lambda: comm.all_gather(np.zeros(2, np.float32), np.zeros(2 * n, np.float64)), "dtypes differ"),
         (lambda: comm.all_reduce(np.zeros(2, np.float32), "median"), "median"),
+        (lambda: comm.all_reduce(DLPackOnly(np.zeros((4, 4), np.float32)[:, 1])), "not contiguous"),
+        (lambda: comm.all_reduce(DLPackOnly(np.zeros(2, np.bool_))), "type code"),
     ]:
         try:
             bad()
@@ -128,6 +137,19 @@ def buffers(comm):
         raise AssertionError("a wrong all_gather length was not refused")
     comm.barrier()
     print("buffers ok")
+
+
+class DLPackOnly:
+    """An object that exports its memory through DLPack only."""
+
+    def __init__(self, a):
+        self.a = a
+
+    def __dlpack__(self, **kw):
+        return self.a.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self.a.__dlpack_device__()
 
 
 def _ro():
