@@ -17,6 +17,7 @@ use crate::perf::{FlightRecorder, Observed, PerfSettings, ProfileReport, Profile
 use crate::reduce_op::ReduceOp;
 mod batch;
 mod checks;
+mod owned;
 mod scope;
 pub mod work;
 

@@ -1,0 +1,170 @@
+//! Async operations on owned buffers: the operation takes its buffers (boxed, so their memory
+//! stays put) and [`Work::wait`] gives them back. Nothing is borrowed, so the handle may
+//! outlive any scope: what bindings to garbage-collected languages need (oxccl's Python
+//! package keeps the exporting objects alive inside the buffers it hands over). Dropping the
+//! [`Work`] waits for the operation; leaking it leaks the buffers, so memory in use is never
+//! freed.
+//!
+//! ```
+//! use oxccl::{local, ReduceOp};
+//! local::run(2, |comm| {
+//!     let w = comm.start_all_reduce(vec![1.0f32; 4], ReduceOp::Sum)?;
+//!     let busy: f32 = (0..100).map(|i| i as f32).sum(); // overlaps with communication
+//!     let v = w.wait()?;
+//!     assert_eq!(v, vec![2.0; 4]);
+//!     Ok::<f32, oxccl::Error>(busy)
+//! })
+//! .unwrap();
+//! ```
+
+use super::work::Work;
+use super::{Buffer, BufferMut, Communicator};
+use crate::backend::{Mode, Op};
+use crate::error::Result;
+use crate::reduce_op::ReduceOp;
+
+impl Communicator {
+    /// Submits `op`, built from the boxed buffers `keep` owns; `wait()` gives `keep` back.
+    fn start_owned<K: 'static>(
+        &self,
+        keep: Box<K>,
+        build: impl FnOnce(&mut K) -> Result<Op>,
+    ) -> Result<Work<'static, K>> {
+        let mut keep = keep;
+        let op = build(&mut keep)?;
+        // SAFETY: the buffers in `op` live in `keep`'s heap allocation, which the finisher
+        // owns: it is moved out (and its memory may be freed) only by the finisher, which
+        // runs after the operation completed; dropping the Work waits for completion before
+        // the finisher is dropped; leaking the Work leaks `keep`.
+        unsafe { self.submit(op, Mode::Async, move |_| *keep) }
+    }
+
+    /// Async [`all_reduce`](Self::all_reduce) on an owned buffer, handed back by
+    /// [`Work::wait`].
+    ///
+    /// # Errors
+    /// Argument errors now; communication errors from [`Work::wait`].
+    pub fn start_all_reduce<B: BufferMut + 'static>(&self, buf: B, op: ReduceOp) -> Result<Work<'static, B>> {
+        self.start_owned(Box::new(buf), |b| {
+            let o = b.as_raw_mut();
+            self.op_all_reduce(o.as_const(), o, op)
+        })
+    }
+
+    /// Async [`all_reduce_into`](Self::all_reduce_into) on owned buffers, handed back by
+    /// [`Work::wait`] as `(input, output)`.
+    ///
+    /// # Errors
+    /// Argument errors now; communication errors from [`Work::wait`].
+    pub fn start_all_reduce_into<I: Buffer + 'static, O: BufferMut<Elem = I::Elem> + 'static>(
+        &self,
+        input: I,
+        output: O,
+        op: ReduceOp,
+    ) -> Result<Work<'static, (I, O)>> {
+        self.start_owned(Box::new((input, output)), |(i, o)| self.op_all_reduce(i.as_raw(), o.as_raw_mut(), op))
+    }
+
+    /// Async [`broadcast`](Self::broadcast) on an owned buffer.
+    ///
+    /// # Errors
+    /// Argument errors now; communication errors from [`Work::wait`].
+    pub fn start_broadcast<B: BufferMut + 'static>(&self, buf: B, root: usize) -> Result<Work<'static, B>> {
+        let me = self.rank();
+        self.start_owned(Box::new(buf), |b| {
+            let o = b.as_raw_mut();
+            self.op_broadcast((me == root).then(|| o.as_const()), o, root)
+        })
+    }
+
+    /// Async [`reduce`](Self::reduce) on an owned buffer (the root's becomes the result).
+    ///
+    /// # Errors
+    /// Argument errors now; communication errors from [`Work::wait`].
+    pub fn start_reduce<B: BufferMut + 'static>(&self, buf: B, op: ReduceOp, root: usize) -> Result<Work<'static, B>> {
+        let me = self.rank();
+        self.start_owned(Box::new(buf), |b| {
+            let o = b.as_raw_mut();
+            self.op_reduce(o.as_const(), (me == root).then_some(o), op, root)
+        })
+    }
+
+    /// Async [`all_gather`](Self::all_gather) on owned buffers, handed back as `(input,
+    /// output)`.
+    ///
+    /// # Errors
+    /// Argument errors now; communication errors from [`Work::wait`].
+    pub fn start_all_gather<I: Buffer + 'static, O: BufferMut<Elem = I::Elem> + 'static>(
+        &self,
+        input: I,
+        output: O,
+    ) -> Result<Work<'static, (I, O)>> {
+        self.start_owned(Box::new((input, output)), |(i, o)| self.op_all_gather(i.as_raw(), o.as_raw_mut()))
+    }
+
+    /// Async [`reduce_scatter`](Self::reduce_scatter) on owned buffers, handed back as
+    /// `(input, output)`.
+    ///
+    /// # Errors
+    /// Argument errors now; communication errors from [`Work::wait`].
+    pub fn start_reduce_scatter<I: Buffer + 'static, O: BufferMut<Elem = I::Elem> + 'static>(
+        &self,
+        input: I,
+        output: O,
+        op: ReduceOp,
+    ) -> Result<Work<'static, (I, O)>> {
+        self.start_owned(Box::new((input, output)), |(i, o)| self.op_reduce_scatter(i.as_raw(), o.as_raw_mut(), op))
+    }
+
+    /// Async [`all_to_all`](Self::all_to_all) on owned buffers, handed back as `(input,
+    /// output)`.
+    ///
+    /// # Errors
+    /// Argument errors now; communication errors from [`Work::wait`].
+    pub fn start_all_to_all<I: Buffer + 'static, O: BufferMut<Elem = I::Elem> + 'static>(
+        &self,
+        input: I,
+        output: O,
+    ) -> Result<Work<'static, (I, O)>> {
+        self.start_owned(Box::new((input, output)), |(i, o)| self.op_all_to_all(i.as_raw(), o.as_raw_mut()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{local, Error, ReduceOp};
+
+    #[test]
+    fn owned_operations_hand_their_buffers_back_with_the_results() {
+        let out = local::run(3, |c| -> crate::Result<()> {
+            let (r, n) = (c.rank(), c.world_size());
+            // Several in flight at once, waited for out of order.
+            let a = c.start_all_reduce(vec![r as i64 + 1; 5], ReduceOp::Sum)?;
+            let b = c.start_all_gather(vec![r as u8; 2], vec![0u8; 2 * n])?;
+            let s =
+                c.start_reduce_scatter((0..3 * n).map(|i| i as f32).collect::<Vec<_>>(), vec![0f32; 3], ReduceOp::Max)?;
+            let (_, gathered) = b.wait()?;
+            assert_eq!(gathered, (0..n).flat_map(|q| [q as u8; 2]).collect::<Vec<_>>());
+            assert_eq!(a.wait()?, vec![6i64; 5]);
+            let (_, mine) = s.wait()?;
+            assert_eq!(mine, (0..3).map(|i| (3 * r + i) as f32).collect::<Vec<_>>());
+            let bc = c.start_broadcast([r as f64; 3], 2)?.wait()?;
+            assert_eq!(bc, [2.0; 3], "an inline array is boxed, its memory stays put");
+            let red = c.start_reduce(vec![1u32; 2], ReduceOp::Sum, 0)?.wait()?;
+            assert_eq!(red, if r == 0 { vec![3, 3] } else { vec![1, 1] });
+            let (_, sum) = c.start_all_reduce_into(vec![2i32; 2], vec![0i32; 2], ReduceOp::Prod)?.wait()?;
+            assert_eq!(sum, vec![8, 8]);
+            let (_, t) =
+                c.start_all_to_all((0..n).map(|q| (r * 10 + q) as u32).collect::<Vec<_>>(), vec![0u32; n])?.wait()?;
+            assert_eq!(t, (0..n).map(|q| (q * 10 + r) as u32).collect::<Vec<_>>());
+            // A dropped handle waits for its operation.
+            drop(c.start_all_reduce(vec![0u8; 16], ReduceOp::Max)?);
+            // Bad arguments are refused before anything starts.
+            let e = c.start_all_gather(vec![0u8; 2], vec![0u8; 5]).map(drop).unwrap_err();
+            assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+            c.barrier()
+        })
+        .unwrap();
+        assert!(out.iter().all(|r| r.is_ok()), "{out:?}");
+    }
+}
