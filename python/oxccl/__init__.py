@@ -5,16 +5,19 @@
     x = np.full(4, comm.rank, dtype=np.float32)
     comm.all_reduce(x)                  # in place: every rank now holds the sum
 
-Buffers are numpy arrays, torch CPU tensors or writable buffer-protocol objects, used in
-place without copies; they must be contiguous. Every call blocks until this rank's part is
-done; the GIL is released meanwhile. Errors are the classes of :mod:`oxccl.errors`.
+Buffers are numpy arrays, torch CPU tensors, DLPack exporters or writable buffer-protocol
+objects, used in place without copies; they must be contiguous. Every call blocks until this
+rank's part is done (the GIL released meanwhile), or, with ``async_op=True`` (all_reduce,
+all_reduce_into, reduce, broadcast, all_gather, reduce_scatter, all_to_all), returns a
+:class:`Work` at once whose ``wait()`` blocks and ``is_completed()`` does not. Errors are the classes of :mod:`oxccl.errors`.
 """
 
 import enum as _enum
 
 from . import errors
 from ._buffers import describe as _describe
-from ._oxccl import Communicator as _RawCommunicator
+from ._oxccl import Communicator as _RawCommunicator  # noqa: F401
+from ._oxccl import Work
 from ._oxccl import __version__
 from ._oxccl import dtypes as _dtypes
 from ._oxccl import init as _init
@@ -69,20 +72,28 @@ class Communicator:
         """This communicator with another deadline for its operations."""
         return Communicator(self._c.with_timeout(seconds))
 
-    def all_reduce(self, buf, op=ReduceOp.SUM):
-        """Every rank's ``buf`` becomes the element-wise reduction of all ranks' ``buf``."""
+    def all_reduce(self, buf, op=ReduceOp.SUM, async_op=False):
+        """Every rank's ``buf`` becomes the element-wise reduction of all ranks' ``buf``.
+        With ``async_op=True`` returns a :class:`Work` at once (don't touch ``buf`` until its
+        ``wait()`` returns)."""
         d, keep = _describe(buf, True, "buf")
+        if async_op:
+            return self._c.start_all_reduce(d, _op(op), keep)
         self._c.all_reduce(d, _op(op))
 
-    def all_reduce_into(self, input, output, op=ReduceOp.SUM):
+    def all_reduce_into(self, input, output, op=ReduceOp.SUM, async_op=False):
         """``output`` becomes the reduction of all ranks' ``input`` (same length)."""
         i, k1 = _describe(input, False, "input")
         o, k2 = _describe(output, True, "output")
+        if async_op:
+            return self._c.start_all_reduce_into(i, o, _op(op), (k1, k2))
         self._c.all_reduce_into(i, o, _op(op))
 
-    def reduce(self, buf, root, op=ReduceOp.SUM):
+    def reduce(self, buf, root, op=ReduceOp.SUM, async_op=False):
         """The root's ``buf`` becomes the reduction of all ranks' ``buf``; the others' stay."""
         d, keep = _describe(buf, True, "buf")
+        if async_op:
+            return self._c.start_reduce(d, _op(op), root, keep)
         self._c.reduce(d, _op(op), root)
 
     def reduce_into(self, input, output, root, op=ReduceOp.SUM):
@@ -92,16 +103,20 @@ class Communicator:
         o, k2 = (None, None) if output is None else _describe(output, True, "output")
         self._c.reduce_into(i, o, _op(op), root)
 
-    def broadcast(self, buf, root):
+    def broadcast(self, buf, root, async_op=False):
         """Every rank's ``buf`` becomes the root's."""
         d, keep = _describe(buf, True, "buf")
+        if async_op:
+            return self._c.start_broadcast(d, root, keep)
         self._c.broadcast(d, root)
 
-    def all_gather(self, input, output):
+    def all_gather(self, input, output, async_op=False):
         """``output`` (world_size blocks of ``len(input)``) becomes every rank's ``input``,
         in rank order."""
         i, k1 = _describe(input, False, "input")
         o, k2 = _describe(output, True, "output")
+        if async_op:
+            return self._c.start_all_gather(i, o, (k1, k2))
         self._c.all_gather(i, o)
 
     def all_gather_in_place(self, buf):
@@ -109,17 +124,21 @@ class Communicator:
         d, keep = _describe(buf, True, "buf")
         self._c.all_gather_in_place(d)
 
-    def reduce_scatter(self, input, output, op=ReduceOp.SUM):
+    def reduce_scatter(self, input, output, op=ReduceOp.SUM, async_op=False):
         """``input`` is world_size blocks of ``len(output)``; ``output`` becomes block
         ``rank`` of their reduction over all ranks."""
         i, k1 = _describe(input, False, "input")
         o, k2 = _describe(output, True, "output")
+        if async_op:
+            return self._c.start_reduce_scatter(i, o, _op(op), (k1, k2))
         self._c.reduce_scatter(i, o, _op(op))
 
-    def all_to_all(self, input, output):
+    def all_to_all(self, input, output, async_op=False):
         """Block j of rank i's ``input`` becomes block i of rank j's ``output``."""
         i, k1 = _describe(input, False, "input")
         o, k2 = _describe(output, True, "output")
+        if async_op:
+            return self._c.start_all_to_all(i, o, (k1, k2))
         self._c.all_to_all(i, o)
 
     def gather(self, input, output, root):
@@ -187,4 +206,4 @@ def dtypes():
     return list(_dtypes())
 
 
-__all__ = ["init", "Communicator", "ReduceOp", "errors", "dtypes", "__version__"] + errors.__all__
+__all__ = ["init", "Communicator", "Work", "ReduceOp", "errors", "dtypes", "__version__"] + errors.__all__

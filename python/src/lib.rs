@@ -172,6 +172,74 @@ fn reduce_op(name: &str) -> PyResult<ReduceOp> {
     name.parse::<ReduceOp>().map_err(|e| PyValueError::new_err(e.to_string()))
 }
 
+/// An operation in flight, whatever it hands back (its buffers, dropped when it completes).
+trait InFlight {
+    /// Waits for completion; the operation's error if it failed.
+    fn wait(&mut self) -> oxccl::Result<()>;
+    /// Whether it has completed (never blocks).
+    fn is_completed(&self) -> bool;
+}
+
+impl<K> InFlight for Option<oxccl::Work<'static, K>> {
+    fn wait(&mut self) -> oxccl::Result<()> {
+        match self.take() {
+            Some(w) => w.wait().map(drop),
+            None => Ok(()),
+        }
+    }
+
+    fn is_completed(&self) -> bool {
+        self.as_ref().is_none_or(|w| w.is_completed())
+    }
+}
+
+/// `&mut` access to a value that is not `Send`, for a closure that `allow_threads` runs on
+/// this same thread.
+struct SameThread<'a, T: ?Sized>(&'a mut T);
+
+// SAFETY: `Python::allow_threads` runs its closure synchronously on the calling thread (it
+// only releases the GIL around it), so the value never crosses threads.
+unsafe impl<T: ?Sized> Send for SameThread<'_, T> {}
+
+/// An async operation (`async_op=True`): `wait()` returns once it has completed (raising its
+/// error, if any), `is_completed()` never blocks. It keeps the buffers' Python objects alive
+/// until the operation has completed, also when dropped unwaited (dropping waits).
+#[pyclass(module = "oxccl._oxccl", name = "Work", unsendable)]
+struct PyWork {
+    // Declared before `keep`: dropped (waiting for the operation) before the buffers' owners.
+    work: Box<dyn InFlight>,
+    keep: Option<PyObject>,
+    error: Option<PyErr>,
+}
+
+#[pymethods]
+impl PyWork {
+    /// Waits for the operation (the GIL released); raises its error. Waiting again returns
+    /// at once (or raises the same error again).
+    fn wait(&mut self, py: Python<'_>) -> PyResult<()> {
+        if let Some(e) = &self.error {
+            return Err(e.clone_ref(py));
+        }
+        let work = SameThread(&mut *self.work);
+        let r = py.allow_threads(move || {
+            let w = work;
+            w.0.wait()
+        });
+        // The operation has completed: the buffers may go.
+        self.keep = None;
+        r.map_err(|e| {
+            let err = raise(py, e);
+            self.error = Some(err.clone_ref(py));
+            err
+        })
+    }
+
+    /// Whether the operation has completed (successfully or not); never blocks.
+    fn is_completed(&self) -> bool {
+        self.error.is_some() || self.work.is_completed()
+    }
+}
+
 /// A communicator: a group of ranks that run collectives together.
 #[pyclass(module = "oxccl._oxccl", name = "Communicator", frozen)]
 struct PyCommunicator {
@@ -316,6 +384,80 @@ impl PyCommunicator {
             let i = input.as_ref().map(lend::<T>).transpose()?;
             let mut o = lend::<T>(&output)?;
             self.run(py, move |c| c.scatter(i.as_ref(), &mut o, root))
+        })
+    }
+
+    fn start_all_reduce(&self, py: Python<'_>, buf: Desc, op: &str, keep: PyObject) -> PyResult<PyWork> {
+        let op = reduce_op(op)?;
+        with_dtype!(dtype_of(&buf)?, T => {
+            let b = lend::<T>(&buf)?;
+            let w = self.comm.start_all_reduce(b, op).map_err(|e| raise(py, e))?;
+            Ok(PyWork { work: Box::new(Some(w)), keep: Some(keep), error: None })
+        })
+    }
+
+    fn start_all_reduce_into(
+        &self,
+        py: Python<'_>,
+        input: Desc,
+        output: Desc,
+        op: &str,
+        keep: PyObject,
+    ) -> PyResult<PyWork> {
+        let op = reduce_op(op)?;
+        with_dtype!(common_dtype(&[&input, &output])?, T => {
+            let (i, o) = (lend::<T>(&input)?, lend::<T>(&output)?);
+            let w = self.comm.start_all_reduce_into(i, o, op).map_err(|e| raise(py, e))?;
+            Ok(PyWork { work: Box::new(Some(w)), keep: Some(keep), error: None })
+        })
+    }
+
+    fn start_broadcast(&self, py: Python<'_>, buf: Desc, root: usize, keep: PyObject) -> PyResult<PyWork> {
+        with_dtype!(dtype_of(&buf)?, T => {
+            let b = lend::<T>(&buf)?;
+            let w = self.comm.start_broadcast(b, root).map_err(|e| raise(py, e))?;
+            Ok(PyWork { work: Box::new(Some(w)), keep: Some(keep), error: None })
+        })
+    }
+
+    fn start_reduce(&self, py: Python<'_>, buf: Desc, op: &str, root: usize, keep: PyObject) -> PyResult<PyWork> {
+        let op = reduce_op(op)?;
+        with_dtype!(dtype_of(&buf)?, T => {
+            let b = lend::<T>(&buf)?;
+            let w = self.comm.start_reduce(b, op, root).map_err(|e| raise(py, e))?;
+            Ok(PyWork { work: Box::new(Some(w)), keep: Some(keep), error: None })
+        })
+    }
+
+    fn start_all_gather(&self, py: Python<'_>, input: Desc, output: Desc, keep: PyObject) -> PyResult<PyWork> {
+        with_dtype!(common_dtype(&[&input, &output])?, T => {
+            let (i, o) = (lend::<T>(&input)?, lend::<T>(&output)?);
+            let w = self.comm.start_all_gather(i, o).map_err(|e| raise(py, e))?;
+            Ok(PyWork { work: Box::new(Some(w)), keep: Some(keep), error: None })
+        })
+    }
+
+    fn start_reduce_scatter(
+        &self,
+        py: Python<'_>,
+        input: Desc,
+        output: Desc,
+        op: &str,
+        keep: PyObject,
+    ) -> PyResult<PyWork> {
+        let op = reduce_op(op)?;
+        with_dtype!(common_dtype(&[&input, &output])?, T => {
+            let (i, o) = (lend::<T>(&input)?, lend::<T>(&output)?);
+            let w = self.comm.start_reduce_scatter(i, o, op).map_err(|e| raise(py, e))?;
+            Ok(PyWork { work: Box::new(Some(w)), keep: Some(keep), error: None })
+        })
+    }
+
+    fn start_all_to_all(&self, py: Python<'_>, input: Desc, output: Desc, keep: PyObject) -> PyResult<PyWork> {
+        with_dtype!(common_dtype(&[&input, &output])?, T => {
+            let (i, o) = (lend::<T>(&input)?, lend::<T>(&output)?);
+            let w = self.comm.start_all_to_all(i, o).map_err(|e| raise(py, e))?;
+            Ok(PyWork { work: Box::new(Some(w)), keep: Some(keep), error: None })
         })
     }
 
@@ -530,6 +672,7 @@ fn dtypes() -> Vec<&'static str> {
 #[pymodule]
 fn _oxccl(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyCommunicator>()?;
+    m.add_class::<PyWork>()?;
     m.add_function(wrap_pyfunction!(init, m)?)?;
     m.add_function(wrap_pyfunction!(init_store, m)?)?;
     m.add_function(wrap_pyfunction!(dtypes, m)?)?;

@@ -15,6 +15,11 @@ def test_buffers_are_used_in_place_and_bad_ones_refused(n):
     assert all("buffers ok" in t for t in check(run(n, "buffers")))
 
 
+@pytest.mark.parametrize("n", [1, 3])
+def test_async_operations_complete_on_wait(n):
+    assert all("async ok" in t for t in check(run(n, "async_ops")))
+
+
 @pytest.mark.parametrize("n", [2, 4])
 def test_split_and_new_group(n):
     assert all("groups ok" in t for t in check(run(n, "groups")))

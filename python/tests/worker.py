@@ -158,6 +158,42 @@ def _ro():
     return x
 
 
+def async_ops(comm):
+    n, me = comm.world_size, comm.rank
+    a = np.full(1000, me + 1, np.float32)
+    b = np.full(7, me, np.int64)
+    g_in, g_out = np.full(3, me, np.uint8), np.zeros(3 * n, np.uint8)
+    blocks, mine = np.arange(4 * n, dtype=np.float64), np.zeros(4)
+    wa = comm.all_reduce(a, async_op=True)
+    wb = comm.all_reduce(b, "max", async_op=True)
+    wg = comm.all_gather(g_in, g_out, async_op=True)
+    wr = comm.reduce_scatter(blocks, mine, async_op=True)
+    wc = comm.broadcast(np.full(2, me, np.int32), n - 1, async_op=True)  # the Work keeps it alive
+    for w in (wg, wb, wr, wa, wc):  # out of order
+        assert isinstance(w, oxccl.Work)
+        w.wait()
+        assert w.is_completed()
+        w.wait()  # again: returns at once
+    assert list(a[:3]) == [n * (n + 1) / 2] * 3 and list(b) == [n - 1] * 7, (a[:3], b)
+    assert list(g_out) == [q for q in range(n) for _ in range(3)], g_out
+    assert list(mine) == [n * (4 * me + i) for i in range(4)], mine
+    # A dropped, unwaited Work waits for its operation before letting the buffer go.
+    w = comm.all_reduce(np.ones(1 << 16, np.float32), async_op=True)
+    del w
+    # An async mismatch raises on wait (or at the start), not a hang.
+    try:
+        if me == 0:
+            comm.all_reduce(np.zeros(4, np.float32), async_op=True).wait()
+        else:
+            comm.all_gather(np.zeros(2, np.float32), np.zeros(2 * n, np.float32), async_op=True).wait()
+    except oxccl.MismatchError:
+        pass
+    else:
+        if n > 1:
+            raise AssertionError("no MismatchError from an async mismatch")
+    print("async ok")
+
+
 def groups(comm):
     n, me = comm.world_size, comm.rank
     sub = comm.split(me % 2, key=-me)
