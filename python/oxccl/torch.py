@@ -11,12 +11,17 @@ prefix store): group rank 0 draws a random secret and publishes it there, and th
 exchange their addresses through the same store (``Config::init_rendezvous``). So nothing
 beyond torch's own rendezvous (MASTER_ADDR/MASTER_PORT) is needed.
 
-Operations run when called and are complete when they return (their ``Work`` is done; its
-future holds the tensors), so ``async_op=True`` returns at once with finished work. CUDA
-tensors are refused with a clear error until the GPU backends serve this package.
+With ``async_op=True`` (what DDP's gradient hooks and FSDP ask for), all_reduce, broadcast,
+reduce, all_gather into one tensor, reduce_scatter of one tensor and all_to_all_single start
+and return at once: a helper thread per group waits for each in order and completes its
+future, so communication overlaps the caller's computation. Blocking calls, and the other
+operations, run to completion before they return. CUDA tensors are refused with a clear
+error until the GPU backends serve this package.
 """
 
+import queue
 import secrets
+import threading
 from datetime import timedelta
 
 import torch
@@ -53,6 +58,43 @@ def _done(result):
     return _create_work_from_future(fut)
 
 
+def _async(opts):
+    """Whether torch asked for an async operation (its option objects say asyncOp)."""
+    return bool(getattr(opts, "asyncOp", False))
+
+
+class _Completer:
+    """A daemon thread that waits for a group's async operations in the order they started
+    and completes their torch futures (with the tensors, or the operation's error)."""
+
+    def __init__(self):
+        self._queue = queue.SimpleQueue()
+        self._thread = None
+        self._lock = threading.Lock()
+
+    def submit(self, work, result):
+        """Completes the returned work's future with ``result`` once ``work`` (one operation,
+        or a list of them, waited for in order) has completed."""
+        fut = Future()
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="oxccl-torch-completer", daemon=True)
+                self._thread.start()
+        self._queue.put((work, fut, result))
+        return _create_work_from_future(fut)
+
+    def _run(self):
+        while True:
+            work, fut, result = self._queue.get()
+            try:
+                for w in work if isinstance(work, list) else (work,):
+                    w.wait()
+            except BaseException as e:  # the operation's error goes to its waiter
+                fut.set_exception(e)
+            else:
+                fut.set_result(result)
+
+
 def _flat(t):
     """A 1-D view of a contiguous tensor (no copy)."""
     if not t.is_contiguous():
@@ -69,6 +111,7 @@ class ProcessGroupOxccl(dist.ProcessGroup):
         self._c = comm._c
         self._name = None
         self._desc = "undefined"
+        self._completer = _Completer()
 
     # --- identity -------------------------------------------------------------------
     def getBackendName(self):
@@ -103,6 +146,9 @@ class ProcessGroupOxccl(dist.ProcessGroup):
     # --- collectives ----------------------------------------------------------------
     def allreduce(self, tensors, opts=None):
         op = _op(opts) if opts is not None else "sum"
+        if _async(opts) and len(tensors) == 1:
+            d, keep = _describe(tensors[0], True, "tensor")
+            return self._completer.submit(self._c.start_all_reduce(d, op, keep), tensors)
         for t in tensors:
             d, keep = _describe(t, True, "tensor")
             self._c.all_reduce(d, op)
@@ -113,6 +159,9 @@ class ProcessGroupOxccl(dist.ProcessGroup):
 
     def reduce(self, tensors, opts):
         op, root = _op(opts), opts.rootRank
+        if _async(opts) and len(tensors) == 1:
+            d, keep = _describe(tensors[0], True, "tensor")
+            return self._completer.submit(self._c.start_reduce(d, op, root, keep), tensors)
         for t in tensors:
             d, keep = _describe(t, True, "tensor")
             self._c.reduce(d, op, root)
@@ -120,6 +169,9 @@ class ProcessGroupOxccl(dist.ProcessGroup):
 
     def broadcast(self, tensors, opts):
         root = opts.rootRank
+        if _async(opts) and len(tensors) == 1:
+            d, keep = _describe(tensors[0], True, "tensor")
+            return self._completer.submit(self._c.start_broadcast(d, root, keep), tensors)
         for t in tensors:
             d, keep = _describe(t, True, "tensor")
             self._c.broadcast(d, root)
@@ -138,12 +190,21 @@ class ProcessGroupOxccl(dist.ProcessGroup):
     def _allgather_base(self, output, input, opts=None):
         i, k1 = _describe(_flat(input), False, "input")
         o, k2 = _describe(_flat(output), True, "output")
+        if _async(opts):
+            return self._completer.submit(self._c.start_all_gather(i, o, (k1, k2)), [output])
         self._c.all_gather(i, o)
         return _done([output])
 
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
+        if _async(opts):
+            works = []
+            for out, inp in zip(outputs, inputs):
+                i, k1 = _describe(_flat(inp), False, "input")
+                o, k2 = _describe(_flat(out), True, "output")
+                works.append(self._c.start_all_gather(i, o, (k1, k2)))
+            return self._completer.submit(works, outputs)
         for out, inp in zip(outputs, inputs):
-            self._allgather_base(out, inp, opts)
+            self._allgather_base(out, inp, None)
         return _done(outputs)
 
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
@@ -159,13 +220,22 @@ class ProcessGroupOxccl(dist.ProcessGroup):
         op = _op(opts) if opts is not None else "sum"
         i, k1 = _describe(_flat(input), False, "input")
         o, k2 = _describe(_flat(output), True, "output")
+        if _async(opts):
+            return self._completer.submit(self._c.start_reduce_scatter(i, o, op, (k1, k2)), [output])
         self._c.reduce_scatter(i, o, op)
         return _done([output])
 
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
+        op = _op(opts) if opts is not None else "sum"
+        works = []
         for out, inp in zip(outputs, inputs):
-            self._reduce_scatter_base(out, inp, opts)
-        return _done(outputs)
+            i, k1 = _describe(_flat(inp), False, "input")
+            o, k2 = _describe(_flat(out), True, "output")
+            if _async(opts):
+                works.append(self._c.start_reduce_scatter(i, o, op, (k1, k2)))
+            else:
+                self._c.reduce_scatter(i, o, op)
+        return self._completer.submit(works, outputs) if works else _done(outputs)
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         n = self.size()
@@ -179,6 +249,8 @@ class ProcessGroupOxccl(dist.ProcessGroup):
                 f"all_to_all_single: input and output need the same number of elements, a multiple of {n}")
         i, k1 = _describe(_flat(input), False, "input")
         o, k2 = _describe(_flat(output), True, "output")
+        if _async(opts):
+            return self._completer.submit(self._c.start_all_to_all(i, o, (k1, k2)), [output])
         self._c.all_to_all(i, o)
         return _done([output])
 

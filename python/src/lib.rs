@@ -173,14 +173,14 @@ fn reduce_op(name: &str) -> PyResult<ReduceOp> {
 }
 
 /// An operation in flight, whatever it hands back (its buffers, dropped when it completes).
-trait InFlight {
+trait InFlight: Send {
     /// Waits for completion; the operation's error if it failed.
     fn wait(&mut self) -> oxccl::Result<()>;
     /// Whether it has completed (never blocks).
     fn is_completed(&self) -> bool;
 }
 
-impl<K> InFlight for Option<oxccl::Work<'static, K>> {
+impl<K: Send> InFlight for Option<oxccl::OwnedWork<K>> {
     fn wait(&mut self) -> oxccl::Result<()> {
         match self.take() {
             Some(w) => w.wait().map(drop),
@@ -193,50 +193,58 @@ impl<K> InFlight for Option<oxccl::Work<'static, K>> {
     }
 }
 
-/// `&mut` access to a value that is not `Send`, for a closure that `allow_threads` runs on
-/// this same thread.
-struct SameThread<'a, T: ?Sized>(&'a mut T);
-
-// SAFETY: `Python::allow_threads` runs its closure synchronously on the calling thread (it
-// only releases the GIL around it), so the value never crosses threads.
-unsafe impl<T: ?Sized> Send for SameThread<'_, T> {}
-
 /// An async operation (`async_op=True`): `wait()` returns once it has completed (raising its
-/// error, if any), `is_completed()` never blocks. It keeps the buffers' Python objects alive
+/// error, if any), `is_completed()` never blocks; any thread may wait (the torch backend
+/// completes its futures from a helper thread). It keeps the buffers' Python objects alive
 /// until the operation has completed, also when dropped unwaited (dropping waits).
-#[pyclass(module = "oxccl._oxccl", name = "Work", unsendable)]
+#[pyclass(module = "oxccl._oxccl", name = "Work")]
 struct PyWork {
     // Declared before `keep`: dropped (waiting for the operation) before the buffers' owners.
-    work: Box<dyn InFlight>,
-    keep: Option<PyObject>,
-    error: Option<PyErr>,
+    work: std::sync::Mutex<Box<dyn InFlight>>,
+    keep: std::sync::Mutex<Option<PyObject>>,
+    error: std::sync::Mutex<Option<PyErr>>,
+}
+
+impl PyWork {
+    fn new(work: Box<dyn InFlight>, keep: PyObject) -> PyWork {
+        PyWork {
+            work: std::sync::Mutex::new(work),
+            keep: std::sync::Mutex::new(Some(keep)),
+            error: std::sync::Mutex::new(None),
+        }
+    }
+}
+
+fn relock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[pymethods]
 impl PyWork {
     /// Waits for the operation (the GIL released); raises its error. Waiting again returns
     /// at once (or raises the same error again).
-    fn wait(&mut self, py: Python<'_>) -> PyResult<()> {
-        if let Some(e) = &self.error {
+    fn wait(&self, py: Python<'_>) -> PyResult<()> {
+        if let Some(e) = relock(&self.error).as_ref() {
             return Err(e.clone_ref(py));
         }
-        let work = SameThread(&mut *self.work);
-        let r = py.allow_threads(move || {
-            let w = work;
-            w.0.wait()
-        });
+        let r = py.allow_threads(|| relock(&self.work).wait());
         // The operation has completed: the buffers may go.
-        self.keep = None;
+        let kept = relock(&self.keep).take();
+        drop(kept);
         r.map_err(|e| {
             let err = raise(py, e);
-            self.error = Some(err.clone_ref(py));
+            *relock(&self.error) = Some(err.clone_ref(py));
             err
         })
     }
 
     /// Whether the operation has completed (successfully or not); never blocks.
     fn is_completed(&self) -> bool {
-        self.error.is_some() || self.work.is_completed()
+        if relock(&self.error).is_some() {
+            return true;
+        }
+        // A waiter holds the lock while it waits: then it is not known to be complete.
+        self.work.try_lock().is_ok_and(|w| w.is_completed())
     }
 }
 
@@ -392,7 +400,7 @@ impl PyCommunicator {
         with_dtype!(dtype_of(&buf)?, T => {
             let b = lend::<T>(&buf)?;
             let w = self.comm.start_all_reduce(b, op).map_err(|e| raise(py, e))?;
-            Ok(PyWork { work: Box::new(Some(w)), keep: Some(keep), error: None })
+            Ok(PyWork::new(Box::new(Some(w)), keep))
         })
     }
 
@@ -408,7 +416,7 @@ impl PyCommunicator {
         with_dtype!(common_dtype(&[&input, &output])?, T => {
             let (i, o) = (lend::<T>(&input)?, lend::<T>(&output)?);
             let w = self.comm.start_all_reduce_into(i, o, op).map_err(|e| raise(py, e))?;
-            Ok(PyWork { work: Box::new(Some(w)), keep: Some(keep), error: None })
+            Ok(PyWork::new(Box::new(Some(w)), keep))
         })
     }
 
@@ -416,7 +424,7 @@ impl PyCommunicator {
         with_dtype!(dtype_of(&buf)?, T => {
             let b = lend::<T>(&buf)?;
             let w = self.comm.start_broadcast(b, root).map_err(|e| raise(py, e))?;
-            Ok(PyWork { work: Box::new(Some(w)), keep: Some(keep), error: None })
+            Ok(PyWork::new(Box::new(Some(w)), keep))
         })
     }
 
@@ -425,7 +433,7 @@ impl PyCommunicator {
         with_dtype!(dtype_of(&buf)?, T => {
             let b = lend::<T>(&buf)?;
             let w = self.comm.start_reduce(b, op, root).map_err(|e| raise(py, e))?;
-            Ok(PyWork { work: Box::new(Some(w)), keep: Some(keep), error: None })
+            Ok(PyWork::new(Box::new(Some(w)), keep))
         })
     }
 
@@ -433,7 +441,7 @@ impl PyCommunicator {
         with_dtype!(common_dtype(&[&input, &output])?, T => {
             let (i, o) = (lend::<T>(&input)?, lend::<T>(&output)?);
             let w = self.comm.start_all_gather(i, o).map_err(|e| raise(py, e))?;
-            Ok(PyWork { work: Box::new(Some(w)), keep: Some(keep), error: None })
+            Ok(PyWork::new(Box::new(Some(w)), keep))
         })
     }
 
@@ -449,7 +457,7 @@ impl PyCommunicator {
         with_dtype!(common_dtype(&[&input, &output])?, T => {
             let (i, o) = (lend::<T>(&input)?, lend::<T>(&output)?);
             let w = self.comm.start_reduce_scatter(i, o, op).map_err(|e| raise(py, e))?;
-            Ok(PyWork { work: Box::new(Some(w)), keep: Some(keep), error: None })
+            Ok(PyWork::new(Box::new(Some(w)), keep))
         })
     }
 
@@ -457,7 +465,7 @@ impl PyCommunicator {
         with_dtype!(common_dtype(&[&input, &output])?, T => {
             let (i, o) = (lend::<T>(&input)?, lend::<T>(&output)?);
             let w = self.comm.start_all_to_all(i, o).map_err(|e| raise(py, e))?;
-            Ok(PyWork { work: Box::new(Some(w)), keep: Some(keep), error: None })
+            Ok(PyWork::new(Box::new(Some(w)), keep))
         })
     }
 

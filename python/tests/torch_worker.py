@@ -83,6 +83,19 @@ def ops():
     w = dist.all_reduce(torch.ones(3), async_op=True)
     w.wait()
     assert w.is_completed() and w.get_future().value()[0].tolist() == [float(n)] * 3
+    # Several async operations in flight (what DDP and FSDP2 issue), waited in reverse order.
+    a = torch.full((1000,), float(me + 1))
+    gin, gout = torch.full((5,), float(me)), torch.empty(5 * n)
+    rin, rout = torch.arange(3 * n, dtype=torch.float64), torch.empty(3, dtype=torch.float64)
+    b = torch.full((4,), float(me), dtype=torch.bfloat16)
+    works = [dist.all_reduce(a, async_op=True), dist.all_gather_into_tensor(gout, gin, async_op=True),
+             dist.reduce_scatter_tensor(rout, rin, async_op=True), dist.broadcast(b, src=0, async_op=True)]
+    for w in reversed(works):
+        w.wait()
+    same(a, torch.full((1000,), float(n * (n + 1) / 2)), "async all_reduce")
+    same(gout, torch.arange(n).repeat_interleave(5).double(), "async all_gather_into_tensor")
+    same(rout, (torch.arange(3) + 3 * me).double() * n, "async reduce_scatter_tensor")
+    same(b, torch.zeros(4), "async broadcast")
     # Subgroups: every rank calls new_group; only members get one.
     evens = dist.new_group(list(range(0, n, 2)), backend="oxccl")
     if me % 2 == 0:

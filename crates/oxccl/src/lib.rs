@@ -73,7 +73,7 @@ pub use algorithm::Algorithm;
 pub use backend::{MessageInfo, Stream, StreamOrder};
 pub use communicator::work;
 pub use communicator::{Batch, Buffer, BufferMut, Communicator};
-pub use communicator::{Scope, Work};
+pub use communicator::{OwnedWork, Scope, Work};
 pub use config::Config;
 pub use device::Device;
 pub use dtype::{DType, Element};

@@ -23,6 +23,7 @@ pub mod work;
 
 pub use crate::backend::buffer::{Buffer, BufferMut};
 pub use batch::Batch;
+pub use owned::OwnedWork;
 pub use work::{Scope, Work};
 
 /// One rank's handle on a group of ranks that communicate.

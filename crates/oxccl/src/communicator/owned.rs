@@ -1,9 +1,10 @@
 //! Async operations on owned buffers: the operation takes its buffers (boxed, so their memory
-//! stays put) and [`Work::wait`] gives them back. Nothing is borrowed, so the handle may
-//! outlive any scope: what bindings to garbage-collected languages need (oxccl's Python
-//! package keeps the exporting objects alive inside the buffers it hands over). Dropping the
-//! [`Work`] waits for the operation; leaking it leaks the buffers, so memory in use is never
-//! freed.
+//! stays put) and [`OwnedWork::wait`] gives them back. Nothing is borrowed, so the handle may
+//! outlive any scope and move to another thread (when the buffers can): what bindings to
+//! garbage-collected languages need (oxccl's Python package keeps the exporting objects alive
+//! inside the buffers it hands over, and completes torch futures from a helper thread).
+//! Dropping the handle waits for the operation; leaking it leaks the buffers, so memory in
+//! use is never freed.
 //!
 //! ```
 //! use oxccl::{local, ReduceOp};
@@ -17,34 +18,69 @@
 //! .unwrap();
 //! ```
 
+use std::time::Duration;
+
 use super::work::Work;
 use super::{Buffer, BufferMut, Communicator};
 use crate::backend::{Mode, Op};
 use crate::error::Result;
 use crate::reduce_op::ReduceOp;
 
+/// The handle of an operation on owned buffers `K` ([`Communicator::start_all_reduce`] and
+/// the other `start_*`): [`wait`](Self::wait) returns the buffers. Dropping it waits.
+#[must_use = "an async operation's errors are only seen through wait()"]
+pub struct OwnedWork<K> {
+    work: Work<'static, K>,
+}
+
+// SAFETY: a `Work` holds the backend's `Arc<dyn Pending>` (`Send + Sync`) and its finisher;
+// the finisher of every `OwnedWork` is the closure of `start_owned`, which owns nothing but
+// the `Box<K>` of buffers, so the handle may move to another thread when `K` may.
+unsafe impl<K: Send> Send for OwnedWork<K> {}
+
+impl<K> OwnedWork<K> {
+    /// Waits for completion and returns the buffers.
+    ///
+    /// # Errors
+    /// The operation's error ([`Error::Timeout`](crate::Error::Timeout),
+    /// [`Error::Mismatch`](crate::Error::Mismatch), ...); the buffers are then dropped.
+    pub fn wait(self) -> Result<K> {
+        self.work.wait()
+    }
+
+    /// Waits up to `timeout`; `Ok(true)` once the operation has completed.
+    ///
+    /// # Errors
+    /// The operation's error, when it completed with one.
+    pub fn wait_timeout(&mut self, timeout: Duration) -> Result<bool> {
+        self.work.wait_timeout(timeout)
+    }
+
+    /// Whether the operation has completed (successfully or not). Never blocks.
+    pub fn is_completed(&self) -> bool {
+        self.work.is_completed()
+    }
+}
+
 impl Communicator {
     /// Submits `op`, built from the boxed buffers `keep` owns; `wait()` gives `keep` back.
-    fn start_owned<K: 'static>(
-        &self,
-        keep: Box<K>,
-        build: impl FnOnce(&mut K) -> Result<Op>,
-    ) -> Result<Work<'static, K>> {
+    fn start_owned<K: 'static>(&self, keep: Box<K>, build: impl FnOnce(&mut K) -> Result<Op>) -> Result<OwnedWork<K>> {
         let mut keep = keep;
         let op = build(&mut keep)?;
         // SAFETY: the buffers in `op` live in `keep`'s heap allocation, which the finisher
         // owns: it is moved out (and its memory may be freed) only by the finisher, which
         // runs after the operation completed; dropping the Work waits for completion before
         // the finisher is dropped; leaking the Work leaks `keep`.
-        unsafe { self.submit(op, Mode::Async, move |_| *keep) }
+        let work = unsafe { self.submit(op, Mode::Async, move |_| *keep)? };
+        Ok(OwnedWork { work })
     }
 
     /// Async [`all_reduce`](Self::all_reduce) on an owned buffer, handed back by
-    /// [`Work::wait`].
+    /// [`OwnedWork::wait`].
     ///
     /// # Errors
-    /// Argument errors now; communication errors from [`Work::wait`].
-    pub fn start_all_reduce<B: BufferMut + 'static>(&self, buf: B, op: ReduceOp) -> Result<Work<'static, B>> {
+    /// Argument errors now; communication errors from [`OwnedWork::wait`].
+    pub fn start_all_reduce<B: BufferMut + 'static>(&self, buf: B, op: ReduceOp) -> Result<OwnedWork<B>> {
         self.start_owned(Box::new(buf), |b| {
             let o = b.as_raw_mut();
             self.op_all_reduce(o.as_const(), o, op)
@@ -52,24 +88,24 @@ impl Communicator {
     }
 
     /// Async [`all_reduce_into`](Self::all_reduce_into) on owned buffers, handed back by
-    /// [`Work::wait`] as `(input, output)`.
+    /// [`OwnedWork::wait`] as `(input, output)`.
     ///
     /// # Errors
-    /// Argument errors now; communication errors from [`Work::wait`].
+    /// Argument errors now; communication errors from [`OwnedWork::wait`].
     pub fn start_all_reduce_into<I: Buffer + 'static, O: BufferMut<Elem = I::Elem> + 'static>(
         &self,
         input: I,
         output: O,
         op: ReduceOp,
-    ) -> Result<Work<'static, (I, O)>> {
+    ) -> Result<OwnedWork<(I, O)>> {
         self.start_owned(Box::new((input, output)), |(i, o)| self.op_all_reduce(i.as_raw(), o.as_raw_mut(), op))
     }
 
     /// Async [`broadcast`](Self::broadcast) on an owned buffer.
     ///
     /// # Errors
-    /// Argument errors now; communication errors from [`Work::wait`].
-    pub fn start_broadcast<B: BufferMut + 'static>(&self, buf: B, root: usize) -> Result<Work<'static, B>> {
+    /// Argument errors now; communication errors from [`OwnedWork::wait`].
+    pub fn start_broadcast<B: BufferMut + 'static>(&self, buf: B, root: usize) -> Result<OwnedWork<B>> {
         let me = self.rank();
         self.start_owned(Box::new(buf), |b| {
             let o = b.as_raw_mut();
@@ -80,8 +116,8 @@ impl Communicator {
     /// Async [`reduce`](Self::reduce) on an owned buffer (the root's becomes the result).
     ///
     /// # Errors
-    /// Argument errors now; communication errors from [`Work::wait`].
-    pub fn start_reduce<B: BufferMut + 'static>(&self, buf: B, op: ReduceOp, root: usize) -> Result<Work<'static, B>> {
+    /// Argument errors now; communication errors from [`OwnedWork::wait`].
+    pub fn start_reduce<B: BufferMut + 'static>(&self, buf: B, op: ReduceOp, root: usize) -> Result<OwnedWork<B>> {
         let me = self.rank();
         self.start_owned(Box::new(buf), |b| {
             let o = b.as_raw_mut();
@@ -93,12 +129,12 @@ impl Communicator {
     /// output)`.
     ///
     /// # Errors
-    /// Argument errors now; communication errors from [`Work::wait`].
+    /// Argument errors now; communication errors from [`OwnedWork::wait`].
     pub fn start_all_gather<I: Buffer + 'static, O: BufferMut<Elem = I::Elem> + 'static>(
         &self,
         input: I,
         output: O,
-    ) -> Result<Work<'static, (I, O)>> {
+    ) -> Result<OwnedWork<(I, O)>> {
         self.start_owned(Box::new((input, output)), |(i, o)| self.op_all_gather(i.as_raw(), o.as_raw_mut()))
     }
 
@@ -106,13 +142,13 @@ impl Communicator {
     /// `(input, output)`.
     ///
     /// # Errors
-    /// Argument errors now; communication errors from [`Work::wait`].
+    /// Argument errors now; communication errors from [`OwnedWork::wait`].
     pub fn start_reduce_scatter<I: Buffer + 'static, O: BufferMut<Elem = I::Elem> + 'static>(
         &self,
         input: I,
         output: O,
         op: ReduceOp,
-    ) -> Result<Work<'static, (I, O)>> {
+    ) -> Result<OwnedWork<(I, O)>> {
         self.start_owned(Box::new((input, output)), |(i, o)| self.op_reduce_scatter(i.as_raw(), o.as_raw_mut(), op))
     }
 
@@ -120,12 +156,12 @@ impl Communicator {
     /// output)`.
     ///
     /// # Errors
-    /// Argument errors now; communication errors from [`Work::wait`].
+    /// Argument errors now; communication errors from [`OwnedWork::wait`].
     pub fn start_all_to_all<I: Buffer + 'static, O: BufferMut<Elem = I::Elem> + 'static>(
         &self,
         input: I,
         output: O,
-    ) -> Result<Work<'static, (I, O)>> {
+    ) -> Result<OwnedWork<(I, O)>> {
         self.start_owned(Box::new((input, output)), |(i, o)| self.op_all_to_all(i.as_raw(), o.as_raw_mut()))
     }
 }
@@ -157,6 +193,10 @@ mod tests {
             let (_, t) =
                 c.start_all_to_all((0..n).map(|q| (r * 10 + q) as u32).collect::<Vec<_>>(), vec![0u32; n])?.wait()?;
             assert_eq!(t, (0..n).map(|q| (q * 10 + r) as u32).collect::<Vec<_>>());
+            // A handle moves to another thread, which waits for it.
+            let w = c.start_all_reduce(vec![1u64; 3], ReduceOp::Sum)?;
+            let back = std::thread::spawn(move || w.wait()).join().expect("the waiting thread")?;
+            assert_eq!(back, vec![n as u64; 3]);
             // A dropped handle waits for its operation.
             drop(c.start_all_reduce(vec![0u8; 16], ReduceOp::Max)?);
             // Bad arguments are refused before anything starts.
