@@ -141,6 +141,14 @@ class Communicator:
             return self._c.start_all_to_all(i, o, (k1, k2))
         self._c.all_to_all(i, o)
 
+    def all_to_all_v(self, input, send_counts, output, recv_counts):
+        """``send_counts[j]`` elements of ``input`` (blocks in rank order) go to rank j;
+        ``recv_counts[i]`` elements come from rank i into ``output``. Rank j's
+        ``recv_counts[i]`` must equal rank i's ``send_counts[j]``."""
+        i, k1 = _describe(input, False, "input")
+        o, k2 = _describe(output, True, "output")
+        self._c.all_to_all_v(i, list(send_counts), o, list(recv_counts))
+
     def gather(self, input, output, root):
         """The root's ``output`` (world_size blocks) becomes every rank's ``input``;
         ``output`` is ignored (may be None) off the root."""

@@ -239,19 +239,32 @@ class ProcessGroupOxccl(dist.ProcessGroup):
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         n = self.size()
-        if output_split_sizes or input_split_sizes:
-            even_in = not input_split_sizes or len(set(input_split_sizes)) == 1
-            even_out = not output_split_sizes or len(set(output_split_sizes)) == 1
-            if not (even_in and even_out):
-                raise InvalidArgumentError("the oxccl backend's all_to_all_single needs equal splits for now")
-        if input.numel() % n or output.numel() != input.numel():
-            raise InvalidArgumentError(
-                f"all_to_all_single: input and output need the same number of elements, a multiple of {n}")
+        if not output_split_sizes and not input_split_sizes:
+            if input.numel() % n or output.numel() != input.numel():
+                raise InvalidArgumentError(
+                    f"all_to_all_single: input and output need the same number of elements, a multiple of {n}")
+            i, k1 = _describe(_flat(input), False, "input")
+            o, k2 = _describe(_flat(output), True, "output")
+            if _async(opts):
+                return self._completer.submit(self._c.start_all_to_all(i, o, (k1, k2)), [output])
+            self._c.all_to_all(i, o)
+            return _done([output])
+        # Splits are rows of dimension 0 (an empty list: equal splits).
+        def counts(t, splits):
+            rows = t.shape[0] if t.dim() else 1
+            row = t.numel() // rows if rows else 0
+            if not splits:
+                if rows % n:
+                    raise InvalidArgumentError(f"all_to_all_single: {rows} rows do not split evenly over {n} ranks")
+                splits = [rows // n] * n
+            if len(splits) != n or sum(splits) != rows:
+                raise InvalidArgumentError(
+                    f"all_to_all_single: splits {list(splits)} do not give {rows} rows to {n} ranks")
+            return [s * row for s in splits]
+        send, recv = counts(input, input_split_sizes), counts(output, output_split_sizes)
         i, k1 = _describe(_flat(input), False, "input")
         o, k2 = _describe(_flat(output), True, "output")
-        if _async(opts):
-            return self._completer.submit(self._c.start_all_to_all(i, o, (k1, k2)), [output])
-        self._c.all_to_all(i, o)
+        self._c.all_to_all_v(i, send, o, recv)
         return _done([output])
 
     def alltoall(self, output_tensors, input_tensors, opts=None):

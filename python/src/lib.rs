@@ -369,6 +369,20 @@ impl PyCommunicator {
         })
     }
 
+    fn all_to_all_v(
+        &self,
+        py: Python<'_>,
+        input: Desc,
+        send_counts: Vec<usize>,
+        output: Desc,
+        recv_counts: Vec<usize>,
+    ) -> PyResult<()> {
+        with_dtype!(common_dtype(&[&input, &output])?, T => {
+            let (i, mut o) = (lend::<T>(&input)?, lend::<T>(&output)?);
+            self.run(py, move |c| c.all_to_all_v(&i, &send_counts, &mut o, &recv_counts))
+        })
+    }
+
     #[pyo3(signature = (input, output, root))]
     fn gather(&self, py: Python<'_>, input: Desc, output: Option<Desc>, root: usize) -> PyResult<()> {
         let dt = match &output {

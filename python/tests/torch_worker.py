@@ -80,6 +80,11 @@ def ops():
         for q in reqs:
             q.wait()
         same(got[:2], torch.full((2,), float((me + n - 1) % n)), "batch_isend_irecv")
+    # all_to_all_single with uneven splits (rows of dim 0): rank i sends j + 1 rows to rank j.
+    inp = torch.cat([torch.full((j + 1, 2), float(me * 10 + j)) for j in range(n)])
+    out = torch.empty(n * (me + 1), 2)
+    dist.all_to_all_single(out, inp, output_split_sizes=[me + 1] * n, input_split_sizes=[j + 1 for j in range(n)])
+    same(out, torch.cat([torch.full((me + 1, 2), float(i * 10 + me)) for i in range(n)]), "uneven all_to_all_single")
     w = dist.all_reduce(torch.ones(3), async_op=True)
     w.wait()
     assert w.is_completed() and w.get_future().value()[0].tolist() == [float(n)] * 3

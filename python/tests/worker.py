@@ -84,6 +84,12 @@ def every_op(comm):
             s = np.zeros(count, dtype)
             comm.scatter(blocks[0] if me == 0 else None, s, 0)
             close(s, blocks[0][me * count:(me + 1) * count].astype(np.float64), "scatter")
+    # all_to_all_v: rank i sends j + 1 elements (all i * 10 + j) to rank j.
+    send = np.concatenate([np.full(j + 1, me * 10 + j, np.int32) for j in range(n)])
+    recv = np.zeros(n * (me + 1), np.int32)
+    comm.all_to_all_v(send, [j + 1 for j in range(n)], recv, [me + 1] * n)
+    want = np.concatenate([np.full(me + 1, i * 10 + me, np.int32) for i in range(n)])
+    assert np.array_equal(recv, want), (recv, want)
     if n > 1:
         # A ring of send-then-receive (sends return once on their way).
         got = np.zeros(5, np.float64)
