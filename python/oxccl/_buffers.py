@@ -47,8 +47,8 @@ def _numpy(obj, writable, what):
 
 
 def _torch(obj, writable, what):
-    if obj.device.type != "cpu":
-        raise InvalidArgumentError(f"{what} is on {obj.device}; the Python package runs on CPU tensors for now")
+    if obj.device.type != "cpu" and obj.device.type != "cuda":
+        raise InvalidArgumentError(f"{what} is on {obj.device}; oxccl takes CPU and CUDA tensors")
     if not obj.is_contiguous():
         raise InvalidArgumentError(f"{what} is not contiguous; pass .contiguous() of it")
     dtype = _TORCH.get(str(obj.dtype))
@@ -56,6 +56,10 @@ def _torch(obj, writable, what):
         raise InvalidArgumentError(f"{what} has dtype {obj.dtype}, which oxccl does not reduce or move")
     if writable and obj.requires_grad and obj.is_leaf:
         raise InvalidArgumentError(f"{what} is a leaf that requires grad; pass .detach() of it")
+    if obj.device.type == "cuda":
+        # Device memory: the host backends stage it through pinned host memory, ordered
+        # after the work queued on the legacy default stream (PyTorch's default).
+        dtype = f"{dtype}@cuda:{obj.device.index or 0}"
     return obj.data_ptr(), obj.numel(), dtype
 
 

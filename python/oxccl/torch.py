@@ -15,8 +15,9 @@ With ``async_op=True`` (what DDP's gradient hooks and FSDP ask for), all_reduce,
 reduce, all_gather into one tensor, reduce_scatter of one tensor and all_to_all_single start
 and return at once: a helper thread per group waits for each in order and completes its
 future, so communication overlaps the caller's computation. Blocking calls, and the other
-operations, run to completion before they return. CUDA tensors are refused with a clear
-error until the GPU backends serve this package.
+operations, run to completion before they return. CUDA tensors are staged through pinned
+host memory by the cpu backend (copies ordered after the default stream's work), in
+pipelined chunks for large ones; the NCCL path for them is still to come.
 """
 
 import queue
@@ -93,6 +94,11 @@ class _Completer:
                 fut.set_exception(e)
             else:
                 fut.set_result(result)
+
+
+def _empty(n, like):
+    """An uninitialised 1-D tensor of ``n`` elements, of ``like``'s dtype and device."""
+    return torch.empty(n, dtype=like.dtype, device=like.device)
 
 
 def _flat(t):
@@ -179,7 +185,7 @@ class ProcessGroupOxccl(dist.ProcessGroup):
 
     def allgather(self, output_tensors, input_tensors, opts=None):
         for outs, inp in zip(output_tensors, input_tensors):
-            flat = torch.empty(len(outs) * inp.numel(), dtype=inp.dtype)
+            flat = _empty(len(outs) * inp.numel(), inp)
             i, k1 = _describe(inp, False, "input")
             o, k2 = _describe(flat, True, "output")
             self._c.all_gather(i, o)
@@ -280,7 +286,7 @@ class ProcessGroupOxccl(dist.ProcessGroup):
     def gather(self, output_tensors, input_tensors, opts):
         root, n = opts.rootRank, self.size()
         inp = input_tensors[0]
-        flat = torch.empty(n * inp.numel(), dtype=inp.dtype) if self.rank() == root else None
+        flat = _empty(n * inp.numel(), inp) if self.rank() == root else None
         i, k1 = _describe(_flat(inp), False, "input")
         o, k2 = (None, None) if flat is None else _describe(flat, True, "output")
         self._c.gather(i, o, root)
@@ -370,6 +376,6 @@ def _create(store, rank, world_size, timeout):
     return ProcessGroupOxccl(Communicator(_init_store(rank, world_size, put, get, secret, opts)))
 
 
-dist.Backend.register_backend(BACKEND, _create, devices=["cpu"])
+dist.Backend.register_backend(BACKEND, _create, devices=["cpu", "cuda"])
 
 __all__ = ["ProcessGroupOxccl", "BACKEND"]

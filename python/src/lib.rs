@@ -16,13 +16,16 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-/// A buffer as the Python half describes it: address, element count, dtype name.
+/// A buffer as the Python half describes it: address, element count, dtype name (with
+/// `@cuda:N` / `@rocm:N` appended for device memory).
 type Desc = (usize, usize, String);
 
-/// Host memory of `len` elements of `T` at `ptr`, lent by a Python exporter for one call.
+/// Memory of `len` elements of `T` at `ptr` (on `device`), lent by a Python exporter for
+/// one call.
 struct Lent<T> {
     ptr: *mut T,
     len: usize,
+    device: Device,
 }
 
 // SAFETY: the memory belongs to a Python object that the calling Python frame keeps
@@ -32,11 +35,12 @@ struct Lent<T> {
 unsafe impl<T> Send for Lent<T> {}
 
 // SAFETY: `ptr` is valid for reads of `len` elements (see `Send`, and `lend`'s checks of
-// alignment and non-null), the dtype is `T`'s, and the memory is host memory.
+// alignment and non-null) on `device` (host memory, or a GPU's as the exporter said: a torch
+// CUDA tensor), and the dtype is `T`'s.
 unsafe impl<T: Element> Buffer for Lent<T> {
     type Elem = T;
     fn as_raw(&self) -> RawBuf {
-        RawBuf { ptr: self.ptr.cast_const().cast(), count: self.len, dtype: T::DTYPE, device: Device::Cpu }
+        RawBuf { ptr: self.ptr.cast_const().cast(), count: self.len, dtype: T::DTYPE, device: self.device }
     }
 }
 
@@ -44,17 +48,18 @@ unsafe impl<T: Element> Buffer for Lent<T> {
 // read-only exporters there), and `&mut self` is the only user during the call.
 unsafe impl<T: Element> BufferMut for Lent<T> {
     fn as_raw_mut(&mut self) -> RawBufMut {
-        RawBufMut { ptr: self.ptr.cast(), count: self.len, dtype: T::DTYPE, device: Device::Cpu }
+        RawBufMut { ptr: self.ptr.cast(), count: self.len, dtype: T::DTYPE, device: self.device }
     }
 }
 
 /// Checks a description and makes a `Lent` of it.
 fn lend<T: Element>(d: &Desc) -> PyResult<Lent<T>> {
     let (addr, len, _) = d;
+    let device = device_of(d)?;
     let align = std::mem::align_of::<T>();
     if *len == 0 {
         // No memory is touched; an aligned dangling address satisfies the slice rules.
-        return Ok(Lent { ptr: std::ptr::NonNull::<T>::dangling().as_ptr(), len: 0 });
+        return Ok(Lent { ptr: std::ptr::NonNull::<T>::dangling().as_ptr(), len: 0, device });
     }
     if *addr == 0 {
         return Err(PyValueError::new_err("a buffer of elements has a null address"));
@@ -65,12 +70,21 @@ fn lend<T: Element>(d: &Desc) -> PyResult<Lent<T>> {
             T::DTYPE
         )));
     }
-    Ok(Lent { ptr: *addr as *mut T, len: *len })
+    Ok(Lent { ptr: *addr as *mut T, len: *len, device })
+}
+
+/// The device named after `@` in a description's dtype (the host without one).
+fn device_of(d: &Desc) -> PyResult<Device> {
+    match d.2.split_once('@') {
+        None => Ok(Device::Cpu),
+        Some((_, dev)) => dev.parse::<Device>().map_err(|e| PyValueError::new_err(e.to_string())),
+    }
 }
 
 /// The dtype named by a description.
 fn dtype_of(d: &Desc) -> PyResult<DType> {
-    d.2.parse::<DType>().map_err(|e| PyValueError::new_err(e.to_string()))
+    let name = d.2.split_once('@').map_or(d.2.as_str(), |(t, _)| t);
+    name.parse::<DType>().map_err(|e| PyValueError::new_err(e.to_string()))
 }
 
 /// The one dtype of several descriptions.

@@ -2,6 +2,7 @@
 reference of every rank's inputs and exits 1 with a message on any difference."""
 
 import array
+import os
 import sys
 import time
 
@@ -134,6 +135,15 @@ def buffers(comm):
             assert words in str(e), (words, str(e))
         else:
             raise AssertionError(f"not refused: {words}")
+    # Device memory (a torch CUDA tensor says "@cuda:N") needs the GPU runtime: without one,
+    # the error says what is missing.
+    if not os.path.exists("/dev/nvidia0"):
+        try:
+            comm._c.all_reduce((a.buffer_info()[0], 1, "i32@cuda:0"), "sum")
+        except oxccl.OxcclError as e:
+            assert "CUDA" in str(e) or "cuda" in str(e), e
+        else:
+            raise AssertionError("device memory without a GPU runtime was not refused")
     # Wrong lengths are the library's InvalidArgumentError, a ValueError too.
     try:
         comm.all_gather(np.zeros(2, np.float32), np.zeros(2 * n + 1, np.float32))

@@ -43,3 +43,46 @@ fn bad_requests_are_refused_clearly() {
     let e = quick.init_rendezvous(0, 2, &rdv, "s").unwrap_err();
     assert!(matches!(e, Error::Store(_) | Error::Timeout { .. }), "{e}");
 }
+
+/// Host memory labelled `cuda:0`, to see what a device buffer meets.
+struct LabelledCuda(Vec<f32>);
+
+// SAFETY: the vector's elements are valid; the label only routes the buffer (the test
+// expects it to be refused before any copy).
+unsafe impl oxccl::Buffer for LabelledCuda {
+    type Elem = f32;
+    fn as_raw(&self) -> oxccl::backend::RawBuf {
+        oxccl::backend::RawBuf {
+            ptr: self.0.as_ptr().cast(),
+            count: self.0.len(),
+            dtype: oxccl::DType::F32,
+            device: oxccl::Device::Cuda(0),
+        }
+    }
+}
+
+// SAFETY: as above, exclusive through `&mut`.
+unsafe impl oxccl::BufferMut for LabelledCuda {
+    fn as_raw_mut(&mut self) -> oxccl::backend::RawBufMut {
+        oxccl::backend::RawBufMut {
+            ptr: self.0.as_mut_ptr().cast(),
+            count: self.0.len(),
+            dtype: oxccl::DType::F32,
+            device: oxccl::Device::Cuda(0),
+        }
+    }
+}
+
+/// A communicator made through a caller's store stages device buffers like any cpu
+/// communicator: it asks for the GPU runtime (here, without a GPU, the error names the CUDA
+/// driver it looked for) instead of finding no way to copy.
+#[test]
+fn device_buffers_are_staged_through_the_runtime() {
+    if std::path::Path::new("/dev/nvidia0").exists() {
+        return; // a real driver would be asked to copy host memory
+    }
+    let rdv = MemoryRendezvous::default();
+    let comm = Config::new().init_rendezvous(0, 1, &rdv, "s").unwrap();
+    let e = comm.all_reduce(&mut LabelledCuda(vec![1.0; 4]), ReduceOp::Sum).unwrap_err().to_string();
+    assert!(e.contains("libcuda") && !e.contains("no device copy function"), "{e}");
+}

@@ -80,6 +80,8 @@ impl Config {
             }
         }
         crate::perf::log::install(&cfg.log);
+        // Device buffers are staged, as on every cpu communicator.
+        select::install_staging_loader();
         let b = crate::cpu::setup::init_rendezvous(&cfg, rank, world_size, rendezvous, secret)?;
         Ok(wrap(Arc::new(b), &cfg))
     }
