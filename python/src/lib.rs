@@ -229,6 +229,15 @@ impl PyWork {
     }
 }
 
+/// The Python handle of a started operation (or its error), keeping `keep` alive.
+fn started<K: Send + 'static>(
+    py: Python<'_>,
+    r: oxccl::Result<oxccl::OwnedWork<K>>,
+    keep: PyObject,
+) -> PyResult<PyWork> {
+    Ok(PyWork::new(Box::new(Some(r.map_err(|e| raise(py, e))?)), keep))
+}
+
 fn relock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
@@ -243,8 +252,7 @@ impl PyWork {
         }
         let r = py.allow_threads(|| relock(&self.work).wait());
         // The operation has completed: the buffers may go.
-        let kept = relock(&self.keep).take();
-        drop(kept);
+        drop(relock(&self.keep).take());
         r.map_err(|e| {
             let err = raise(py, e);
             *relock(&self.error) = Some(err.clone_ref(py));
@@ -427,8 +435,7 @@ impl PyCommunicator {
         let op = reduce_op(op)?;
         with_dtype!(dtype_of(&buf)?, T => {
             let b = lend::<T>(&buf)?;
-            let w = self.comm.start_all_reduce(b, op).map_err(|e| raise(py, e))?;
-            Ok(PyWork::new(Box::new(Some(w)), keep))
+            started(py, self.comm.start_all_reduce(b, op), keep)
         })
     }
 
@@ -443,16 +450,14 @@ impl PyCommunicator {
         let op = reduce_op(op)?;
         with_dtype!(common_dtype(&[&input, &output])?, T => {
             let (i, o) = (lend::<T>(&input)?, lend::<T>(&output)?);
-            let w = self.comm.start_all_reduce_into(i, o, op).map_err(|e| raise(py, e))?;
-            Ok(PyWork::new(Box::new(Some(w)), keep))
+            started(py, self.comm.start_all_reduce_into(i, o, op), keep)
         })
     }
 
     fn start_broadcast(&self, py: Python<'_>, buf: Desc, root: usize, keep: PyObject) -> PyResult<PyWork> {
         with_dtype!(dtype_of(&buf)?, T => {
             let b = lend::<T>(&buf)?;
-            let w = self.comm.start_broadcast(b, root).map_err(|e| raise(py, e))?;
-            Ok(PyWork::new(Box::new(Some(w)), keep))
+            started(py, self.comm.start_broadcast(b, root), keep)
         })
     }
 
@@ -460,16 +465,14 @@ impl PyCommunicator {
         let op = reduce_op(op)?;
         with_dtype!(dtype_of(&buf)?, T => {
             let b = lend::<T>(&buf)?;
-            let w = self.comm.start_reduce(b, op, root).map_err(|e| raise(py, e))?;
-            Ok(PyWork::new(Box::new(Some(w)), keep))
+            started(py, self.comm.start_reduce(b, op, root), keep)
         })
     }
 
     fn start_all_gather(&self, py: Python<'_>, input: Desc, output: Desc, keep: PyObject) -> PyResult<PyWork> {
         with_dtype!(common_dtype(&[&input, &output])?, T => {
             let (i, o) = (lend::<T>(&input)?, lend::<T>(&output)?);
-            let w = self.comm.start_all_gather(i, o).map_err(|e| raise(py, e))?;
-            Ok(PyWork::new(Box::new(Some(w)), keep))
+            started(py, self.comm.start_all_gather(i, o), keep)
         })
     }
 
@@ -484,16 +487,14 @@ impl PyCommunicator {
         let op = reduce_op(op)?;
         with_dtype!(common_dtype(&[&input, &output])?, T => {
             let (i, o) = (lend::<T>(&input)?, lend::<T>(&output)?);
-            let w = self.comm.start_reduce_scatter(i, o, op).map_err(|e| raise(py, e))?;
-            Ok(PyWork::new(Box::new(Some(w)), keep))
+            started(py, self.comm.start_reduce_scatter(i, o, op), keep)
         })
     }
 
     fn start_all_to_all(&self, py: Python<'_>, input: Desc, output: Desc, keep: PyObject) -> PyResult<PyWork> {
         with_dtype!(common_dtype(&[&input, &output])?, T => {
             let (i, o) = (lend::<T>(&input)?, lend::<T>(&output)?);
-            let w = self.comm.start_all_to_all(i, o).map_err(|e| raise(py, e))?;
-            Ok(PyWork::new(Box::new(Some(w)), keep))
+            started(py, self.comm.start_all_to_all(i, o), keep)
         })
     }
 

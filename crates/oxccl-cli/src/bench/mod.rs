@@ -112,17 +112,14 @@ impl std::fmt::Display for BenchDevice {
     }
 }
 
-/// The local rank of this process: `LOCAL_RANK` (oxccl run, torchrun),
-/// `OMPI_COMM_WORLD_LOCAL_RANK` (Open MPI), `MPI_LOCALRANKID` (MPICH), else the rank (a
-/// world on one host: `local` threads, or a launcher that says nothing).
+/// The local rank of this process, as the launcher's environment says it
+/// (`oxccl::bootstrap::env::LaunchInfo`: oxccl run, torchrun, Open MPI, MPICH, Slurm), else
+/// the rank (`local` threads, or a launcher that says nothing).
 fn local_rank(comm: &Communicator) -> usize {
     if comm.backend() == "local" {
         return comm.rank();
     }
-    ["LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"]
-        .iter()
-        .find_map(|k| std::env::var(k).ok().and_then(|v| v.trim().parse().ok()))
-        .unwrap_or_else(|| comm.rank())
+    oxccl::bootstrap::env::LaunchInfo::from_env().map_or_else(|_| comm.rank(), |l| l.local_rank)
 }
 
 /// The GPU holding this rank's measured buffers, or `None` for host memory.

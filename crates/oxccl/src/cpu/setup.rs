@@ -344,9 +344,7 @@ pub fn init_process(cfg: &ResolvedConfig) -> Result<CpuBackend> {
     let opts = CpuOptions::from_config(cfg)?;
     let (rank, n) = (info.rank, info.world_size);
     if n == 1 {
-        let mailbox = Arc::new(Mailbox::new());
-        let transport = Arc::new(RoutedTransport::new(0, mailbox, vec![None])?);
-        return CpuBackend::new(NAME, transport, WORLD_COMM_ID, Arc::from([0usize]), 0, cfg.clone());
+        return alone(cfg);
     }
     let job_id = job_id(|k| std::env::var(k).ok());
     let secret = job_secret(cfg.cpu.secret.as_ref().map(|s| s.0.as_str()), job_id.as_deref(), rank)?;
@@ -411,6 +409,15 @@ pub fn init_process(cfg: &ResolvedConfig) -> Result<CpuBackend> {
     Ok(keep.into_iter().fold(backend, CpuBackend::keep_alive))
 }
 
+/// The only rank of a world of one (no store, no transport to set up).
+///
+/// # Errors
+/// The transport's or the backend's construction errors.
+fn alone(cfg: &ResolvedConfig) -> Result<CpuBackend> {
+    let transport = Arc::new(RoutedTransport::new(0, Arc::new(Mailbox::new()), vec![None])?);
+    CpuBackend::new(NAME, transport, WORLD_COMM_ID, Arc::from([0usize]), 0, cfg.clone())
+}
+
 /// Creates rank `rank` of `n` processes that meet through `rdv`, a store the caller shares
 /// with the other ranks (a framework's store), their connections authenticated with
 /// `secret`.
@@ -430,8 +437,7 @@ pub fn init_rendezvous(
     }
     let opts = CpuOptions::from_config(cfg)?;
     if n == 1 {
-        let transport = Arc::new(RoutedTransport::new(0, Arc::new(Mailbox::new()), vec![None])?);
-        return CpuBackend::new(NAME, transport, WORLD_COMM_ID, Arc::from([0usize]), 0, cfg.clone());
+        return alone(cfg);
     }
     let secret = Secret::from_text(secret)?;
     build(rank, n, rdv, "oxccl/rendezvous", &secret, &host_id(cfg.cpu.host_id.as_deref()), &opts, cfg)

@@ -87,6 +87,13 @@ fn elementwise(
     }
 }
 
+/// Slice `[at, at + m)` of each of the `n` blocks of `k` elements at `base`, placed one after
+/// another in a chunk's host buffer from byte `host0`: what all_gather copies back and
+/// reduce_scatter copies in.
+fn block_slices(base: *mut u8, n: usize, k: usize, es: usize, (at, m): (usize, usize), host0: usize) -> Vec<Seg> {
+    (0..n).map(|r| Seg { dev: base.wrapping_add((r * k + at) * es), at: host0 + r * m * es, bytes: m * es }).collect()
+}
+
 /// Elements per rank block in one chunk of all_gather or reduce_scatter over `n` ranks: the
 /// chunk's input and output (`n + 1` such slices) fill one host buffer. `None` when `blocks`
 /// is not `n` blocks of `count` or a slice of one element would not fit.
@@ -160,16 +167,7 @@ impl Plan {
                         let (at, m) = span(p, k, i);
                         vec![Seg { dev: src.wrapping_add(at * es).cast_mut(), at: 0, bytes: m * es }]
                     }),
-                    outs: Box::new(move |i| {
-                        let (at, m) = span(p, k, i);
-                        (0..n)
-                            .map(|r| Seg {
-                                dev: dst.wrapping_add((r * k + at) * es),
-                                at: (p + r * m) * es,
-                                bytes: m * es,
-                            })
-                            .collect()
-                    }),
+                    outs: Box::new(move |i| block_slices(dst, n, k, es, span(p, k, i), p * es)),
                     chunk_op: Box::new(move |t, i| {
                         let (_, m) = span(p, k, i);
                         let host = |ptr: *mut u8, count| RawBufMut { ptr, count, dtype, device: Device::Cpu };
@@ -187,16 +185,7 @@ impl Plan {
                     chunks: k.div_ceil(p),
                     device: output.device,
                     // [every rank's slice (n * m)][this rank's reduced slice (m), at n * p]
-                    ins: Box::new(move |i| {
-                        let (at, m) = span(p, k, i);
-                        (0..n)
-                            .map(|q| Seg {
-                                dev: src.wrapping_add((q * k + at) * es).cast_mut(),
-                                at: q * m * es,
-                                bytes: m * es,
-                            })
-                            .collect()
-                    }),
+                    ins: Box::new(move |i| block_slices(src.cast_mut(), n, k, es, span(p, k, i), 0)),
                     outs: Box::new(move |i| {
                         let (at, m) = span(p, k, i);
                         vec![Seg { dev: dst.wrapping_add(at * es), at: n * p * es, bytes: m * es }]
