@@ -101,3 +101,34 @@ fn rccl_collectives_world_3() {
 fn rccl_errors_world_2() {
     suite_on("rccl", 2, true, options().only(["errors/"]));
 }
+
+/// GPU communicators made through a caller's store (`Config::init_rendezvous` with
+/// `nccl`, what the Python package's torch backend does for CUDA tensors): the host sides
+/// meet through the store, rank `i` on fake device `i`, and the whole suite passes, errors
+/// included.
+#[test]
+fn collectives_world_3_through_a_callers_store() {
+    let n = 3;
+    let cfg = Config::new()
+        .set("OXCCL_GPU_HOST_BUFFERS", "stage")
+        .and_then(|c| c.set("OXCCL_GPU_FINGERPRINT", "1"))
+        .expect("settings");
+    let rdv = oxccl::bootstrap::MemoryRendezvous::default();
+    let opts = options();
+    let reports: Vec<Report> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..n)
+            .map(|r| {
+                let (cfg, rdv, opts) = (&cfg, &rdv, &opts);
+                s.spawn(move || {
+                    let b = oxccl::testing::gpu_double_rendezvous(cfg, (r, n), rdv, "secret", "nccl")
+                        .expect("GPU double rank through the store");
+                    let comm = Communicator::from_backend(b);
+                    assert_eq!((comm.backend(), comm.rank(), comm.world_size()), ("nccl", r, n));
+                    run_suite(&comm, opts)
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().expect("rank thread")).collect()
+    });
+    check(&Report::merge(reports));
+}

@@ -48,13 +48,9 @@ pub fn nccl_double_backends(cfg: &Config, n: usize, old_library: bool) -> Result
 /// for another backend name.
 pub fn gpu_double_backends(cfg: &Config, n: usize, backend: &str, old_library: bool) -> Result<Vec<Arc<dyn Backend>>> {
     use crate::xccl::double::nccl::{table, DoubleOptions};
-    use crate::xccl::library::{Flavor, Library};
-    use crate::xccl::runtime::{host::HostRuntime, DeviceRuntime, Vendor};
-    let (name, flavor, vendor) = match backend {
-        "nccl" => ("nccl", Flavor::Nccl, Vendor::Host),
-        "rccl" => ("rccl", Flavor::Rccl, Vendor::Hip),
-        other => return Err(crate::Error::invalid(format!("no GPU double of `{other}`; nccl or rccl"))),
-    };
+    use crate::xccl::library::Library;
+    use crate::xccl::runtime::{host::HostRuntime, DeviceRuntime};
+    let (name, flavor, vendor) = double_of(backend)?;
     let cfg = cfg.resolve()?;
     let opts = if old_library {
         DoubleOptions { split: false, all_to_all: false, gather_scatter: false, ..DoubleOptions::default() }
@@ -66,6 +62,43 @@ pub fn gpu_double_backends(cfg: &Config, n: usize, backend: &str, old_library: b
     let lib = Arc::new(Library::from_table(table(&opts), flavor, format!("{name}-double"))?);
     let hosts = crate::cpu::local::world(&cfg, n)?.into_iter().map(|b| Arc::new(b) as Arc<dyn Backend>).collect();
     crate::xccl::factory::world_over(name, &lib, &rt, hosts, &cfg, &|i| i as u32)
+}
+
+/// Rank `rank` of `n` `nccl` (or `rccl`) ranks on the test doubles of
+/// [`gpu_double_backends`], made as `Config::init_rendezvous` makes them: the host side is a
+/// `cpu` communicator meeting through the caller's store `rdv`, the device is
+/// `OXCCL_GPU_DEVICE` else `rank` (of `n` fake devices). Ranks of one world must be threads
+/// of this process (the double's communicators meet in memory).
+///
+/// # Errors
+/// As [`gpu_double_backends`]; the store's and the cpu backend's setup errors.
+pub fn gpu_double_rendezvous(
+    cfg: &Config,
+    (rank, n): (usize, usize),
+    rdv: &dyn crate::bootstrap::Rendezvous,
+    secret: &str,
+    backend: &str,
+) -> Result<Arc<dyn Backend>> {
+    use crate::xccl::double::nccl::{table, DoubleOptions};
+    use crate::xccl::library::Library;
+    use crate::xccl::runtime::{host::HostRuntime, DeviceRuntime};
+    let (name, flavor, vendor) = double_of(backend)?;
+    let cfg = cfg.resolve()?;
+    let devices = u32::try_from(n).map_err(|_| crate::Error::invalid("too many ranks for the double"))?;
+    let rt: Arc<dyn DeviceRuntime> = Arc::new(HostRuntime::posing_as(devices, vendor));
+    let lib = Arc::new(Library::from_table(table(&DoubleOptions::default()), flavor, format!("{name}-double"))?);
+    crate::xccl::factory::rendezvous_over(name, &lib, &rt, &cfg, (rank, n), rdv, secret)
+}
+
+/// The name, library flavour and runtime vendor of the GPU double of `backend`.
+fn double_of(backend: &str) -> Result<(&'static str, crate::xccl::library::Flavor, crate::xccl::runtime::Vendor)> {
+    use crate::xccl::library::Flavor;
+    use crate::xccl::runtime::Vendor;
+    match backend {
+        "nccl" => Ok(("nccl", Flavor::Nccl, Vendor::Host)),
+        "rccl" => Ok(("rccl", Flavor::Rccl, Vendor::Hip)),
+        other => Err(crate::Error::invalid(format!("no GPU double of `{other}`; nccl or rccl"))),
+    }
 }
 
 /// A [`Gpu`](crate::Gpu) over the host double (host memory posing as CUDA device `ordinal`

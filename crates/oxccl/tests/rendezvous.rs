@@ -34,8 +34,20 @@ fn bad_requests_are_refused_clearly() {
     let rdv = MemoryRendezvous::default();
     let e = Config::new().init_rendezvous(2, 2, &rdv, "s").unwrap_err();
     assert!(matches!(&e, Error::InvalidArgument(m) if m.contains("rank 2")), "{e}");
+    // mpi and local bootstrap their own way (mpi, where this build lacks it, says that).
     let e = Config::new().backend("mpi").init_rendezvous(0, 2, &rdv, "s").unwrap_err();
-    assert!(matches!(&e, Error::Config(m) if m.contains("OXCCL_BACKEND=mpi")), "{e}");
+    assert!(
+        matches!(&e, Error::Config(m) if m.contains("OXCCL_BACKEND=mpi"))
+            || matches!(&e, Error::BackendUnavailable { backend, .. } if backend == "mpi"),
+        "{e}"
+    );
+    let e = Config::new().backend("local").init_rendezvous(0, 2, &rdv, "s").unwrap_err();
+    assert!(matches!(&e, Error::Config(m) if m.contains("OXCCL_BACKEND=local")), "{e}");
+    // No GPU here: a named GPU backend says what it looked for.
+    if !std::path::Path::new("/dev/nvidia0").exists() {
+        let e = Config::new().backend("nccl").init_rendezvous(0, 2, &rdv, "s").unwrap_err().to_string();
+        assert!(e.contains("nccl") && e.contains("libcuda"), "{e}");
+    }
     let e = Config::new().init_rendezvous(0, 2, &rdv, "").unwrap_err();
     assert!(matches!(e, Error::Config(_)), "{e}");
     // A peer that never shows up: the store's deadline, not a hang.

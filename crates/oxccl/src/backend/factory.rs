@@ -5,8 +5,9 @@
 use std::sync::Arc;
 
 use super::Backend;
+use crate::bootstrap::Rendezvous;
 use crate::config::ResolvedConfig;
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// Every backend name oxccl knows, built into this binary or not.
 pub const KNOWN: [&str; 5] = ["nccl", "rccl", "mpi", "cpu", "local"];
@@ -31,4 +32,26 @@ pub trait BackendFactory: Sync {
     /// [`Error::BackendUnavailable`](crate::Error::BackendUnavailable) when the backend
     /// cannot serve this launch; setup errors.
     fn create_process(&self, cfg: &ResolvedConfig) -> Result<Arc<dyn Backend>>;
+    /// Creates rank `rank` of `n` processes that meet through `rdv`, a store the caller
+    /// shares with the other ranks (a framework's), their connections authenticated with
+    /// `secret`. Backends that bootstrap their own way (`mpi`, `local`) keep this default,
+    /// which refuses.
+    ///
+    /// # Errors
+    /// [`Error::Config`] naming the backend when it cannot be made this way; setup errors.
+    fn create_rendezvous(
+        &self,
+        cfg: &ResolvedConfig,
+        rank: usize,
+        n: usize,
+        rdv: &dyn Rendezvous,
+        secret: &str,
+    ) -> Result<Arc<dyn Backend>> {
+        let _ = (cfg, rank, n, rdv, secret);
+        Err(Error::Config(format!(
+            "OXCCL_BACKEND={}: a communicator made through a caller's store runs on the cpu, nccl or rccl \
+             backend; unset OXCCL_BACKEND or set it to one of them",
+            self.name()
+        )))
+    }
 }

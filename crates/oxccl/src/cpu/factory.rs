@@ -7,6 +7,7 @@ use super::{local, setup};
 use crate::backend::factory::BackendFactory;
 use crate::backend::Backend;
 use crate::bootstrap::env::requested_world_size;
+use crate::bootstrap::Rendezvous;
 use crate::config::ResolvedConfig;
 use crate::error::{Error, Result};
 
@@ -70,5 +71,16 @@ impl BackendFactory for CpuFactory {
 
     fn create_process(&self, cfg: &ResolvedConfig) -> Result<Arc<dyn Backend>> {
         Ok(Arc::new(setup::init_process(cfg)?))
+    }
+
+    fn create_rendezvous(
+        &self,
+        cfg: &ResolvedConfig,
+        rank: usize,
+        n: usize,
+        rdv: &dyn Rendezvous,
+        secret: &str,
+    ) -> Result<Arc<dyn Backend>> {
+        Ok(Arc::new(setup::init_rendezvous(cfg, rank, n, rdv, secret)?))
     }
 }

@@ -54,15 +54,19 @@ impl Config {
     /// framework's store: oxccl's Python package passes torch.distributed's), instead of the
     /// launcher's environment; `secret` (the same text on every rank) authenticates their
     /// connections. Every rank must use its own keys' namespace of the store for each
-    /// communicator made this way (a prefix), as torch gives each group. The `cpu` backend
-    /// only (the configured backend must be `auto` or `cpu`): the others bootstrap their own
-    /// way.
+    /// communicator made this way (a prefix), as torch gives each group.
+    ///
+    /// The `cpu` backend (what `auto` means here), or `nccl`/`rccl` when named: a GPU
+    /// communicator on device `OXCCL_GPU_DEVICE` (else the launcher's local rank, else
+    /// `rank`, modulo the devices), whose host side is a `cpu` communicator made through the
+    /// same store. `mpi` and `local` bootstrap their own way.
     ///
     /// # Errors
-    /// [`Error::Config`](crate::Error::Config) for unusable settings, another backend, or an
-    /// empty secret; [`Error::InvalidArgument`](crate::Error::InvalidArgument) for `rank >=
-    /// world_size`; [`Error::Store`](crate::Error::Store) when a rank does not show up in
-    /// time.
+    /// [`Error::Config`](crate::Error::Config) for unusable settings, `mpi` or `local`, or an
+    /// empty secret; [`Error::BackendUnavailable`](crate::Error::BackendUnavailable) when the
+    /// named GPU backend cannot run here (why);
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) for `rank >= world_size`;
+    /// [`Error::Store`](crate::Error::Store) when a rank does not show up in time.
     pub fn init_rendezvous(
         &self,
         rank: usize,
@@ -71,19 +75,8 @@ impl Config {
         secret: &str,
     ) -> Result<Communicator> {
         let cfg = self.resolve()?;
-        if let crate::config::BackendChoice::Named(b) = &cfg.backend {
-            if b != "cpu" {
-                return Err(crate::Error::Config(format!(
-                    "OXCCL_BACKEND={b}: a communicator made through a caller's store runs on the cpu backend; \
-                     unset OXCCL_BACKEND or set it to cpu"
-                )));
-            }
-        }
         crate::perf::log::install(&cfg.log);
-        // Device buffers are staged, as on every cpu communicator.
-        select::install_staging_loader();
-        let b = crate::cpu::setup::init_rendezvous(&cfg, rank, world_size, rendezvous, secret)?;
-        Ok(wrap(Arc::new(b), &cfg))
+        Ok(wrap(select::init_rendezvous(&cfg, rank, world_size, rendezvous, secret)?, &cfg))
     }
 }
 

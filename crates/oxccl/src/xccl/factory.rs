@@ -191,6 +191,28 @@ fn host_buffers(cfg: &ResolvedConfig) -> HostBuffers {
     })
 }
 
+/// What one GPU rank is made of under `cfg`: its host side `host` and device `device`.
+fn parts(
+    name: &'static str,
+    lib: &Arc<Library>,
+    rt: &Arc<dyn DeviceRuntime>,
+    host: Arc<dyn Backend>,
+    cfg: &ResolvedConfig,
+    device: u32,
+) -> Parts {
+    Parts {
+        name,
+        lib: Arc::clone(lib),
+        rt: Arc::clone(rt),
+        device,
+        host,
+        check: cfg.gpu.fingerprint,
+        host_buffers: host_buffers(cfg),
+        timeout: cfg.timeout,
+        algorithms: cfg.algorithms.clone(),
+    }
+}
+
 /// A world of `hosts.len()` GPU ranks in this process, one thread each (their creation is
 /// collective), rank `i` on device `devices(i)`.
 pub(crate) fn world_over(
@@ -206,17 +228,7 @@ pub(crate) fn world_over(
             .into_iter()
             .enumerate()
             .map(|(i, host)| {
-                let parts = Parts {
-                    name,
-                    lib: Arc::clone(lib),
-                    rt: Arc::clone(rt),
-                    device: devices(i),
-                    host,
-                    check: cfg.gpu.fingerprint,
-                    host_buffers: host_buffers(cfg),
-                    timeout: cfg.timeout,
-                    algorithms: cfg.algorithms.clone(),
-                };
+                let parts = parts(name, lib, rt, host, cfg, devices(i));
                 s.spawn(move || Engine::create(parts))
             })
             .collect();
@@ -226,6 +238,24 @@ pub(crate) fn world_over(
             .collect()
     });
     made.into_iter().map(|r| r.map(|e| Arc::new(e) as Arc<dyn Backend>)).collect()
+}
+
+/// Rank `rank` of `n` GPU ranks whose host side (the `cpu` backend) meets through the
+/// caller's store `rdv` (see [`crate::cpu::setup::init_rendezvous`]), on device
+/// `OXCCL_GPU_DEVICE`, else the launcher's local rank, else `rank`, modulo the devices.
+pub(crate) fn rendezvous_over(
+    name: &'static str,
+    lib: &Arc<Library>,
+    rt: &Arc<dyn DeviceRuntime>,
+    cfg: &ResolvedConfig,
+    (rank, n): (usize, usize),
+    rdv: &dyn crate::bootstrap::Rendezvous,
+    secret: &str,
+) -> Result<Arc<dyn Backend>> {
+    let host: Arc<dyn Backend> = Arc::new(crate::cpu::setup::init_rendezvous(cfg, rank, n, rdv, secret)?);
+    let local_rank = LaunchInfo::from_env().map(|l| l.local_rank).unwrap_or(rank);
+    let device = GpuFactory::device(cfg, rt.as_ref(), local_rank)?;
+    Ok(Arc::new(Engine::create(parts(name, lib, rt, host, cfg, device))?))
 }
 
 impl BackendFactory for GpuFactory {
@@ -257,18 +287,20 @@ impl BackendFactory for GpuFactory {
         let host = CpuFactory.create_process(cfg)?;
         let local_rank = LaunchInfo::from_env().map(|l| l.local_rank).unwrap_or_else(|_| host.rank());
         let device = Self::device(cfg, rt.as_ref(), local_rank)?;
-        let parts = Parts {
-            name: self.flavor.backend(),
-            lib,
-            rt,
-            device,
-            host,
-            check: cfg.gpu.fingerprint,
-            host_buffers: host_buffers(cfg),
-            timeout: cfg.timeout,
-            algorithms: cfg.algorithms.clone(),
-        };
-        Ok(Arc::new(Engine::create(parts)?))
+        Ok(Arc::new(Engine::create(parts(self.flavor.backend(), &lib, &rt, host, cfg, device))?))
+    }
+
+    fn create_rendezvous(
+        &self,
+        cfg: &ResolvedConfig,
+        rank: usize,
+        n: usize,
+        rdv: &dyn crate::bootstrap::Rendezvous,
+        secret: &str,
+    ) -> Result<Arc<dyn Backend>> {
+        let rt = runtime(self.flavor)?;
+        let lib = self.library(cfg)?;
+        rendezvous_over(self.flavor.backend(), &lib, &rt, cfg, (rank, n), rdv, secret)
     }
 }
 
