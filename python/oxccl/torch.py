@@ -15,14 +15,22 @@ With ``async_op=True`` (what DDP's gradient hooks and FSDP ask for), all_reduce,
 reduce, all_gather into one tensor, reduce_scatter of one tensor and all_to_all_single start
 and return at once: a helper thread per group waits for each in order and completes its
 future, so communication overlaps the caller's computation. Blocking calls, and the other
-operations, run to completion before they return. CUDA tensors are staged through pinned
-host memory by the cpu backend (copies ordered after the default stream's work), in
-pipelined chunks for large ones; the NCCL path for them is still to come.
+operations, run to completion before they return.
+
+CUDA tensors: a group's collectives on CUDA tensors run on an oxccl ``nccl`` communicator
+(``rccl`` under a ROCm build of torch), made through the same store at the group's first
+collective on a CUDA tensor (every member makes it there, on its tensor's device, as torch's
+own NCCL group does), and ordered after the work queued on torch's current stream. Where NCCL
+cannot be loaded, or ``OXCCL_BACKEND`` names a host backend (``cpu``), CUDA tensors are staged through pinned
+host memory by the cpu communicator instead (copies ordered after the default stream's work,
+pipelined for large ones), with one warning. Point-to-point and barrier always run on the cpu
+communicator: a pair of ranks cannot make a group-wide communicator on its own.
 """
 
 import queue
 import secrets
 import threading
+import warnings
 from datetime import timedelta
 
 import torch
@@ -31,8 +39,9 @@ from torch._C._distributed_c10d import _create_work_from_future
 from torch.futures import Future
 
 from . import Communicator, _describe
+from ._oxccl import configured_backend as _configured_backend
 from ._oxccl import init_store as _init_store
-from .errors import InvalidArgumentError
+from .errors import BackendUnavailableError, InvalidArgumentError
 
 BACKEND = "oxccl"
 
@@ -111,13 +120,55 @@ def _flat(t):
 class ProcessGroupOxccl(dist.ProcessGroup):
     """A torch ProcessGroup whose collectives run on an oxccl communicator."""
 
-    def __init__(self, comm: Communicator):
+    def __init__(self, comm: Communicator, bootstrap=None):
         super().__init__(comm.rank, comm.world_size)
         self._comm = comm
         self._c = comm._c
         self._name = None
         self._desc = "undefined"
         self._completer = _Completer()
+        self._bootstrap = bootstrap
+        # CUDA tensors' communicator, once made: (raw communicator or None for staging,
+        # its device), and its views ordered after each torch stream met.
+        self._cuda = None
+        self._by_stream = {}
+
+    # --- which communicator a tensor's collective runs on ---------------------------
+    def _on(self, t):
+        """The raw communicator for a collective on tensor ``t`` (see the module text)."""
+        if t.device.type != "cuda":
+            return self._c
+        if self._cuda is None:
+            self._cuda = (self._make_cuda(t.device), t.device)
+        raw, device = self._cuda
+        if raw is None:
+            return self._c
+        if t.device != device:
+            raise InvalidArgumentError(
+                f"this group's CUDA communicator is on {device}, the tensor is on {t.device}: "
+                "keep each rank's CUDA tensors of a group on one device (torch.cuda.set_device)")
+        stream = torch.cuda.current_stream(device).cuda_stream
+        view = self._by_stream.get(stream)
+        if view is None:
+            if len(self._by_stream) >= 64:
+                self._by_stream.clear()
+            view = self._by_stream[stream] = raw.after_stream(stream)
+        return view
+
+    def _make_cuda(self, device):
+        """The group's GPU communicator on ``device`` (collective), or None to stage."""
+        configured = _configured_backend(None)
+        backend = _cuda_backend(configured, torch.version.hip is not None)
+        why = f"OXCCL_BACKEND={configured} asks for it"
+        if backend is not None and self._bootstrap is not None:
+            try:
+                return self._bootstrap.make("cuda/", {"OXCCL_BACKEND": backend, "OXCCL_GPU_DEVICE": str(device.index)})
+            except BackendUnavailableError as e:
+                why = str(e)
+        elif self._bootstrap is None:
+            why = "this group was not made by torch.distributed"
+        warnings.warn(f"oxccl: CUDA tensors are staged through host memory by the cpu backend ({why})")
+        return None
 
     # --- identity -------------------------------------------------------------------
     def getBackendName(self):
@@ -154,10 +205,10 @@ class ProcessGroupOxccl(dist.ProcessGroup):
         op = _op(opts) if opts is not None else "sum"
         if _async(opts) and len(tensors) == 1:
             d, keep = _describe(tensors[0], True, "tensor")
-            return self._completer.submit(self._c.start_all_reduce(d, op, keep), tensors)
+            return self._completer.submit(self._on(tensors[0]).start_all_reduce(d, op, keep), tensors)
         for t in tensors:
             d, keep = _describe(t, True, "tensor")
-            self._c.all_reduce(d, op)
+            self._on(t).all_reduce(d, op)
         return _done(tensors)
 
     def allreduce_coalesced(self, tensors, opts=None):
@@ -167,20 +218,20 @@ class ProcessGroupOxccl(dist.ProcessGroup):
         op, root = _op(opts), opts.rootRank
         if _async(opts) and len(tensors) == 1:
             d, keep = _describe(tensors[0], True, "tensor")
-            return self._completer.submit(self._c.start_reduce(d, op, root, keep), tensors)
+            return self._completer.submit(self._on(tensors[0]).start_reduce(d, op, root, keep), tensors)
         for t in tensors:
             d, keep = _describe(t, True, "tensor")
-            self._c.reduce(d, op, root)
+            self._on(t).reduce(d, op, root)
         return _done(tensors)
 
     def broadcast(self, tensors, opts):
         root = opts.rootRank
         if _async(opts) and len(tensors) == 1:
             d, keep = _describe(tensors[0], True, "tensor")
-            return self._completer.submit(self._c.start_broadcast(d, root, keep), tensors)
+            return self._completer.submit(self._on(tensors[0]).start_broadcast(d, root, keep), tensors)
         for t in tensors:
             d, keep = _describe(t, True, "tensor")
-            self._c.broadcast(d, root)
+            self._on(t).broadcast(d, root)
         return _done(tensors)
 
     def allgather(self, output_tensors, input_tensors, opts=None):
@@ -188,7 +239,7 @@ class ProcessGroupOxccl(dist.ProcessGroup):
             flat = _empty(len(outs) * inp.numel(), inp)
             i, k1 = _describe(inp, False, "input")
             o, k2 = _describe(flat, True, "output")
-            self._c.all_gather(i, o)
+            self._on(inp).all_gather(i, o)
             for r, out in enumerate(outs):
                 out.copy_(flat[r * inp.numel():(r + 1) * inp.numel()].view_as(out))
         return _done(output_tensors)
@@ -197,8 +248,8 @@ class ProcessGroupOxccl(dist.ProcessGroup):
         i, k1 = _describe(_flat(input), False, "input")
         o, k2 = _describe(_flat(output), True, "output")
         if _async(opts):
-            return self._completer.submit(self._c.start_all_gather(i, o, (k1, k2)), [output])
-        self._c.all_gather(i, o)
+            return self._completer.submit(self._on(input).start_all_gather(i, o, (k1, k2)), [output])
+        self._on(input).all_gather(i, o)
         return _done([output])
 
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None):
@@ -207,7 +258,7 @@ class ProcessGroupOxccl(dist.ProcessGroup):
             for out, inp in zip(outputs, inputs):
                 i, k1 = _describe(_flat(inp), False, "input")
                 o, k2 = _describe(_flat(out), True, "output")
-                works.append(self._c.start_all_gather(i, o, (k1, k2)))
+                works.append(self._on(inp).start_all_gather(i, o, (k1, k2)))
             return self._completer.submit(works, outputs)
         for out, inp in zip(outputs, inputs):
             self._allgather_base(out, inp, None)
@@ -219,7 +270,7 @@ class ProcessGroupOxccl(dist.ProcessGroup):
             flat = torch.cat([_flat(t) for t in ins])
             i, k1 = _describe(flat, False, "input")
             o, k2 = _describe(_flat(out), True, "output")
-            self._c.reduce_scatter(i, o, op)
+            self._on(flat).reduce_scatter(i, o, op)
         return _done(output_tensors)
 
     def _reduce_scatter_base(self, output, input, opts=None):
@@ -227,8 +278,8 @@ class ProcessGroupOxccl(dist.ProcessGroup):
         i, k1 = _describe(_flat(input), False, "input")
         o, k2 = _describe(_flat(output), True, "output")
         if _async(opts):
-            return self._completer.submit(self._c.start_reduce_scatter(i, o, op, (k1, k2)), [output])
-        self._c.reduce_scatter(i, o, op)
+            return self._completer.submit(self._on(input).start_reduce_scatter(i, o, op, (k1, k2)), [output])
+        self._on(input).reduce_scatter(i, o, op)
         return _done([output])
 
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
@@ -238,9 +289,9 @@ class ProcessGroupOxccl(dist.ProcessGroup):
             i, k1 = _describe(_flat(inp), False, "input")
             o, k2 = _describe(_flat(out), True, "output")
             if _async(opts):
-                works.append(self._c.start_reduce_scatter(i, o, op, (k1, k2)))
+                works.append(self._on(inp).start_reduce_scatter(i, o, op, (k1, k2)))
             else:
-                self._c.reduce_scatter(i, o, op)
+                self._on(inp).reduce_scatter(i, o, op)
         return self._completer.submit(works, outputs) if works else _done(outputs)
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
@@ -252,8 +303,8 @@ class ProcessGroupOxccl(dist.ProcessGroup):
             i, k1 = _describe(_flat(input), False, "input")
             o, k2 = _describe(_flat(output), True, "output")
             if _async(opts):
-                return self._completer.submit(self._c.start_all_to_all(i, o, (k1, k2)), [output])
-            self._c.all_to_all(i, o)
+                return self._completer.submit(self._on(input).start_all_to_all(i, o, (k1, k2)), [output])
+            self._on(input).all_to_all(i, o)
             return _done([output])
         # Splits are rows of dimension 0 (an empty list: equal splits).
         def counts(t, splits):
@@ -270,7 +321,7 @@ class ProcessGroupOxccl(dist.ProcessGroup):
         send, recv = counts(input, input_split_sizes), counts(output, output_split_sizes)
         i, k1 = _describe(_flat(input), False, "input")
         o, k2 = _describe(_flat(output), True, "output")
-        self._c.all_to_all_v(i, send, o, recv)
+        self._on(input).all_to_all_v(i, send, o, recv)
         return _done([output])
 
     def alltoall(self, output_tensors, input_tensors, opts=None):
@@ -289,7 +340,7 @@ class ProcessGroupOxccl(dist.ProcessGroup):
         flat = _empty(n * inp.numel(), inp) if self.rank() == root else None
         i, k1 = _describe(_flat(inp), False, "input")
         o, k2 = (None, None) if flat is None else _describe(flat, True, "output")
-        self._c.gather(i, o, root)
+        self._on(inp).gather(i, o, root)
         if flat is not None:
             for r, out in enumerate(output_tensors[0]):
                 out.copy_(flat[r * inp.numel():(r + 1) * inp.numel()].view_as(out))
@@ -301,14 +352,14 @@ class ProcessGroupOxccl(dist.ProcessGroup):
         flat = torch.cat([_flat(t) for t in input_tensors[0]]) if self.rank() == root else None
         i, k1 = (None, None) if flat is None else _describe(flat, False, "input")
         o, k2 = _describe(_flat(out), True, "output")
-        self._c.scatter(i, o, root)
+        self._on(out).scatter(i, o, root)
         return _done(output_tensors)
 
     def gather_single(self, output, input, opts):
         root = opts.rootRank
         i, k1 = _describe(_flat(input), False, "input")
         o, k2 = _describe(_flat(output), True, "output") if self.rank() == root else (None, None)
-        self._c.gather(i, o, root)
+        self._on(input).gather(i, o, root)
         return _done([output])
 
     # The names torch 2.10 and later call (and the older ones above, for older torch).
@@ -352,28 +403,54 @@ class ProcessGroupOxccl(dist.ProcessGroup):
         return _done(tensors)
 
     def abort(self):
-        self._c.abort("torch.distributed aborted the process group")
+        why = "torch.distributed aborted the process group"
+        if self._cuda is not None and self._cuda[0] is not None:
+            self._cuda[0].abort(why)
+        self._c.abort(why)
 
     def shutdown(self):
         pass
 
 
+def _cuda_backend(configured, rocm):
+    """The oxccl backend for CUDA tensors given ``OXCCL_BACKEND`` (``configured``) and whether
+    torch is a ROCm build: a GPU backend named there, ``None`` (stage through the cpu
+    communicator) for ``cpu``, else the vendor's."""
+    if configured == "auto":
+        return "rccl" if rocm else "nccl"
+    return configured if configured in ("nccl", "rccl") else None
+
+
+class _Bootstrap:
+    """How a group's ranks make communicators: through the group's store, with its secret."""
+
+    def __init__(self, store, rank, world_size, timeout):
+        self._store, self.rank, self.world_size = store, rank, world_size
+        key = "oxccl/secret"
+        if rank == 0:
+            store.set(key, secrets.token_hex(16))
+        self._secret = store.get(key).decode()
+        self._opts = {"OXCCL_TIMEOUT": f"{timeout.total_seconds()}s"} if isinstance(timeout, timedelta) else {}
+
+    def make(self, prefix, options):
+        """A raw communicator of the group whose ranks meet under ``prefix`` in the store."""
+        store = self._store
+
+        def put(k, v):
+            store.set(f"oxccl/{prefix}{k}", v)
+
+        def get(k, seconds):
+            store.wait([f"oxccl/{prefix}{k}"], timedelta(seconds=seconds))
+            return store.get(f"oxccl/{prefix}{k}")
+
+        return _init_store(self.rank, self.world_size, put, get, self._secret, {**self._opts, **options})
+
+
 def _create(store, rank, world_size, timeout):
     """torch's constructor hook: a group's ranks meet through its prefix store."""
-    key = "oxccl/secret"
-    if rank == 0:
-        store.set(key, secrets.token_hex(16))
-
-    def put(k, v):
-        store.set(f"oxccl/{k}", v)
-
-    def get(k, seconds):
-        store.wait([f"oxccl/{k}"], timedelta(seconds=seconds))
-        return store.get(f"oxccl/{k}")
-
-    secret = store.get(key).decode()
-    opts = {"OXCCL_TIMEOUT": f"{timeout.total_seconds()}s"} if isinstance(timeout, timedelta) else None
-    return ProcessGroupOxccl(Communicator(_init_store(rank, world_size, put, get, secret, opts)))
+    boot = _Bootstrap(store, rank, world_size, timeout)
+    # CPU tensors run on the cpu backend, whatever OXCCL_BACKEND says for CUDA tensors.
+    return ProcessGroupOxccl(Communicator(boot.make("", {"OXCCL_BACKEND": "cpu"})), boot)
 
 
 dist.Backend.register_backend(BACKEND, _create, devices=["cpu", "cuda"])

@@ -317,6 +317,21 @@ impl PyCommunicator {
         Ok(PyCommunicator { comm: self.comm.with_timeout(d) })
     }
 
+    /// A view of this communicator whose GPU operations are ordered after the work already
+    /// queued on the CUDA (or HIP) stream `handle`, a raw `cudaStream_t` such as torch's
+    /// `torch.cuda.current_stream().cuda_stream` (0: the legacy default stream). The
+    /// caller keeps that stream alive while operations using it are in flight, and it must
+    /// belong to this communicator's device; host backends ignore it.
+    fn after_stream(&self, handle: usize) -> PyCommunicator {
+        // SAFETY: the handle is the caller's stream of this communicator's device, alive
+        // while its operations are in flight (this method's contract, documented above and
+        // kept by oxccl.torch, which passes torch's current stream of the tensor's device
+        // and holds the tensors until the operation completes); the GPU engine only records
+        // an event on it and makes its own stream wait for that event.
+        let stream = unsafe { oxccl::Stream::from_raw(handle as *mut std::ffi::c_void) };
+        PyCommunicator { comm: self.comm.with_stream(stream) }
+    }
+
     fn all_reduce(&self, py: Python<'_>, buf: Desc, op: &str) -> PyResult<()> {
         let op = reduce_op(op)?;
         with_dtype!(dtype_of(&buf)?, T => {
@@ -566,6 +581,19 @@ fn config(py: Python<'_>, options: Option<&Bound<'_, PyDict>>) -> PyResult<oxccl
     Ok(cfg)
 }
 
+/// The backend the settings choose (`OXCCL_BACKEND` from `options`, else the environment):
+/// `auto`, or a backend's name. Checks every setting, so a bad one is refused here, naming
+/// its variable.
+#[pyfunction]
+#[pyo3(signature = (options=None))]
+fn configured_backend(py: Python<'_>, options: Option<&Bound<'_, PyDict>>) -> PyResult<String> {
+    let resolved = config(py, options)?.resolve().map_err(|e| raise(py, e))?;
+    Ok(match resolved.backend {
+        oxccl::config::BackendChoice::Auto => "auto".to_string(),
+        oxccl::config::BackendChoice::Named(name) => name,
+    })
+}
+
 /// A caller's key-value store as oxccl's rendezvous: `set(key: str, value: bytes)` and
 /// `get(key: str, timeout_seconds: float) -> bytes` (waits for the key), Python callables
 /// (torch.distributed's store, wrapped by `oxccl.torch`).
@@ -596,7 +624,8 @@ impl oxccl::bootstrap::Rendezvous for PyStore {
 
 /// Creates rank `rank` of `world_size` processes that meet through the caller's store
 /// (`set`, `get`: see `PyStore`), their connections authenticated with `secret`; `options`
-/// are settings (`OXCCL_*` names) on top of the environment's. The cpu backend.
+/// are settings (`OXCCL_*` names) on top of the environment's. The cpu backend, or `nccl`/
+/// `rccl` when `OXCCL_BACKEND` names them (`Config::init_rendezvous`).
 #[pyfunction]
 #[pyo3(signature = (rank, world_size, set, get, secret, options=None))]
 fn init_store(
@@ -712,6 +741,7 @@ fn _oxccl(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyWork>()?;
     m.add_function(wrap_pyfunction!(init, m)?)?;
     m.add_function(wrap_pyfunction!(init_store, m)?)?;
+    m.add_function(wrap_pyfunction!(configured_backend, m)?)?;
     m.add_function(wrap_pyfunction!(dtypes, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack_desc, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
