@@ -52,6 +52,9 @@ const SAME_LAYER: &[(&str, &str)] = &[
     ("pinned", "topology"),
     // Staging device buffers (backend/staging.rs) leases its host temporaries from the pool.
     ("backend", "pinned"),
+    // A backend may be made through a caller's store (`BackendFactory::create_rendezvous`
+    // takes the bootstrap's `Rendezvous`).
+    ("backend", "bootstrap"),
     // The doctor reports what `init` would choose from (each backend's availability).
     ("info", "init"),
 ];
