@@ -16,6 +16,7 @@ pub mod barrier;
 pub mod broadcast;
 pub mod gather;
 pub mod halving_doubling;
+pub mod pipeline;
 pub mod reduce;
 pub mod reduce_scatter;
 pub mod scatter;
@@ -102,11 +103,19 @@ impl Ctx<'_> {
         })
     }
 
-    /// Sends `data` to `peer`.
+    /// Sends `data` to `peer` (in pieces over TCP: [`pipeline`]).
     ///
     /// # Errors
     /// The transport's errors, with this collective's context.
     pub fn send(&self, peer: usize, data: &[u8]) -> Result<()> {
+        for r in pipeline::pieces(data.len(), self.chunk_for(peer)) {
+            self.send_frame(peer, &data[r])?;
+        }
+        Ok(())
+    }
+
+    /// Sends one frame of `data` to `peer`.
+    fn send_frame(&self, peer: usize, data: &[u8]) -> Result<()> {
         let t = self.transport_rank(peer)?;
         self.transport.send(t, &self.header(), data, self.clock.deadline()).map_err(|e| self.map_err(e))?;
         if let Some(tally) = self.tally {
@@ -115,13 +124,24 @@ impl Ctx<'_> {
         Ok(())
     }
 
-    /// Receives exactly `buf.len()` bytes from `peer`, checking that the frame belongs to
-    /// this collective.
+    /// Receives exactly `buf.len()` bytes from `peer` (in pieces over TCP: [`pipeline`]),
+    /// checking that every frame belongs to this collective.
     ///
     /// # Errors
-    /// [`Error::Mismatch`] when the frame's fingerprint or length differs from ours; the
+    /// [`Error::Mismatch`] when a frame's fingerprint or length differs from ours; the
     /// transport's errors (timeout, lost peer, abort) with this collective's context.
     pub fn recv(&self, peer: usize, buf: &mut [u8]) -> Result<()> {
+        let total = buf.len();
+        for r in pipeline::pieces(total, self.chunk_for(peer)) {
+            let start = r.start;
+            self.recv_piece(peer, &mut buf[r], start, total)?;
+        }
+        Ok(())
+    }
+
+    /// Receives the piece at byte `offset` of a `total`-byte message from `peer` into
+    /// `buf` (its exact length), checking the frame's fingerprint and length.
+    fn recv_piece(&self, peer: usize, buf: &mut [u8], offset: usize, total: usize) -> Result<()> {
         let t = self.transport_rank(peer)?;
         let t0 = self.waits.map(|_| PeerWaits::start());
         let got = self
@@ -138,24 +158,44 @@ impl Ctx<'_> {
             return Err(Error::Mismatch { peer, ours: self.fp, theirs: got.header.fingerprint });
         }
         if got.len != buf.len() {
+            // The whole messages' counts: the peer's is at least what it has sent so far
+            // (exactly that when this frame came short).
             let es = self.fp.dtype.size().max(1) as u64;
             let mut ours = self.fp;
             let mut theirs = self.fp;
-            ours.count = buf.len() as u64 / es;
-            theirs.count = got.len as u64 / es;
+            ours.count = total as u64 / es;
+            theirs.count = (offset + got.len) as u64 / es;
             return Err(Error::Mismatch { peer, ours, theirs });
         }
         Ok(())
     }
 
-    /// Sends `data` to `to` and receives `buf.len()` bytes from `from`; the two may proceed
-    /// together, so rings and pairwise exchanges cannot deadlock on bounded transports.
+    /// Sends `data` to `to` and receives `buf.len()` bytes from `from`; the two proceed
+    /// together (interleaved pieces over TCP: [`Ctx::exchange`]), so rings and pairwise
+    /// exchanges cannot deadlock on bounded transports.
     ///
     /// # Errors
     /// As [`Ctx::send`] and [`Ctx::recv`].
     pub fn send_recv(&self, to: usize, data: &[u8], from: usize, buf: &mut [u8]) -> Result<()> {
-        self.send(to, data)?;
-        self.recv(from, buf)
+        self.exchange(to, data, from, pipeline::Sink::Into(buf))
+    }
+
+    /// Sends `data` to `to` and combines `acc.len()` bytes received from `from` into `acc`,
+    /// piece by piece over TCP, each received into `tmp` first (at least
+    /// [`Ctx::scratch_len`] bytes).
+    ///
+    /// # Errors
+    /// As [`Ctx::send_recv`].
+    pub fn send_recv_reduce(
+        &self,
+        to: usize,
+        data: &[u8],
+        from: usize,
+        acc: &mut [u8],
+        k: &Kernel,
+        tmp: &mut [u8],
+    ) -> Result<()> {
+        self.exchange(to, data, from, pipeline::Sink::Reduce { acc, k, tmp })
     }
 
     /// Turns a transport error into the user-facing error of this collective.

@@ -23,7 +23,17 @@ pub struct Mailbox {
     arrived: Condvar,
     /// Whether any communicator was aborted here: until then, senders skip the lock.
     any_aborted: AtomicBool,
+    /// Payload buffers given back once their frame was copied out, for the links to fill
+    /// again ([`Mailbox::spare_buffer`]): a fresh allocation per large frame costs its page
+    /// faults every time.
+    spare: Mutex<Vec<Vec<u8>>>,
 }
+
+/// Payload buffers the mailbox keeps for reuse, at most.
+const SPARES: usize = 8;
+/// The capacities of the payload buffers it keeps: smaller ones are cheap to allocate,
+/// larger ones would hold too much memory idle.
+const SPARE_CAPACITY: std::ops::RangeInclusive<usize> = (64 << 10)..=(4 << 20);
 
 #[derive(Debug, Default)]
 struct State {
@@ -261,7 +271,7 @@ impl Mailbox {
             if let Some(frame) = Self::take(&mut st, comm_id, peer, channel, at)? {
                 // The frame is ours now: copy it out without holding up deliveries.
                 drop(st);
-                return Ok(Self::copy_out(frame, buf));
+                return Ok(self.copy_out(frame, buf));
             }
             let now = Instant::now();
             if now >= deadline {
@@ -296,7 +306,7 @@ impl Mailbox {
         buf: &mut [u8],
     ) -> Result<Option<Received>, TransportError> {
         let frame = Self::take(&mut self.lock(), comm_id, peer, channel, at)?;
-        Ok(frame.map(|f| Self::copy_out(f, buf)))
+        Ok(frame.map(|f| self.copy_out(f, buf)))
     }
 
     /// Removes the frame [`Mailbox::find`] finds from its queue.
@@ -311,13 +321,28 @@ impl Mailbox {
         Ok(st.comms.get_mut(&comm_id).and_then(|c| c.queues.get_mut(&peer)).and_then(|q| q.remove(pos)))
     }
 
-    /// Copies a taken frame's payload into `buf` when it fits; the length says whether it did.
-    fn copy_out(frame: Frame, buf: &mut [u8]) -> Received {
+    /// Copies a taken frame's payload into `buf` when it fits (the length says whether it
+    /// did), and keeps its buffer for reuse.
+    fn copy_out(&self, frame: Frame, buf: &mut [u8]) -> Received {
         let len = frame.payload.len();
         if len <= buf.len() {
             buf[..len].copy_from_slice(&frame.payload);
         }
+        if SPARE_CAPACITY.contains(&frame.payload.capacity()) {
+            let mut spare = crate::sync::relock(&self.spare);
+            if spare.len() < SPARES {
+                spare.push(frame.payload);
+            }
+        }
         Received { header: frame.header, len }
+    }
+
+    /// An empty buffer to read a payload into: one given back by an earlier frame (its
+    /// capacity kept), else a new one.
+    pub fn spare_buffer(&self) -> Vec<u8> {
+        let mut b = crate::sync::relock(&self.spare).pop().unwrap_or_default();
+        b.clear();
+        b
     }
 
     /// The next frame on `(comm_id, channel)` from `peer`, if any, left queued.

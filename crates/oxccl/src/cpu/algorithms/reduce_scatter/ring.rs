@@ -4,7 +4,7 @@
 
 use std::ops::Range;
 
-use crate::cpu::algorithms::{Ctx, Kernel, Scratch};
+use crate::cpu::algorithms::{split_pair, Ctx, Kernel, Scratch};
 use crate::error::Result;
 
 /// Reduce-scatter in place over byte `blocks` of `buf` (in rank order); on return block
@@ -21,14 +21,12 @@ pub fn run_blocks(ctx: &Ctx, buf: &mut [u8], blocks: &[Range<usize>], k: &Kernel
     let next = (r + 1) % n;
     let prev = (r + n - 1) % n;
     let max = blocks.iter().map(|b| b.len()).max().unwrap_or(0);
-    let mut tmp = Scratch::new(max);
+    let mut tmp = Scratch::new(ctx.scratch_len(prev, max));
     for s in 0..n - 1 {
         let send_i = (r + 2 * n - 1 - s) % n;
         let recv_i = (r + 2 * n - 2 - s) % n;
-        let rb = blocks[recv_i].clone();
-        let incoming = &mut tmp.bytes_mut()[..rb.len()];
-        ctx.send_recv(next, &buf[blocks[send_i].clone()], prev, incoming)?;
-        k.combine(&mut buf[rb], incoming)?;
+        let (out, acc) = split_pair(buf, blocks[send_i].clone(), blocks[recv_i].clone())?;
+        ctx.send_recv_reduce(next, out, prev, acc, k, tmp.bytes_mut())?;
     }
     Ok(())
 }

@@ -44,19 +44,17 @@ fn read_header(r: &mut impl Read, head: &mut [u8; HEADER_LEN]) -> io::Result<boo
     Ok(true)
 }
 
-/// Reads a payload of `len` bytes (already checked against the limit), allocating as the
-/// bytes arrive: a length field alone costs at most [`PREALLOC`] bytes.
-pub(super) fn read_payload(r: &mut impl Read, len: usize) -> io::Result<Vec<u8>> {
-    let mut buf = vec![0u8; len.min(PREALLOC)];
-    let mut filled = 0;
-    loop {
-        r.read_exact(&mut buf[filled..])?;
-        filled = buf.len();
-        if filled >= len {
-            return Ok(buf);
-        }
-        buf.resize(len.min(filled.saturating_mul(2)), 0);
+/// Reads a payload of `len` bytes (already checked against the limit) into `buf` (empty; a
+/// reused buffer keeps its capacity), growing it as the bytes arrive: a length field alone
+/// costs at most [`PREALLOC`] bytes. The bytes are read into uninitialised capacity, never
+/// zeroed first.
+pub(super) fn read_payload(r: &mut impl Read, len: usize, mut buf: Vec<u8>) -> io::Result<Vec<u8>> {
+    buf.reserve(len.min(PREALLOC));
+    let got = r.take(len as u64).read_to_end(&mut buf)?;
+    if got < len {
+        return Err(io::ErrorKind::UnexpectedEof.into());
     }
+    Ok(buf)
 }
 
 /// Decodes frames from `r` into `mailbox` (as coming from `src`) until the stream ends.
@@ -85,7 +83,7 @@ pub(super) fn pump(r: &mut impl Read, src: usize, mailbox: &Mailbox, max_frame: 
             }
             _ => {}
         }
-        let payload = match read_payload(r, f.payload_len) {
+        let payload = match read_payload(r, f.payload_len, mailbox.spare_buffer()) {
             Ok(p) => p,
             Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return End::Truncated,
             Err(e) => return End::Failed(e),

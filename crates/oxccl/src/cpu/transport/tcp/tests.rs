@@ -546,8 +546,15 @@ fn malformed_streams_end_the_reader_cleanly() {
 fn payloads_above_the_first_allocation_are_read_whole() {
     let len = PREALLOC + PREALLOC / 2 + 3;
     let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
-    assert!(read_payload(&mut data.as_slice(), len).unwrap() == data);
-    assert_eq!(read_payload(&mut &data[..len - 1], len).unwrap_err().kind(), io::ErrorKind::UnexpectedEof);
+    assert!(read_payload(&mut data.as_slice(), len, Vec::new()).unwrap() == data);
+    assert_eq!(read_payload(&mut &data[..len - 1], len, Vec::new()).unwrap_err().kind(), io::ErrorKind::UnexpectedEof);
+    // A reused buffer: its old bytes never show, and the bytes after the payload stay unread.
+    let mut reused = Vec::with_capacity(64);
+    reused.extend_from_slice(&[0xEE; 40]);
+    reused.clear();
+    let mut stream: &[u8] = &data[..100];
+    assert_eq!(read_payload(&mut stream, 10, reused).unwrap(), &data[..10]);
+    assert_eq!(stream.len(), 90);
 }
 
 proptest! {

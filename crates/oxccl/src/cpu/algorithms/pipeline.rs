@@ -1,0 +1,137 @@
+//! Pipelining over TCP: a large message to or from a peer on another host travels as a run
+//! of chunk frames ([`CHUNK`] bytes, the last shorter), so the receiver takes each piece
+//! (copies it in place, or reduces it) while the next ones are still on the wire, and the
+//! reader thread's buffers stay small and reused instead of a fresh allocation (and its page
+//! faults) the size of the message.
+//!
+//! Whether a message is cut depends only on the link it travels (TCP or not), which both
+//! ends see alike, so sender and receiver agree on the pieces without telling each other; a
+//! message of another length than the receiver expects shows as a piece of the wrong length
+//! (a [`Mismatch`](crate::Error::Mismatch)). Shared memory and the in-process transport move
+//! a message in one frame, as before.
+//!
+//! [`Ctx::exchange`] interleaves the two directions of a `send_recv`: up to [`AHEAD`]
+//! pieces go out before the first piece is awaited, and one more after each piece taken,
+//! so both directions and the reductions overlap without a thread of their own. Sends never
+//! wait for the peer's receives (the reader threads drain every connection), so no order of
+//! calls can deadlock here.
+
+use std::ops::Range;
+
+use super::{Ctx, Kernel};
+use crate::cpu::transport::LinkKind;
+use crate::error::Result;
+
+/// Bytes per frame of a message cut into pieces.
+pub const CHUNK: usize = 1 << 20;
+/// Pieces sent ahead of the first one awaited.
+pub const AHEAD: usize = 2;
+
+/// The byte ranges a message of `len` bytes travels as: one frame, or pieces of `chunk`
+/// bytes (the last shorter). An empty message is one empty frame.
+pub fn pieces(len: usize, chunk: Option<usize>) -> impl Iterator<Item = Range<usize>> {
+    let step = chunk.filter(|&c| c > 0 && len > c).unwrap_or(len.max(1));
+    (0..len.max(1)).step_by(step).map(move |s| s.min(len)..(s + step).min(len))
+}
+
+/// Where the pieces a rank receives go.
+pub enum Sink<'b> {
+    /// In place, at their offsets.
+    Into(&'b mut [u8]),
+    /// Combined into `acc` at their offsets, each received into `tmp` first (at least as
+    /// long as a piece from that peer: [`Ctx::scratch_len`]).
+    Reduce {
+        /// The partial results.
+        acc: &'b mut [u8],
+        /// How values combine.
+        k: &'b Kernel,
+        /// Where a piece lands before it is combined.
+        tmp: &'b mut [u8],
+    },
+}
+
+impl Sink<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Sink::Into(b) => b.len(),
+            Sink::Reduce { acc, .. } => acc.len(),
+        }
+    }
+
+    /// Receives the piece `r` from `from`, and takes it.
+    fn take(&mut self, ctx: &Ctx<'_>, from: usize, r: Range<usize>, total: usize) -> Result<()> {
+        match self {
+            Sink::Into(b) => ctx.recv_piece(from, &mut b[r.clone()], r.start, total),
+            Sink::Reduce { acc, k, tmp } => {
+                let have = tmp.len();
+                let slot = tmp.get_mut(..r.len()).ok_or_else(|| {
+                    crate::Error::invalid(format!("a {have}-byte scratch for a {}-byte piece", r.len()))
+                })?;
+                ctx.recv_piece(from, slot, r.start, total)?;
+                k.combine(&mut acc[r], slot)
+            }
+        }
+    }
+}
+
+impl Ctx<'_> {
+    /// The piece size of messages to or from communicator rank `peer` (`None`: one frame).
+    pub(crate) fn chunk_for(&self, peer: usize) -> Option<usize> {
+        let t = *self.ranks.get(peer)?;
+        (self.transport.link_kind(t) == LinkKind::Tcp).then_some(CHUNK)
+    }
+
+    /// How long a scratch must be to receive a message of up to `max` bytes from `peer`
+    /// through [`Sink::Reduce`]: a piece when the link cuts messages, else the message.
+    pub fn scratch_len(&self, peer: usize, max: usize) -> usize {
+        self.chunk_for(peer).map_or(max, |c| c.min(max))
+    }
+
+    /// Sends `data` to `to` while receiving `sink`'s length from `from` (see the module
+    /// documentation for the interleaving).
+    ///
+    /// # Errors
+    /// As [`Ctx::send`] and [`Ctx::recv`].
+    pub fn exchange(&self, to: usize, data: &[u8], from: usize, mut sink: Sink<'_>) -> Result<()> {
+        let total = sink.len();
+        let mut sends = pieces(data.len(), self.chunk_for(to));
+        for r in sends.by_ref().take(AHEAD) {
+            self.send_frame(to, &data[r])?;
+        }
+        for r in pieces(total, self.chunk_for(from)) {
+            sink.take(self, from, r, total)?;
+            if let Some(s) = sends.next() {
+                self.send_frame(to, &data[s])?;
+            }
+        }
+        for s in sends {
+            self.send_frame(to, &data[s])?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    #[allow(clippy::single_range_in_vec_init)] // one piece is the expected answer
+    fn pieces_cover_a_message_in_order() {
+        let all = |len, chunk| pieces(len, chunk).collect::<Vec<_>>();
+        assert_eq!(all(0, None), [0..0]);
+        assert_eq!(all(0, Some(4)), [0..0]);
+        assert_eq!(all(5, None), [0..5]);
+        assert_eq!(all(4, Some(4)), [0..4]);
+        assert_eq!(all(9, Some(4)), [0..4, 4..8, 8..9]);
+        assert_eq!(all(8, Some(4)), [0..4, 4..8]);
+        for len in [1usize, 3, 1000, 4097] {
+            for chunk in [1usize, 2, 7, 4096] {
+                let p = all(len, Some(chunk));
+                assert_eq!(p.first().map(|r| r.start), Some(0));
+                assert_eq!(p.last().map(|r| r.end), Some(len));
+                assert!(p.windows(2).all(|w| w[0].end == w[1].start && w[0].len() == chunk));
+            }
+        }
+    }
+}
