@@ -10,6 +10,14 @@ one checked call, WARMUP untimed calls, a barrier, ITERS timed calls; the loop m
 maximum over ranks. torch's calls decide the placement: all_reduce and broadcast are in
 place; all_gather (all_gather_into_tensor), reduce_scatter (reduce_scatter_tensor) and
 all_to_all (all_to_all_single) out of place. Adapted from shared/peers/gloo_bench.py.
+
+  python gloo_bench.py --env --op all_reduce --bytes 65536 --iters 1000 --warmup 100
+
+With --env this process is one rank of a job that the caller started, described torchrun
+style by the environment: RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT (rank 0 hosts the
+store there; GLOO_SOCKET_IFNAME picks the interface). Rank 0 prints the same JSON line; no
+child is started and --timeout bounds the rendezvous and every collective. Used across
+network namespaces by scripts/compare_tcp.sh.
 """
 import argparse
 import json
@@ -31,8 +39,16 @@ def child(a):
 
     torch.set_num_threads(1)
     rank, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{os.environ['BENCH_PORT']}",
-                            rank=rank, world_size=n)
+    if a.env:  # one rank of a job described by the environment
+        import datetime
+
+        addr = os.environ["MASTER_ADDR"]
+        host = f"[{addr}]" if ":" in addr else addr
+        dist.init_process_group("gloo", init_method=f"tcp://{host}:{os.environ['MASTER_PORT']}",
+                                rank=rank, world_size=n, timeout=datetime.timedelta(seconds=a.timeout))
+    else:
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{os.environ['BENCH_PORT']}",
+                                rank=rank, world_size=n)
     op = a.op
     count, block = element_counts(op, a.bytes, n)
     f32 = torch.float32
@@ -169,8 +185,10 @@ def main():
     ap.add_argument("--warmup", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--child", action="store_true")
+    ap.add_argument("--env", action="store_true",
+                    help="one rank of a job described by RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT")
     a = ap.parse_args()
-    return child(a) if a.child else launcher(a)
+    return child(a) if a.child or a.env else launcher(a)
 
 
 if __name__ == "__main__":

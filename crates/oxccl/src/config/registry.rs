@@ -259,7 +259,7 @@ pub const SPIN_US: Setting = Setting {
     name: "OXCCL_SPIN_US",
     kind: Kind::Count { min: 0, max: 1_000_000 },
     default: "",
-    default_doc: "automatic: `10000` when every rank of the host has a CPU, `0` when they outnumber their CPUs",
+    default_doc: "automatic: `10000` when every rank of the machine has a CPU, `0` when they outnumber their CPUs",
     doc: "how long a shared-memory wait busy-polls before it polls yielding the CPU (then sleeps), in µs",
     origin: Origin::User,
 };
@@ -314,7 +314,7 @@ pub const YIELD_US: Setting = Setting {
     name: "OXCCL_YIELD_US",
     kind: Kind::Count { min: 0, max: 10_000_000 },
     default: "",
-    default_doc: "automatic: `0` when every rank of the host has a CPU, `2000` when they outnumber their CPUs",
+    default_doc: "automatic: `0` when every rank of the machine has a CPU, `2000` when they outnumber their CPUs",
     doc: "how long a shared-memory wait then polls with `sched_yield` (a peer sharing the CPU runs at once) before it sleeps, in µs",
     origin: Origin::User,
 };

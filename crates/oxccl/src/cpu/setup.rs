@@ -161,23 +161,39 @@ fn arrivals(rank: usize, n: usize, rdv: &dyn Rendezvous, prefix: &str, timeout: 
     Ok(hosts)
 }
 
-/// A rank's arrival message, `host` then a line with its CPUs ([`wait::format_cpus`]), split
-/// into the host and the CPUs (none when the line is missing or malformed).
+/// This machine's identity: the running kernel's boot id, which every process under that
+/// kernel shares (containers and network namespaces included, as they share its CPUs), else
+/// the host name.
+fn machine_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .or_else(|_| std::fs::read_to_string("/proc/sys/kernel/hostname"))
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// The machine line of an arrival's host part (`host` then `machine`: see [`build`]).
+fn machine_of(host: &[u8]) -> &[u8] {
+    host.iter().rposition(|&b| b == b'\n').map_or(host, |at| &host[at + 1..])
+}
+
+/// A rank's arrival message, `host`, `machine`, then a line with its CPUs
+/// ([`wait::format_cpus`]), split into the host part (host and machine: equal for the ranks
+/// of one host) and the CPUs (none when the line is missing or malformed).
 fn host_and_cpus(arrival: &[u8]) -> (&[u8], Vec<usize>) {
     let at = arrival.iter().rposition(|&b| b == b'\n').unwrap_or(arrival.len());
     let cpus = std::str::from_utf8(arrival.get(at + 1..).unwrap_or_default()).ok().and_then(wait::parse_cpus);
     (&arrival[..at], cpus.unwrap_or_default())
 }
 
-/// How the ranks `local` of one host wait, given every rank's CPUs (`masks`): they are
+/// How the ranks `local` of one machine wait, given every rank's CPUs (`masks`): they are
 /// oversubscribed when they outnumber the union of their CPUs.
 fn host_wait_policy(local: &[usize], masks: &[Vec<usize>], opts: &CpuOptions) -> WaitPolicy {
     let cpus = wait::union_len(local.iter().map(|&r| masks[r].as_slice()));
     WaitPolicy::for_host(local.len(), cpus, opts.spin, opts.yield_for)
 }
 
-/// Ranks per CPU on the job's most crowded host, from every rank's host and CPUs (the same
-/// on every rank, so their algorithm choices agree).
+/// Ranks per CPU on the job's most crowded machine, from every rank's machine and CPUs (the
+/// same on every rank, so their algorithm choices agree).
 fn job_crowd(hosts: &[&[u8]], masks: &[Vec<usize>]) -> f64 {
     let mut worst: f64 = 1.0;
     for (r, host) in hosts.iter().enumerate() {
@@ -241,15 +257,19 @@ fn build(
     opts: &CpuOptions,
     cfg: &ResolvedConfig,
 ) -> Result<CpuBackend> {
-    // Each rank announces its host and the CPUs it may run on: the ranks of a host choose
-    // how they wait from how many CPUs they share.
+    // Each rank announces its host, its machine and the CPUs it may run on: the ranks of a
+    // host talk through shared memory, and they choose how they wait from how many ranks
+    // share the machine's CPUs (hosts emulated with network namespaces, or containers, share
+    // them too).
     let cpus = wait::format_cpus(&wait::allowed_cpus());
-    rdv.publish(&format!("{prefix}/host/{rank}"), format!("{host}\n{cpus}").as_bytes())?;
+    rdv.publish(&format!("{prefix}/host/{rank}"), format!("{host}\n{}\n{cpus}", machine_id()).as_bytes())?;
     let arrived = arrivals(rank, n, rdv, prefix, opts.setup_timeout)?;
     let (hosts, masks): (Vec<&[u8]>, Vec<Vec<usize>>) = arrived.iter().map(|a| host_and_cpus(a)).unzip();
+    let machines: Vec<&[u8]> = hosts.iter().map(|h| machine_of(h)).collect();
     let mine = hosts[rank];
     let local: Vec<usize> = (0..n).filter(|&r| hosts[r] == mine).collect();
-    let policy = host_wait_policy(&local, &masks, opts);
+    let beside: Vec<usize> = (0..n).filter(|&r| machines[r] == machines[rank]).collect();
+    let policy = host_wait_policy(&beside, &masks, opts);
     let single_host = local.len() == n;
     if opts.transport == TransportChoice::Shm && !single_host {
         return Err(Error::Config("OXCCL_TRANSPORT=shm, but the ranks are on several hosts; use auto or tcp".into()));
@@ -278,7 +298,7 @@ fn build(
     let transport = Arc::new(RoutedTransport::new(rank, mailbox, routes)?);
     let profile = shared_profile(rank, rdv, prefix, cfg, opts)?;
     let backend = CpuBackend::new(NAME, transport, WORLD_COMM_ID, (0..n).collect(), rank, cfg.clone())?
-        .with_machine(profile, job_crowd(&hosts, &masks))?;
+        .with_machine(profile, job_crowd(&machines, &masks))?;
     if use_shm && single_host {
         backend.enable_shared_memory(opts.slot_bytes, policy)?;
     }
@@ -626,6 +646,12 @@ mod tests {
         assert_eq!(host_wait_policy(&[0, 1, 2, 3], &shared, &o).spin, Duration::from_micros(9));
         assert_eq!(host_and_cpus(b"plain-host"), (&b"plain-host"[..], vec![]));
         assert_eq!(host_and_cpus(b"a\nb\n0-2,5"), (&b"a\nb"[..], vec![0, 1, 2, 5]));
+        // The machine is the host part's last line: two emulated hosts of one machine (two
+        // network namespaces under one kernel) are two hosts and one machine.
+        let (h1, h2) = (host_and_cpus(b"n/ns1\nboot-7\n0-1").0, host_and_cpus(b"n/ns2\nboot-7\n0-1").0);
+        assert!(h1 != h2 && machine_of(h1) == machine_of(h2) && machine_of(h1) == b"boot-7");
+        assert_eq!(machine_of(b"plain-host"), b"plain-host");
+        assert!(!machine_id().is_empty());
     }
 
     #[test]
