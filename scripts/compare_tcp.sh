@@ -9,7 +9,8 @@
 #            ranks placed the same way; oxccl and gloo alternate size by size
 #   iperf3   what the veth itself carries, A->B: one stream, 4 streams (-P 4), one stream each
 #            way at once (--bidir), and a plain socket stream (scripts/peers/tcp_stream.py,
-#            the reference when iperf3 is missing)
+#            the reference when iperf3 is missing), and a raw 8-byte socket ping-pong
+#            (scripts/peers/tcp_pingpong.c: the 8 B rows of 2 ranks should be within 2x of it)
 # for 1 and 2 ranks per host, in two modes: none (the bare veth) and shaped (both veth ends
 # shaped like a 10 Gbit/s link with 50 us latency: tc qdisc netem delay 50us rate 10gbit;
 # where netem is missing, tbf rate 10gbit, without the latency, and the output says so).
@@ -349,6 +350,9 @@ def record(jsonl, tool, raw, args):
             if "error" in d:
                 raise RuntimeError(d["error"])
             recs.append(dict(ctx, gbps=d["gbps"], bytes=d["bytes"], seconds=d["seconds"]))
+        elif tool == "tcp_pingpong":
+            d = last_json(raw)
+            recs.append(dict(ctx, rtt_us=d["rtt_us"], iters=d["iters"]))
         else:
             recs.append(ctx)
     except (OSError, ValueError, KeyError, TypeError, RuntimeError) as e:
@@ -362,6 +366,8 @@ def record(jsonl, tool, raw, args):
         return f"{tool} error: {r['error'][:160]}"
     if "time_us" in r:
         return f"{tool} {r['time_us']:.1f} us"
+    if "rtt_us" in r:
+        return f"{tool} round trip {r['rtt_us']:.1f} us"
     if "reverse_gbps" in r:
         return f"{tool} {r['gbps']:.3f} + {r['reverse_gbps']:.3f} GB/s"
     return f"{tool} {r['gbps']:.3f} GB/s"
@@ -384,7 +390,7 @@ def table(jsonl, run):
             modes.append(r["mode"])
     refs = {}
     for r in recs:
-        if r["tool"] in ("iperf3", "iperf3_bidir", "tcp_stream"):
+        if r["tool"] in ("iperf3", "iperf3_bidir", "tcp_stream", "tcp_pingpong"):
             refs[(r["mode"], r["tool"], r.get("streams", 1))] = r
     rows, order = {}, []
     for r in recs:
@@ -436,6 +442,9 @@ def table(jsonl, run):
             miss.append("<80% iperf3")
         if nbytes >= 16 << 20 and plink is not None and plink < 90:
             miss.append("<90% link")
+        rtt = refs.get((mode, "tcp_pingpong", 1))
+        if nbytes <= 8 and ranks == 2 and ok_ox and rtt and "rtt_us" in rtt and ox["time_us"] > 2 * rtt["rtt_us"]:
+            miss.append(">2x ping-pong")
         verdict = "ok" if ok_ox and not miss else ("miss: " + ", ".join(miss) if miss else "-")
         print(f"{mode:<7} {f'{ranks} ({per}+{per})':<8} {human(nbytes):>8} {t(ox):>10} {t(oop):>10} {t(gl):>10} "
               f"{'-' if ratio is None else f'{ratio:.2f}':>8} {'-' if bw is None else f'{bw:.3f}':>10} "
@@ -459,6 +468,9 @@ def table(jsonl, run):
                 if "reverse_gbps" in r:
                     fig = f"A->B {fig} + B->A {r['reverse_gbps']:.3f}"
                 parts.append(f"{label} {fig}" + (f" ({rt} retr.)" if rt else ""))
+        rtt = refs.get((mode, "tcp_pingpong", 1))
+        if rtt is not None:
+            parts.append("8 B socket ping-pong " + (f"round trip {rtt['rtt_us']:.1f} us" if "rtt_us" in rtt else "error"))
         shaper = meta.get("shaper", "") if mode == "shaped" else "bare veth"
         print(f"  {mode:<7} [{shaper}]")
         print(f"          {';  '.join(parts) or '-'}")
@@ -592,7 +604,26 @@ measure_refs() {
     wait "$srv" 2>/dev/null
     PIDS=()
     say "$mode: $(rec tcp_stream "$out" "mode=$mode" "shaper=$SHAPER_NOW" "streams=1")"
+    if [ -x "$PINGPONG" ]; then
+        PORT=$((PORT + 4))
+        out="$WORK/pingpong.$mode.json"
+        ip netns exec "$NS_B" "$PINGPONG" server "$ADDR_B" "$PORT" 20000 >"$WORK/pingpong-server.log" 2>&1 &
+        srv=$!
+        PIDS+=("$srv")
+        ip netns exec "$NS_A" "$PINGPONG" client "$ADDR_B" "$PORT" 20000 >"$out" 2>&1
+        kill -9 "$srv" 2>/dev/null
+        wait "$srv" 2>/dev/null
+        PIDS=()
+        say "$mode: $(rec tcp_pingpong "$out" "mode=$mode" "shaper=$SHAPER_NOW" "streams=1")"
+    fi
 }
+
+# The raw socket ping-pong (scripts/peers/tcp_pingpong.c), the reference for 8-byte rows.
+PINGPONG="$WORK/tcp_pingpong"
+if ! { command -v cc >/dev/null 2>&1 && cc -O2 -o "$PINGPONG" scripts/peers/tcp_pingpong.c 2>"$WORK/pingpong-build.log"; }; then
+    note "no C compiler (cc): the 8-byte rows are not compared with a socket ping-pong"
+    PINGPONG=""
+fi
 
 # --- The measurements: per mode the references, then per world oxccl and gloo size by size.
 T0=$SECONDS
