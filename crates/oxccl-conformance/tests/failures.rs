@@ -262,7 +262,10 @@ fn tcp_transport_refuses_an_impostor() {
         .deadline(Duration::from_secs(40));
     let world = World::spawn(&spec);
     let store = StoreClient::connect(&world.store_addr(), world.secret(), Duration::from_secs(10)).expect("the store");
-    store.set("oxccl/g0/host/0", HOST.as_bytes()).expect("publishing rank 0's host");
+    // Host, machine (the kernel's boot id, as rank 0 reads it) and no CPU line.
+    let machine = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    let arrival = format!("{HOST}\n{}\n", machine.trim());
+    store.set("oxccl/g0/host/0", arrival.as_bytes()).expect("publishing rank 0's host");
     let addr = match store.get_wait("oxccl/g0/tcp/1", Duration::from_secs(20)) {
         Ok(a) => String::from_utf8_lossy(&a).into_owned(),
         Err(e) => {

@@ -35,11 +35,16 @@ pub enum Algorithm {
     /// Directly in shared memory (all_reduce, broadcast, all_gather, barrier), on `cpu`
     /// communicators whose ranks are all on one host; chosen automatically there.
     SharedMemory = 10,
+    /// Shared memory inside each host, TCP between hosts on a fraction of the data
+    /// (all_reduce: reduce-scatter in the host, all-reduce across, all-gather in the host),
+    /// on `cpu` communicators spanning hosts with the same number of ranks, at least 2, on
+    /// each; chosen automatically there where the cost model prefers it.
+    Hierarchical = 11,
 }
 
 impl Algorithm {
     /// Every algorithm, in tag order.
-    pub const ALL: [Algorithm; 11] = [
+    pub const ALL: [Algorithm; 12] = [
         Algorithm::Auto,
         Algorithm::Ring,
         Algorithm::RecursiveDoubling,
@@ -51,6 +56,7 @@ impl Algorithm {
         Algorithm::Dissemination,
         Algorithm::Linear,
         Algorithm::SharedMemory,
+        Algorithm::Hierarchical,
     ];
 
     /// The snake_case name used by `OXCCL_ALGO` (`ring`, `recursive_doubling`, ...).
@@ -67,6 +73,7 @@ impl Algorithm {
             Algorithm::Dissemination => "dissemination",
             Algorithm::Linear => "linear",
             Algorithm::SharedMemory => "shared_memory",
+            Algorithm::Hierarchical => "hierarchical",
         }
     }
 
@@ -76,7 +83,8 @@ impl Algorithm {
     }
 
     /// The portable algorithms the CPU backends implement for `op` over any transport
-    /// (never includes `Auto`, nor [`Algorithm::SharedMemory`], which needs a single host).
+    /// (never includes `Auto`, nor [`Algorithm::SharedMemory`], which needs a single host, nor
+    /// [`Algorithm::Hierarchical`], which needs several hosts with several ranks on each).
     pub fn for_op(op: OpKind) -> &'static [Algorithm] {
         use Algorithm::*;
         match op {
@@ -111,6 +119,7 @@ impl Algorithm {
                         | OpKind::Scatter
                 )
             }
+            Algorithm::Hierarchical => op == OpKind::AllReduce,
             a => Algorithm::for_op(op).contains(&a),
         }
     }

@@ -22,6 +22,20 @@ pub fn local_backends(cfg: &Config, n: usize, name: &'static str) -> Result<Vec<
     Ok(world.into_iter().map(|b| Arc::new(b) as Arc<dyn Backend>).collect())
 }
 
+/// A `cpu` world of threads whose rank `r` poses as being on host `hosts[r]` (shared memory
+/// between the ranks of a host, TCP on loopback between hosts), as bare backends: for tests
+/// of what spans hosts (the hierarchical algorithms) without machines or namespaces.
+///
+/// # Errors
+/// [`Error::Config`](crate::Error::Config) for unusable settings; setup errors.
+pub fn cpu_backends_on_hosts(cfg: &Config, hosts: &[&str]) -> Result<Vec<Arc<dyn Backend>>> {
+    let cfg = cfg.resolve()?;
+    let opts = crate::cpu::setup::CpuOptions::from_config(&cfg)?;
+    let hosts: Vec<String> = hosts.iter().map(|h| h.to_string()).collect();
+    let world = crate::cpu::setup::init_world_on(&cfg, &hosts, &opts)?;
+    Ok(world.into_iter().map(|b| Arc::new(b) as Arc<dyn Backend>).collect())
+}
+
 /// The `n` ranks of a new `nccl` world on test doubles, as bare backends: host memory posing
 /// as device memory (rank `i` on fake device `i`), and a double of the NCCL library whose
 /// collectives are computed sequentially on the host. The whole `nccl` engine runs (its

@@ -33,9 +33,8 @@ fn candidates(op: BenchOp) -> Vec<Algorithm> {
     let mut c = vec![Algorithm::Auto];
     if let Some(kind) = op.kind() {
         c.extend(Algorithm::for_op(kind));
-        if Algorithm::SharedMemory.applies_to(kind) {
-            c.push(Algorithm::SharedMemory);
-        }
+        // Those that need a layout of hosts: refused (shown as such) where it does not fit.
+        c.extend([Algorithm::SharedMemory, Algorithm::Hierarchical].into_iter().filter(|a| a.applies_to(kind)));
     }
     c
 }

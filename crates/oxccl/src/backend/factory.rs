@@ -23,13 +23,13 @@ pub trait BackendFactory: Sync {
     /// Creates the `n` ranks of one world inside this process (rank i at index i).
     ///
     /// # Errors
-    /// [`Error::BackendUnavailable`](crate::Error::BackendUnavailable) when the backend
+    /// [`Error::BackendUnavailable`] when the backend
     /// cannot host several ranks in one process; setup errors.
     fn create_world(&self, cfg: &ResolvedConfig, n: usize) -> Result<Vec<Arc<dyn Backend>>>;
     /// Creates this process's rank of the world the environment describes.
     ///
     /// # Errors
-    /// [`Error::BackendUnavailable`](crate::Error::BackendUnavailable) when the backend
+    /// [`Error::BackendUnavailable`] when the backend
     /// cannot serve this launch; setup errors.
     fn create_process(&self, cfg: &ResolvedConfig) -> Result<Arc<dyn Backend>>;
     /// Creates rank `rank` of `n` processes that meet through `rdv`, a store the caller

@@ -94,6 +94,7 @@ fn run_all_reduce(ctx: &Ctx, buf: &mut [u8], k: &Kernel, algo: Algorithm) -> Res
         Algorithm::RecursiveDoubling => all_reduce::recursive_doubling::run(ctx, buf, k),
         Algorithm::Rabenseifner => all_reduce::rabenseifner::run(ctx, buf, k),
         Algorithm::BinomialTree => all_reduce::binomial_tree::run(ctx, buf, k),
+        Algorithm::Hierarchical => all_reduce::hierarchical::run(ctx, buf, k),
         other => Err(not_applicable(OpKind::AllReduce, other)),
     }
 }

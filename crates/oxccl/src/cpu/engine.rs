@@ -125,7 +125,9 @@ impl CpuBackend {
             .map(|&r| transport.link_kind(r))
             .max()
             .unwrap_or(LinkKind::Memory);
-        let selector = Selector::new(Arc::new(Profile::default()), link, ranks.len(), 1.0);
+        let hosts: Vec<usize> = ranks.iter().map(|&t| transport.host_of(t)).collect();
+        let selector = Selector::new(Arc::new(Profile::default()), link, ranks.len(), 1.0)
+            .with_layout(super::algorithms::hosts::uniform(&hosts));
         let n_ranks = ranks.len();
         Ok(CpuBackend {
             inner: Arc::new(Inner {
@@ -334,6 +336,14 @@ impl Inner {
                 "algorithm `shared_memory` needs a `cpu` communicator whose ranks are all on one host; \
                  this `{}` communicator has none",
                 self.name
+            )));
+        }
+        if forced == Algorithm::Hierarchical && self.selector.layout().is_none() {
+            return Err(Error::invalid(format!(
+                "algorithm `hierarchical` needs a `cpu` communicator spanning several hosts with the same number \
+                 of ranks, at least 2, on each; this `{}` communicator's {} ranks are not",
+                self.name,
+                self.ranks.len()
             )));
         }
         // Point-to-point operations involve only some ranks: they take no collective

@@ -295,7 +295,12 @@ fn build(
             routes[p] = Some(Arc::clone(&tcp));
         }
     }
-    let transport = Arc::new(RoutedTransport::new(rank, mailbox, routes)?);
+    let host_index: Vec<usize> = (0..n).map(|r| hosts.iter().position(|h| *h == hosts[r]).unwrap_or(r)).collect();
+    let mut first: Vec<usize> = host_index.clone();
+    first.sort_unstable();
+    first.dedup();
+    let host_of: Vec<usize> = host_index.iter().map(|h| first.binary_search(h).unwrap_or(0)).collect();
+    let transport = Arc::new(RoutedTransport::new(rank, mailbox, routes)?.with_hosts(host_of)?);
     let profile = shared_profile(rank, rdv, prefix, cfg, opts)?;
     let backend = CpuBackend::new(NAME, transport, WORLD_COMM_ID, (0..n).collect(), rank, cfg.clone())?
         .with_machine(profile, job_crowd(&machines, &masks))?;
@@ -480,6 +485,18 @@ pub fn init_world(cfg: &ResolvedConfig, n: usize) -> Result<Vec<CpuBackend>> {
 /// # Errors
 /// As [`init_world`].
 pub fn init_world_with(cfg: &ResolvedConfig, n: usize, opts: &CpuOptions) -> Result<Vec<CpuBackend>> {
+    let host = host_id(cfg.cpu.host_id.as_deref());
+    init_world_on(cfg, &vec![host; n], opts)
+}
+
+/// A world of threads in this process whose rank `r` poses as being on host `hosts[r]`:
+/// ranks of one host talk through shared memory, the others over TCP on loopback, as ranks
+/// on several machines would (for tests of what spans hosts).
+///
+/// # Errors
+/// As [`init_world`].
+pub fn init_world_on(cfg: &ResolvedConfig, hosts: &[String], opts: &CpuOptions) -> Result<Vec<CpuBackend>> {
+    let n = hosts.len();
     if n == 0 {
         return Err(Error::invalid("a world needs at least one rank"));
     }
@@ -489,11 +506,10 @@ pub fn init_world_with(cfg: &ResolvedConfig, n: usize, opts: &CpuOptions) -> Res
     }
     let secret = Secret::generate()?;
     let rdv = MemoryRendezvous::default();
-    let host = host_id(cfg.cpu.host_id.as_deref());
     let results: Vec<Result<CpuBackend>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..n)
             .map(|r| {
-                let (rdv, secret, host, opts, cfg) = (&rdv, &secret, &host, &opts_local, cfg);
+                let (rdv, secret, host, opts, cfg) = (&rdv, &secret, &hosts[r], &opts_local, cfg);
                 s.spawn(move || build(r, n, rdv, "oxccl/world", secret, host, opts, cfg))
             })
             .collect();

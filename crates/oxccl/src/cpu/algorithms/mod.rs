@@ -16,6 +16,7 @@ pub mod barrier;
 pub mod broadcast;
 pub mod gather;
 pub mod halving_doubling;
+pub mod hosts;
 pub mod pipeline;
 pub mod reduce;
 pub mod reduce_scatter;

@@ -1,14 +1,14 @@
-//! Pipelining over TCP: a large message to or from a peer on another host travels as a run
-//! of chunk frames ([`CHUNK`] bytes, the last shorter), so the receiver takes each piece
-//! (copies it in place, or reduces it) while the next ones are still on the wire, and the
-//! reader thread's buffers stay small and reused instead of a fresh allocation (and its page
-//! faults) the size of the message.
+//! Pipelining over links between processes: a large message to or from a peer over TCP or
+//! the shared-memory rings travels as a run of chunk frames ([`CHUNK`] bytes, the last
+//! shorter), so the receiver takes each piece (copies it in place, or reduces it) while the
+//! next ones are still on their way, and the links' receive buffers stay small and reused
+//! instead of a fresh allocation (and its page faults) the size of the message.
 //!
-//! Whether a message is cut depends only on the link it travels (TCP or not), which both
-//! ends see alike, so sender and receiver agree on the pieces without telling each other; a
-//! message of another length than the receiver expects shows as a piece of the wrong length
-//! (a [`Mismatch`](crate::Error::Mismatch)). Shared memory and the in-process transport move
-//! a message in one frame, as before.
+//! Whether a message is cut depends only on the link it travels, which both ends see alike,
+//! so sender and receiver agree on the pieces without telling each other; a message of
+//! another length than the receiver expects shows as a piece of the wrong length (a
+//! [`Mismatch`](crate::Error::Mismatch)). The in-process transport moves a message in one
+//! frame.
 //!
 //! [`Ctx::exchange`] interleaves the two directions of a `send_recv`: up to [`AHEAD`]
 //! pieces go out before the first piece is awaited, and one more after each piece taken,
@@ -76,9 +76,11 @@ impl Sink<'_> {
 
 impl Ctx<'_> {
     /// The piece size of messages to or from communicator rank `peer` (`None`: one frame).
+    /// Measured with ring all_reduce, 2 ranks, 64 MiB on a 2-core VM: over TCP 110 ms in one
+    /// frame, 45-57 ms in pieces; over the shared-memory rings 137 ms, 65-80 ms.
     pub(crate) fn chunk_for(&self, peer: usize) -> Option<usize> {
         let t = *self.ranks.get(peer)?;
-        (self.transport.link_kind(t) == LinkKind::Tcp).then_some(CHUNK)
+        matches!(self.transport.link_kind(t), LinkKind::Tcp | LinkKind::Shm).then_some(CHUNK)
     }
 
     /// How long a scratch must be to receive a message of up to `max` bytes from `peer`

@@ -24,6 +24,7 @@
 //! | all_to_all (input m) | pairwise | `(n−1)α + (n−1)/n·mβ` |
 //! | gather, scatter | linear | `(n−1)α + (n−1)/n·mβ` at the root |
 //! | barrier | dissemination | `⌈lg n⌉α` |
+//! | all_reduce, `h` hosts of `m` | hierarchical | `α` (empty messages to and from the ring neighbours), ring reduce-scatter (`m` ranks, input `m`) and ring all-gather (`m` ranks, block `m/m`) over the shared-memory link, ring all_reduce (`h` ranks, `m/m`) over TCP |
 //!
 //! Each exchanging algorithm is written down as a [`Plan`]: the messages of its critical
 //! path round by round, and every message the job sends with the bytes it combines and
@@ -262,6 +263,21 @@ pub fn predict(op: OpKind, algo: Algorithm, n: usize, bytes: usize, costs: &Cost
         _ => return None,
     };
     Some(t)
+}
+
+/// Predicted seconds for `hierarchical` all_reduce of `bytes` on `h` hosts of `m` ranks (see
+/// the table): its phases inside the hosts priced with `local`'s link, the one between them
+/// with `remote`'s.
+pub fn predict_hierarchical(h: usize, m: usize, bytes: usize, local: &Costs<'_>, remote: &Costs<'_>) -> f64 {
+    let (s, mf) = (bytes as f64, m as f64);
+    let priced = |op, n: usize, size: f64, c: &Costs<'_>| {
+        plan(op, Algorithm::Ring, n, size).map_or(0.0, |p| p.price(n as f64, c))
+    };
+    // The opening empty messages to and from the ring neighbours (one round).
+    remote.link.alpha
+        + priced(OpKind::ReduceScatter, m, s, local)
+        + priced(OpKind::AllReduce, h, s / mf, remote)
+        + priced(OpKind::AllGather, m, s / mf, local)
 }
 
 #[cfg(test)]

@@ -34,6 +34,9 @@ pub struct Selector {
     n: usize,
     /// Ranks per CPU on the communicator's most crowded host (see [`cost`]).
     crowd: f64,
+    /// `(hosts, ranks per host)` when the ranks span several hosts with several ranks on
+    /// each, alike (where `hierarchical` runs).
+    layout: Option<(usize, usize)>,
     /// Per operation (index in [`OpKind::ALL`]), without and with the shared-memory
     /// collectives: the algorithm of each size class.
     tables: Vec<[OnceLock<Vec<Algorithm>>; 2]>,
@@ -59,12 +62,24 @@ impl Selector {
     /// choices differ.
     pub fn new(profile: Arc<Profile>, link: LinkKind, n: usize, crowd: f64) -> Selector {
         let tables = OpKind::ALL.iter().map(|_| [OnceLock::new(), OnceLock::new()]).collect();
-        Selector { profile, link, n, crowd, tables }
+        Selector { profile, link, n, crowd, layout: None, tables }
+    }
+
+    /// The same selector for ranks laid out on hosts as `layout` says (see
+    /// [`Selector::layout`]): `hierarchical` becomes a candidate.
+    pub fn with_layout(mut self, layout: Option<(usize, usize)>) -> Selector {
+        self.layout = layout;
+        self
+    }
+
+    /// `(hosts, ranks per host)` when `hierarchical` can run.
+    pub fn layout(&self) -> Option<(usize, usize)> {
+        self.layout
     }
 
     /// The same communicator priced with other costs and crowding.
     pub fn for_machine(&self, profile: Arc<Profile>, crowd: f64) -> Selector {
-        Selector::new(profile, self.link, self.n, crowd)
+        Selector::new(profile, self.link, self.n, crowd).with_layout(self.layout)
     }
 
     /// The ranks per CPU this selector assumes.
@@ -105,6 +120,11 @@ impl Selector {
             .into_iter()
             .filter_map(|a| cost::predict(op, a, self.n, bytes, &costs).map(|t| (a, t)))
             .collect();
+        if let (OpKind::AllReduce, Some((h, m))) = (op, self.layout) {
+            let (shm, tcp) = (self.profile.shm, self.profile.tcp);
+            let (local, remote) = (cost::Costs { link: &shm, ..costs }, cost::Costs { link: &tcp, ..costs });
+            predictions.push((Algorithm::Hierarchical, cost::predict_hierarchical(h, m, bytes, &local, &remote)));
+        }
         // Stable: among equal predictions the earlier candidate (the op's default) stays first.
         predictions.sort_by(|x, y| x.1.total_cmp(&y.1));
         let algorithm = predictions.first().map_or_else(|| Algorithm::for_op(op)[0], |p| p.0);
@@ -306,5 +326,27 @@ mod tests {
                 assert_eq!(at(LinkKind::Tcp, 8, 0.25, op, bytes, None), at(LinkKind::Tcp, 8, 1.0, op, bytes, None));
             }
         }
+    }
+
+    #[test]
+    fn hierarchical_is_a_candidate_only_across_hosts_and_wins_large_all_reduces() {
+        let flat = selector(LinkKind::Tcp, Profile::default());
+        assert!(flat
+            .explain(OpKind::AllReduce, 1 << 26, None)
+            .predictions
+            .iter()
+            .all(|p| p.0 != Algorithm::Hierarchical));
+        let (n, layout) = (4, Some((2, 2)));
+        let s = Selector::new(Arc::new(Profile::default()), LinkKind::Tcp, n, 1.0).with_layout(layout);
+        assert_eq!(s.choose(OpKind::AllReduce, 64 << 20, Algorithm::Auto, None), Algorithm::Hierarchical);
+        assert_ne!(s.choose(OpKind::AllReduce, 8, Algorithm::Auto, None), Algorithm::Hierarchical);
+        // Only all_reduce has it; the layout survives a change of machine costs.
+        assert_ne!(s.choose(OpKind::AllGather, 64 << 20, Algorithm::Auto, None), Algorithm::Hierarchical);
+        assert_eq!(s.for_machine(Arc::new(Profile::default()), 1.0).layout(), layout);
+        // When TCP is as cheap as shared memory, splitting the work by host buys nothing.
+        let mut same = Profile::default();
+        same.tcp = same.shm;
+        let s = Selector::new(Arc::new(same), LinkKind::Tcp, n, 1.0).with_layout(layout);
+        assert_ne!(s.choose(OpKind::AllReduce, 64 << 20, Algorithm::Auto, None), Algorithm::Hierarchical);
     }
 }

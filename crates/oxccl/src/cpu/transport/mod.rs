@@ -133,6 +133,13 @@ pub trait Transport: Send + Sync + 'static {
         LinkKind::Memory
     }
 
+    /// The host of transport rank `peer`, numbered in order of first appearance among the
+    /// transport's ranks (ranks of one host share memory; 0 for every rank of a transport
+    /// inside one host).
+    fn host_of(&self, _peer: usize) -> usize {
+        0
+    }
+
     /// Sends one frame to `peer`. May return before the peer received it, but the frame
     /// will be delivered unless the peer or the communicator fails.
     ///

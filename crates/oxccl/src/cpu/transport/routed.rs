@@ -80,6 +80,8 @@ pub struct RoutedTransport {
     rank: usize,
     mailbox: Arc<Mailbox>,
     routes: Vec<Option<Arc<dyn Link>>>,
+    /// The host of each rank (see [`Transport::host_of`]).
+    hosts: Vec<usize>,
 }
 
 impl RoutedTransport {
@@ -95,7 +97,21 @@ impl RoutedTransport {
         if rank >= routes.len() {
             return Err(Error::invalid(format!("rank {rank} of a world of {}", routes.len())));
         }
-        Ok(RoutedTransport { rank, mailbox, routes })
+        let hosts = vec![0; routes.len()];
+        Ok(RoutedTransport { rank, mailbox, routes, hosts })
+    }
+
+    /// Says which host each rank is on (`hosts[p]`, numbered in order of first appearance);
+    /// without it every rank counts as on one host.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `hosts` does not have one entry per rank.
+    pub fn with_hosts(mut self, hosts: Vec<usize>) -> Result<Self, Error> {
+        if hosts.len() != self.routes.len() {
+            return Err(Error::invalid(format!("{} hosts for a world of {}", hosts.len(), self.routes.len())));
+        }
+        self.hosts = hosts;
+        Ok(self)
     }
 
     fn link(&self, peer: usize) -> Result<&Arc<dyn Link>, TransportError> {
@@ -144,6 +160,10 @@ impl RoutedTransport {
 impl Transport for RoutedTransport {
     fn rank(&self) -> usize {
         self.rank
+    }
+
+    fn host_of(&self, peer: usize) -> usize {
+        self.hosts.get(peer).copied().unwrap_or(0)
     }
 
     fn link_kind(&self, peer: usize) -> LinkKind {

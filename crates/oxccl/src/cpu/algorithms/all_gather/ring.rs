@@ -13,10 +13,20 @@ use crate::error::Result;
 /// # Errors
 /// Communication errors.
 pub fn run_blocks(ctx: &Ctx, buf: &mut [u8], blocks: &[Range<usize>]) -> Result<()> {
-    let n = ctx.size();
-    let r = ctx.rank();
-    let next = (r + 1) % n;
-    let prev = (r + n - 1) % n;
+    let all: Vec<usize> = (0..ctx.size()).collect();
+    run_blocks_in(ctx, &all, ctx.rank(), buf, blocks)
+}
+
+/// [`run_blocks`] among the communicator ranks `members` (in ring order; this rank is
+/// `members[me]`), one block per member.
+///
+/// # Errors
+/// Communication errors.
+pub fn run_blocks_in(ctx: &Ctx, members: &[usize], me: usize, buf: &mut [u8], blocks: &[Range<usize>]) -> Result<()> {
+    let n = members.len();
+    let r = me;
+    let next = members[(r + 1) % n];
+    let prev = members[(r + n - 1) % n];
     for s in 0..n.saturating_sub(1) {
         let send_i = (r + n - s) % n;
         let recv_i = (r + 2 * n - s - 1) % n;

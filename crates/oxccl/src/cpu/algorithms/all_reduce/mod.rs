@@ -1,6 +1,7 @@
 //! all_reduce: every rank ends with the element-wise reduction of all inputs.
 
 pub mod binomial_tree;
+pub mod hierarchical;
 pub mod rabenseifner;
 pub mod recursive_doubling;
 pub mod ring;

@@ -13,13 +13,30 @@ use crate::error::Result;
 /// # Errors
 /// Communication errors.
 pub fn run_blocks(ctx: &Ctx, buf: &mut [u8], blocks: &[Range<usize>], k: &Kernel) -> Result<()> {
-    let n = ctx.size();
-    let r = ctx.rank();
+    let all: Vec<usize> = (0..ctx.size()).collect();
+    run_blocks_in(ctx, &all, ctx.rank(), buf, blocks, k)
+}
+
+/// [`run_blocks`] among the communicator ranks `members` (in ring order; this rank is
+/// `members[me]`), one block per member: block `me` ends reduced over the members.
+///
+/// # Errors
+/// Communication errors.
+pub fn run_blocks_in(
+    ctx: &Ctx,
+    members: &[usize],
+    me: usize,
+    buf: &mut [u8],
+    blocks: &[Range<usize>],
+    k: &Kernel,
+) -> Result<()> {
+    let n = members.len();
+    let r = me;
     if n == 1 {
         return Ok(());
     }
-    let next = (r + 1) % n;
-    let prev = (r + n - 1) % n;
+    let next = members[(r + 1) % n];
+    let prev = members[(r + n - 1) % n];
     let max = blocks.iter().map(|b| b.len()).max().unwrap_or(0);
     let mut tmp = Scratch::new(ctx.scratch_len(prev, max));
     for s in 0..n - 1 {

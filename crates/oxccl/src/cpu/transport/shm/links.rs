@@ -434,7 +434,13 @@ fn pump(inc: &mut Incoming, max_frame: usize, mailbox: &Mailbox) -> bool {
                 *have += n;
                 if *have == HEADER_LEN {
                     inc.state = match decode_header(buf, max_frame) {
-                        Ok(frame) => Reading::Payload { frame, buf: vec![0; frame.payload_len], have: 0 },
+                        Ok(frame) => {
+                            // A buffer the mailbox got back from an earlier frame: no fresh
+                            // allocation (and its page faults) per large frame.
+                            let mut buf = mailbox.spare_buffer();
+                            buf.resize(frame.payload_len, 0);
+                            Reading::Payload { frame, buf, have: 0 }
+                        }
                         Err(e) => {
                             mailbox.lose(inc.rank, &e.to_string());
                             Reading::Dead
