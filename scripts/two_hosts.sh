@@ -4,7 +4,8 @@
 # identity includes the network namespace).
 #
 #   1. the conformance suite runs across the two hosts (rank 0 hosts the store, torchrun
-#      style: MASTER_ADDR/MASTER_PORT);
+#      style: MASTER_ADDR/MASTER_PORT), with the algorithms chosen automatically and then
+#      with the hierarchical all_reduce forced;
 #   2. the link between the hosts is cut in the middle of an all_reduce loop, and every
 #      rank must end with an error within a bounded time, none may hang.
 #
@@ -89,18 +90,22 @@ wait_world() {
   say "$name: exit codes ${CODES[*]} after ${ELAPSED}s"
 }
 
-# 1. The conformance suite across two hosts.
-EXTRA_ENV=(OXCCL_CONFORMANCE_QUICK=1)
-start_world conformance "$CONF"
-wait_world conformance 600
-for i in 0 1 2 3; do
-  if [ "${CODES[$i]}" != 0 ]; then
-    say "FAIL: conformance: rank $i exited ${CODES[$i]}"
-    for j in 0 1 2 3; do echo "--- rank $j"; tail -n 30 "$WORK/conformance.$j.log"; done
-    exit 1
-  fi
+# 1. The conformance suite across two hosts: the algorithms chosen automatically
+#    (hierarchical all_reduce where the cost model prefers it), then hierarchical forced.
+for run in auto hierarchical; do
+  EXTRA_ENV=(OXCCL_CONFORMANCE_QUICK=1)
+  [ "$run" = auto ] || EXTRA_ENV+=(OXCCL_ALGO=all_reduce:hierarchical OXCCL_CONFORMANCE_FILTER=all_reduce)
+  start_world "conformance-$run" "$CONF"
+  wait_world "conformance-$run" 600
+  for i in 0 1 2 3; do
+    if [ "${CODES[$i]}" != 0 ]; then
+      say "FAIL: conformance ($run): rank $i exited ${CODES[$i]}"
+      for j in 0 1 2 3; do echo "--- rank $j"; tail -n 30 "$WORK/conformance-$run.$j.log"; done
+      exit 1
+    fi
+  done
+  grep -h "conformance:" "$WORK/conformance-$run.0.log" | sed "s/^/two-hosts ($run): /"
 done
-grep -h "conformance:" "$WORK/conformance.0.log" | sed 's/^/two-hosts: /'
 
 # 2. Cut the link in the middle of an all_reduce loop. The deadline (OXCCL_TIMEOUT=5s) is
 # what ends the waits across the cut link (a cut cable sends no FIN); ranks on the same
