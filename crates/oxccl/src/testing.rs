@@ -61,19 +61,8 @@ pub fn nccl_double_backends(cfg: &Config, n: usize, old_library: bool) -> Result
 /// As for [`nccl_double_backends`]; [`Error::InvalidArgument`](crate::Error::InvalidArgument)
 /// for another backend name.
 pub fn gpu_double_backends(cfg: &Config, n: usize, backend: &str, old_library: bool) -> Result<Vec<Arc<dyn Backend>>> {
-    use crate::xccl::double::nccl::{table, DoubleOptions};
-    use crate::xccl::library::Library;
-    use crate::xccl::runtime::{host::HostRuntime, DeviceRuntime};
-    let (name, flavor, vendor) = double_of(backend)?;
+    let (name, rt, lib) = double_of(backend, n, old_library)?;
     let cfg = cfg.resolve()?;
-    let opts = if old_library {
-        DoubleOptions { split: false, all_to_all: false, gather_scatter: false, ..DoubleOptions::default() }
-    } else {
-        DoubleOptions::default()
-    };
-    let devices = u32::try_from(n).map_err(|_| crate::Error::invalid("too many ranks for the double"))?;
-    let rt: Arc<dyn DeviceRuntime> = Arc::new(HostRuntime::posing_as(devices, vendor));
-    let lib = Arc::new(Library::from_table(table(&opts), flavor, format!("{name}-double"))?);
     let hosts = crate::cpu::local::world(&cfg, n)?.into_iter().map(|b| Arc::new(b) as Arc<dyn Backend>).collect();
     crate::xccl::factory::world_over(name, &lib, &rt, hosts, &cfg, &|i| i as u32)
 }
@@ -93,26 +82,36 @@ pub fn gpu_double_rendezvous(
     secret: &str,
     backend: &str,
 ) -> Result<Arc<dyn Backend>> {
-    use crate::xccl::double::nccl::{table, DoubleOptions};
-    use crate::xccl::library::Library;
-    use crate::xccl::runtime::{host::HostRuntime, DeviceRuntime};
-    let (name, flavor, vendor) = double_of(backend)?;
+    let (name, rt, lib) = double_of(backend, n, false)?;
     let cfg = cfg.resolve()?;
-    let devices = u32::try_from(n).map_err(|_| crate::Error::invalid("too many ranks for the double"))?;
-    let rt: Arc<dyn DeviceRuntime> = Arc::new(HostRuntime::posing_as(devices, vendor));
-    let lib = Arc::new(Library::from_table(table(&DoubleOptions::default()), flavor, format!("{name}-double"))?);
     crate::xccl::factory::rendezvous_over(name, &lib, &rt, &cfg, (rank, n), rdv, secret)
 }
 
-/// The name, library flavour and runtime vendor of the GPU double of `backend`.
-fn double_of(backend: &str) -> Result<(&'static str, crate::xccl::library::Flavor, crate::xccl::runtime::Vendor)> {
-    use crate::xccl::library::Flavor;
-    use crate::xccl::runtime::Vendor;
-    match backend {
-        "nccl" => Ok(("nccl", Flavor::Nccl, Vendor::Host)),
-        "rccl" => Ok(("rccl", Flavor::Rccl, Vendor::Hip)),
-        other => Err(crate::Error::invalid(format!("no GPU double of `{other}`; nccl or rccl"))),
-    }
+/// The GPU double of `backend` for `n` ranks: its name, a host runtime posing as the vendor's
+/// with `n` devices, and the library double (`old_library`: without the optional calls).
+#[allow(clippy::type_complexity)]
+fn double_of(
+    backend: &str,
+    n: usize,
+    old_library: bool,
+) -> Result<(&'static str, Arc<dyn crate::xccl::runtime::DeviceRuntime>, Arc<crate::xccl::library::Library>)> {
+    use crate::xccl::double::nccl::{table, DoubleOptions};
+    use crate::xccl::library::{Flavor, Library};
+    use crate::xccl::runtime::{host::HostRuntime, Vendor};
+    let (name, flavor, vendor) = match backend {
+        "nccl" => ("nccl", Flavor::Nccl, Vendor::Host),
+        "rccl" => ("rccl", Flavor::Rccl, Vendor::Hip),
+        other => return Err(crate::Error::invalid(format!("no GPU double of `{other}`; nccl or rccl"))),
+    };
+    let opts = if old_library {
+        DoubleOptions { split: false, all_to_all: false, gather_scatter: false, ..DoubleOptions::default() }
+    } else {
+        DoubleOptions::default()
+    };
+    let devices = u32::try_from(n).map_err(|_| crate::Error::invalid("too many ranks for the double"))?;
+    let rt = Arc::new(HostRuntime::posing_as(devices, vendor));
+    let lib = Arc::new(Library::from_table(table(&opts), flavor, format!("{name}-double"))?);
+    Ok((name, rt, lib))
 }
 
 /// A [`Gpu`](crate::Gpu) over the host double (host memory posing as CUDA device `ordinal`

@@ -11,6 +11,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use super::algorithms::hosts::HostGroups;
 use super::algorithms::shared_memory::ShmCollectives;
 use super::algorithms::{all_gather, Clock, Ctx};
 use super::dispatch;
@@ -62,6 +63,8 @@ struct Inner {
     native: OnceLock<ShmCollectives>,
     /// Which algorithm runs each call.
     selector: Selector,
+    /// This rank's groups by host, when the ranks span hosts alike (for `hierarchical`).
+    host_groups: Option<HostGroups>,
     /// Slot size and wait policy of the native collectives of this communicator and its
     /// splits.
     native_setup: OnceLock<(usize, WaitPolicy)>,
@@ -126,12 +129,14 @@ impl CpuBackend {
             .max()
             .unwrap_or(LinkKind::Memory);
         let hosts: Vec<usize> = ranks.iter().map(|&t| transport.host_of(t)).collect();
+        let host_groups = super::algorithms::hosts::groups(&hosts, rank).ok();
         let selector = Selector::new(Arc::new(Profile::default()), link, ranks.len(), 1.0)
-            .with_layout(super::algorithms::hosts::uniform(&hosts));
+            .with_layout(host_groups.as_ref().map(|g| g.layout()));
         let n_ranks = ranks.len();
         Ok(CpuBackend {
             inner: Arc::new(Inner {
                 selector,
+                host_groups,
                 name,
                 transport,
                 comm_id,
@@ -264,6 +269,7 @@ impl Inner {
             clock: Clock::new(self.timeout(opts)),
             tally: self.native.get(),
             waits: self.waits.enabled().then_some(&*self.waits),
+            hosts: self.host_groups.as_ref(),
         }
     }
 
@@ -338,7 +344,7 @@ impl Inner {
                 self.name
             )));
         }
-        if forced == Algorithm::Hierarchical && self.selector.layout().is_none() {
+        if forced == Algorithm::Hierarchical && self.host_groups.is_none() {
             return Err(Error::invalid(format!(
                 "algorithm `hierarchical` needs a `cpu` communicator spanning several hosts with the same number \
                  of ranks, at least 2, on each; this `{}` communicator's {} ranks are not",

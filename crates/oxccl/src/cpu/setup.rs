@@ -295,11 +295,17 @@ fn build(
             routes[p] = Some(Arc::clone(&tcp));
         }
     }
-    let host_index: Vec<usize> = (0..n).map(|r| hosts.iter().position(|h| *h == hosts[r]).unwrap_or(r)).collect();
-    let mut first: Vec<usize> = host_index.clone();
-    first.sort_unstable();
-    first.dedup();
-    let host_of: Vec<usize> = host_index.iter().map(|h| first.binary_search(h).unwrap_or(0)).collect();
+    // Hosts numbered in order of first appearance.
+    let mut seen: Vec<&[u8]> = Vec::new();
+    let host_of: Vec<usize> = hosts
+        .iter()
+        .map(|h| {
+            seen.iter().position(|s| s == h).unwrap_or_else(|| {
+                seen.push(h);
+                seen.len() - 1
+            })
+        })
+        .collect();
     let transport = Arc::new(RoutedTransport::new(rank, mailbox, routes)?.with_hosts(host_of)?);
     let profile = shared_profile(rank, rdv, prefix, cfg, opts)?;
     let backend = CpuBackend::new(NAME, transport, WORLD_COMM_ID, (0..n).collect(), rank, cfg.clone())?

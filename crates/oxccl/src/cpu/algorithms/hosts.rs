@@ -1,8 +1,8 @@
 //! Which ranks share a host: the groups the hierarchical algorithms run in. Hosts are
 //! numbered by the transport ([`Transport::host_of`](crate::cpu::transport::Transport::host_of));
-//! every rank derives the same groups from the same numbering.
+//! every rank derives the same groups from the same numbering, once per communicator (the
+//! engine keeps them and hands them to each call in its `Ctx`).
 
-use super::Ctx;
 use crate::error::{Error, Result};
 
 /// This rank's two groups: the ranks of its host, and the ranks at its position on every host.
@@ -34,25 +34,31 @@ fn by_host(host: &[usize]) -> Vec<Vec<usize>> {
 
 /// `(hosts, ranks per host)` when the ranks (`host[i]`: the host of rank `i`) span at least
 /// two hosts with the same number, at least two, on each: where the hierarchical algorithms
-/// run.
-pub fn uniform(host: &[usize]) -> Option<(usize, usize)> {
-    let groups = by_host(host);
+/// run ([`groups`] answers the same, with the groups).
+#[cfg(test)]
+fn uniform(host: &[usize]) -> Option<(usize, usize)> {
+    layout_of(&by_host(host))
+}
+
+/// `(hosts, ranks per host)` of ranks already grouped by host, when hierarchical runs.
+fn layout_of(groups: &[Vec<usize>]) -> Option<(usize, usize)> {
     let m = groups.first()?.len();
     (groups.len() >= 2 && m >= 2 && groups.iter().all(|g| g.len() == m)).then_some((groups.len(), m))
 }
 
-/// Rank `rank`'s groups among ranks on hosts `host`.
+/// Rank `rank`'s groups among ranks on hosts `host` (`host[i]`: the host of rank `i`).
 ///
 /// # Errors
-/// [`Error::InvalidArgument`] when the layout is not [`uniform`].
+/// [`Error::InvalidArgument`] unless the ranks span at least two hosts with the same number,
+/// at least two, on each.
 pub fn groups(host: &[usize], rank: usize) -> Result<HostGroups> {
-    if uniform(host).is_none() {
+    let all = by_host(host);
+    if layout_of(&all).is_none() {
         return Err(Error::invalid(format!(
             "algorithm `hierarchical` needs a communicator spanning several hosts with the same number of ranks, at \
              least 2, on each; its ranks' hosts are {host:?}"
         )));
     }
-    let all = by_host(host);
     let mine = all.iter().find(|g| g.contains(&rank)).ok_or_else(|| Error::invalid(format!("no rank {rank}")))?;
     let local_index = mine.iter().position(|&r| r == rank).unwrap_or(0);
     let cross: Vec<usize> = all.iter().map(|g| g[local_index]).collect();
@@ -60,10 +66,10 @@ pub fn groups(host: &[usize], rank: usize) -> Result<HostGroups> {
     Ok(HostGroups { local: mine.clone(), local_index, cross, cross_index })
 }
 
-impl Ctx<'_> {
-    /// The host of each communicator rank, as the transport numbers them.
-    pub fn host_layout(&self) -> Vec<usize> {
-        self.ranks.iter().map(|&t| self.transport.host_of(t)).collect()
+impl HostGroups {
+    /// `(hosts, ranks per host)`.
+    pub fn layout(&self) -> (usize, usize) {
+        (self.cross.len(), self.local.len())
     }
 }
 

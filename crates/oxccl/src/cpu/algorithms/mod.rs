@@ -49,6 +49,9 @@ pub struct Ctx<'a> {
     pub(crate) tally: Option<&'a shared_memory::ShmCollectives>,
     /// Where waits for peers are added up, when the profiler asks (`None`: no clock read).
     pub(crate) waits: Option<&'a PeerWaits>,
+    /// This rank's groups by host, when the communicator spans hosts alike (where the
+    /// hierarchical algorithms run).
+    pub(crate) hosts: Option<&'a hosts::HostGroups>,
 }
 
 /// The start and deadline of one operation, read from the clock at the first need: an

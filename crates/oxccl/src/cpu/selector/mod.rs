@@ -65,14 +65,15 @@ impl Selector {
         Selector { profile, link, n, crowd, layout: None, tables }
     }
 
-    /// The same selector for ranks laid out on hosts as `layout` says (see
-    /// [`Selector::layout`]): `hierarchical` becomes a candidate.
+    /// The same selector for ranks laid out on `layout`'s `(hosts, ranks per host)` (`None`:
+    /// not several hosts with several ranks each, alike): `hierarchical` becomes a candidate.
     pub fn with_layout(mut self, layout: Option<(usize, usize)>) -> Selector {
         self.layout = layout;
         self
     }
 
     /// `(hosts, ranks per host)` when `hierarchical` can run.
+    #[cfg(test)]
     pub fn layout(&self) -> Option<(usize, usize)> {
         self.layout
     }

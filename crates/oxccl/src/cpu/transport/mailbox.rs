@@ -337,9 +337,13 @@ impl Mailbox {
         Received { header: frame.header, len }
     }
 
-    /// An empty buffer to read a payload into: one given back by an earlier frame (its
-    /// capacity kept), else a new one.
-    pub fn spare_buffer(&self) -> Vec<u8> {
+    /// An empty buffer to read a `len`-byte payload into: for a payload large enough to be
+    /// kept afterwards, one given back by an earlier frame (its capacity kept); else a new
+    /// one (small frames never take the pool's lock).
+    pub fn spare_buffer(&self, len: usize) -> Vec<u8> {
+        if len < *SPARE_CAPACITY.start() {
+            return Vec::new();
+        }
         let mut b = crate::sync::relock(&self.spare).pop().unwrap_or_default();
         b.clear();
         b

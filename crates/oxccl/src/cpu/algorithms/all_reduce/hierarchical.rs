@@ -17,18 +17,17 @@
 //! the others, instead of every rank waiting for its deadline on groups the other operation
 //! never talks to.
 
-use crate::cpu::algorithms::hosts::groups;
 use crate::cpu::algorithms::{all_gather, block_bytes, reduce_scatter, Ctx, Kernel};
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// All-reduce `buf` in place.
 ///
 /// # Errors
-/// [`Error::InvalidArgument`](crate::Error::InvalidArgument) when the communicator is not
-/// laid out for it (see [`hosts::uniform`](crate::cpu::algorithms::hosts::uniform));
-/// communication errors.
+/// [`Error::Internal`] when the communicator is not laid out for it (see
+/// [`hosts::groups`](crate::cpu::algorithms::hosts::groups): the engine refuses such a
+/// call before it starts); communication errors.
 pub fn run(ctx: &Ctx, buf: &mut [u8], k: &Kernel) -> Result<()> {
-    let g = groups(&ctx.host_layout(), ctx.rank())?;
+    let g = ctx.hosts.ok_or_else(|| Error::Internal("hierarchical all_reduce without host groups".into()))?;
     let (r, n) = (ctx.rank(), ctx.size());
     let (next, prev) = ((r + 1) % n, (r + n - 1) % n);
     ctx.send(next, &[])?;

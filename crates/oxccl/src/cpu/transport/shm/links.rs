@@ -437,7 +437,7 @@ fn pump(inc: &mut Incoming, max_frame: usize, mailbox: &Mailbox) -> bool {
                         Ok(frame) => {
                             // A buffer the mailbox got back from an earlier frame: no fresh
                             // allocation (and its page faults) per large frame.
-                            let mut buf = mailbox.spare_buffer();
+                            let mut buf = mailbox.spare_buffer(frame.payload_len);
                             buf.resize(frame.payload_len, 0);
                             Reading::Payload { frame, buf, have: 0 }
                         }

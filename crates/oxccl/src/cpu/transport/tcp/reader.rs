@@ -83,7 +83,7 @@ pub(super) fn pump(r: &mut impl Read, src: usize, mailbox: &Mailbox, max_frame: 
             }
             _ => {}
         }
-        let payload = match read_payload(r, f.payload_len, mailbox.spare_buffer()) {
+        let payload = match read_payload(r, f.payload_len, mailbox.spare_buffer(f.payload_len)) {
             Ok(p) => p,
             Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return End::Truncated,
             Err(e) => return End::Failed(e),
