@@ -83,20 +83,9 @@ skip() { # skip PEER REASON
     fi
 }
 say() { echo "compare_peers: $*" >&2; }
-SUDO=()
-[ "$(id -u)" = 0 ] || SUDO=(sudo -n)
-
-APT_UPDATED=0
-apt_install() { # apt_install PKG...: 0 when installed
-    [ "$INSTALL" = 1 ] || return 1
-    command -v apt-get >/dev/null || return 1
-    say "installing $* (apt; log in $LOG)"
-    if [ "$APT_UPDATED" = 0 ]; then
-        "${SUDO[@]}" apt-get -o DPkg::Lock::Timeout=900 update >>"$LOG" 2>&1 || say "apt-get update failed (going on with the old lists)"
-        APT_UPDATED=1
-    fi
-    DEBIAN_FRONTEND=noninteractive "${SUDO[@]}" apt-get -o DPkg::Lock::Timeout=900 install -y --no-install-recommends "$@" >>"$LOG" 2>&1
-}
+PY="$VENV/bin/python"
+# shellcheck source=scripts/peers/install.sh
+. scripts/peers/install.sh
 
 # --- Open MPI: mpirun and mpicc of Open MPI (Debian's .openmpi names first, as MPICH may own the plain ones).
 find_ompi() {
@@ -135,17 +124,6 @@ fi
 [ "$(nproc)" -ge 2 ] || C2C=""
 
 # --- The venv: numpy and mpi4py (built against Open MPI) for ompi-py, torch for gloo.
-PY="$VENV/bin/python"
-vpy() { "$PY" -c "$1" >/dev/null 2>&1; }
-pip_install() { say "pip install $* (log in $LOG)"; "$PY" -m pip install --disable-pip-version-check "$@" >>"$LOG" 2>&1; }
-ensure_venv() {
-    [ -x "$PY" ] && return 0
-    [ "$INSTALL" = 1 ] || return 1
-    say "creating the venv $VENV"
-    python3 -m venv "$VENV" >>"$LOG" 2>&1 && return 0
-    rm -rf "$VENV"
-    apt_install python3-venv && python3 -m venv "$VENV" >>"$LOG" 2>&1
-}
 MPI4PY_CHECK='import mpi4py; mpi4py.rc.initialize = False
 from mpi4py import MPI; import numpy; assert "Open MPI" in MPI.Get_library_version()'
 GLOO_CHECK='import torch.distributed as d; assert d.is_available() and d.is_gloo_available()'

@@ -160,18 +160,9 @@ trap 'exit 143' TERM
 trap 'exit 129' HUP
 
 # --- Tools: iperf3, torch (gloo), oxccl.
-APT_UPDATED=0
-apt_install() { # apt_install PKG...: apt-get update only when the first install fails
-    [ "$INSTALL" = 1 ] || return 1
-    command -v apt-get >/dev/null || return 1
-    say "installing $* (apt; log in $LOG)"
-    local apt=(env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=900)
-    "${apt[@]}" install -y --no-install-recommends "$@" >>"$LOG" 2>&1 && return 0
-    [ "$APT_UPDATED" = 0 ] || return 1
-    APT_UPDATED=1
-    "${apt[@]}" update >>"$LOG" 2>&1 || say "apt-get update failed (going on with the old lists)"
-    "${apt[@]}" install -y --no-install-recommends "$@" >>"$LOG" 2>&1
-}
+PY="$VENV/bin/python"
+# shellcheck source=scripts/peers/install.sh
+. scripts/peers/install.sh
 if ! command -v iperf3 >/dev/null 2>&1; then
     apt_install iperf3 || true
 fi
@@ -183,18 +174,9 @@ else
     note "no iperf3 ($why): %iperf3 is of the python socket stream instead"
 fi
 
-PY="$VENV/bin/python"
 GLOO_CHECK='import torch.distributed as d; assert d.is_available() and d.is_gloo_available()'
-vpy() { "$PY" -c "$1" >/dev/null 2>&1; }
-pip_install() { say "pip install $* (log in $LOG)"; "$PY" -m pip install --disable-pip-version-check "$@" >>"$LOG" 2>&1; }
 if [ "$GLOO" = 1 ]; then
-    if [ ! -x "$PY" ] && [ "$INSTALL" = 1 ]; then
-        say "creating the venv $VENV"
-        if ! python3 -m venv "$VENV" >>"$LOG" 2>&1; then
-            rm -rf "$VENV"
-            apt_install python3-venv && python3 -m venv "$VENV" >>"$LOG" 2>&1
-        fi
-    fi
+    ensure_venv || true
     if [ -x "$PY" ] && ! vpy "$GLOO_CHECK" && [ "$INSTALL" = 1 ]; then
         vpy "import numpy" || pip_install numpy
         say "installing torch for gloo: PyPI's wheel for this platform, gigabytes with its CUDA libraries; --no-gloo skips it"
