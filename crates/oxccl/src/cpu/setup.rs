@@ -30,7 +30,7 @@ use crate::cpu::transport::mailbox::Mailbox;
 use crate::cpu::transport::routed::{Link, RoutedTransport};
 use crate::cpu::transport::shm::links::{ShmLinks, ShmOptions};
 use crate::cpu::transport::shm::wait::{self, WaitPolicy};
-use crate::cpu::transport::tcp::{TcpLinks, TcpOptions};
+use crate::cpu::transport::tcp::{TcpLinks, TcpOptions, MAX_POLL};
 use crate::error::{Error, Result};
 
 /// The backend's name.
@@ -289,8 +289,10 @@ fn build(
     // Every rank builds TCP links when any rank needs them, so the address exchange matches.
     let anyone_remote = opts.transport == TransportChoice::Tcp || !single_host;
     if anyone_remote && n > 1 {
+        // Receivers read their sockets themselves briefly, where the machine's waits spin.
+        let tcp_opts = TcpOptions { poll_for: policy.spin.min(MAX_POLL), ..opts.tcp.clone() };
         let tcp: Arc<dyn Link> =
-            Arc::new(TcpLinks::establish(rank, n, &remote, rdv, prefix, secret, &opts.tcp, Arc::clone(&mailbox))?);
+            Arc::new(TcpLinks::establish(rank, n, &remote, rdv, prefix, secret, &tcp_opts, Arc::clone(&mailbox))?);
         for &p in &remote {
             routes[p] = Some(Arc::clone(&tcp));
         }

@@ -37,11 +37,17 @@ pub trait Link: Send + Sync {
         deadline: Instant,
     ) -> Result<(), TransportError>;
 
-    /// Moves frames that have arrived on this link into the mailbox on the caller's thread;
-    /// returns whether any moved. Links whose frames arrive by themselves (TCP's reader
-    /// threads) have nothing to do here.
-    fn poll(&self) -> bool {
-        false
+    /// Moves frames that have arrived on this link into the mailbox on the caller's thread,
+    /// for a receiver that waits as `want` says: [`Polled::Took`] when the frame it waits
+    /// for was taken (a link may read its payload straight into `want.buf`, or find it in
+    /// the mailbox); else whether any frame moved. Links whose frames arrive by themselves
+    /// (through their own threads) have nothing to do here.
+    ///
+    /// # Errors
+    /// As [`Mailbox::recv`]; `Timeout` when a payload the link began reading into
+    /// `want.buf` did not all arrive by `want.deadline`.
+    fn poll(&self, _want: &mut Want<'_>) -> Result<Polled, TransportError> {
+        Ok(Polled::Nothing)
     }
 
     /// How long a receiver waiting for a frame from this link keeps calling [`Link::poll`]
@@ -50,28 +56,56 @@ pub trait Link: Send + Sync {
         Duration::ZERO
     }
 
-    /// Announces a receiver that calls [`Link::poll`] until [`Link::stop_polling`]: senders
-    /// may then skip waking the link's own thread.
-    fn start_polling(&self) {}
+    /// Announces a receiver that calls [`Link::poll`] for frames from `peer` until
+    /// [`Link::stop_polling`]: the link may then leave its own thread asleep.
+    fn start_polling(&self, _peer: usize) {}
 
-    /// Ends [`Link::start_polling`], and moves what arrived while senders counted on the
-    /// poller.
-    fn stop_polling(&self) {}
+    /// Ends [`Link::start_polling`], and moves (or has the link's own thread move) what
+    /// arrived while the link counted on the poller.
+    fn stop_polling(&self, _peer: usize) {}
+}
+
+/// What a receiver waits for, given to [`Link::poll`].
+#[derive(Debug)]
+pub struct Want<'b> {
+    /// The transport rank it waits on.
+    pub peer: usize,
+    /// The communicator.
+    pub comm_id: u64,
+    /// The channel within it.
+    pub channel: Channel,
+    /// The stage of the collective the wait belongs to (`None`: point-to-point).
+    pub at: Option<Stage>,
+    /// Where the payload goes.
+    pub buf: &'b mut [u8],
+    /// When the wait gives up.
+    pub deadline: Instant,
+}
+
+/// What a [`Link::poll`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Polled {
+    /// Nothing moved.
+    Nothing,
+    /// Frames moved into the mailbox.
+    Moved,
+    /// The frame waited for was taken into the receiver's buffer.
+    Took(Received),
 }
 
 /// A receiver's [`Link::start_polling`], ended when dropped (also on an early error).
-struct Polling<'a>(&'a dyn Link);
+struct Polling<'a>(&'a dyn Link, usize);
 
 impl<'a> Polling<'a> {
-    fn start(link: &'a dyn Link) -> Polling<'a> {
-        link.start_polling();
-        Polling(link)
+    fn start(link: &'a dyn Link, peer: usize) -> Polling<'a> {
+        link.start_polling(peer);
+        Polling(link, peer)
     }
 }
 
 impl Drop for Polling<'_> {
     fn drop(&mut self) {
-        self.0.stop_polling();
+        self.0.stop_polling(self.1);
     }
 }
 
@@ -209,14 +243,17 @@ impl Transport for RoutedTransport {
         if let Some(Some(link)) = self.routes.get(peer) {
             let budget = link.poll_for();
             if !budget.is_zero() {
-                let _polling = Polling::start(link.as_ref());
+                let _polling = Polling::start(link.as_ref(), peer);
                 let mut started = None;
                 loop {
                     if let Some(r) = self.mailbox.try_recv(peer, comm_id, channel, at, buf)? {
                         return Ok(r);
                     }
-                    if link.poll() {
-                        continue;
+                    let mut want = Want { peer, comm_id, channel, at, buf: &mut *buf, deadline };
+                    match link.poll(&mut want)? {
+                        Polled::Took(r) => return Ok(r),
+                        Polled::Moved => continue,
+                        Polled::Nothing => {}
                     }
                     let now = Instant::now();
                     if now.duration_since(*started.get_or_insert(now)) >= budget || now >= deadline {

@@ -38,7 +38,7 @@ use super::wait::WaitPolicy;
 use crate::bootstrap::Rendezvous;
 use crate::cpu::transport::frame::{decode_header, encode_header, FrameHeader, FrameKind, HEADER_LEN};
 use crate::cpu::transport::mailbox::Mailbox;
-use crate::cpu::transport::routed::Link;
+use crate::cpu::transport::routed::{Link, Polled, Want};
 use crate::cpu::transport::{Header, LinkKind, TransportError};
 use crate::error::{Error, Result};
 
@@ -293,6 +293,17 @@ impl ShmLinks {
         })
     }
 
+    /// Moves what arrived in the incoming rings into the mailbox on the caller's thread;
+    /// whether any frame moved. When the progress thread holds the rings it is reading them:
+    /// nothing to do here.
+    fn poll_rings(&self) -> bool {
+        match self.inbox.incoming.try_lock() {
+            Ok(mut incoming) => self.inbox.pump_all(&mut incoming),
+            Err(std::sync::TryLockError::Poisoned(p)) => self.inbox.pump_all(&mut p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => false,
+        }
+    }
+
     fn local_index(&self, peer: usize) -> Result<usize, TransportError> {
         self.local.iter().position(|&r| r == peer).ok_or_else(|| {
             TransportError::Other(Error::invalid(format!("rank {peer} is not on this host's shared-memory links")))
@@ -338,7 +349,7 @@ impl Link for ShmLinks {
                     ring.space_sleepers(),
                     &space_wait,
                     // Our peer may be waiting for room in its ring to us: drain ours.
-                    || ring.writable() > 0 || (self.poll() && ring.writable() > 0),
+                    || ring.writable() > 0 || (self.poll_rings() && ring.writable() > 0),
                     LIVENESS_CHECK,
                     || {
                         if !process_alive(self.shared.pid(p).load(Ordering::Acquire)) {
@@ -355,13 +366,8 @@ impl Link for ShmLinks {
         Ok(())
     }
 
-    fn poll(&self) -> bool {
-        // When the progress thread holds the rings it is reading them: nothing to do here.
-        match self.inbox.incoming.try_lock() {
-            Ok(mut incoming) => self.inbox.pump_all(&mut incoming),
-            Err(std::sync::TryLockError::Poisoned(p)) => self.inbox.pump_all(&mut p.into_inner()),
-            Err(std::sync::TryLockError::WouldBlock) => false,
-        }
+    fn poll(&self, _: &mut Want<'_>) -> Result<Polled, TransportError> {
+        Ok(if self.poll_rings() { Polled::Moved } else { Polled::Nothing })
     }
 
     fn poll_for(&self) -> Duration {
@@ -370,11 +376,11 @@ impl Link for ShmLinks {
         self.shared.wait.spin
     }
 
-    fn start_polling(&self) {
+    fn start_polling(&self, _: usize) {
         self.shared.pollers(self.me).fetch_add(1, Ordering::SeqCst);
     }
 
-    fn stop_polling(&self) {
+    fn stop_polling(&self, _: usize) {
         self.shared.pollers(self.me).fetch_sub(1, Ordering::SeqCst);
         // Pairs with the fence in `send_frame`: a sender that still saw us polling (and did
         // not wake the progress thread) wrote its bytes before that look, so this pump,
@@ -684,13 +690,13 @@ pub(crate) mod tests {
                     sent.fetch_add(1, Ordering::SeqCst);
                     // Then it reads, as a receiver does, until the other one is done.
                     while sent.load(Ordering::SeqCst) < 2 {
-                        l.poll();
+                        l.poll_rings();
                     }
                 });
             }
         });
         for (me, mb) in mailboxes.iter().enumerate() {
-            links[me].poll();
+            links[me].poll_rings();
             let mut buf = vec![0u8; LEN];
             let got = mb.try_recv(1 - me, 4, Channel::Collective, None, &mut buf).unwrap();
             assert_eq!(got.map(|g| g.len), Some(LEN), "rank {me} has no whole frame");
@@ -716,9 +722,9 @@ pub(crate) mod tests {
         let deadline = Instant::now() + Duration::from_secs(20);
         // A frame sent while the receiver announced polling wakes nobody: the receiver's
         // stop reads it.
-        rx.start_polling();
+        rx.start_polling(0);
         tx.send_frame(1, FrameKind::Data, &header(0), &[1, 2, 3], deadline).unwrap();
-        rx.stop_polling();
+        rx.stop_polling(0);
         let mut buf = [0u8; 3];
         let got = mailboxes[1].try_recv(0, 9, Channel::Collective, None, &mut buf).unwrap();
         assert_eq!(got.map(|g| (g.len, buf)), Some((3, [1, 2, 3])), "the stop did not read the ring");

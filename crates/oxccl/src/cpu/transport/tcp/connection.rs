@@ -1,19 +1,50 @@
-//! One established connection ([`Conn`]: its socket, the sending side's state, how it
+//! One established connection ([`Conn`]: its socket, both directions' state, how it
 //! ended) and the socket options that make a dead peer end it ([`set_liveness`]).
 
 use std::io;
 use std::net::TcpStream;
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Mutex, OnceLock};
 
+use super::incoming::Incoming;
+use super::readiness::Readiness;
 use super::writer::WriteState;
 
 /// One established connection.
 pub(super) struct Conn {
     pub(super) peer: usize,
+    /// When the reader thread wakes (first: dropped before the socket it watches).
+    pub(super) readiness: Readiness,
     pub(super) sock: TcpStream,
     pub(super) writer: Mutex<WriteState>,
+    /// The receiving side, read by the reader thread or by a receiving caller, in turn.
+    pub(super) incoming: Mutex<Incoming>,
+    /// Callers reading the socket themselves now ([`Link::start_polling`]): while there are
+    /// any, the reader thread is left disarmed.
+    ///
+    /// [`Link::start_polling`]: crate::cpu::transport::routed::Link::start_polling
+    pub(super) pollers: AtomicUsize,
     /// Set once the connection is unusable, with what was observed.
     pub(super) gone: OnceLock<String>,
+}
+
+impl Conn {
+    /// A connection to `peer` over `sock`, its reader armed.
+    ///
+    /// # Errors
+    /// When the kernel refuses the reader's epoll instance.
+    pub(super) fn new(peer: usize, sock: TcpStream) -> io::Result<Conn> {
+        let readiness = Readiness::new(&sock)?;
+        Ok(Conn {
+            peer,
+            readiness,
+            sock,
+            writer: Mutex::default(),
+            incoming: Mutex::default(),
+            pollers: AtomicUsize::new(0),
+            gone: OnceLock::new(),
+        })
+    }
 }
 
 /// Idle time before the first keepalive probe, seconds.

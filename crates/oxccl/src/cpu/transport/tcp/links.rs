@@ -5,22 +5,23 @@ use std::collections::HashSet;
 use std::fmt;
 use std::net::{Shutdown, SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, MutexGuard, TryLockError};
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::acceptor::Acceptor;
 use super::connection::{set_liveness, Conn};
 use super::handshake::{address_key, dial, lookup, Ident};
+use super::incoming::{Direct, Incoming, Pumped, Socket, Wait};
 use super::interface::select_address;
 use super::options::{TcpOptions, MAX_FRAME_ENV};
-use super::reader::spawn_reader;
+use super::reader::{report_end, spawn_reader};
 use super::writer::WriteFail;
 use crate::bootstrap::auth::Secret;
 use crate::bootstrap::Rendezvous;
 use crate::cpu::transport::frame::{self, FrameKind};
 use crate::cpu::transport::mailbox::Mailbox;
-use crate::cpu::transport::routed::Link;
+use crate::cpu::transport::routed::{Link, Polled, Want};
 use crate::cpu::transport::{Header, LinkKind, TransportError};
 use crate::error::{Error, Result};
 
@@ -34,6 +35,7 @@ pub struct TcpLinks {
     rank: usize,
     addr: SocketAddr,
     max_frame: usize,
+    poll_for: Duration,
     mailbox: Arc<Mailbox>,
     /// Indexed by peer rank.
     conns: Vec<Option<Arc<Conn>>>,
@@ -122,6 +124,7 @@ impl TcpLinks {
             rank,
             addr,
             max_frame: opts.max_frame,
+            poll_for: opts.poll_for,
             mailbox,
             conns: vec![None; world],
             closing: Arc::new(AtomicBool::new(false)),
@@ -134,7 +137,9 @@ impl TcpLinks {
                 .and_then(|()| s.set_read_timeout(None))
                 .and_then(|()| s.set_write_timeout(None));
             ready.map_err(|e| Error::io(format!("preparing the TCP connection to rank {p}"), &e))?;
-            let conn = Arc::new(Conn { peer: p, sock: s, writer: Mutex::default(), gone: OnceLock::new() });
+            let conn = Arc::new(
+                Conn::new(p, s).map_err(|e| Error::io(format!("watching the TCP connection to rank {p}"), &e))?,
+            );
             links.conns[p] = Some(Arc::clone(&conn));
             let reader =
                 spawn_reader(rank, conn, Arc::clone(&links.mailbox), links.max_frame, Arc::clone(&links.closing))
@@ -163,7 +168,15 @@ impl TcpLinks {
         for conn in self.conns.iter().flatten() {
             let _ = conn.gone.set(format!("rank {} shut its TCP connections down", self.rank));
             let _ = conn.sock.shutdown(Shutdown::Both);
+            // The reader may be disarmed while a caller reads: have it see the end now.
+            conn.readiness.arm();
         }
+    }
+
+    fn conn(&self, peer: usize) -> Result<&Arc<Conn>, TransportError> {
+        self.conns.get(peer).and_then(Option::as_ref).ok_or_else(|| {
+            TransportError::Other(Error::invalid(format!("rank {} has no TCP connection to rank {peer}", self.rank)))
+        })
     }
 
     /// Marks `conn` unusable, closes it, and loses its peer.
@@ -172,6 +185,44 @@ impl TcpLinks {
         let _ = conn.sock.shutdown(Shutdown::Both);
         self.mailbox.lose(conn.peer, &detail);
         detail
+    }
+}
+
+impl TcpLinks {
+    /// Reads `want.peer`'s socket on the caller's thread, holding its incoming side: frames
+    /// for others go to the mailbox; the frame `want` waits for, when it is next, lands in
+    /// `want.buf` directly. A frame the reader delivered before is taken from the mailbox
+    /// first, so the order holds.
+    ///
+    /// # Errors
+    /// As [`Mailbox::try_recv`]; `Timeout` when the payload begun into `want.buf` did not
+    /// all arrive by `want.deadline` (the rest goes to the mailbox).
+    fn read_for(
+        &self,
+        conn: &Conn,
+        mut incoming: MutexGuard<'_, Incoming>,
+        want: &mut Want<'_>,
+    ) -> std::result::Result<Polled, TransportError> {
+        let peer = want.peer;
+        if incoming.ended {
+            // The mailbox knows how it ended.
+            return Ok(Polled::Moved);
+        }
+        if let Some(r) = self.mailbox.try_recv(peer, want.comm_id, want.channel, want.at, want.buf)? {
+            return Ok(Polled::Took(r));
+        }
+        let direct = Direct { comm_id: want.comm_id, channel: want.channel, buf: want.buf, deadline: want.deadline };
+        let r = incoming.pump(&mut Socket(&conn.sock), peer, &self.mailbox, self.max_frame, Some(direct), Wait::Now);
+        match r {
+            Ok(Pumped::Took(r)) => Ok(Polled::Took(r)),
+            Ok(Pumped::Delivered) => Ok(Polled::Moved),
+            Ok(Pumped::Nothing) => Ok(Polled::Nothing),
+            Ok(Pumped::TimedOut) => Err(TransportError::Timeout { peer }),
+            Err(end) => {
+                report_end(self.rank, conn, end, &self.mailbox, self.closing.load(Ordering::Acquire));
+                Ok(Polled::Moved)
+            }
+        }
     }
 }
 
@@ -196,9 +247,7 @@ impl Link for TcpLinks {
         payload: &[u8],
         deadline: Instant,
     ) -> std::result::Result<(), TransportError> {
-        let conn = self.conns.get(peer).and_then(Option::as_ref).ok_or_else(|| {
-            TransportError::Other(Error::invalid(format!("rank {} has no TCP connection to rank {peer}", self.rank)))
-        })?;
+        let conn = self.conn(peer)?;
         if payload.len() > self.max_frame {
             return Err(TransportError::Other(Error::Config(format!(
                 "a message of {} bytes to rank {peer} exceeds the frame limit of {} bytes; raise {MAX_FRAME_ENV} on every rank",
@@ -231,6 +280,42 @@ impl Link for TcpLinks {
             Err(WriteFail::Io(e)) => {
                 let detail = self.break_conn(conn, format!("sending to rank {peer} over TCP failed: {e}"));
                 Err(TransportError::PeerLost { peer, detail })
+            }
+        }
+    }
+
+    /// Reads `want.peer`'s socket on the caller's thread without waiting (see `read_for`),
+    /// unless someone else (its reader thread, another caller) is reading it.
+    ///
+    /// # Errors
+    /// As `read_for`.
+    fn poll(&self, want: &mut Want<'_>) -> std::result::Result<Polled, TransportError> {
+        let conn = self.conn(want.peer)?;
+        match conn.incoming.try_lock() {
+            Ok(g) => self.read_for(conn, g, want),
+            Err(TryLockError::Poisoned(p)) => self.read_for(conn, p.into_inner(), want),
+            Err(TryLockError::WouldBlock) => Ok(Polled::Nothing),
+        }
+    }
+
+    fn poll_for(&self) -> Duration {
+        self.poll_for
+    }
+
+    fn start_polling(&self, peer: usize) {
+        if let Ok(conn) = self.conn(peer) {
+            if conn.pollers.fetch_add(1, Ordering::SeqCst) == 0 {
+                conn.readiness.disarm();
+            }
+        }
+    }
+
+    fn stop_polling(&self, peer: usize) {
+        if let Ok(conn) = self.conn(peer) {
+            // The reader re-arms after reading only while no caller polls: the last one to
+            // stop re-arms it here, so bytes that arrived meanwhile wake it.
+            if conn.pollers.fetch_sub(1, Ordering::SeqCst) == 1 {
+                conn.readiness.arm();
             }
         }
     }

@@ -23,14 +23,21 @@
 //!    cannot claim to be another rank's by mistake, nor join from another setup.
 //! 4. every connection gets `TCP_NODELAY`, keepalive probes and a bound on unacknowledged
 //!    data (see `set_liveness`: a host that vanishes, or a cut link, ends the connection
-//!    within about half a minute even while nothing is being sent), and a reader thread
-//!    that decodes frames ([`frame`](super::frame)) and delivers them into the rank's
-//!    [`Mailbox`](super::mailbox::Mailbox): data with `deliver`, failure notices with
-//!    `fail`, release notices with `close`. When the connection ends (EOF, a read error, a
-//!    malformed frame) the reader calls `lose` and ends; a malformed frame also closes the
-//!    connection. Every field is checked before use, and a length field alone never makes
-//!    a reader allocate more than 64 MiB (the payload buffer grows as bytes actually
-//!    arrive, up to `max_frame`).
+//!    within about half a minute even while nothing is being sent), and a reader thread.
+//!
+//! Receiving: a connection's incoming bytes are decoded by whoever holds its `Incoming`
+//! (`incoming`: every field checked before use; a length field alone never makes it
+//! allocate more than 64 MiB, the payload buffer grows as bytes arrive, up to `max_frame`).
+//! A receiver waiting on a peer first reads that peer's socket itself, without waiting, for
+//! [`TcpOptions::poll_for`] ([`Link::poll`](super::routed::Link::poll)): the frame it waits
+//! for lands straight in its buffer, and no thread has to wake for it. Otherwise (and for
+//! everything that arrives while nobody waits on that peer) the connection's reader thread
+//! reads: it sleeps until the socket has bytes (`readiness`: an epoll instance that stays
+//! disarmed while a receiver reads, so the two do not wake each other), and delivers into
+//! the rank's [`Mailbox`](super::mailbox::Mailbox): data with `deliver`, failure notices with
+//! `fail`, release notices with `close`. When the stream ends (EOF, a read error, a
+//! malformed frame) whoever found it calls `lose`; a malformed frame also closes the
+//! connection.
 //!
 //! Sends ([`Link::send_frame`](super::routed::Link::send_frame)) are serialized per
 //! connection by a mutex and written with plain `send`s (`MSG_NOSIGNAL`; vectored writes
@@ -44,16 +51,19 @@
 //! The files: `options` ([`TcpOptions`], from the environment), `interface` (choosing the
 //! address), `handshake` (looking peers up, dialing, the identity exchange), `acceptor`
 //! (accepting and vetting the lower peers' connections), `connection` (one connection and its
-//! socket options), `writer` and `reader` (its two directions), `links` ([`TcpLinks`]), and
-//! `tests`.
+//! socket options), `writer` (sending), `incoming` (decoding what arrives, by whichever
+//! thread reads), `reader` (the reader thread) and `readiness` (when it wakes), `links`
+//! ([`TcpLinks`]), and `tests`.
 
 mod acceptor;
 mod connection;
 mod handshake;
+mod incoming;
 mod interface;
 mod links;
 mod options;
 mod reader;
+mod readiness;
 #[cfg(test)]
 mod tests;
 mod writer;
@@ -64,7 +74,7 @@ use std::time::{Duration, Instant};
 pub use handshake::AUTH_CONTEXT;
 pub use interface::{default_candidates, ipv4_interfaces, select_address};
 pub use links::TcpLinks;
-pub use options::TcpOptions;
+pub use options::{TcpOptions, MAX_POLL};
 #[cfg(test)]
 use options::{DEFAULT_MAX_FRAME, IFNAME_ENV, MAX_FRAME_ENV};
 

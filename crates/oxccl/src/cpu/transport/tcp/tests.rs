@@ -12,8 +12,8 @@ use proptest::prelude::*;
 
 use super::connection::{set_liveness, KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, KEEPALIVE_PROBES, USER_TIMEOUT_MS};
 use super::handshake::{dial, lookup, Ident, Verdict, REPLY_LEN};
+use super::incoming::{pump_to_end, Direct, End, Incoming, Pumped, Source, Wait, PREALLOC};
 use super::interface::{pick, pick_preferring, Iface};
-use super::reader::{pump, read_payload, End, PREALLOC};
 use super::{remaining, select_address, TcpLinks, TcpOptions, AUTH_CONTEXT, IFNAME_ENV, MAX_FRAME_ENV};
 use crate::bootstrap::auth::{self, Secret, SECRET_ENV};
 use crate::bootstrap::Rendezvous;
@@ -69,7 +69,14 @@ fn opts() -> TcpOptions {
         prefer: None,
         connect_timeout: Duration::from_secs(10),
         max_frame: 1 << 26,
+        poll_for: Duration::ZERO,
     }
+}
+
+/// [`opts`] with receivers that read their sockets themselves for `poll_for` before they
+/// sleep (the reader threads deliver the rest).
+fn polling(poll_for: Duration) -> TcpOptions {
+    TcpOptions { poll_for, ..opts() }
 }
 
 fn secret() -> Secret {
@@ -116,7 +123,11 @@ fn communicator(r: usize, n: usize, mb: Arc<Mailbox>, links: &Arc<TcpLinks>) -> 
 }
 
 fn tcp_world(n: usize) -> Vec<(Communicator, Arc<TcpLinks>)> {
-    links_world(n, |_| secret(), &opts())
+    tcp_world_with(n, &opts())
+}
+
+fn tcp_world_with(n: usize, opts: &TcpOptions) -> Vec<(Communicator, Arc<TcpLinks>)> {
+    links_world(n, |_| secret(), opts)
         .into_iter()
         .enumerate()
         .map(|(r, res)| {
@@ -141,8 +152,20 @@ fn input(r: usize, count: usize) -> Vec<i64> {
 
 #[test]
 fn collectives_over_tcp_match_sequential_references() {
-    for n in 2..=5 {
-        let world = tcp_world(n);
+    collectives_match_references(&opts(), 2..=5);
+}
+
+/// The same with receivers that read their sockets themselves (payloads land in place),
+/// briefly (most waits end in the reader threads) and for long (most end in the caller).
+#[test]
+fn collectives_match_references_with_polling_receivers() {
+    collectives_match_references(&polling(Duration::from_micros(50)), 2..=3);
+    collectives_match_references(&polling(Duration::from_secs(1)), 2..=4);
+}
+
+fn collectives_match_references(opts: &TcpOptions, worlds: std::ops::RangeInclusive<usize>) {
+    for n in worlds {
+        let world = tcp_world_with(n, opts);
         let comms: Vec<Communicator> = world.iter().map(|(c, _)| c.clone()).collect();
         let count = 1031;
         for algo in [Algorithm::Ring, Algorithm::RecursiveDoubling] {
@@ -498,7 +521,7 @@ fn failure_and_release_notices_reach_the_mailbox() {
     }
     stream.extend_from_slice(&frame::encode_header(FrameKind::Release, &header(4), 0));
     let mb = Mailbox::new();
-    assert!(matches!(pump(&mut stream.as_slice(), 2, &mb, 1 << 20), End::Closed));
+    assert!(matches!(pump_to_end(stream.as_slice(), 2, &mb, 1 << 20), End::Closed));
     let deadline = Instant::now() + Duration::from_secs(1);
     let mut buf = [0u8; 3];
     assert_eq!(mb.recv(2, 4, Channel::PointToPoint(3), None, &mut buf, deadline).unwrap().len, 3);
@@ -533,28 +556,147 @@ fn malformed_streams_end_the_reader_cleanly() {
         (frame::encode_header(FrameKind::Data, &header(1), (1 << 20) + 1).to_vec(), "limit"),
     ];
     for (bytes, want) in cases {
-        let end = pump(&mut bytes.as_slice(), 0, &mb, 1 << 20);
+        let end = pump_to_end(bytes.as_slice(), 0, &mb, 1 << 20);
         let text = format!("{end:?}").to_lowercase();
         assert!(text.contains(want), "{want}: {text}");
     }
     // A huge length within the limit, with the bytes missing: no huge allocation up front.
     let head = frame::encode_header(FrameKind::Data, &header(1), 1 << 40);
-    assert!(matches!(pump(&mut &head[..], 0, &mb, usize::MAX), End::Truncated));
+    assert!(matches!(pump_to_end(&head[..], 0, &mb, usize::MAX), End::Truncated));
 }
 
 #[test]
 fn payloads_above_the_first_allocation_are_read_whole() {
     let len = PREALLOC + PREALLOC / 2 + 3;
     let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
-    assert!(read_payload(&mut data.as_slice(), len, Vec::new()).unwrap() == data);
-    assert_eq!(read_payload(&mut &data[..len - 1], len, Vec::new()).unwrap_err().kind(), io::ErrorKind::UnexpectedEof);
-    // A reused buffer: its old bytes never show, and the bytes after the payload stay unread.
-    let mut reused = Vec::with_capacity(64);
-    reused.extend_from_slice(&[0xEE; 40]);
-    reused.clear();
-    let mut stream: &[u8] = &data[..100];
-    assert_eq!(read_payload(&mut stream, 10, reused).unwrap(), &data[..10]);
-    assert_eq!(stream.len(), 90);
+    let h = header(1);
+    let stream = [&frame::encode_header(FrameKind::Data, &h, len)[..], &data].concat();
+    let mb = Mailbox::new();
+    assert!(matches!(pump_to_end(&stream, 0, &mb, usize::MAX), End::Closed));
+    let mut buf = vec![0u8; len];
+    let got = mb.try_recv(0, 1, h.channel, None, &mut buf).unwrap().map(|g| g.len);
+    assert_eq!(got, Some(len));
+    assert!(buf == data);
+    // One byte short: the stream ends inside the frame.
+    assert!(matches!(pump_to_end(&stream[..stream.len() - 1], 0, &mb, usize::MAX), End::Truncated));
+}
+
+/// A stream of which only the first `open` bytes have arrived: reads past them would block,
+/// or end the stream once all arrived and `eof` is set.
+struct Trickle {
+    data: Vec<u8>,
+    at: usize,
+    open: usize,
+    eof: bool,
+}
+
+impl Source for Trickle {
+    fn read_some(&mut self, buf: &mut [std::mem::MaybeUninit<u8>], _: Wait) -> io::Result<usize> {
+        if self.at == self.open {
+            return if self.eof && self.at == self.data.len() { Ok(0) } else { Err(io::ErrorKind::WouldBlock.into()) };
+        }
+        let n = buf.len().min(self.open - self.at);
+        for (d, s) in buf.iter_mut().zip(&self.data[self.at..self.at + n]) {
+            d.write(*s);
+        }
+        self.at += n;
+        Ok(n)
+    }
+}
+
+fn data_frame(comm_id: u64, payload: &[u8]) -> Vec<u8> {
+    [&frame::encode_header(FrameKind::Data, &header(comm_id), payload.len())[..], payload].concat()
+}
+
+#[test]
+fn a_waiting_caller_takes_its_frame_in_place_and_leaves_the_rest_in_order() {
+    let big: Vec<u8> = (0..100_000u32).map(|i| (i % 253) as u8).collect();
+    // Ahead of the frame waited for: one of the same channel but another length, and one of
+    // another communicator. Behind it: one more, not yet wanted.
+    let data =
+        [data_frame(9, b"short"), data_frame(11, b"other"), data_frame(9, &big), data_frame(9, b"after")].concat();
+    let open = data.len();
+    let mut src = Trickle { data, at: 0, open, eof: false };
+    let mb = Mailbox::new();
+    let mut inc = Incoming::default();
+    let mut buf = vec![0u8; big.len()];
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let direct = Direct { comm_id: 9, channel: header(9).channel, buf: &mut buf, deadline };
+    let got = inc.pump(&mut src, 0, &mb, 1 << 20, Some(direct), Wait::Now).unwrap();
+    assert_eq!(got, Pumped::Took(crate::cpu::transport::Received { header: header(9), len: big.len() }));
+    assert!(buf == big);
+    // The frames before it are in the mailbox; the one after it is still on the stream.
+    let mut small = [0u8; 5];
+    let take = |comm, small: &mut [u8; 5]| mb.try_recv(0, comm, header(9).channel, None, small).unwrap().map(|g| g.len);
+    assert_eq!(take(9, &mut small), Some(5));
+    assert_eq!(&small, b"short");
+    assert_eq!(take(11, &mut small), Some(5));
+    assert_eq!(&small, b"other");
+    assert_eq!(take(9, &mut small), None);
+    assert_eq!(inc.pump(&mut src, 0, &mb, 1 << 20, None, Wait::Now).unwrap(), Pumped::Delivered);
+    assert_eq!(take(9, &mut small), Some(5));
+    assert_eq!(&small, b"after");
+    src.eof = true;
+    assert!(matches!(inc.pump(&mut src, 0, &mb, 1 << 20, None, Wait::Now), Err(End::Closed)));
+}
+
+#[test]
+fn a_payload_late_past_the_callers_deadline_still_reaches_the_mailbox_whole() {
+    let big: Vec<u8> = (0..70_000u32).map(|i| (i % 241) as u8).collect();
+    let data = [data_frame(9, &big), data_frame(9, b"after")].concat();
+    // The header and part of the payload have arrived.
+    let mut src = Trickle { data, at: 0, open: HEADER_LEN + 1000, eof: false };
+    let mb = Mailbox::new();
+    let mut inc = Incoming::default();
+    let mut buf = vec![0u8; big.len()];
+    let direct = Direct { comm_id: 9, channel: header(9).channel, buf: &mut buf, deadline: Instant::now() };
+    assert_eq!(inc.pump(&mut src, 0, &mb, 1 << 20, Some(direct), Wait::Now).unwrap(), Pumped::TimedOut);
+    // Nothing more has arrived: nothing moves, and nothing is delivered half.
+    assert_eq!(inc.pump(&mut src, 0, &mb, 1 << 20, None, Wait::Now).unwrap(), Pumped::Nothing);
+    assert_eq!(mb.try_recv(0, 9, header(9).channel, None, &mut buf).unwrap(), None);
+    // The rest arrives: the frame is whole, and the stream is still in step.
+    src.open = src.data.len();
+    assert_eq!(inc.pump(&mut src, 0, &mb, 1 << 20, None, Wait::Now).unwrap(), Pumped::Delivered);
+    buf.fill(0);
+    assert_eq!(mb.try_recv(0, 9, header(9).channel, None, &mut buf).unwrap().map(|g| g.len), Some(big.len()));
+    assert!(buf == big);
+    let mut small = [0u8; 5];
+    assert_eq!(mb.try_recv(0, 9, header(9).channel, None, &mut small).unwrap().map(|g| g.len), Some(5));
+    assert_eq!(&small, b"after");
+}
+
+#[test]
+fn a_polling_receiver_over_a_real_socket_keeps_order_with_the_reader_thread() {
+    // Rank 1 reads its socket itself; frames arrive while it waits, and while it does not
+    // (then its reader thread takes them): every one comes out once, in order.
+    let rdv = &MemRdv::default();
+    let (mut to1, (mb1, l1)) = thread::scope(|s| {
+        let real = s.spawn(move || establish(1, 2, rdv, &secret(), &polling(Duration::from_secs(2))));
+        let me = Ident::new(0, 2, PREFIX);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let fake = dial(1, lookup(rdv, PREFIX, 1, deadline).unwrap(), &secret(), &me, deadline).unwrap();
+        (fake, real.join().unwrap().unwrap())
+    });
+    let t1 = transport(1, 2, mb1, &Arc::new(l1));
+    let writer = thread::spawn(move || {
+        for i in 0..200u32 {
+            let len = [0usize, 7, 40_000, 3][i as usize % 4];
+            let payload: Vec<u8> = (0..len).map(|j| (j as u32 + i) as u8).collect();
+            to1.write_all(&data_frame(9, &payload)).unwrap();
+            if i % 16 == 0 {
+                thread::sleep(Duration::from_millis(3));
+            }
+        }
+        to1
+    });
+    for i in 0..200u32 {
+        let len = [0usize, 7, 40_000, 3][i as usize % 4];
+        let mut buf = vec![0u8; len];
+        let got = t1.recv(0, 9, header(9).channel, None, &mut buf, Instant::now() + Duration::from_secs(10)).unwrap();
+        assert_eq!(got.len, len, "frame {i}");
+        assert!(buf.iter().enumerate().all(|(j, &b)| b == (j as u32 + i) as u8), "frame {i}: wrong bytes");
+    }
+    drop(writer.join().unwrap());
 }
 
 proptest! {
@@ -563,7 +705,7 @@ proptest! {
     #[test]
     fn readers_take_any_bytes(bytes in prop::collection::vec(any::<u8>(), 0..400), max in 0usize..512) {
         let mb = Mailbox::new();
-        let end = pump(&mut bytes.as_slice(), 1, &mb, max);
+        let end = pump_to_end(bytes.as_slice(), 1, &mb, max);
         prop_assert!(!matches!(end, End::Failed(_)));
     }
 
@@ -581,7 +723,7 @@ proptest! {
         }
         bytes.extend_from_slice(&junk);
         let mb = Mailbox::new();
-        let end = pump(&mut bytes.as_slice(), 0, &mb, 64);
+        let end = pump_to_end(bytes.as_slice(), 0, &mb, 64);
         prop_assert!(!matches!(end, End::Failed(_)));
         let deadline = Instant::now();
         for (h, p) in &frames {

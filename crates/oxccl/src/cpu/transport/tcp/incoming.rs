@@ -1,0 +1,352 @@
+//! The receiving half of a connection as a decoder that can change hands: [`Incoming`] holds
+//! the bytes read so far and the frame being filled, so the connection's reader thread and
+//! a receiving caller take turns reading the socket (behind the connection's mutex) without
+//! either losing the other's place in the stream.
+//!
+//! [`Incoming::pump`] decodes frames into the mailbox, checking every field before use: data
+//! with `deliver`, failure notices with `fail`, release notices with `close` (through
+//! [`Mailbox::accept`]). A caller that waits for a frame names it ([`Direct`]): when that
+//! frame is the next one on the stream its payload is read straight into the caller's
+//! buffer, without a copy through the mailbox. A length field alone never makes it allocate
+//! more than [`PREALLOC`] bytes: a payload buffer grows as the bytes actually arrive, and the
+//! bytes land in its uninitialised capacity (never zeroed first).
+
+use std::io;
+use std::mem::MaybeUninit;
+use std::net::TcpStream;
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+use super::remaining;
+use crate::cpu::transport::frame::{self, FrameHeader, FrameKind, HEADER_LEN, MAX_NOTICE_LEN};
+use crate::cpu::transport::mailbox::Mailbox;
+use crate::cpu::transport::{Channel, Received};
+
+/// Most a payload buffer is given before its bytes arrive.
+pub(super) const PREALLOC: usize = 64 << 20;
+/// Bytes read ahead of the frame being decoded (headers and small payloads come in batches).
+const READ_BUFFER: usize = 64 * 1024;
+/// Longest single sleep of a read that waits until a deadline.
+const WAIT_SLICE: Duration = Duration::from_millis(100);
+
+/// How a stream ended.
+#[derive(Debug)]
+pub(super) enum End {
+    /// EOF at a frame boundary.
+    Closed,
+    /// EOF inside a frame.
+    Truncated,
+    /// A read failed.
+    Failed(io::Error),
+    /// The peer sent something that is not a valid frame (the text says what).
+    Malformed(String),
+}
+
+/// How long a read may wait for bytes.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Wait {
+    /// Not at all: `WouldBlock` when nothing is there.
+    Now,
+    /// Until the instant (then `WouldBlock`).
+    Until(Instant),
+    /// Until bytes arrive or the stream ends.
+    Forever,
+}
+
+/// Where the bytes come from: a socket, or (in tests) a slice.
+pub(super) trait Source {
+    /// Reads up to `buf.len()` bytes into `buf`, returning how many it initialised; `Ok(0)`
+    /// at the end of the stream; `WouldBlock` when nothing arrived within `wait`.
+    fn read_some(&mut self, buf: &mut [MaybeUninit<u8>], wait: Wait) -> io::Result<usize>;
+}
+
+impl Source for &[u8] {
+    fn read_some(&mut self, buf: &mut [MaybeUninit<u8>], _: Wait) -> io::Result<usize> {
+        let n = buf.len().min(self.len());
+        for (d, s) in buf.iter_mut().zip(&self[..n]) {
+            d.write(*s);
+        }
+        *self = &self[n..];
+        Ok(n)
+    }
+}
+
+/// A connected socket read with `recv` (its own descriptor stays in blocking mode: waiting
+/// or not is chosen per call).
+pub(super) struct Socket<'a>(pub(super) &'a TcpStream);
+
+impl Socket<'_> {
+    fn recv(&self, buf: &mut [MaybeUninit<u8>], flags: libc::c_int) -> io::Result<usize> {
+        loop {
+            // SAFETY: `recv` writes at most `buf.len()` bytes into memory we hold exclusively
+            // for the call (uninitialised bytes may be written to); the descriptor is open for
+            // as long as the borrowed stream lives.
+            let r = unsafe { libc::recv(self.0.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), flags) };
+            if r >= 0 {
+                return Ok(r as usize);
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
+
+    /// Sleeps until the socket is readable (or has ended) or `for_` has passed.
+    fn readable_within(&self, for_: Duration) -> io::Result<()> {
+        let mut pfd = libc::pollfd { fd: self.0.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        let ms = for_.as_millis().clamp(1, i32::MAX as u128) as libc::c_int;
+        // SAFETY: one valid pollfd, and the count says one.
+        let r = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Source for Socket<'_> {
+    fn read_some(&mut self, buf: &mut [MaybeUninit<u8>], wait: Wait) -> io::Result<usize> {
+        match wait {
+            Wait::Forever => self.recv(buf, 0),
+            Wait::Now => self.recv(buf, libc::MSG_DONTWAIT),
+            Wait::Until(deadline) => loop {
+                match self.recv(buf, libc::MSG_DONTWAIT) {
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        let left = remaining(deadline);
+                        if left.is_zero() {
+                            return Err(e);
+                        }
+                        self.readable_within(left.min(WAIT_SLICE))?;
+                    }
+                    r => return r,
+                }
+            },
+        }
+    }
+}
+
+/// A frame whose header was read and whose payload is still arriving.
+struct Partial {
+    frame: FrameHeader,
+    payload: Vec<u8>,
+}
+
+/// The frame a receiving caller waits for, and where its payload goes.
+pub(super) struct Direct<'b> {
+    pub(super) comm_id: u64,
+    pub(super) channel: Channel,
+    /// The payload lands here when its length is exactly this buffer's.
+    pub(super) buf: &'b mut [u8],
+    /// How long the caller may wait for the rest of a payload it began reading.
+    pub(super) deadline: Instant,
+}
+
+/// What a [`Incoming::pump`] did.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Pumped {
+    /// Nothing was delivered (nothing had arrived, or only part of a frame).
+    Nothing,
+    /// Frames were delivered into the mailbox.
+    Delivered,
+    /// The [`Direct`] frame arrived into the caller's buffer.
+    Took(Received),
+    /// The [`Direct`] frame began but its payload did not all arrive by the deadline; the
+    /// rest of it will be delivered into the mailbox, so the stream stays in step.
+    TimedOut,
+}
+
+/// A connection's incoming bytes, between reads: see the module documentation.
+pub(super) struct Incoming {
+    buf: Box<[MaybeUninit<u8>]>,
+    /// `buf[lo..hi]` is read and not yet decoded.
+    lo: usize,
+    hi: usize,
+    partial: Option<Partial>,
+    /// The stream ended (and its end was reported): nothing more is read.
+    pub(super) ended: bool,
+}
+
+impl Default for Incoming {
+    fn default() -> Self {
+        Incoming { buf: Box::new_uninit_slice(READ_BUFFER), lo: 0, hi: 0, partial: None, ended: false }
+    }
+}
+
+impl Incoming {
+    fn buffered(&self) -> &[u8] {
+        // SAFETY: bytes lo..hi were initialised by a read (see `fill`).
+        unsafe { std::slice::from_raw_parts(self.buf[self.lo..self.hi].as_ptr().cast::<u8>(), self.hi - self.lo) }
+    }
+
+    /// Reads more bytes behind the buffered ones; `Ok(false)` when none arrived within `wait`.
+    fn fill(&mut self, src: &mut impl Source, wait: Wait) -> Result<bool, End> {
+        if self.lo == self.hi {
+            (self.lo, self.hi) = (0, 0);
+        } else if self.lo > 0 {
+            self.buf.copy_within(self.lo..self.hi, 0);
+            (self.lo, self.hi) = (0, self.hi - self.lo);
+        }
+        match src.read_some(&mut self.buf[self.hi..], wait) {
+            Ok(0) => Err(if self.hi == 0 && self.partial.is_none() { End::Closed } else { End::Truncated }),
+            Ok(n) => {
+                self.hi += n;
+                Ok(true)
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
+            Err(e) => Err(End::Failed(e)),
+        }
+    }
+
+    /// The next frame's header, checked; `None` when it has not all arrived (without waiting).
+    fn header(&mut self, src: &mut impl Source, max_frame: usize) -> Result<Option<FrameHeader>, End> {
+        while self.hi - self.lo < HEADER_LEN {
+            if !self.fill(src, Wait::Now)? {
+                return Ok(None);
+            }
+        }
+        let f = frame::decode_header(&self.buffered()[..HEADER_LEN], max_frame)
+            .map_err(|e| End::Malformed(format!("a malformed frame ({})", e.0)))?;
+        self.lo += HEADER_LEN;
+        match f.kind {
+            FrameKind::Release if f.payload_len != 0 => {
+                Err(End::Malformed(format!("a release notice with a {}-byte payload", f.payload_len)))
+            }
+            FrameKind::Failure if f.payload_len > MAX_NOTICE_LEN => {
+                Err(End::Malformed(format!("a failure notice of {} bytes (at most {MAX_NOTICE_LEN})", f.payload_len)))
+            }
+            _ => Ok(Some(f)),
+        }
+    }
+
+    /// Reads into `dst[*at..]`, advancing `*at`: the buffered bytes first, then straight from
+    /// `src`. Returns whether `dst` is full; waits as `wait` says.
+    fn read_into(
+        &mut self,
+        src: &mut impl Source,
+        dst: &mut [MaybeUninit<u8>],
+        at: &mut usize,
+        wait: Wait,
+    ) -> Result<bool, End> {
+        let k = (dst.len() - *at).min(self.hi - self.lo);
+        dst[*at..*at + k].copy_from_slice(&self.buf[self.lo..self.lo + k]);
+        self.lo += k;
+        *at += k;
+        while *at < dst.len() {
+            match src.read_some(&mut dst[*at..], wait) {
+                Ok(0) => return Err(End::Truncated),
+                Ok(n) => *at += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) => return Err(End::Failed(e)),
+            }
+        }
+        Ok(true)
+    }
+
+    /// Fills the partial frame's payload; whether it is complete.
+    fn fill_partial(&mut self, src: &mut impl Source, p: &mut Partial, wait: Wait) -> Result<bool, End> {
+        let want = p.frame.payload_len;
+        while p.payload.len() < want {
+            // Grow with the bytes: at most PREALLOC ahead of what arrived.
+            p.payload.reserve((want - p.payload.len()).min(PREALLOC));
+            let room = (want - p.payload.len()).min(p.payload.capacity() - p.payload.len());
+            let mut got = 0;
+            let start = p.payload.len();
+            let full = self.read_into(src, &mut p.payload.spare_capacity_mut()[..room], &mut got, wait)?;
+            // SAFETY: `read_into` initialised the first `got` bytes of the spare capacity.
+            unsafe { p.payload.set_len(start + got) };
+            if !full {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Decodes what arrived from `from` into `mailbox`, until no more bytes are there (a
+    /// payload already begun is waited for as `payload_wait` says). With `direct`, its frame
+    /// (same communicator and channel, and exactly its buffer's length), when it is the next
+    /// one found, is read into its buffer (waiting for the rest of the payload until its
+    /// deadline) and the pump stops there.
+    ///
+    /// # Errors
+    /// How the stream ended (every later call returns [`End::Closed`]).
+    pub(super) fn pump(
+        &mut self,
+        src: &mut impl Source,
+        from: usize,
+        mailbox: &Mailbox,
+        max_frame: usize,
+        mut direct: Option<Direct<'_>>,
+        payload_wait: Wait,
+    ) -> Result<Pumped, End> {
+        if self.ended {
+            return Err(End::Closed);
+        }
+        let r = self.pump_inner(src, from, mailbox, max_frame, &mut direct, payload_wait);
+        if r.is_err() {
+            self.ended = true;
+        }
+        r
+    }
+
+    fn pump_inner(
+        &mut self,
+        src: &mut impl Source,
+        from: usize,
+        mailbox: &Mailbox,
+        max_frame: usize,
+        direct: &mut Option<Direct<'_>>,
+        payload_wait: Wait,
+    ) -> Result<Pumped, End> {
+        let mut delivered = false;
+        let done = |delivered| if delivered { Pumped::Delivered } else { Pumped::Nothing };
+        loop {
+            if let Some(mut p) = self.partial.take() {
+                if !self.fill_partial(src, &mut p, payload_wait)? {
+                    self.partial = Some(p);
+                    return Ok(done(delivered));
+                }
+                mailbox
+                    .accept(from, p.frame, p.payload)
+                    .map_err(|e| End::Malformed(format!("a failure notice that cannot be decoded ({})", e.0)))?;
+                delivered = true;
+            }
+            let Some(f) = self.header(src, max_frame)? else { return Ok(done(delivered)) };
+            if let Some(d) = direct.as_mut() {
+                let h = f.header;
+                if f.kind == FrameKind::Data
+                    && h.comm_id == d.comm_id
+                    && h.channel == d.channel
+                    && f.payload_len == d.buf.len()
+                {
+                    // SAFETY: viewing initialised bytes as possibly uninitialised ones; only
+                    // initialised bytes are ever written through the view.
+                    let dst = unsafe { &mut *(std::ptr::from_mut::<[u8]>(d.buf) as *mut [MaybeUninit<u8>]) };
+                    let mut at = 0;
+                    if self.read_into(src, dst, &mut at, Wait::Until(d.deadline))? {
+                        return Ok(Pumped::Took(Received { header: h, len: f.payload_len }));
+                    }
+                    let mut payload = mailbox.spare_buffer(f.payload_len);
+                    payload.extend_from_slice(&d.buf[..at]);
+                    self.partial = Some(Partial { frame: f, payload });
+                    return Ok(Pumped::TimedOut);
+                }
+            }
+            self.partial = Some(Partial { frame: f, payload: mailbox.spare_buffer(f.payload_len) });
+        }
+    }
+}
+
+/// Decodes the whole of `src` into `mailbox` as a reader thread would, until it ends.
+#[cfg(test)]
+pub(super) fn pump_to_end(mut src: &[u8], from: usize, mailbox: &Mailbox, max_frame: usize) -> End {
+    let mut inc = Incoming::default();
+    loop {
+        if let Err(end) = inc.pump(&mut src, from, mailbox, max_frame, None, Wait::Forever) {
+            return end;
+        }
+    }
+}
