@@ -40,10 +40,9 @@
 //! connection.
 //!
 //! Sends ([`Link::send_frame`](super::routed::Link::send_frame)) are serialized per
-//! connection by a mutex and written with plain `send`s (`MSG_NOSIGNAL`; vectored writes
-//! would use `writev`, which raises `SIGPIPE` on a closed connection and kills a process
-//! that has not ignored it). Small frames are coalesced into one write. The deadline
-//! becomes the socket's write timeout.
+//! connection by a mutex, header and payload in one `sendmsg` (`MSG_NOSIGNAL`; `writev`
+//! would raise `SIGPIPE` on a closed connection and kill a process that has not ignored it).
+//! The deadline becomes the socket's write timeout.
 //!
 //! Connections are not re-established: a lost connection loses the peer for every
 //! communicator that uses it.

@@ -1,15 +1,22 @@
-//! The sending side of a connection: [`WriteState`] writes frames with plain `send`s under
-//! a deadline, coalescing small ones into one write, and remembers a frame left half-written.
+//! The sending side of a connection: [`WriteState`] writes each frame, header and payload
+//! together, with `sendmsg` under a deadline, and remembers a frame left half-written.
+//!
+//! Header and payload go out in one system call from their own memory (two `iovec`s), so a
+//! frame is contiguous on the wire without first being copied together. `sendmsg` takes
+//! `MSG_NOSIGNAL`, unlike `writev`, which raises `SIGPIPE` on a closed connection and kills
+//! a process that has not ignored it. Before, payloads above 32 KiB went out as a write of
+//! the header and a write of the payload, and smaller ones were first copied behind their
+//! header. Over a veth pair, 2 ranks, all_reduce, medians of 5 runs side by side: 64 KiB
+//! 37.7 -> 37.5 µs, 96 KiB 48 -> 43 µs, 128 KiB 140 -> 132 µs.
 
-use std::io::{self, Write};
+use std::io;
 use std::net::TcpStream;
+use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use super::remaining;
 use crate::cpu::transport::frame::HEADER_LEN;
 
-/// Frames with payloads up to this size are copied behind their header and sent with one write.
-const COALESCE: usize = 32 * 1024;
 /// How far past its deadline a blocked write may run before the socket's timeout is re-armed.
 const TIMEOUT_SLACK: Duration = Duration::from_millis(50);
 
@@ -18,8 +25,6 @@ const TIMEOUT_SLACK: Duration = Duration::from_millis(50);
 pub(super) struct WriteState {
     /// The socket's current write timeout.
     timeout: Option<Duration>,
-    /// Header and payload of a small frame, written together.
-    scratch: Vec<u8>,
     /// A frame was begun and not finished: the stream is out of step.
     pub(super) mid_frame: bool,
 }
@@ -29,15 +34,37 @@ pub(super) enum WriteFail {
     Io(io::Error),
 }
 
+/// One `sendmsg` of `parts` (in order, the empty ones skipped); the bytes written.
+fn send_parts(sock: &TcpStream, parts: &[&[u8]; 2]) -> io::Result<usize> {
+    let mut iov = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; 2];
+    let mut n = 0;
+    for p in parts.iter().filter(|p| !p.is_empty()) {
+        iov[n] = libc::iovec { iov_base: p.as_ptr().cast_mut().cast(), iov_len: p.len() };
+        n += 1;
+    }
+    // SAFETY: an all-zero msghdr is valid (no address, no control data).
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = iov.as_mut_ptr();
+    msg.msg_iovlen = n as _;
+    // SAFETY: the iovecs point into `parts`, borrowed for the call and only read by the
+    // kernel; the descriptor is open for as long as the borrowed stream lives.
+    let r = unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
+}
+
 impl WriteState {
-    /// Writes `buf`, setting the socket's write timeout from `deadline` when needed.
+    /// Writes `parts` in order, setting the socket's write timeout from `deadline` when needed.
     fn write_all(
         &mut self,
-        mut sock: &TcpStream,
-        mut buf: &[u8],
+        sock: &TcpStream,
+        mut parts: [&[u8]; 2],
         deadline: Instant,
     ) -> std::result::Result<(), WriteFail> {
-        while !buf.is_empty() {
+        while parts.iter().any(|p| !p.is_empty()) {
             let left = remaining(deadline);
             if left.is_zero() {
                 return Err(WriteFail::Timeout);
@@ -48,11 +75,15 @@ impl WriteState {
                 sock.set_write_timeout(Some(left.max(Duration::from_millis(1)))).map_err(WriteFail::Io)?;
                 self.timeout = Some(left);
             }
-            match sock.write(buf) {
+            match send_parts(sock, &parts) {
                 Ok(0) => return Err(WriteFail::Io(io::ErrorKind::WriteZero.into())),
-                Ok(n) => {
+                Ok(mut n) => {
                     self.mid_frame = true;
-                    buf = buf.get(n..).unwrap_or_default();
+                    for p in parts.iter_mut() {
+                        let k = n.min(p.len());
+                        *p = &p[k..];
+                        n -= k;
+                    }
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 // The socket's timeout may be shorter than what is left: set it afresh.
@@ -72,18 +103,7 @@ impl WriteState {
         payload: &[u8],
         deadline: Instant,
     ) -> std::result::Result<(), WriteFail> {
-        if payload.len() <= COALESCE {
-            let mut buf = std::mem::take(&mut self.scratch);
-            buf.clear();
-            buf.extend_from_slice(head);
-            buf.extend_from_slice(payload);
-            let r = self.write_all(sock, &buf, deadline);
-            self.scratch = buf;
-            r?;
-        } else {
-            self.write_all(sock, head, deadline)?;
-            self.write_all(sock, payload, deadline)?;
-        }
+        self.write_all(sock, [head, payload], deadline)?;
         self.mid_frame = false;
         Ok(())
     }
