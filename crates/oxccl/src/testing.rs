@@ -118,16 +118,33 @@ fn double_of(
 /// of `devices`), whose copy functions are also registered as the host backends' staging
 /// copies for CUDA memory, as loading the real CUDA runtime does: collectives on the `cpu`,
 /// `local` and `mpi` backends take its buffers and stage them through host memory. For
-/// tests that run device-buffer code paths end to end without a GPU; it replaces any CUDA
-/// staging copies registered before in this process.
+/// tests that run device-buffer code paths end to end without a GPU.
+///
+/// The staging copies are registered once per process, so every call with the same
+/// `devices` shares one double: tests running side by side each see their buffers as live
+/// allocations of it (with a double per call, the last one registered staged the others'
+/// buffers and found them unknown). A call with another `devices` replaces the registration.
 ///
 /// # Errors
 /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) when `ordinal >= devices`.
 pub fn host_gpu(devices: u32, ordinal: u32) -> Result<crate::xccl::memory::Gpu> {
     use crate::backend::staging::{register_device_copy, DeviceKind};
     use crate::xccl::runtime::{host::HostRuntime, DeviceRuntime};
-    let rt: Arc<dyn DeviceRuntime> = Arc::new(HostRuntime::new(devices));
-    let gpu = crate::xccl::memory::Gpu::new(Arc::clone(&rt), ordinal)?;
-    register_device_copy(DeviceKind::Cuda, Arc::new(crate::xccl::staging_copy::RuntimeCopy::new(rt)));
-    Ok(gpu)
+    static SHARED: std::sync::Mutex<Option<(u32, Arc<dyn DeviceRuntime>)>> = std::sync::Mutex::new(None);
+    let rt = {
+        let mut shared = crate::sync::relock(&SHARED);
+        match &*shared {
+            Some((d, rt)) if *d == devices => Arc::clone(rt),
+            _ => {
+                let rt: Arc<dyn DeviceRuntime> = Arc::new(HostRuntime::new(devices));
+                register_device_copy(
+                    DeviceKind::Cuda,
+                    Arc::new(crate::xccl::staging_copy::RuntimeCopy::new(Arc::clone(&rt))),
+                );
+                *shared = Some((devices, Arc::clone(&rt)));
+                rt
+            }
+        }
+    };
+    crate::xccl::memory::Gpu::new(rt, ordinal)
 }
