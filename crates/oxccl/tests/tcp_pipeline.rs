@@ -1,9 +1,12 @@
-//! Large messages over TCP travel as pipelines of 1 MiB pieces (`cpu/algorithms/pipeline.rs`):
-//! results against a sequential reference at sizes that end mid-piece, on 2 and 3 ranks,
-//! and a count mismatch between the ranks found (not a hang, not corruption) on a message
-//! long enough to be cut.
+//! Large messages over TCP travel as pipelines of 1 MiB pieces (`cpu/algorithms/pipeline.rs`),
+//! exchanges of them driven by the caller (`cpu/transport/tcp/exchange.rs`): results against
+//! a sequential reference at sizes that end mid-piece, on 2 to 4 ranks and with every
+//! algorithm that exchanges, a count mismatch between the ranks found (not a hang, not
+//! corruption) on a message long enough to be cut, and a rank that vanishes mid-exchange.
 
-use oxccl::{Communicator, Config, Error, ReduceOp};
+use std::time::{Duration, Instant};
+
+use oxccl::{Algorithm, Communicator, Config, Error, ReduceOp};
 
 fn tcp_world(n: usize) -> Vec<Communicator> {
     Config::new().set("OXCCL_TRANSPORT", "tcp").and_then(|c| c.init_world(n)).expect("a TCP world")
@@ -66,4 +69,83 @@ fn a_count_mismatch_on_a_pipelined_message_is_an_error() {
     for e in &errs {
         assert!(matches!(e, Error::Mismatch { .. } | Error::Aborted { .. } | Error::PeerLost { .. }), "{e}");
     }
+}
+
+#[test]
+fn exchanges_of_every_algorithm_match_the_reference() {
+    // 7 MiB + 12 bytes: on 4 ranks the ring's blocks are still above a piece.
+    let count = (7 << 18) + 3;
+    for n in [2usize, 3, 4] {
+        let comms = tcp_world(n);
+        let inputs: Vec<Vec<f32>> = (0..n).map(|r| input(r, count)).collect();
+        let want: Vec<f32> = (0..count).map(|i| inputs.iter().map(|x| x[i]).sum()).collect();
+        for algo in [Algorithm::Ring, Algorithm::RecursiveDoubling, Algorithm::Rabenseifner] {
+            std::thread::scope(|s| {
+                for c in &comms {
+                    let want = &want;
+                    s.spawn(move || {
+                        let r = c.rank();
+                        let mut x = input(r, count);
+                        c.with_algorithm(algo).all_reduce(&mut x, ReduceOp::Sum).unwrap();
+                        assert!(x == *want, "{algo:?} all_reduce on rank {r} of {n}");
+                    });
+                }
+            });
+        }
+        // reduce_scatter: each rank's block of the sum.
+        let per = count / n;
+        std::thread::scope(|s| {
+            for c in &comms {
+                let want = &want;
+                s.spawn(move || {
+                    let r = c.rank();
+                    let x = &input(r, count)[..per * n];
+                    let mut out = vec![0f32; per];
+                    c.with_algorithm(Algorithm::Ring).reduce_scatter(x, &mut out, ReduceOp::Sum).unwrap();
+                    assert!(out[..] == want[r * per..(r + 1) * per], "reduce_scatter on rank {r} of {n}");
+                });
+            }
+        });
+    }
+}
+
+#[test]
+fn a_rank_that_vanishes_mid_exchange_fails_the_others_in_bounded_time() {
+    let mut comms = tcp_world(3);
+    let gone = comms.remove(1);
+    let count = 6 << 18;
+    let started = Instant::now();
+    let errs: Vec<Error> = std::thread::scope(|s| {
+        s.spawn(move || {
+            // Into its first exchange, then gone (its connections close with it).
+            let mut x = vec![1f32; count];
+            let _ = gone
+                .with_timeout(Duration::from_millis(300))
+                .with_algorithm(Algorithm::Ring)
+                .all_reduce(&mut x, ReduceOp::Sum);
+            drop(gone);
+        });
+        let hs: Vec<_> = comms
+            .iter()
+            .map(|c| {
+                s.spawn(move || {
+                    let mut x = vec![1f32; count];
+                    let c = c.with_timeout(Duration::from_secs(30)).with_algorithm(Algorithm::Ring);
+                    let mut r = Ok(());
+                    for _ in 0..20 {
+                        r = c.all_reduce(&mut x, ReduceOp::Sum);
+                        if r.is_err() {
+                            break;
+                        }
+                    }
+                    r.unwrap_err()
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for e in &errs {
+        assert!(matches!(e, Error::PeerLost { .. } | Error::Aborted { .. } | Error::Timeout { .. }), "{e}");
+    }
+    assert!(started.elapsed() < Duration::from_secs(20), "took {:?}", started.elapsed());
 }

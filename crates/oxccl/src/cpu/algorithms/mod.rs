@@ -26,7 +26,7 @@ pub mod shared_memory;
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
-use super::transport::{Channel, Header, Stage, Transport, TransportError};
+use super::transport::{Channel, Header, Received, Stage, Transport, TransportError};
 use crate::backend::peer_waits::PeerWaits;
 use crate::backend::reduce as kernels;
 use crate::dtype::DType;
@@ -118,13 +118,18 @@ impl Ctx<'_> {
         Ok(())
     }
 
+    /// Counts a frame sent to `peer`.
+    fn count_sent(&self, peer: usize) {
+        if let Some(tally) = self.tally {
+            tally.count_sent(peer);
+        }
+    }
+
     /// Sends one frame of `data` to `peer`.
     fn send_frame(&self, peer: usize, data: &[u8]) -> Result<()> {
         let t = self.transport_rank(peer)?;
         self.transport.send(t, &self.header(), data, self.clock.deadline()).map_err(|e| self.map_err(e))?;
-        if let Some(tally) = self.tally {
-            tally.count_sent(peer);
-        }
+        self.count_sent(peer);
         Ok(())
     }
 
@@ -155,13 +160,19 @@ impl Ctx<'_> {
         if let (Some(w), Some(t0)) = (self.waits, t0) {
             w.add_since(peer, t0);
         }
+        self.check_piece(peer, got, buf.len(), offset, total)
+    }
+
+    /// Checks a frame that arrived from `peer` as the piece at byte `offset` of a
+    /// `total`-byte message, expected to be `want` bytes long, and counts it taken.
+    fn check_piece(&self, peer: usize, got: Received, want: usize, offset: usize, total: usize) -> Result<()> {
         if let Some(tally) = self.tally {
             tally.count_taken(peer);
         }
         if got.header.fingerprint != self.fp {
             return Err(Error::Mismatch { peer, ours: self.fp, theirs: got.header.fingerprint });
         }
-        if got.len != buf.len() {
+        if got.len != want {
             // The whole messages' counts: the peer's is at least what it has sent so far
             // (exactly that when this frame came short).
             let es = self.fp.dtype.size().max(1) as u64;

@@ -10,16 +10,21 @@
 //! [`Mismatch`](crate::Error::Mismatch)). The in-process transport moves a message in one
 //! frame.
 //!
-//! [`Ctx::exchange`] interleaves the two directions of a `send_recv`: up to [`AHEAD`]
-//! pieces go out before the first piece is awaited, and one more after each piece taken,
-//! so both directions and the reductions overlap without a thread of their own. Sends never
-//! wait for the peer's receives (the reader threads drain every connection), so no order of
-//! calls can deadlock here.
+//! [`Ctx::exchange`] runs the two directions of a `send_recv` together. Where the transport
+//! drives a cut exchange itself ([`Transport::exchange`](crate::cpu::transport::Transport::exchange):
+//! TCP, both peers over it), it writes the pieces and reads the incoming ones straight into
+//! their places on the caller's thread (the [`Pieces`] here say where, and check and reduce
+//! each piece). Otherwise up to [`AHEAD`] pieces go out before the first piece is awaited,
+//! and one more after each piece taken, so both directions and the reductions overlap
+//! without a thread of their own. Sends never wait for the peer's receives (the links'
+//! threads drain every connection), so no order of calls can deadlock here. Measured over
+//! a veth pair, 2 ranks, all_reduce, medians side by side: the transport's exchange took
+//! 16 MiB in 10.9 ms against 13.6, 64 MiB in 49.9 against 56.4.
 
 use std::ops::Range;
 
 use super::{Ctx, Kernel};
-use crate::cpu::transport::LinkKind;
+use crate::cpu::transport::{LinkKind, Pieces, Received, Stage};
 use crate::error::Result;
 
 /// Bytes per frame of a message cut into pieces.
@@ -74,6 +79,63 @@ impl Sink<'_> {
     }
 }
 
+/// An exchange cut into pieces, as the transport drives it ([`Transport::exchange`]).
+struct Plan<'p, 'c, 'b> {
+    ctx: &'p Ctx<'c>,
+    to: usize,
+    from: usize,
+    data: &'p [u8],
+    out: Vec<Range<usize>>,
+    ins: Vec<Range<usize>>,
+    total: usize,
+    sink: &'p mut Sink<'b>,
+}
+
+impl Pieces for Plan<'_, '_, '_> {
+    fn outgoing(&self) -> usize {
+        self.out.len()
+    }
+
+    fn out(&self, i: usize) -> &[u8] {
+        &self.data[self.out[i].clone()]
+    }
+
+    fn sent(&mut self, _: usize) {
+        self.ctx.count_sent(self.to);
+    }
+
+    fn incoming(&self) -> usize {
+        self.ins.len()
+    }
+
+    fn slot(&mut self, i: usize) -> &mut [u8] {
+        let r = self.ins[i].clone();
+        match &mut *self.sink {
+            Sink::Into(b) => &mut b[r],
+            // A scratch shorter than a piece gets the piece's length checked in `arrived`.
+            Sink::Reduce { tmp, .. } => {
+                let n = r.len().min(tmp.len());
+                &mut tmp[..n]
+            }
+        }
+    }
+
+    fn arrived(&mut self, i: usize, got: Received) -> Result<()> {
+        let r = self.ins[i].clone();
+        self.ctx.check_piece(self.from, got, r.len(), r.start, self.total)?;
+        match &mut *self.sink {
+            Sink::Into(_) => Ok(()),
+            Sink::Reduce { acc, k, tmp } => {
+                let have = tmp.len();
+                let slot = tmp.get(..r.len()).ok_or_else(|| {
+                    crate::Error::invalid(format!("a {have}-byte scratch for a {}-byte piece", r.len()))
+                })?;
+                k.combine(&mut acc[r], slot)
+            }
+        }
+    }
+}
+
 impl Ctx<'_> {
     /// The piece size of messages to or from communicator rank `peer` (`None`: one frame).
     /// Measured with ring all_reduce, 2 ranks, 64 MiB on a 2-core VM: over TCP 110 ms in one
@@ -96,6 +158,27 @@ impl Ctx<'_> {
     /// As [`Ctx::send`] and [`Ctx::recv`].
     pub fn exchange(&self, to: usize, data: &[u8], from: usize, mut sink: Sink<'_>) -> Result<()> {
         let total = sink.len();
+        if self.chunk_for(to).is_some_and(|c| data.len() > c) || self.chunk_for(from).is_some_and(|c| total > c) {
+            let (t_to, t_from) = (self.transport_rank(to)?, self.transport_rank(from)?);
+            let mut plan = Plan {
+                ctx: self,
+                to,
+                from,
+                data,
+                out: pieces(data.len(), self.chunk_for(to)).collect(),
+                ins: pieces(total, self.chunk_for(from)).collect(),
+                total,
+                sink: &mut sink,
+            };
+            let at = Some(Stage::of_seq(self.fp.seq));
+            let done = self
+                .transport
+                .exchange(t_to, t_from, &self.header(), at, &mut plan, self.clock.deadline())
+                .map_err(|e| self.map_err(e))?;
+            if done {
+                return Ok(());
+            }
+        }
         let mut sends = pieces(data.len(), self.chunk_for(to));
         for r in sends.by_ref().take(AHEAD) {
             self.send_frame(to, &data[r])?;

@@ -287,6 +287,21 @@ impl Mailbox {
         }
     }
 
+    /// Records a wait on `peer` for `comm_id` that does not go through [`Mailbox::recv`] (a
+    /// caller sleeping on a socket), for [`Mailbox::waiting_on`]; [`Mailbox::end_wait`]
+    /// removes it.
+    pub fn begin_wait(&self, comm_id: u64, peer: usize) {
+        self.lock().waits.push((comm_id, peer));
+    }
+
+    /// Ends a [`Mailbox::begin_wait`].
+    pub fn end_wait(&self, comm_id: u64, peer: usize) {
+        let mut st = self.lock();
+        if let Some(i) = st.waits.iter().position(|w| *w == (comm_id, peer)) {
+            st.waits.swap_remove(i);
+        }
+    }
+
     /// The source a `recv` on `comm_id` is blocked on now, if any (for the flight
     /// recorder's dump of a hang).
     pub fn waiting_on(&self, comm_id: u64) -> Option<usize> {

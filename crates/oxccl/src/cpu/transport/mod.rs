@@ -122,6 +122,27 @@ pub enum LinkKind {
     Tcp,
 }
 
+/// The frames of one [`Transport::exchange`]: what goes out, where what comes in lands, and
+/// what becomes of each frame that arrived.
+pub trait Pieces {
+    /// How many frames go out.
+    fn outgoing(&self) -> usize;
+    /// The payload of outgoing frame `i`.
+    fn out(&self, i: usize) -> &[u8];
+    /// Outgoing frame `i` was written.
+    fn sent(&mut self, i: usize);
+    /// How many frames come in.
+    fn incoming(&self) -> usize;
+    /// Where incoming frame `i` lands: its expected length exactly.
+    fn slot(&mut self, i: usize) -> &mut [u8];
+    /// Incoming frame `i` arrived into its slot (`got.len` bytes, the frame's own length,
+    /// which may differ from the slot's): check it and take it.
+    ///
+    /// # Errors
+    /// When the frame is not what was expected, or taking it fails.
+    fn arrived(&mut self, i: usize, got: Received) -> Result<(), Error>;
+}
+
 /// Ordered, reliable, framed point-to-point messages between the ranks of a job.
 pub trait Transport: Send + Sync + 'static {
     /// This endpoint's rank among the transport's ranks.
@@ -163,6 +184,26 @@ pub trait Transport: Send + Sync + 'static {
         buf: &mut [u8],
         deadline: Instant,
     ) -> Result<Received, TransportError>;
+
+    /// Sends `pieces`' outgoing frames to `to` while receiving its incoming frames from
+    /// `from` (each on `header`'s communicator and channel, `at` as for `recv`), both in
+    /// order, driving both directions on the caller's thread; `Ok(false)`, having done
+    /// nothing, where this transport does not (the caller then sends and receives frame by
+    /// frame).
+    ///
+    /// # Errors
+    /// As `send` and `recv`; what [`Pieces::arrived`] returns, as [`TransportError::Other`].
+    fn exchange(
+        &self,
+        _to: usize,
+        _from: usize,
+        _header: &Header,
+        _at: Option<Stage>,
+        _pieces: &mut dyn Pieces,
+        _deadline: Instant,
+    ) -> Result<bool, TransportError> {
+        Ok(false)
+    }
 
     /// The next frame on `(comm_id, channel)` from `peer`, if one has arrived, left queued.
     ///

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use super::frame::{encode_error, FrameKind};
 use super::mailbox::Mailbox;
-use super::{Channel, Header, LinkKind, Received, Stage, Transport, TransportError};
+use super::{Channel, Header, LinkKind, Pieces, Received, Stage, Transport, TransportError};
 use crate::error::Error;
 
 /// How long a send that found a peer's connection closed waits for the failure notice the
@@ -48,6 +48,23 @@ pub trait Link: Send + Sync {
     /// `want.buf` did not all arrive by `want.deadline`.
     fn poll(&self, _want: &mut Want<'_>) -> Result<Polled, TransportError> {
         Ok(Polled::Nothing)
+    }
+
+    /// [`Transport::exchange`] between `to` and `from`, both reached by this link, on the
+    /// caller's thread; `Ok(false)`, having done nothing, where the link does not.
+    ///
+    /// # Errors
+    /// As [`Transport::exchange`].
+    fn exchange(
+        &self,
+        _to: usize,
+        _from: usize,
+        _header: &Header,
+        _at: Option<Stage>,
+        _pieces: &mut dyn Pieces,
+        _deadline: Instant,
+    ) -> Result<bool, TransportError> {
+        Ok(false)
     }
 
     /// How long a receiver waiting for a frame from this link keeps calling [`Link::poll`]
@@ -264,6 +281,37 @@ impl Transport for RoutedTransport {
             }
         }
         self.mailbox.recv(peer, comm_id, channel, at, buf, deadline)
+    }
+
+    fn exchange(
+        &self,
+        to: usize,
+        from: usize,
+        header: &Header,
+        at: Option<Stage>,
+        pieces: &mut dyn Pieces,
+        deadline: Instant,
+    ) -> Result<bool, TransportError> {
+        self.check_peer(to)?;
+        self.check_peer(from)?;
+        let (Some(Some(a)), Some(Some(b))) = (self.routes.get(to), self.routes.get(from)) else { return Ok(false) };
+        if !Arc::ptr_eq(a, b) {
+            return Ok(false);
+        }
+        if let Some(reason) = self.mailbox.aborted(header.comm_id) {
+            return Err(TransportError::Aborted(reason));
+        }
+        match a.exchange(to, from, header, at, pieces, deadline) {
+            // As for `send`: a peer that failed names the cause before it closes.
+            Err(TransportError::PeerLost { peer, detail }) => {
+                let until = deadline.min(Instant::now() + LAST_WORDS);
+                match self.mailbox.failure_from(header.comm_id, peer, until) {
+                    Some(error) => Err(TransportError::PeerFailed { peer, error }),
+                    None => Err(TransportError::PeerLost { peer, detail }),
+                }
+            }
+            r => r,
+        }
     }
 
     fn probe(

@@ -141,8 +141,12 @@ pub(super) struct Direct<'b> {
     pub(super) channel: Channel,
     /// The payload lands here when its length is exactly this buffer's.
     pub(super) buf: &'b mut [u8],
-    /// How long the caller may wait for the rest of a payload it began reading.
-    pub(super) deadline: Instant,
+    /// How long the caller may wait for the rest of a payload it began reading: until an
+    /// instant ([`Wait::Until`]; then the rest goes to the mailbox, [`Pumped::TimedOut`]), or
+    /// not at all ([`Wait::Now`]: the read resumes at the next pump with the same buffer, and
+    /// the caller keeps the connection's incoming side locked until it completes or is
+    /// [abandoned](Incoming::abandon_direct)).
+    pub(super) wait: Wait,
 }
 
 /// What a [`Incoming::pump`] did.
@@ -166,13 +170,23 @@ pub(super) struct Incoming {
     lo: usize,
     hi: usize,
     partial: Option<Partial>,
+    /// A payload being read into a caller's buffer without waiting ([`Direct::wait`]
+    /// `Now`): its frame and the bytes read so far.
+    into_caller: Option<(FrameHeader, usize)>,
     /// The stream ended (and its end was reported): nothing more is read.
     pub(super) ended: bool,
 }
 
 impl Default for Incoming {
     fn default() -> Self {
-        Incoming { buf: Box::new_uninit_slice(READ_BUFFER), lo: 0, hi: 0, partial: None, ended: false }
+        Incoming {
+            buf: Box::new_uninit_slice(READ_BUFFER),
+            lo: 0,
+            hi: 0,
+            partial: None,
+            into_caller: None,
+            ended: false,
+        }
     }
 }
 
@@ -288,6 +302,7 @@ impl Incoming {
         let r = self.pump_inner(src, from, mailbox, max_frame, &mut direct, payload_wait);
         if r.is_err() {
             self.ended = true;
+            self.into_caller = None;
         }
         r
     }
@@ -303,6 +318,17 @@ impl Incoming {
     ) -> Result<Pumped, End> {
         let mut delivered = false;
         let done = |delivered| if delivered { Pumped::Delivered } else { Pumped::Nothing };
+        if let Some((f, mut at)) = self.into_caller.take() {
+            let Some(d) = direct.as_mut().filter(|d| d.buf.len() == f.payload_len) else {
+                // The bytes read so far are in a buffer we were not given again.
+                return Err(End::Failed(io::Error::other("a payload read into a caller's buffer was left half-read")));
+            };
+            if self.read_into(src, as_uninit(d.buf), &mut at, Wait::Now)? {
+                return Ok(Pumped::Took(Received { header: f.header, len: f.payload_len }));
+            }
+            self.into_caller = Some((f, at));
+            return Ok(Pumped::Nothing);
+        }
         loop {
             if let Some(mut p) = self.partial.take() {
                 if !self.fill_partial(src, &mut p, payload_wait)? {
@@ -322,12 +348,13 @@ impl Incoming {
                     && h.channel == d.channel
                     && f.payload_len == d.buf.len()
                 {
-                    // SAFETY: viewing initialised bytes as possibly uninitialised ones; only
-                    // initialised bytes are ever written through the view.
-                    let dst = unsafe { &mut *(std::ptr::from_mut::<[u8]>(d.buf) as *mut [MaybeUninit<u8>]) };
                     let mut at = 0;
-                    if self.read_into(src, dst, &mut at, Wait::Until(d.deadline))? {
+                    if self.read_into(src, as_uninit(d.buf), &mut at, d.wait)? {
                         return Ok(Pumped::Took(Received { header: h, len: f.payload_len }));
+                    }
+                    if matches!(d.wait, Wait::Now) {
+                        self.into_caller = Some((f, at));
+                        return Ok(done(delivered));
                     }
                     let mut payload = mailbox.spare_buffer(f.payload_len);
                     payload.extend_from_slice(&d.buf[..at]);
@@ -338,6 +365,33 @@ impl Incoming {
             self.partial = Some(Partial { frame: f, payload: mailbox.spare_buffer(f.payload_len) });
         }
     }
+}
+
+impl Incoming {
+    /// Ends a payload being read into `buf` without waiting ([`Direct::wait`] `Now`), if one
+    /// is: what was read moves into a buffer of the connection's own, and the rest will be
+    /// delivered into the mailbox, so the stream stays in step. The caller must give the
+    /// buffer it gave the pump, and call this before it lets the incoming side go.
+    pub(super) fn abandon_direct(&mut self, buf: &[u8], mailbox: &Mailbox) {
+        if let Some((f, at)) = self.into_caller.take() {
+            let mut payload = mailbox.spare_buffer(f.payload_len);
+            payload.extend_from_slice(&buf[..at.min(buf.len())]);
+            self.partial = Some(Partial { frame: f, payload });
+        }
+    }
+
+    /// Whether a payload is being read into a caller's buffer ([`Incoming::abandon_direct`]).
+    pub(super) fn reading_direct(&self) -> bool {
+        self.into_caller.is_some()
+    }
+}
+
+/// `buf` as bytes that may be overwritten by a read.
+fn as_uninit(buf: &mut [u8]) -> &mut [MaybeUninit<u8>] {
+    // SAFETY: viewing initialised bytes as possibly uninitialised ones is sound as long as
+    // only initialised bytes are written through the view, which holds for every read here
+    // (the kernel's, and copies of initialised bytes).
+    unsafe { &mut *(std::ptr::from_mut::<[u8]>(buf) as *mut [MaybeUninit<u8>]) }
 }
 
 /// Decodes the whole of `src` into `mailbox` as a reader thread would, until it ends.

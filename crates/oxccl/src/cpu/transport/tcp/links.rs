@@ -16,13 +16,13 @@ use super::incoming::{Direct, Incoming, Pumped, Socket, Wait};
 use super::interface::select_address;
 use super::options::{TcpOptions, MAX_FRAME_ENV};
 use super::reader::{report_end, spawn_reader};
-use super::writer::WriteFail;
+use super::writer::{WriteFail, WriteState};
 use crate::bootstrap::auth::Secret;
 use crate::bootstrap::Rendezvous;
 use crate::cpu::transport::frame::{self, FrameKind};
 use crate::cpu::transport::mailbox::Mailbox;
 use crate::cpu::transport::routed::{Link, Polled, Want};
-use crate::cpu::transport::{Header, LinkKind, TransportError};
+use crate::cpu::transport::{Header, LinkKind, Pieces, Stage, TransportError};
 use crate::error::{Error, Result};
 
 /// A rank's TCP connections to its peers: a [`Link`] for
@@ -32,14 +32,14 @@ use crate::error::{Error, Result};
 /// Dropping it shuts every connection down (peers see it close and lose this rank) and joins
 /// the reader threads.
 pub struct TcpLinks {
-    rank: usize,
+    pub(super) rank: usize,
     addr: SocketAddr,
-    max_frame: usize,
+    pub(super) max_frame: usize,
     poll_for: Duration,
-    mailbox: Arc<Mailbox>,
+    pub(super) mailbox: Arc<Mailbox>,
     /// Indexed by peer rank.
     conns: Vec<Option<Arc<Conn>>>,
-    closing: Arc<AtomicBool>,
+    pub(super) closing: Arc<AtomicBool>,
     readers: Vec<JoinHandle<()>>,
 }
 
@@ -173,14 +173,49 @@ impl TcpLinks {
         }
     }
 
-    fn conn(&self, peer: usize) -> Result<&Arc<Conn>, TransportError> {
+    /// Refuses a payload above the frame limit.
+    pub(super) fn check_frame_len(&self, peer: usize, len: usize) -> std::result::Result<(), TransportError> {
+        if len > self.max_frame {
+            return Err(TransportError::Other(Error::Config(format!(
+                "a message of {len} bytes to rank {peer} exceeds the frame limit of {} bytes; raise {MAX_FRAME_ENV} on every rank",
+                self.max_frame
+            ))));
+        }
+        Ok(())
+    }
+
+    /// `conn`'s sending side, locked, once it is known to be usable.
+    ///
+    /// # Errors
+    /// `PeerLost` when the connection is gone, or an earlier send stopped in the middle of
+    /// a frame (the connection is closed then).
+    pub(super) fn writer_of<'c>(
+        &self,
+        conn: &'c Conn,
+    ) -> std::result::Result<MutexGuard<'c, WriteState>, TransportError> {
+        // A sender that panicked mid-frame leaves `mid_frame` set, which is checked below.
+        let w = crate::sync::relock(&conn.writer);
+        let peer = conn.peer;
+        if let Some(detail) = conn.gone.get() {
+            return Err(TransportError::PeerLost { peer, detail: detail.clone() });
+        }
+        if w.mid_frame {
+            drop(w);
+            let detail =
+                self.break_conn(conn, format!("an earlier send to rank {peer} stopped in the middle of a frame"));
+            return Err(TransportError::PeerLost { peer, detail });
+        }
+        Ok(w)
+    }
+
+    pub(super) fn conn(&self, peer: usize) -> Result<&Arc<Conn>, TransportError> {
         self.conns.get(peer).and_then(Option::as_ref).ok_or_else(|| {
             TransportError::Other(Error::invalid(format!("rank {} has no TCP connection to rank {peer}", self.rank)))
         })
     }
 
     /// Marks `conn` unusable, closes it, and loses its peer.
-    fn break_conn(&self, conn: &Conn, detail: String) -> String {
+    pub(super) fn break_conn(&self, conn: &Conn, detail: String) -> String {
         let detail = conn.gone.get_or_init(|| detail).clone();
         let _ = conn.sock.shutdown(Shutdown::Both);
         self.mailbox.lose(conn.peer, &detail);
@@ -211,7 +246,8 @@ impl TcpLinks {
         if let Some(r) = self.mailbox.try_recv(peer, want.comm_id, want.channel, want.at, want.buf)? {
             return Ok(Polled::Took(r));
         }
-        let direct = Direct { comm_id: want.comm_id, channel: want.channel, buf: want.buf, deadline: want.deadline };
+        let direct =
+            Direct { comm_id: want.comm_id, channel: want.channel, buf: want.buf, wait: Wait::Until(want.deadline) };
         let r = incoming.pump(&mut Socket(&conn.sock), peer, &self.mailbox, self.max_frame, Some(direct), Wait::Now);
         match r {
             Ok(Pumped::Took(r)) => Ok(Polled::Took(r)),
@@ -248,24 +284,9 @@ impl Link for TcpLinks {
         deadline: Instant,
     ) -> std::result::Result<(), TransportError> {
         let conn = self.conn(peer)?;
-        if payload.len() > self.max_frame {
-            return Err(TransportError::Other(Error::Config(format!(
-                "a message of {} bytes to rank {peer} exceeds the frame limit of {} bytes; raise {MAX_FRAME_ENV} on every rank",
-                payload.len(),
-                self.max_frame
-            ))));
-        }
+        self.check_frame_len(peer, payload.len())?;
         let head = frame::encode_header(kind, header, payload.len());
-        // A sender that panicked mid-frame leaves `mid_frame` set, which is checked below.
-        let mut w = crate::sync::relock(&conn.writer);
-        if let Some(detail) = conn.gone.get() {
-            return Err(TransportError::PeerLost { peer, detail: detail.clone() });
-        }
-        if w.mid_frame {
-            let detail =
-                self.break_conn(conn, format!("an earlier send to rank {peer} stopped in the middle of a frame"));
-            return Err(TransportError::PeerLost { peer, detail });
-        }
+        let mut w = self.writer_of(conn)?;
         match w.write_frame(&conn.sock, &head, payload, deadline) {
             Ok(()) => Ok(()),
             Err(WriteFail::Timeout) => {
@@ -296,6 +317,22 @@ impl Link for TcpLinks {
             Err(TryLockError::Poisoned(p)) => self.read_for(conn, p.into_inner(), want),
             Err(TryLockError::WouldBlock) => Ok(Polled::Nothing),
         }
+    }
+
+    /// The caller-driven exchange (`exchange`).
+    ///
+    /// # Errors
+    /// As [`Transport::exchange`](crate::cpu::transport::Transport::exchange).
+    fn exchange(
+        &self,
+        to: usize,
+        from: usize,
+        header: &Header,
+        at: Option<Stage>,
+        pieces: &mut dyn Pieces,
+        deadline: Instant,
+    ) -> std::result::Result<bool, TransportError> {
+        self.drive_exchange(to, from, header, at, pieces, deadline).map(|()| true)
     }
 
     fn poll_for(&self) -> Duration {

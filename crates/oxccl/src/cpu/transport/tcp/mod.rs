@@ -39,6 +39,11 @@
 //! malformed frame) whoever found it calls `lose`; a malformed frame also closes the
 //! connection.
 //!
+//! A message cut into pieces ([`pipeline`](crate::cpu::algorithms::pipeline)) sent to one
+//! peer while another is received from is exchanged by the caller alone (`exchange`):
+//! it writes without waiting as much as the socket takes, reads the incoming pieces into
+//! their places, and sleeps in `poll` on both sockets when neither moves.
+//!
 //! Sends ([`Link::send_frame`](super::routed::Link::send_frame)) are serialized per
 //! connection by a mutex, header and payload in one `sendmsg` (`MSG_NOSIGNAL`; `writev`
 //! would raise `SIGPIPE` on a closed connection and kill a process that has not ignored it).
@@ -51,11 +56,12 @@
 //! address), `handshake` (looking peers up, dialing, the identity exchange), `acceptor`
 //! (accepting and vetting the lower peers' connections), `connection` (one connection and its
 //! socket options), `writer` (sending), `incoming` (decoding what arrives, by whichever
-//! thread reads), `reader` (the reader thread) and `readiness` (when it wakes), `links`
-//! ([`TcpLinks`]), and `tests`.
+//! thread reads), `reader` (the reader thread) and `readiness` (when it wakes), `exchange`
+//! (both directions driven by the caller), `links` ([`TcpLinks`]), and `tests`.
 
 mod acceptor;
 mod connection;
+mod exchange;
 mod handshake;
 mod incoming;
 mod interface;

@@ -621,7 +621,7 @@ fn a_waiting_caller_takes_its_frame_in_place_and_leaves_the_rest_in_order() {
     let mut inc = Incoming::default();
     let mut buf = vec![0u8; big.len()];
     let deadline = Instant::now() + Duration::from_secs(5);
-    let direct = Direct { comm_id: 9, channel: header(9).channel, buf: &mut buf, deadline };
+    let direct = Direct { comm_id: 9, channel: header(9).channel, buf: &mut buf, wait: Wait::Until(deadline) };
     let got = inc.pump(&mut src, 0, &mb, 1 << 20, Some(direct), Wait::Now).unwrap();
     assert_eq!(got, Pumped::Took(crate::cpu::transport::Received { header: header(9), len: big.len() }));
     assert!(buf == big);
@@ -649,7 +649,7 @@ fn a_payload_late_past_the_callers_deadline_still_reaches_the_mailbox_whole() {
     let mb = Mailbox::new();
     let mut inc = Incoming::default();
     let mut buf = vec![0u8; big.len()];
-    let direct = Direct { comm_id: 9, channel: header(9).channel, buf: &mut buf, deadline: Instant::now() };
+    let direct = Direct { comm_id: 9, channel: header(9).channel, buf: &mut buf, wait: Wait::Until(Instant::now()) };
     assert_eq!(inc.pump(&mut src, 0, &mb, 1 << 20, Some(direct), Wait::Now).unwrap(), Pumped::TimedOut);
     // Nothing more has arrived: nothing moves, and nothing is delivered half.
     assert_eq!(inc.pump(&mut src, 0, &mb, 1 << 20, None, Wait::Now).unwrap(), Pumped::Nothing);

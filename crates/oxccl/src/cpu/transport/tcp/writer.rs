@@ -34,8 +34,9 @@ pub(super) enum WriteFail {
     Io(io::Error),
 }
 
-/// One `sendmsg` of `parts` (in order, the empty ones skipped); the bytes written.
-fn send_parts(sock: &TcpStream, parts: &[&[u8]; 2]) -> io::Result<usize> {
+/// One `sendmsg` of `parts` (in order, the empty ones skipped) with `flags` besides
+/// `MSG_NOSIGNAL`; the bytes written.
+fn send_parts(sock: &TcpStream, parts: &[&[u8]; 2], flags: libc::c_int) -> io::Result<usize> {
     let mut iov = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; 2];
     let mut n = 0;
     for p in parts.iter().filter(|p| !p.is_empty()) {
@@ -48,7 +49,7 @@ fn send_parts(sock: &TcpStream, parts: &[&[u8]; 2]) -> io::Result<usize> {
     msg.msg_iovlen = n as _;
     // SAFETY: the iovecs point into `parts`, borrowed for the call and only read by the
     // kernel; the descriptor is open for as long as the borrowed stream lives.
-    let r = unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
+    let r = unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL | flags) };
     if r < 0 {
         Err(io::Error::last_os_error())
     } else {
@@ -75,7 +76,7 @@ impl WriteState {
                 sock.set_write_timeout(Some(left.max(Duration::from_millis(1)))).map_err(WriteFail::Io)?;
                 self.timeout = Some(left);
             }
-            match send_parts(sock, &parts) {
+            match send_parts(sock, &parts, 0) {
                 Ok(0) => return Err(WriteFail::Io(io::ErrorKind::WriteZero.into())),
                 Ok(mut n) => {
                     self.mid_frame = true;
@@ -94,6 +95,39 @@ impl WriteState {
             }
         }
         Ok(())
+    }
+
+    /// Writes what the socket takes now of the frame `head` + `payload`, from its byte
+    /// `*done` on (advancing it), without waiting; whether the frame is complete. A frame
+    /// left incomplete sets `mid_frame` until it is finished.
+    ///
+    /// # Errors
+    /// When the socket fails.
+    pub(super) fn write_now(
+        &mut self,
+        sock: &TcpStream,
+        head: &[u8; HEADER_LEN],
+        payload: &[u8],
+        done: &mut usize,
+    ) -> io::Result<bool> {
+        let total = HEADER_LEN + payload.len();
+        while *done < total {
+            let parts: [&[u8]; 2] = match head.get(*done..) {
+                Some(h) if !h.is_empty() => [h, payload],
+                _ => [&payload[*done - HEADER_LEN..], &[]],
+            };
+            match send_parts(sock, &parts, libc::MSG_DONTWAIT) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => {
+                    *done += n;
+                    self.mid_frame = *done < total;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(true)
     }
 
     pub(super) fn write_frame(

@@ -1,0 +1,215 @@
+//! The pipelined exchange over TCP, driven by the caller ([`TcpLinks::drive_exchange`], the
+//! [`Link::exchange`](crate::cpu::transport::routed::Link::exchange) of TCP): one thread
+//! writes its frames to `to` and reads the frames from `from`, neither direction waiting on
+//! the other. Outgoing frames are written from the caller's memory, as much as the socket
+//! takes at a time; incoming payloads land straight in their slots (a piece of the
+//! destination, or the scratch a reduction reads), with no reader thread waking and no copy
+//! through the mailbox. When neither direction can move, the caller sleeps in `poll` on the
+//! two sockets, in slices, so failures reported by other ranks, aborts and the deadline are
+//! seen.
+//!
+//! For the exchange the caller holds `to`'s writer (other senders to `to` wait for it) and
+//! `from`'s incoming side, and keeps `from`'s reader thread disarmed; it lets each go as soon
+//! as its direction is done. Frames from `from` that belong to something else go to the
+//! mailbox as they come. It cannot deadlock with its peer: each frame it still has to write
+//! is one the peer still has to read, and the peer reads while it has frames to receive.
+//! Whatever ends the exchange leaves both streams in step: a payload begun into a slot moves
+//! into a buffer of the connection's own (the rest will go to the mailbox), and a frame left
+//! half-written closes the connection.
+
+use std::os::fd::AsRawFd;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, MutexGuard};
+use std::time::{Duration, Instant};
+
+use super::connection::Conn;
+use super::incoming::{Direct, Incoming, Pumped, Socket, Wait};
+use super::links::TcpLinks;
+use super::reader::report_end;
+use super::remaining;
+use super::writer::WriteState;
+use crate::cpu::transport::frame::{self, FrameKind};
+use crate::cpu::transport::routed::Link;
+use crate::cpu::transport::{Header, Pieces, Stage, TransportError};
+
+/// Longest sleep in `poll` between looks at the mailbox's failure states.
+const SLICE: Duration = Duration::from_millis(10);
+
+/// Where an exchange stands.
+#[derive(Default)]
+struct Progress {
+    /// Outgoing frames written.
+    sent: usize,
+    /// Bytes of the next outgoing frame (header included) written.
+    written: usize,
+    /// Incoming frames taken.
+    taken: usize,
+}
+
+/// Sleeps until `to` can take bytes (when `out`) or `from` has bytes (when `inn`), or
+/// `for_` passes. Errors show when the sockets are next used.
+fn sleep_on(to: &Conn, from: &Conn, out: bool, inn: bool, for_: Duration) {
+    let mut fds = [libc::pollfd { fd: -1, events: 0, revents: 0 }; 2];
+    if out {
+        fds[0] = libc::pollfd { fd: to.sock.as_raw_fd(), events: libc::POLLOUT, revents: 0 };
+    }
+    if inn {
+        let fd = from.sock.as_raw_fd();
+        if fds[0].fd == fd {
+            fds[0].events |= libc::POLLIN;
+        } else {
+            fds[1] = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+        }
+    }
+    let ms = for_.as_millis().clamp(1, i32::MAX as u128) as libc::c_int;
+    // SAFETY: two valid pollfds (a negative fd is ignored by poll), and the count says two.
+    unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
+}
+
+impl TcpLinks {
+    /// The exchange described in the module documentation.
+    ///
+    /// # Errors
+    /// As [`Link::send_frame`](crate::cpu::transport::routed::Link::send_frame) and
+    /// [`Mailbox::recv`](crate::cpu::transport::mailbox::Mailbox::recv); what
+    /// `pieces.arrived` returns, as [`TransportError::Other`].
+    pub(super) fn drive_exchange(
+        &self,
+        to: usize,
+        from: usize,
+        header: &Header,
+        at: Option<Stage>,
+        pieces: &mut dyn Pieces,
+        deadline: Instant,
+    ) -> Result<(), TransportError> {
+        let cto = Arc::clone(self.conn(to)?);
+        let cfrom = Arc::clone(self.conn(from)?);
+        for i in 0..pieces.outgoing() {
+            self.check_frame_len(to, pieces.out(i).len())?;
+        }
+        let mut writer = Some(self.writer_of(&cto)?);
+        self.start_polling(from);
+        let mut incoming = Some(crate::sync::relock(&cfrom.incoming));
+        let mut at_now = Progress::default();
+        self.mailbox.begin_wait(header.comm_id, from);
+        let r = self.drive(&cto, &mut writer, &cfrom, &mut incoming, header, at, pieces, deadline, &mut at_now);
+        self.mailbox.end_wait(header.comm_id, from);
+        if let Some(mut inc) = incoming.take() {
+            if inc.reading_direct() {
+                inc.abandon_direct(pieces.slot(at_now.taken), &self.mailbox);
+            }
+            drop(inc);
+            self.stop_polling(from);
+        }
+        if let Some(w) = writer.take() {
+            if w.mid_frame {
+                drop(w);
+                self.break_conn(
+                    &cto,
+                    format!("an exchange with rank {to} stopped in the middle of a frame; the connection was closed"),
+                );
+            }
+        }
+        r
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn drive(
+        &self,
+        cto: &Conn,
+        writer: &mut Option<MutexGuard<'_, WriteState>>,
+        cfrom: &Conn,
+        incoming: &mut Option<MutexGuard<'_, Incoming>>,
+        header: &Header,
+        at: Option<Stage>,
+        pieces: &mut dyn Pieces,
+        deadline: Instant,
+        p: &mut Progress,
+    ) -> Result<(), TransportError> {
+        let (to, from) = (cto.peer, cfrom.peer);
+        let (n_out, n_in) = (pieces.outgoing(), pieces.incoming());
+        loop {
+            let mut moved = false;
+            // Out: as much as the socket takes now.
+            while let Some(w) = writer.as_mut().filter(|_| p.sent < n_out) {
+                let payload = pieces.out(p.sent);
+                let head = frame::encode_header(FrameKind::Data, header, payload.len());
+                let before = p.written;
+                match w.write_now(&cto.sock, &head, payload, &mut p.written) {
+                    Ok(true) => {
+                        pieces.sent(p.sent);
+                        p.sent += 1;
+                        p.written = 0;
+                        moved = true;
+                    }
+                    Ok(false) => {
+                        moved |= p.written > before;
+                        break;
+                    }
+                    Err(e) => {
+                        *writer = None;
+                        let detail = self.break_conn(cto, format!("sending to rank {to} over TCP failed: {e}"));
+                        return Err(TransportError::PeerLost { peer: to, detail });
+                    }
+                }
+            }
+            if p.sent == n_out && writer.is_some() {
+                // Other senders to `to` may go on.
+                *writer = None;
+            }
+            // In: what has arrived.
+            while let Some(inc) = incoming.as_mut().filter(|_| p.taken < n_in) {
+                if !inc.reading_direct() {
+                    let slot = pieces.slot(p.taken);
+                    if let Some(got) = self.mailbox.try_recv(from, header.comm_id, header.channel, at, slot)? {
+                        pieces.arrived(p.taken, got).map_err(TransportError::Other)?;
+                        p.taken += 1;
+                        moved = true;
+                        continue;
+                    }
+                }
+                let direct = Direct {
+                    comm_id: header.comm_id,
+                    channel: header.channel,
+                    buf: pieces.slot(p.taken),
+                    wait: Wait::Now,
+                };
+                let r =
+                    inc.pump(&mut Socket(&cfrom.sock), from, &self.mailbox, self.max_frame, Some(direct), Wait::Now);
+                match r {
+                    Ok(Pumped::Took(got)) => {
+                        pieces.arrived(p.taken, got).map_err(TransportError::Other)?;
+                        p.taken += 1;
+                        moved = true;
+                    }
+                    Ok(Pumped::Delivered) => moved = true,
+                    Ok(Pumped::Nothing | Pumped::TimedOut) => break,
+                    Err(end) => {
+                        // The mailbox now says how the stream ended.
+                        report_end(self.rank, cfrom, end, &self.mailbox, self.closing.load(Ordering::Acquire));
+                        moved = true;
+                    }
+                }
+            }
+            if p.taken == n_in && incoming.is_some() {
+                // The reader thread takes over what comes next.
+                *incoming = None;
+                self.stop_polling(from);
+            }
+            if p.sent == n_out && p.taken == n_in {
+                return Ok(());
+            }
+            if moved {
+                continue;
+            }
+            if let Some(reason) = self.mailbox.aborted(header.comm_id) {
+                return Err(TransportError::Aborted(reason));
+            }
+            let left = remaining(deadline);
+            if left.is_zero() {
+                return Err(TransportError::Timeout { peer: if p.taken < n_in { from } else { to } });
+            }
+            sleep_on(cto, cfrom, writer.is_some(), incoming.is_some(), left.min(SLICE));
+        }
+    }
+}
