@@ -24,6 +24,7 @@
 use std::ops::Range;
 
 use super::{Ctx, Kernel};
+use crate::backend::peer_waits::PeerWaits;
 use crate::cpu::transport::{LinkKind, Pieces, Received, Stage};
 use crate::error::Result;
 
@@ -117,6 +118,14 @@ impl Pieces for Plan<'_, '_, '_> {
                 let n = r.len().min(tmp.len());
                 &mut tmp[..n]
             }
+        }
+    }
+
+    fn wait_for_incoming(&mut self, sleep: &mut dyn FnMut()) {
+        let t0 = self.ctx.waits.map(|_| PeerWaits::start());
+        sleep();
+        if let (Some(w), Some(t0)) = (self.ctx.waits, t0) {
+            w.add_since(self.from, t0);
         }
     }
 

@@ -135,6 +135,10 @@ pub trait Pieces {
     fn incoming(&self) -> usize;
     /// Where incoming frame `i` lands: its expected length exactly.
     fn slot(&mut self, i: usize) -> &mut [u8];
+    /// Runs `sleep`, a wait of the transport for the next incoming frame (for accounting).
+    fn wait_for_incoming(&mut self, sleep: &mut dyn FnMut()) {
+        sleep();
+    }
     /// Incoming frame `i` arrived into its slot (`got.len` bytes, the frame's own length,
     /// which may differ from the slot's): check it and take it.
     ///

@@ -209,7 +209,13 @@ impl TcpLinks {
             if left.is_zero() {
                 return Err(TransportError::Timeout { peer: if p.taken < n_in { from } else { to } });
             }
-            sleep_on(cto, cfrom, writer.is_some(), incoming.is_some(), left.min(SLICE));
+            let (out, inn) = (writer.is_some(), incoming.is_some());
+            let mut sleep = || sleep_on(cto, cfrom, out, inn, left.min(SLICE));
+            if inn {
+                pieces.wait_for_incoming(&mut sleep);
+            } else {
+                sleep();
+            }
         }
     }
 }
