@@ -62,9 +62,16 @@ impl Ring {
         unsafe { &*(self.control.add(76) as *const AtomicU32) }
     }
 
-    /// Bytes the consumer may read now.
+    /// Bytes the consumer may read now. Also asked by a thread that is not reading (the
+    /// progress thread's wake-up test, while a receiver reads): the tail is loaded before the
+    /// head, both Acquire so the loads stay in that order, and the tail never passes the
+    /// head, so the difference is never negative (loaded the other way round, a consumer
+    /// catching up with a producer between the two loads made it so: an overflow panic seen
+    /// in CI).
     pub fn readable(&self) -> usize {
-        (self.head().load(Ordering::Acquire) - self.tail().load(Ordering::Relaxed)) as usize
+        let tail = self.tail().load(Ordering::Acquire);
+        let head = self.head().load(Ordering::Acquire);
+        head.saturating_sub(tail) as usize
     }
 
     /// Bytes the producer may write now.
