@@ -182,6 +182,23 @@ impl RoutedTransport {
         }
     }
 
+    /// A send that found `peer`'s connection closed reports the failure `peer` announced for
+    /// `comm_id`, if it did: a peer that failed sends its notice ahead of closing, and that
+    /// cause names the rank to blame. The notice gets a moment to be taken in (the write may
+    /// have found the connection broken before the reader got to it).
+    fn blame<T>(&self, r: Result<T, TransportError>, comm_id: u64, deadline: Instant) -> Result<T, TransportError> {
+        match r {
+            Err(TransportError::PeerLost { peer, detail }) => {
+                let until = deadline.min(Instant::now() + LAST_WORDS);
+                match self.mailbox.failure_from(comm_id, peer, until) {
+                    Some(error) => Err(TransportError::PeerFailed { peer, error }),
+                    None => Err(TransportError::PeerLost { peer, detail }),
+                }
+            }
+            r => r,
+        }
+    }
+
     /// Sends a notice; its fingerprint's sequence number carries the stage (see
     /// [`Stage::seq`]).
     fn notice(&self, peers: &[usize], kind: FrameKind, comm_id: u64, at: Stage, payload: &[u8]) {
@@ -230,19 +247,11 @@ impl Transport for RoutedTransport {
             self.mailbox.deliver(peer, *header, payload.to_vec());
             return Ok(());
         }
-        match self.link(peer)?.send_frame(peer, FrameKind::Data, header, payload, deadline) {
-            // A peer that failed sends its notice ahead of closing: that cause names the rank
-            // to blame. Give the notice a moment to be taken in (the write may have found
-            // the connection broken before the reader got to it).
-            Err(TransportError::PeerLost { peer, detail }) => {
-                let until = deadline.min(Instant::now() + LAST_WORDS);
-                match self.mailbox.failure_from(header.comm_id, peer, until) {
-                    Some(error) => Err(TransportError::PeerFailed { peer, error }),
-                    None => Err(TransportError::PeerLost { peer, detail }),
-                }
-            }
-            r => r,
-        }
+        self.blame(
+            self.link(peer)?.send_frame(peer, FrameKind::Data, header, payload, deadline),
+            header.comm_id,
+            deadline,
+        )
     }
 
     fn recv(
@@ -301,17 +310,7 @@ impl Transport for RoutedTransport {
         if let Some(reason) = self.mailbox.aborted(header.comm_id) {
             return Err(TransportError::Aborted(reason));
         }
-        match a.exchange(to, from, header, at, pieces, deadline) {
-            // As for `send`: a peer that failed names the cause before it closes.
-            Err(TransportError::PeerLost { peer, detail }) => {
-                let until = deadline.min(Instant::now() + LAST_WORDS);
-                match self.mailbox.failure_from(header.comm_id, peer, until) {
-                    Some(error) => Err(TransportError::PeerFailed { peer, error }),
-                    None => Err(TransportError::PeerLost { peer, detail }),
-                }
-            }
-            r => r,
-        }
+        self.blame(a.exchange(to, from, header, at, pieces, deadline), header.comm_id, deadline)
     }
 
     fn probe(
