@@ -152,15 +152,22 @@ impl Ctx<'_> {
     /// `buf` (its exact length), checking the frame's fingerprint and length.
     fn recv_piece(&self, peer: usize, buf: &mut [u8], offset: usize, total: usize) -> Result<()> {
         let t = self.transport_rank(peer)?;
+        let got = self.waiting_on(peer, || {
+            let at = Some(Stage::of_seq(self.fp.seq));
+            self.transport.recv(t, self.comm_id, Channel::Collective, at, buf, self.clock.deadline())
+        });
+        let got = got.map_err(|e| self.map_err(e))?;
+        self.check_piece(peer, got, buf.len(), offset, total)
+    }
+
+    /// Runs `wait`, a wait on `peer`, counting its time for the profiler when it is on.
+    fn waiting_on<T>(&self, peer: usize, wait: impl FnOnce() -> T) -> T {
         let t0 = self.waits.map(|_| PeerWaits::start());
-        let got = self
-            .transport
-            .recv(t, self.comm_id, Channel::Collective, Some(Stage::of_seq(self.fp.seq)), buf, self.clock.deadline())
-            .map_err(|e| self.map_err(e))?;
+        let r = wait();
         if let (Some(w), Some(t0)) = (self.waits, t0) {
             w.add_since(peer, t0);
         }
-        self.check_piece(peer, got, buf.len(), offset, total)
+        r
     }
 
     /// Checks a frame that arrived from `peer` as the piece at byte `offset` of a

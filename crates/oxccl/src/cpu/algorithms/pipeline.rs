@@ -24,7 +24,6 @@
 use std::ops::Range;
 
 use super::{Ctx, Kernel};
-use crate::backend::peer_waits::PeerWaits;
 use crate::cpu::transport::{LinkKind, Pieces, Received, Stage};
 use crate::error::Result;
 
@@ -69,15 +68,22 @@ impl Sink<'_> {
         match self {
             Sink::Into(b) => ctx.recv_piece(from, &mut b[r.clone()], r.start, total),
             Sink::Reduce { acc, k, tmp } => {
-                let have = tmp.len();
-                let slot = tmp.get_mut(..r.len()).ok_or_else(|| {
-                    crate::Error::invalid(format!("a {have}-byte scratch for a {}-byte piece", r.len()))
-                })?;
+                let slot = piece_of(tmp, r.len())?;
                 ctx.recv_piece(from, slot, r.start, total)?;
                 k.combine(&mut acc[r], slot)
             }
         }
     }
+}
+
+/// The first `len` bytes of the scratch `tmp`, where a piece lands before it is combined.
+///
+/// # Errors
+/// [`Error::InvalidArgument`](crate::Error::InvalidArgument) when `tmp` is shorter (an
+/// internal bug: see [`Ctx::scratch_len`]).
+fn piece_of(tmp: &mut [u8], len: usize) -> Result<&mut [u8]> {
+    let have = tmp.len();
+    tmp.get_mut(..len).ok_or_else(|| crate::Error::invalid(format!("a {have}-byte scratch for a {len}-byte piece")))
 }
 
 /// An exchange cut into pieces, as the transport drives it ([`Transport::exchange`]).
@@ -88,7 +94,6 @@ struct Plan<'p, 'c, 'b> {
     data: &'p [u8],
     out: Vec<Range<usize>>,
     ins: Vec<Range<usize>>,
-    total: usize,
     sink: &'p mut Sink<'b>,
 }
 
@@ -122,25 +127,16 @@ impl Pieces for Plan<'_, '_, '_> {
     }
 
     fn wait_for_incoming(&mut self, sleep: &mut dyn FnMut()) {
-        let t0 = self.ctx.waits.map(|_| PeerWaits::start());
-        sleep();
-        if let (Some(w), Some(t0)) = (self.ctx.waits, t0) {
-            w.add_since(self.from, t0);
-        }
+        self.ctx.waiting_on(self.from, sleep);
     }
 
     fn arrived(&mut self, i: usize, got: Received) -> Result<()> {
         let r = self.ins[i].clone();
-        self.ctx.check_piece(self.from, got, r.len(), r.start, self.total)?;
+        let total = self.sink.len();
+        self.ctx.check_piece(self.from, got, r.len(), r.start, total)?;
         match &mut *self.sink {
             Sink::Into(_) => Ok(()),
-            Sink::Reduce { acc, k, tmp } => {
-                let have = tmp.len();
-                let slot = tmp.get(..r.len()).ok_or_else(|| {
-                    crate::Error::invalid(format!("a {have}-byte scratch for a {}-byte piece", r.len()))
-                })?;
-                k.combine(&mut acc[r], slot)
-            }
+            Sink::Reduce { acc, k, tmp } => k.combine(&mut acc[r.clone()], piece_of(tmp, r.len())?),
         }
     }
 }
@@ -176,7 +172,6 @@ impl Ctx<'_> {
                 data,
                 out: pieces(data.len(), self.chunk_for(to)).collect(),
                 ins: pieces(total, self.chunk_for(from)).collect(),
-                total,
                 sink: &mut sink,
             };
             let at = Some(Stage::of_seq(self.fp.seq));

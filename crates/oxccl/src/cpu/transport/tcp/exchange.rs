@@ -18,18 +18,16 @@
 //! half-written closes the connection.
 
 use std::os::fd::AsRawFd;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::connection::Conn;
-use super::incoming::{Direct, Incoming, Pumped, Socket, Wait};
+use super::incoming::{Incoming, Wait};
 use super::links::TcpLinks;
-use super::reader::report_end;
 use super::remaining;
 use super::writer::WriteState;
 use crate::cpu::transport::frame::{self, FrameKind};
-use crate::cpu::transport::routed::Link;
+use crate::cpu::transport::routed::{Link, Polled, Want};
 use crate::cpu::transport::{Header, Pieces, Stage, TransportError};
 
 /// Longest sleep in `poll` between looks at the mailbox's failure states.
@@ -159,36 +157,22 @@ impl TcpLinks {
             }
             // In: what has arrived.
             while let Some(inc) = incoming.as_mut().filter(|_| p.taken < n_in) {
-                if !inc.reading_direct() {
-                    let slot = pieces.slot(p.taken);
-                    if let Some(got) = self.mailbox.try_recv(from, header.comm_id, header.channel, at, slot)? {
-                        pieces.arrived(p.taken, got).map_err(TransportError::Other)?;
-                        p.taken += 1;
-                        moved = true;
-                        continue;
-                    }
-                }
-                let direct = Direct {
+                let mut want = Want {
+                    peer: from,
                     comm_id: header.comm_id,
                     channel: header.channel,
+                    at,
                     buf: pieces.slot(p.taken),
-                    wait: Wait::Now,
+                    deadline,
                 };
-                let r =
-                    inc.pump(&mut Socket(&cfrom.sock), from, &self.mailbox, self.max_frame, Some(direct), Wait::Now);
-                match r {
-                    Ok(Pumped::Took(got)) => {
+                match self.read_for(cfrom, inc, &mut want, Wait::Now)? {
+                    Polled::Took(got) => {
                         pieces.arrived(p.taken, got).map_err(TransportError::Other)?;
                         p.taken += 1;
                         moved = true;
                     }
-                    Ok(Pumped::Delivered) => moved = true,
-                    Ok(Pumped::Nothing | Pumped::TimedOut) => break,
-                    Err(end) => {
-                        // The mailbox now says how the stream ended.
-                        report_end(self.rank, cfrom, end, &self.mailbox, self.closing.load(Ordering::Acquire));
-                        moved = true;
-                    }
+                    Polled::Moved => moved = true,
+                    Polled::Nothing => break,
                 }
             }
             if p.taken == n_in && incoming.is_some() {

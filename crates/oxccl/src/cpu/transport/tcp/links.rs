@@ -226,28 +226,32 @@ impl TcpLinks {
 impl TcpLinks {
     /// Reads `want.peer`'s socket on the caller's thread, holding its incoming side: frames
     /// for others go to the mailbox; the frame `want` waits for, when it is next, lands in
-    /// `want.buf` directly. A frame the reader delivered before is taken from the mailbox
-    /// first, so the order holds.
+    /// `want.buf` directly, its payload waited for as `wait` says (`Now`: the caller keeps
+    /// the incoming side and calls again with the same buffer, see `Direct`). A frame the
+    /// reader delivered before is taken from the mailbox first, so the order holds; that
+    /// look also reports how the stream ended, once it has.
     ///
     /// # Errors
     /// As [`Mailbox::try_recv`]; `Timeout` when the payload begun into `want.buf` did not
     /// all arrive by `want.deadline` (the rest goes to the mailbox).
-    fn read_for(
+    pub(super) fn read_for(
         &self,
         conn: &Conn,
-        mut incoming: MutexGuard<'_, Incoming>,
+        incoming: &mut Incoming,
         want: &mut Want<'_>,
+        wait: Wait,
     ) -> std::result::Result<Polled, TransportError> {
         let peer = want.peer;
+        if !incoming.reading_direct() {
+            if let Some(r) = self.mailbox.try_recv(peer, want.comm_id, want.channel, want.at, want.buf)? {
+                return Ok(Polled::Took(r));
+            }
+        }
         if incoming.ended {
-            // The mailbox knows how it ended.
+            // Reported by the look above, once nothing is queued.
             return Ok(Polled::Moved);
         }
-        if let Some(r) = self.mailbox.try_recv(peer, want.comm_id, want.channel, want.at, want.buf)? {
-            return Ok(Polled::Took(r));
-        }
-        let direct =
-            Direct { comm_id: want.comm_id, channel: want.channel, buf: want.buf, wait: Wait::Until(want.deadline) };
+        let direct = Direct { comm_id: want.comm_id, channel: want.channel, buf: want.buf, wait };
         let r = incoming.pump(&mut Socket(&conn.sock), peer, &self.mailbox, self.max_frame, Some(direct), Wait::Now);
         match r {
             Ok(Pumped::Took(r)) => Ok(Polled::Took(r)),
@@ -255,6 +259,7 @@ impl TcpLinks {
             Ok(Pumped::Nothing) => Ok(Polled::Nothing),
             Ok(Pumped::TimedOut) => Err(TransportError::Timeout { peer }),
             Err(end) => {
+                // The mailbox now says how the stream ended (the next look reports it).
                 report_end(self.rank, conn, end, &self.mailbox, self.closing.load(Ordering::Acquire));
                 Ok(Polled::Moved)
             }
@@ -313,8 +318,10 @@ impl Link for TcpLinks {
     fn poll(&self, want: &mut Want<'_>) -> std::result::Result<Polled, TransportError> {
         let conn = self.conn(want.peer)?;
         match conn.incoming.try_lock() {
-            Ok(g) => self.read_for(conn, g, want),
-            Err(TryLockError::Poisoned(p)) => self.read_for(conn, p.into_inner(), want),
+            Ok(mut g) => self.read_for(conn, &mut g, want, Wait::Until(want.deadline)),
+            Err(TryLockError::Poisoned(p)) => {
+                self.read_for(conn, &mut p.into_inner(), want, Wait::Until(want.deadline))
+            }
             Err(TryLockError::WouldBlock) => Ok(Polled::Nothing),
         }
     }
