@@ -77,3 +77,76 @@ fn large_hierarchical_all_reduce_matches_the_reference() {
         }
     });
 }
+
+/// The hierarchical all_reduce with its host phases in each host's shared-memory
+/// collectives (small slots: many chunks, blocks one element apart in length), at sizes
+/// from nothing to fewer elements than a host has ranks, for sum, max and average over
+/// f32, i64 and bf16, against sequential references.
+#[test]
+fn hierarchical_host_phases_in_shared_memory_match_the_reference() {
+    let hosts = ["a", "a", "a", "b", "b", "b"];
+    let cfg = hierarchical().set("OXCCL_SHM_SLOT_BYTES", "8192").expect("settings");
+    let backends = oxccl::testing::cpu_backends_on_hosts(&cfg, &hosts).expect("a world spanning hosts");
+    let n = hosts.len();
+    let f = |r: usize, i: usize| ((i * 7 + r * 5) % 11) as f32 - 3.0;
+    std::thread::scope(|s| {
+        for b in backends {
+            s.spawn(move || {
+                let c = Communicator::from_backend(b);
+                let r = c.rank();
+                for count in [0usize, 1, 2, 5, 1001, 10_007] {
+                    let mut x: Vec<f32> = (0..count).map(|i| f(r, i)).collect();
+                    c.all_reduce(&mut x, oxccl::ReduceOp::Sum).expect("sum");
+                    let want: Vec<f32> = (0..count).map(|i| (0..n).map(|q| f(q, i)).sum()).collect();
+                    assert!(x == want, "sum, rank {r}, count {count}");
+                    let mut x: Vec<i64> = (0..count).map(|i| (i as i64 * 31 + r as i64 * 17) % 97).collect();
+                    c.all_reduce(&mut x, oxccl::ReduceOp::Max).expect("max");
+                    let want: Vec<i64> = (0..count)
+                        .map(|i| (0..n).map(|q| (i as i64 * 31 + q as i64 * 17) % 97).max().unwrap_or(0))
+                        .collect();
+                    assert!(x == want, "max, rank {r}, count {count}");
+                    let mut h: Vec<oxccl::bf16> = (0..count).map(|_| oxccl::bf16::from_f32(r as f32)).collect();
+                    c.all_reduce(&mut h, oxccl::ReduceOp::Avg).expect("avg");
+                    let mean = (n - 1) as f32 / 2.0;
+                    assert!(h.iter().all(|v| v.to_f32() == mean), "avg, rank {r}, count {count}");
+                }
+            });
+        }
+    });
+}
+
+/// A world spanning hosts splits into communicators that get shared-memory collectives
+/// where their ranks allow: one per host runs them whole; one spanning the hosts alike
+/// runs its host phases in them. Both compute right.
+#[test]
+fn splits_of_a_world_spanning_hosts_share_memory_where_they_can() {
+    let hosts = ["a", "b", "a", "b", "a", "b", "a", "b"];
+    let backends = oxccl::testing::cpu_backends_on_hosts(&Config::new(), &hosts).expect("a world spanning hosts");
+    std::thread::scope(|s| {
+        for b in backends {
+            s.spawn(move || {
+                let c = Communicator::from_backend(b);
+                let r = c.rank();
+                let kind = oxccl::OpKind::AllReduce;
+                // By host: ranks 0, 2, 4, 6 on a; 1, 3, 5, 7 on b.
+                let host = c.split(Some((r % 2) as u32), r as i64).expect("split").expect("a member");
+                assert_eq!(host.algorithm_for(kind, 1 << 20).expect("choice"), Some(oxccl::Algorithm::SharedMemory));
+                let mut x = vec![r as f32; 1001];
+                host.all_reduce(&mut x, oxccl::ReduceOp::Sum).expect("all_reduce on one host");
+                let want: f32 = (0..8).filter(|q| q % 2 == r % 2).map(|q| q as f32).sum();
+                assert!(x.iter().all(|v| *v == want), "rank {r} on its host");
+                // Ranks 0-3: two hosts of two; hierarchical, with its host phases in shared memory.
+                let half = c.split(Some((r / 4) as u32), r as i64).expect("split").expect("a member");
+                let mut x: Vec<f32> = (0..70_001).map(|i| (i % 5 + r) as f32).collect();
+                half.with_algorithm(oxccl::Algorithm::Hierarchical)
+                    .all_reduce(&mut x, oxccl::ReduceOp::Sum)
+                    .expect("hierarchical all_reduce on a split");
+                let members: Vec<usize> = (0..8).filter(|q| q / 4 == r / 4).collect();
+                assert!(
+                    x.iter().enumerate().all(|(i, v)| *v == members.iter().map(|&q| (i % 5 + q) as f32).sum::<f32>()),
+                    "rank {r} in its half"
+                );
+            });
+        }
+    });
+}

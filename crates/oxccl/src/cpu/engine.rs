@@ -61,12 +61,16 @@ struct Inner {
     seq: AtomicU64,
     /// Collectives in shared memory, when every rank is on this host.
     native: OnceLock<ShmCollectives>,
+    /// Collectives in shared memory among the ranks of this rank's host, when the ranks
+    /// span hosts alike (the host phases of `hierarchical`).
+    host_native: OnceLock<ShmCollectives>,
     /// Which algorithm runs each call.
     selector: Selector,
     /// This rank's groups by host, when the ranks span hosts alike (for `hierarchical`).
     host_groups: Option<HostGroups>,
-    /// Slot size and wait policy of the native collectives of this communicator and its
-    /// splits.
+    /// Slot size and wait policy of the shared-memory collectives of this communicator (of
+    /// the whole of it, or of each host's ranks) and its splits: set where shared memory
+    /// is allowed.
     native_setup: OnceLock<(usize, WaitPolicy)>,
     /// Time waited for each peer, for the profiler (off unless it turns it on).
     waits: Arc<PeerWaits>,
@@ -149,6 +153,7 @@ impl CpuBackend {
                 poisoned: AtomicBool::new(false),
                 seq: AtomicU64::new(0),
                 native: OnceLock::new(),
+                host_native: OnceLock::new(),
                 native_setup: OnceLock::new(),
                 waits: Arc::new(PeerWaits::new(n_ranks)),
             }),
@@ -185,6 +190,30 @@ impl CpuBackend {
     /// Segment errors (e.g. a /dev/shm that is too small) and communication errors.
     pub fn enable_shared_memory(&self, slot_bytes: usize, wait: WaitPolicy) -> Result<()> {
         self.inner.run_inline(|| self.inner.setup_native(slot_bytes, wait, true))
+    }
+
+    /// On a communicator spanning hosts alike (several ranks on each), sets up collectives
+    /// in shared memory among the ranks of each host, for the host phases of the
+    /// hierarchical algorithms; elsewhere it does nothing. A collective: every rank calls
+    /// it. A host whose segment cannot be made (no room in /dev/shm) runs those phases over
+    /// the shared-memory transport instead, and its first rank says why once; the selector
+    /// prices them as shared-memory collectives on every rank alike. Communicators split
+    /// from this one get shared-memory collectives where their ranks allow.
+    ///
+    /// # Errors
+    /// [`Error::Internal`] when the communicator is already shared (call it right after
+    /// [`CpuBackend::new`]); communication errors.
+    pub fn with_host_shared_memory(mut self, slot_bytes: usize, wait: WaitPolicy) -> Result<Self> {
+        let inner = Arc::get_mut(&mut self.inner)
+            .ok_or_else(|| Error::Internal("with_host_shared_memory on a communicator already in use".into()))?;
+        // Kept for the splits, whatever this communicator's layout.
+        let _ = inner.native_setup.set((slot_bytes, wait));
+        if inner.host_groups.is_none() {
+            return Ok(self);
+        }
+        inner.selector.set_host_collectives(Some(slot_bytes));
+        self.inner.run_inline(|| self.inner.setup_host_native(slot_bytes, wait))?;
+        Ok(self)
     }
 }
 
@@ -270,6 +299,7 @@ impl Inner {
             tally: self.native.get(),
             waits: self.waits.enabled().then_some(&*self.waits),
             hosts: self.host_groups.as_ref(),
+            host_native: self.host_native.get(),
         }
     }
 
@@ -311,6 +341,53 @@ impl Inner {
                     "no shared-memory collectives for a communicator of {} ranks ({e}); \
                      it uses the ordinary algorithms",
                     self.ranks.len()
+                );
+                Ok(())
+            }
+            Err(e) => {
+                self.poison(&e, Stage::Setup);
+                Err(e)
+            }
+        }
+    }
+
+    /// Sets up the shared-memory collectives of this rank's host (see
+    /// [`CpuBackend::with_host_shared_memory`]): a collective of the host's ranks, run on
+    /// every host at once. Internal, like [`Inner::setup_native`].
+    fn setup_host_native(&self, slot_bytes: usize, wait: WaitPolicy) -> Result<()> {
+        let Some(g) = self.host_groups.as_ref() else { return Ok(()) };
+        self.check_poisoned()?;
+        let fp = Fingerprint {
+            seq: Stage::SETUP_SEQ,
+            op: OpKind::Split,
+            dtype: DType::U8,
+            count: slot_bytes as u64,
+            root: None,
+            reduce: None,
+            algorithm: Algorithm::Hierarchical,
+        };
+        let on_host: Vec<usize> = g.local.iter().map(|&r| self.ranks[r]).collect();
+        let ctx = Ctx {
+            ranks: &on_host,
+            rank: g.local_index,
+            tally: None,
+            waits: None,
+            hosts: None,
+            ..self.ctx(fp, &CallOptions::default())
+        };
+        match ShmCollectives::establish(&ctx, slot_bytes, wait) {
+            Ok(Some(n)) => {
+                let _ = self.host_native.set(n);
+                Ok(())
+            }
+            // Every rank of the host learned that the segment could not be made; its first
+            // rank says why.
+            Ok(None) => Ok(()),
+            Err(e) if matches!(e, Error::Io { .. }) && g.local_index == 0 => {
+                tracing::warn!(
+                    "no shared-memory collectives among the {} ranks of this host ({e}); the hierarchical \
+                     algorithms run their phases inside it over the shared-memory transport",
+                    g.local.len()
                 );
                 Ok(())
             }
@@ -478,12 +555,19 @@ impl Inner {
             .position(|&(_, i)| i == self.rank)
             .ok_or_else(|| Error::invalid("split: this rank is missing from its own color group (internal error)"))?;
         let id = derive_comm_id(self.comm_id, seq, u64::from(color));
-        let child = CpuBackend::new(self.name, Arc::clone(&self.transport), id, ranks, rank, self.cfg.clone())?
+        let mut child = CpuBackend::new(self.name, Arc::clone(&self.transport), id, ranks, rank, self.cfg.clone())?
             .with_machine(Arc::clone(self.selector.profile()), self.selector.crowd())?;
         if let Some(&(slot, wait)) = self.native_setup.get() {
-            // A communicator on one host splits into communicators on one host; where
-            // /dev/shm has no room left, the child uses the ordinary algorithms.
-            child.inner.setup_native(slot, wait, false)?;
+            // Shared memory where the child's ranks allow: all of it on one host, the host
+            // phases of `hierarchical` where it spans hosts alike. Where /dev/shm has no
+            // room left, the child uses the ordinary algorithms.
+            let host = |t: &usize| self.transport.host_of(*t);
+            let first = child.inner.ranks.first().map(host);
+            if child.inner.ranks.iter().all(|t| Some(host(t)) == first) {
+                child.inner.setup_native(slot, wait, false)?;
+            } else {
+                child = child.with_host_shared_memory(slot, wait)?;
+            }
         }
         Ok(Some(child))
     }

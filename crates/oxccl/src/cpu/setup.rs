@@ -310,10 +310,13 @@ fn build(
         .collect();
     let transport = Arc::new(RoutedTransport::new(rank, mailbox, routes)?.with_hosts(host_of)?);
     let profile = shared_profile(rank, rdv, prefix, cfg, opts)?;
-    let backend = CpuBackend::new(NAME, transport, WORLD_COMM_ID, (0..n).collect(), rank, cfg.clone())?
+    let mut backend = CpuBackend::new(NAME, transport, WORLD_COMM_ID, (0..n).collect(), rank, cfg.clone())?
         .with_machine(profile, job_crowd(&machines, &masks))?;
     if use_shm && single_host {
         backend.enable_shared_memory(opts.slot_bytes, policy)?;
+    } else if use_shm {
+        // Spanning hosts: each host's ranks share memory among themselves.
+        backend = backend.with_host_shared_memory(opts.slot_bytes, policy)?;
     }
     Ok(backend)
 }

@@ -52,6 +52,10 @@ pub struct Ctx<'a> {
     /// This rank's groups by host, when the communicator spans hosts alike (where the
     /// hierarchical algorithms run).
     pub(crate) hosts: Option<&'a hosts::HostGroups>,
+    /// The shared-memory collectives of this rank's host (its ranks in `hosts.local`), when
+    /// the communicator spans hosts and this host could set them up: the hierarchical
+    /// algorithms run their phases inside the host on them.
+    pub(crate) host_native: Option<&'a shared_memory::ShmCollectives>,
 }
 
 /// The start and deadline of one operation, read from the clock at the first need: an
@@ -83,6 +87,13 @@ impl Clock {
     /// When its waits give up.
     pub(crate) fn deadline(&self) -> Instant {
         self.times().1
+    }
+
+    /// A clock with this one's start and deadline (read now if they were not yet), for a
+    /// part of the operation run in a context of its own.
+    pub(crate) fn fork(&self) -> Clock {
+        self.times();
+        Clock { timeout: self.timeout, times: self.times.clone() }
     }
 }
 

@@ -266,18 +266,31 @@ pub fn predict(op: OpKind, algo: Algorithm, n: usize, bytes: usize, costs: &Cost
 }
 
 /// Predicted seconds for `hierarchical` all_reduce of `bytes` on `h` hosts of `m` ranks (see
-/// the table): its phases inside the hosts priced with `local`'s link, the one between them
-/// with `remote`'s.
-pub fn predict_hierarchical(h: usize, m: usize, bytes: usize, local: &Costs<'_>, remote: &Costs<'_>) -> f64 {
+/// the table): its phases inside the hosts priced with `local`'s link (as the host's
+/// shared-memory collectives with slots of `host_slot` bytes where the hosts have them,
+/// else as rings), the one between them with `remote`'s.
+pub fn predict_hierarchical(
+    h: usize,
+    m: usize,
+    bytes: usize,
+    local: &Costs<'_>,
+    remote: &Costs<'_>,
+    host_slot: Option<usize>,
+) -> f64 {
     let (s, mf) = (bytes as f64, m as f64);
     let priced = |op, n: usize, size: f64, c: &Costs<'_>| {
         plan(op, Algorithm::Ring, n, size).map_or(0.0, |p| p.price(n as f64, c))
     };
+    // Inside the host: the host's shared-memory collectives where it has them, else rings.
+    let on_host = |op, size: f64| match host_slot {
+        Some(slot) => predict(op, Algorithm::SharedMemory, m, size as usize, &Costs { slot, ..*local }),
+        None => Some(priced(op, m, size, local)),
+    };
     // The opening empty messages to and from the ring neighbours (one round).
     remote.link.alpha
-        + priced(OpKind::ReduceScatter, m, s, local)
+        + on_host(OpKind::ReduceScatter, s).unwrap_or(0.0)
         + priced(OpKind::AllReduce, h, s / mf, remote)
-        + priced(OpKind::AllGather, m, s / mf, local)
+        + on_host(OpKind::AllGather, s / mf).unwrap_or(0.0)
 }
 
 #[cfg(test)]

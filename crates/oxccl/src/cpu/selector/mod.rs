@@ -37,6 +37,9 @@ pub struct Selector {
     /// `(hosts, ranks per host)` when the ranks span several hosts with several ranks on
     /// each, alike (where `hierarchical` runs).
     layout: Option<(usize, usize)>,
+    /// The slot size of the shared-memory collectives each host's ranks set up among
+    /// themselves, when they do (the hierarchical algorithms run their host phases on them).
+    host_slot: Option<usize>,
     /// Per operation (index in [`OpKind::ALL`]), without and with the shared-memory
     /// collectives: the algorithm of each size class.
     tables: Vec<[OnceLock<Vec<Algorithm>>; 2]>,
@@ -62,7 +65,7 @@ impl Selector {
     /// choices differ.
     pub fn new(profile: Arc<Profile>, link: LinkKind, n: usize, crowd: f64) -> Selector {
         let tables = OpKind::ALL.iter().map(|_| [OnceLock::new(), OnceLock::new()]).collect();
-        Selector { profile, link, n, crowd, layout: None, tables }
+        Selector { profile, link, n, crowd, layout: None, host_slot: None, tables }
     }
 
     /// The same selector for ranks laid out on `layout`'s `(hosts, ranks per host)` (`None`:
@@ -70,6 +73,22 @@ impl Selector {
     pub fn with_layout(mut self, layout: Option<(usize, usize)>) -> Selector {
         self.layout = layout;
         self
+    }
+
+    /// The same selector for hosts whose ranks run shared-memory collectives among
+    /// themselves with slots of `slot` bytes (`None`: rings over the shared-memory
+    /// transport), for pricing the host phases of `hierarchical`. It must be the same on
+    /// every rank: the engine passes what the settings allow, not what each host managed
+    /// to set up.
+    pub fn with_host_collectives(mut self, slot: Option<usize>) -> Selector {
+        self.set_host_collectives(slot);
+        self
+    }
+
+    /// [`Selector::with_host_collectives`] in place (its decisions so far are forgotten).
+    pub fn set_host_collectives(&mut self, slot: Option<usize>) {
+        self.host_slot = slot;
+        self.tables.iter_mut().for_each(|t| *t = [OnceLock::new(), OnceLock::new()]);
     }
 
     /// `(hosts, ranks per host)` when `hierarchical` can run.
@@ -80,7 +99,7 @@ impl Selector {
 
     /// The same communicator priced with other costs and crowding.
     pub fn for_machine(&self, profile: Arc<Profile>, crowd: f64) -> Selector {
-        Selector::new(profile, self.link, self.n, crowd).with_layout(self.layout)
+        Selector::new(profile, self.link, self.n, crowd).with_layout(self.layout).with_host_collectives(self.host_slot)
     }
 
     /// The ranks per CPU this selector assumes.
@@ -124,7 +143,8 @@ impl Selector {
         if let (OpKind::AllReduce, Some((h, m))) = (op, self.layout) {
             let (shm, tcp) = (self.profile.shm, self.profile.tcp);
             let (local, remote) = (cost::Costs { link: &shm, ..costs }, cost::Costs { link: &tcp, ..costs });
-            predictions.push((Algorithm::Hierarchical, cost::predict_hierarchical(h, m, bytes, &local, &remote)));
+            let t = cost::predict_hierarchical(h, m, bytes, &local, &remote, self.host_slot);
+            predictions.push((Algorithm::Hierarchical, t));
         }
         // Stable: among equal predictions the earlier candidate (the op's default) stays first.
         predictions.sort_by(|x, y| x.1.total_cmp(&y.1));
@@ -349,5 +369,28 @@ mod tests {
         same.tcp = same.shm;
         let s = Selector::new(Arc::new(same), LinkKind::Tcp, n, 1.0).with_layout(layout);
         assert_ne!(s.choose(OpKind::AllReduce, 64 << 20, Algorithm::Auto, None), Algorithm::Hierarchical);
+    }
+
+    #[test]
+    fn hierarchical_prices_its_host_phases_as_the_hosts_shared_memory_collectives() {
+        // A shared-memory transport as slow as TCP: rings inside the hosts buy nothing, but
+        // the hosts' own shared-memory collectives (copies at memory speed) do.
+        let mut slow = Profile::default();
+        slow.shm = slow.tcp;
+        let layout = Some((2, 2));
+        let rings = Selector::new(Arc::new(slow), LinkKind::Tcp, 4, 1.0).with_layout(layout);
+        let native = rings.for_machine(Arc::clone(rings.profile()), 1.0).with_host_collectives(Some(1 << 18));
+        let price = |s: &Selector| {
+            let c = s.explain(OpKind::AllReduce, 64 << 20, None);
+            c.predictions.iter().find(|p| p.0 == Algorithm::Hierarchical).map(|p| p.1).unwrap()
+        };
+        assert!(price(&native) < 0.8 * price(&rings), "{} vs {}", price(&native), price(&rings));
+        assert_ne!(rings.choose(OpKind::AllReduce, 64 << 20, Algorithm::Auto, None), Algorithm::Hierarchical);
+        assert_eq!(native.choose(OpKind::AllReduce, 64 << 20, Algorithm::Auto, None), Algorithm::Hierarchical);
+        // Kept across a change of machine costs; a decision made before is forgotten.
+        let mut again = native.for_machine(Arc::clone(native.profile()), 1.0);
+        assert_eq!(again.choose(OpKind::AllReduce, 64 << 20, Algorithm::Auto, None), Algorithm::Hierarchical);
+        again.set_host_collectives(None);
+        assert_ne!(again.choose(OpKind::AllReduce, 64 << 20, Algorithm::Auto, None), Algorithm::Hierarchical);
     }
 }

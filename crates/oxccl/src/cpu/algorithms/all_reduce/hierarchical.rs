@@ -4,7 +4,15 @@
 //! all-reduce that block between the hosts (a ring over TCP, `m` of them side by side);
 //! a ring all-gather inside each host spreads the blocks back.
 //!
-//! Cost: `2(m−1)(α_s + S/m·β_s) + (m−1)/m·Sγ` inside the hosts, plus
+//! Inside a host whose ranks set up shared-memory collectives of their own (the engine does
+//! where shared memory is allowed), the two host phases run on them instead of rings over
+//! the shared-memory transport: each is one pass through the host's slots
+//! (`ShmCollectives::reduce_scatter_blocks` and `all_gather_blocks`, in
+//! `shared_memory/blocks.rs`), with
+//! one synchronization per chunk and no frames. Both cut the same blocks, so a host that
+//! could not set them up (no room in /dev/shm) runs the rings with the same result.
+//!
+//! Cost: `2(m−1)(α_s + S/m·β_s) + (m−1)/m·Sγ` inside the hosts (rings), plus
 //! `2(h−1)(α_t + S/(mh)·β_t) + (h−1)/(mh)·Sγ` between them. Each host sends
 //! `2(h−1)/h·S` over its links in all, spread over `m` connections, where a flat ring
 //! crossing the hosts sends `2(n−1)/n·S` through each one of its crossing links: the
@@ -17,8 +25,10 @@
 //! the others, instead of every rank waiting for its deadline on groups the other operation
 //! never talks to.
 
+use crate::cpu::algorithms::hosts::HostGroups;
 use crate::cpu::algorithms::{all_gather, block_bytes, reduce_scatter, Ctx, Kernel};
 use crate::error::{Error, Result};
+use crate::reduce_op::ReduceOp;
 
 /// All-reduce `buf` in place.
 ///
@@ -37,7 +47,16 @@ pub fn run(ctx: &Ctx, buf: &mut [u8], k: &Kernel) -> Result<()> {
     let (m, e) = (g.local.len(), k.elem());
     let count = buf.len() / e;
     let blocks: Vec<_> = (0..m).map(|i| block_bytes(count, m, i, e)).collect();
-    reduce_scatter::ring::run_blocks_in(ctx, &g.local, g.local_index, buf, &blocks, k)?;
+    let on_host: Vec<usize> = g.local.iter().map(|&r| ctx.ranks[r]).collect();
+    match ctx.host_native {
+        Some(shm) => {
+            // Avg divides once, at the end of the whole all_reduce; its phases add up.
+            let op = if k.op == ReduceOp::Avg { ReduceOp::Sum } else { k.op };
+            let host = host_ctx(ctx, g, &on_host);
+            shm.reduce_scatter_blocks(&host, buf, &blocks, k.dtype, op).map_err(|e| lift(e, g))?
+        }
+        None => reduce_scatter::ring::run_blocks_in(ctx, &g.local, g.local_index, buf, &blocks, k)?,
+    }
     // This rank's block, all-reduced with the same block of the other hosts.
     let mine = blocks[g.local_index].clone();
     let h = g.cross.len();
@@ -45,5 +64,39 @@ pub fn run(ctx: &Ctx, buf: &mut [u8], k: &Kernel) -> Result<()> {
     let block = &mut buf[mine];
     reduce_scatter::ring::run_blocks_in(ctx, &g.cross, g.cross_index, block, &sub, k)?;
     all_gather::ring::run_blocks_in(ctx, &g.cross, g.cross_index, block, &sub)?;
-    all_gather::ring::run_blocks_in(ctx, &g.local, g.local_index, buf, &blocks)
+    match ctx.host_native {
+        Some(shm) => shm.all_gather_blocks(&host_ctx(ctx, g, &on_host), buf, &blocks).map_err(|e| lift(e, g)),
+        None => all_gather::ring::run_blocks_in(ctx, &g.local, g.local_index, buf, &blocks),
+    }
+}
+
+/// The context of the phases inside this rank's host, run by its shared-memory
+/// collectives: the host's ranks alone (`on_host`: their transport ranks, in the order of
+/// `g.local`), the operation's fingerprint and deadline. Its waits are not charged to peers
+/// for the profiler (it numbers the ranks of the host, not of the communicator).
+fn host_ctx<'a>(ctx: &Ctx<'a>, g: &HostGroups, on_host: &'a [usize]) -> Ctx<'a> {
+    Ctx {
+        transport: ctx.transport,
+        comm_id: ctx.comm_id,
+        ranks: on_host,
+        rank: g.local_index,
+        fp: ctx.fp,
+        clock: ctx.clock.fork(),
+        tally: None,
+        waits: None,
+        hosts: None,
+        host_native: None,
+    }
+}
+
+/// An error of a host context, with the peer it names renumbered from the host's ranks to
+/// the communicator's.
+fn lift(e: Error, g: &HostGroups) -> Error {
+    let up = |p: usize| g.local.get(p).copied().unwrap_or(p);
+    match e {
+        Error::Mismatch { peer, ours, theirs } => Error::Mismatch { peer: up(peer), ours, theirs },
+        Error::Timeout { op, seq, peer, waited } => Error::Timeout { op, seq, peer: peer.map(up), waited },
+        Error::PeerLost { rank, detail } => Error::PeerLost { rank: up(rank), detail },
+        e => e,
+    }
 }

@@ -38,6 +38,8 @@
 //! - `all_reduce.rs`: the one-step and the pipelined all_reduce;
 //! - `moves.rs`: broadcast, all_gather, all_to_all, gather, scatter;
 //! - `reductions.rs`: reduce, reduce_scatter;
+//! - `blocks.rs`: reduce_scatter and all_gather in place over uneven blocks, the phases
+//!   inside each host of the hierarchical all_reduce;
 //! - `tests.rs`: every operation against a sequential reference.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -56,6 +58,7 @@ use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, OpKind};
 
 mod all_reduce;
+mod blocks;
 mod moves;
 mod reductions;
 
