@@ -1,7 +1,7 @@
 //! Large messages over TCP travel as pipelines of 1 MiB pieces (`cpu/algorithms/pipeline.rs`),
 //! exchanges of them driven by the caller (`cpu/transport/tcp/exchange.rs`): results against
 //! a sequential reference at sizes that end mid-piece, on 2 to 4 ranks and with every
-//! algorithm that exchanges, a count mismatch between the ranks found (not a hang, not
+//! algorithm that exchanges (in place and out of place), a count mismatch between the ranks found (not a hang, not
 //! corruption) on a message long enough to be cut, and a rank that vanishes mid-exchange.
 
 use std::time::{Duration, Instant};
@@ -88,6 +88,13 @@ fn exchanges_of_every_algorithm_match_the_reference() {
                         let mut x = input(r, count);
                         c.with_algorithm(algo).all_reduce(&mut x, ReduceOp::Sum).unwrap();
                         assert!(x == *want, "{algo:?} all_reduce on rank {r} of {n}");
+                        // Out of place (the ring reads its input without copying it first):
+                        // the input stays as it was, every element of the output is written.
+                        let mine = input(r, count);
+                        let mut out = vec![f32::NAN; count];
+                        c.with_algorithm(algo).all_reduce_into(&mine, &mut out, ReduceOp::Sum).unwrap();
+                        assert!(out == *want, "{algo:?} all_reduce_into on rank {r} of {n}");
+                        assert!(mine == input(r, count), "{algo:?} all_reduce_into changed rank {r}'s input");
                     });
                 }
             });

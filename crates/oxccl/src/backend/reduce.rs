@@ -163,6 +163,27 @@ pub fn combine(dtype: DType, op: ReduceOp, acc: &mut [u8], src: &[u8]) -> Result
     by_dtype!(dtype, combine_typed, op, acc, src)
 }
 
+/// `dst = a (op) b`, element-wise (`Avg` adds: its division comes last, as in [`combine`]);
+/// `dst` may alias neither source. One pass that reads two buffers and writes a third,
+/// where [`combine`] into a copy of `a` would first copy it.
+///
+/// # Errors
+/// [`Error::InvalidArgument`] when the lengths differ or a buffer is misaligned for `dtype`.
+pub fn combine_into(dtype: DType, op: ReduceOp, dst: &mut [u8], a: &[u8], b: &[u8]) -> Result<()> {
+    if dst.len() != a.len() || a.len() != b.len() || !dst.len().is_multiple_of(dtype.size()) {
+        return Err(Error::invalid(format!(
+            "reduction of {} and {} bytes into {} bytes of {dtype}",
+            a.len(),
+            b.len(),
+            dst.len()
+        )));
+    }
+    if dst.is_empty() {
+        return Ok(());
+    }
+    by_dtype!(dtype, combine3_typed, op, dst, a, b)
+}
+
 fn divide_typed<T: Arith>(buf: &mut [u8], n: usize) -> Result<()> {
     let buf: &mut [T] = bytemuck::try_cast_slice_mut(buf).map_err(misaligned)?;
     for x in buf {

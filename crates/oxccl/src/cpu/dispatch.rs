@@ -141,11 +141,16 @@ pub unsafe fn run(ctx: &Ctx, op: &Op, algo: Algorithm) -> Result<()> {
                     finish_avg(&k, w.bytes_mut(), n)?;
                     write_back(dtype, w.bytes(), out)
                 } else {
-                    if !same {
-                        out.copy_from_slice(bytes(input));
-                    }
                     let k = Kernel { dtype, op: *op };
-                    run_all_reduce(ctx, out, &k, algo)?;
+                    if same {
+                        run_all_reduce(ctx, out, &k, algo)?;
+                    } else if algo == Algorithm::Ring {
+                        // The ring reads the input where it would read a copy of it.
+                        all_reduce::ring::run_from(ctx, bytes(input), out, &k)?;
+                    } else {
+                        out.copy_from_slice(bytes(input));
+                        run_all_reduce(ctx, out, &k, algo)?;
+                    }
                     finish_avg(&k, out, n)
                 }
             }

@@ -228,7 +228,27 @@ impl Ctx<'_> {
         k: &Kernel,
         tmp: &mut [u8],
     ) -> Result<()> {
-        self.exchange(to, data, from, pipeline::Sink::Reduce { acc, k, tmp })
+        self.exchange(to, data, from, pipeline::Sink::Reduce { acc, base: None, k, tmp })
+    }
+
+    /// [`Ctx::send_recv_reduce`] where `acc` becomes `base (op) received` (`base`: as long as
+    /// `acc`, not overlapping it): what an out-of-place reduction does at the first
+    /// combination of a block, without copying `base` into `acc` first.
+    ///
+    /// # Errors
+    /// As [`Ctx::send_recv`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn send_recv_reduce_from(
+        &self,
+        to: usize,
+        data: &[u8],
+        from: usize,
+        base: &[u8],
+        acc: &mut [u8],
+        k: &Kernel,
+        tmp: &mut [u8],
+    ) -> Result<()> {
+        self.exchange(to, data, from, pipeline::Sink::Reduce { acc, base: Some(base), k, tmp })
     }
 
     /// Turns a transport error into the user-facing error of this collective.
@@ -283,6 +303,17 @@ impl Kernel {
     /// [`Error::InvalidArgument`] on length or alignment problems (internal bugs).
     pub fn combine(&self, acc: &mut [u8], src: &[u8]) -> Result<()> {
         kernels::combine(self.dtype, self.op, acc, src)
+    }
+
+    /// `acc = base (op) src` element-wise, or `acc = acc (op) src` without a `base`.
+    ///
+    /// # Errors
+    /// As [`Kernel::combine`].
+    pub fn combine_from(&self, acc: &mut [u8], base: Option<&[u8]>, src: &[u8]) -> Result<()> {
+        match base {
+            Some(b) => kernels::combine_into(self.dtype, self.op, acc, b, src),
+            None => self.combine(acc, src),
+        }
     }
 
     /// Bytes per element.

@@ -48,6 +48,9 @@ pub enum Sink<'b> {
     Reduce {
         /// The partial results.
         acc: &'b mut [u8],
+        /// What `acc` starts from, when not its own contents (as long as `acc`): each piece
+        /// becomes `base (op) piece` in `acc`.
+        base: Option<&'b [u8]>,
         /// How values combine.
         k: &'b Kernel,
         /// Where a piece lands before it is combined.
@@ -67,10 +70,10 @@ impl Sink<'_> {
     fn take(&mut self, ctx: &Ctx<'_>, from: usize, r: Range<usize>, total: usize) -> Result<()> {
         match self {
             Sink::Into(b) => ctx.recv_piece(from, &mut b[r.clone()], r.start, total),
-            Sink::Reduce { acc, k, tmp } => {
+            Sink::Reduce { acc, base, k, tmp } => {
                 let slot = piece_of(tmp, r.len())?;
                 ctx.recv_piece(from, slot, r.start, total)?;
-                k.combine(&mut acc[r], slot)
+                k.combine_from(&mut acc[r.clone()], base_of(*base, &r)?, slot)
             }
         }
     }
@@ -84,6 +87,18 @@ impl Sink<'_> {
 fn piece_of(tmp: &mut [u8], len: usize) -> Result<&mut [u8]> {
     let have = tmp.len();
     tmp.get_mut(..len).ok_or_else(|| crate::Error::invalid(format!("a {have}-byte scratch for a {len}-byte piece")))
+}
+
+/// The part `r` of a reduction's `base`, if it has one.
+///
+/// # Errors
+/// [`Error::InvalidArgument`](crate::Error::InvalidArgument) when `base` is shorter than the
+/// result (an internal bug).
+fn base_of<'x>(base: Option<&'x [u8]>, r: &Range<usize>) -> Result<Option<&'x [u8]>> {
+    base.map(|b| {
+        b.get(r.clone()).ok_or_else(|| crate::Error::invalid(format!("a {}-byte base for bytes {r:?}", b.len())))
+    })
+    .transpose()
 }
 
 /// An exchange cut into pieces, as the transport drives it ([`Transport::exchange`]).
@@ -136,7 +151,9 @@ impl Pieces for Plan<'_, '_, '_> {
         self.ctx.check_piece(self.from, got, r.len(), r.start, total)?;
         match &mut *self.sink {
             Sink::Into(_) => Ok(()),
-            Sink::Reduce { acc, k, tmp } => k.combine(&mut acc[r.clone()], piece_of(tmp, r.len())?),
+            Sink::Reduce { acc, base, k, tmp } => {
+                k.combine_from(&mut acc[r.clone()], base_of(*base, &r)?, piece_of(tmp, r.len())?)
+            }
         }
     }
 }

@@ -19,3 +19,20 @@ pub fn run(ctx: &Ctx, buf: &mut [u8], k: &Kernel) -> Result<()> {
     reduce_scatter::ring::run_blocks(ctx, buf, &blocks, k)?;
     all_gather::ring::run_blocks(ctx, buf, &blocks)
 }
+
+/// All-reduce `input` into `buf` (as long), out of place: the reduce-scatter reads `input`
+/// where the in-place form would read a copy of it, so the copy is saved.
+///
+/// # Errors
+/// Communication errors; [`Error::InvalidArgument`](crate::Error::InvalidArgument) when
+/// `input` and `buf` differ in length.
+pub fn run_from(ctx: &Ctx, input: &[u8], buf: &mut [u8], k: &Kernel) -> Result<()> {
+    let n = ctx.size();
+    let count = buf.len() / k.elem();
+    let blocks: Vec<_> = (0..n).map(|i| block_bytes(count, n, i, k.elem())).collect();
+    reduce_scatter::ring::run_blocks_from(ctx, input, buf, &blocks, k)?;
+    if n == 1 {
+        return Ok(());
+    }
+    all_gather::ring::run_blocks(ctx, buf, &blocks)
+}

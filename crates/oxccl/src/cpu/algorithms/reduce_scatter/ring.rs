@@ -48,6 +48,48 @@ pub fn run_blocks_in(
     Ok(())
 }
 
+/// [`run_blocks`] out of place: `input`'s blocks are this rank's contributions and `buf`
+/// (as long) receives the results, with no copy of `input` into `buf` first: the first
+/// step sends from `input`, and every block received is combined with `input`'s into
+/// `buf`. On return block `rank` of `buf` holds the reduction, the others partial results,
+/// except block `rank − 1`, which this rank never combines: it is left as it was.
+///
+/// # Errors
+/// Communication errors; [`Error::InvalidArgument`](crate::Error::InvalidArgument) when
+/// `input` and `buf` differ in length.
+pub fn run_blocks_from(ctx: &Ctx, input: &[u8], buf: &mut [u8], blocks: &[Range<usize>], k: &Kernel) -> Result<()> {
+    let n = ctx.size();
+    let r = ctx.rank();
+    if input.len() != buf.len() {
+        return Err(crate::Error::invalid(format!(
+            "an input of {} bytes for {} bytes of results",
+            input.len(),
+            buf.len()
+        )));
+    }
+    if n == 1 {
+        buf.copy_from_slice(input);
+        return Ok(());
+    }
+    let (next, prev) = ((r + 1) % n, (r + n - 1) % n);
+    let max = blocks.iter().map(|b| b.len()).max().unwrap_or(0);
+    let mut tmp = Scratch::new(ctx.scratch_len(prev, max));
+    for s in 0..n - 1 {
+        let send_i = (r + 2 * n - 1 - s) % n;
+        let recv_i = (r + 2 * n - 2 - s) % n;
+        let base = &input[blocks[recv_i].clone()];
+        if s == 0 {
+            let acc = &mut buf[blocks[recv_i].clone()];
+            ctx.send_recv_reduce_from(next, &input[blocks[send_i].clone()], prev, base, acc, k, tmp.bytes_mut())?;
+        } else {
+            // The block sent was combined into `buf` at the step before.
+            let (out, acc) = split_pair(buf, blocks[send_i].clone(), blocks[recv_i].clone())?;
+            ctx.send_recv_reduce_from(next, out, prev, base, acc, k, tmp.bytes_mut())?;
+        }
+    }
+    Ok(())
+}
+
 /// Reduce-scatter in place of `n` equal blocks: block `rank` of `buf` ends reduced.
 ///
 /// # Errors
