@@ -1,7 +1,8 @@
 //! Large messages over TCP travel as pipelines of 1 MiB pieces (`cpu/algorithms/pipeline.rs`),
 //! exchanges of them driven by the caller (`cpu/transport/tcp/exchange.rs`): results against
 //! a sequential reference at sizes that end mid-piece, on 2 to 4 ranks and with every
-//! algorithm that exchanges (in place and out of place), a count mismatch between the ranks found (not a hang, not
+//! algorithm that exchanges (in place and out of place; over one and several connections
+//! per peer), a count mismatch between the ranks found (not a hang, not
 //! corruption) on a message long enough to be cut, and a rank that vanishes mid-exchange.
 
 use std::time::{Duration, Instant};
@@ -9,7 +10,17 @@ use std::time::{Duration, Instant};
 use oxccl::{Algorithm, Communicator, Config, Error, ReduceOp};
 
 fn tcp_world(n: usize) -> Vec<Communicator> {
-    Config::new().set("OXCCL_TRANSPORT", "tcp").and_then(|c| c.init_world(n)).expect("a TCP world")
+    tcp_world_of(n, 1)
+}
+
+/// A TCP world with `lanes` connections between each pair of ranks (pieces striped across
+/// them from 128 KiB on).
+fn tcp_world_of(n: usize, lanes: usize) -> Vec<Communicator> {
+    Config::new()
+        .set("OXCCL_TRANSPORT", "tcp")
+        .and_then(|c| c.set("OXCCL_SOCKETS_PER_PEER", &lanes.to_string()))
+        .and_then(|c| c.init_world(n))
+        .expect("a TCP world")
 }
 
 /// Rank `r`'s input: small integers, exact in f32 whatever the order of the sums.
@@ -75,8 +86,8 @@ fn a_count_mismatch_on_a_pipelined_message_is_an_error() {
 fn exchanges_of_every_algorithm_match_the_reference() {
     // 7 MiB + 12 bytes: on 4 ranks the ring's blocks are still above a piece.
     let count = (7 << 18) + 3;
-    for n in [2usize, 3, 4] {
-        let comms = tcp_world(n);
+    for (n, lanes) in [(2usize, 1), (3, 1), (4, 1), (2, 3), (3, 2)] {
+        let comms = tcp_world_of(n, lanes);
         let inputs: Vec<Vec<f32>> = (0..n).map(|r| input(r, count)).collect();
         let want: Vec<f32> = (0..count).map(|i| inputs.iter().map(|x| x[i]).sum()).collect();
         for algo in [Algorithm::Ring, Algorithm::RecursiveDoubling, Algorithm::Rabenseifner] {

@@ -46,6 +46,8 @@ pub struct CpuSettings {
     pub socket_ifname: Option<String>,
     /// The largest frame payload sent or accepted (`OXCCL_MAX_FRAME`).
     pub max_frame: usize,
+    /// TCP connections per pair of ranks on different hosts (`OXCCL_SOCKETS_PER_PEER`).
+    pub sockets_per_peer: usize,
     /// This process's host identity, when overridden (`OXCCL_HOST_ID`).
     pub host_id: Option<String>,
     /// Stage every buffer through host temporaries, as device buffers are

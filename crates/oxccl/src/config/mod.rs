@@ -299,6 +299,7 @@ impl Config {
             tune_file: rd.get(&r::TUNE_FILE, text)?.map(std::path::PathBuf::from),
             socket_ifname: rd.get(&r::SOCKET_IFNAME, text)?,
             max_frame: rd.or_default(&r::MAX_FRAME, size)?,
+            sockets_per_peer: rd.or_default(&r::SOCKETS_PER_PEER, |v| parse::count(v, 1, 8).map(|n| n as usize))?,
             host_id: rd.get(&r::HOST_ID, text)?,
             force_staging: rd.or_default(&r::CPU_FORCE_STAGING, parse::flag)?,
             store_addr: rd.get(&r::STORE_ADDR, text)?,

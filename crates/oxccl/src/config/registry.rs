@@ -245,6 +245,15 @@ pub const MAX_FRAME: Setting = Setting {
     doc: "largest message accepted from a peer (at least 64K)",
     origin: Origin::User,
 };
+/// `OXCCL_SOCKETS_PER_PEER`.
+pub const SOCKETS_PER_PEER: Setting = Setting {
+    name: "OXCCL_SOCKETS_PER_PEER",
+    kind: Kind::Count { min: 1, max: 8 },
+    default: "2",
+    default_doc: "`2`",
+    doc: "TCP connections between two ranks on different hosts (like `NCCL_NSOCKS_PERTHREAD`): messages of 128K and more are striped across them, for links one stream cannot fill; the same on every rank, 1 to 8",
+    origin: Origin::User,
+};
 /// `OXCCL_HOST_ID`.
 pub const HOST_ID: Setting = Setting {
     name: "OXCCL_HOST_ID",
@@ -489,6 +498,7 @@ pub const ALL: &[Setting] = &[
     SHM_SLOT_BYTES,
     SHM_RING_BYTES,
     MAX_FRAME,
+    SOCKETS_PER_PEER,
     HOST_ID,
     SPIN_US,
     YIELD_US,

@@ -66,6 +66,7 @@ fn cases(name: &str) -> (&'static str, &'static str) {
         "OXCCL_SHM_SLOT_BYTES" => ("512KiB", "2K"),
         "OXCCL_SHM_RING_BYTES" => ("1MiB", "1"),
         "OXCCL_MAX_FRAME" => ("1GiB", "1K"),
+        "OXCCL_SOCKETS_PER_PEER" => ("4", "9"),
         "OXCCL_HOST_ID" => ("rack1-node7", ""),
         "OXCCL_SPIN_US" => ("0", "-5"),
         "OXCCL_YIELD_US" => ("500", "2ms"),

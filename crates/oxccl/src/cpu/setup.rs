@@ -75,6 +75,7 @@ impl CpuOptions {
             ifname: c.socket_ifname.clone(),
             prefer: gpu_nic(cfg),
             max_frame: c.max_frame,
+            lanes: c.sockets_per_peer,
             connect_timeout: cfg.timeout,
             ..TcpOptions::default()
         };

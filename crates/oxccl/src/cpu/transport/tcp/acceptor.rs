@@ -32,7 +32,8 @@ struct Handshake {
 struct Arrival {
     id: u64,
     from: SocketAddr,
-    result: std::result::Result<(usize, TcpStream), String>,
+    /// The client's rank, the connection's lane, the connection.
+    result: std::result::Result<(usize, usize, TcpStream), String>,
 }
 
 /// Accepts the lower peers' connections on a thread while the rank dials the higher ones.
@@ -65,19 +66,21 @@ impl Acceptor {
         Ok(Acceptor { stop, thread: Some(thread), rx, claimed: HashSet::new() })
     }
 
-    /// Waits until every rank in `expected` has connected.
+    /// Waits until every rank in `expected` has opened its `lanes` connections; each
+    /// rank's connections in lane order.
     pub(super) fn collect(
         &mut self,
         me: usize,
         expected: &HashSet<usize>,
+        lanes: usize,
         addr: SocketAddr,
         deadline: Instant,
         timeout: Duration,
-    ) -> Result<Vec<(usize, TcpStream)>> {
-        let mut got: HashMap<usize, TcpStream> = HashMap::new();
+    ) -> Result<Vec<(usize, Vec<TcpStream>)>> {
+        let mut got: HashMap<(usize, usize), TcpStream> = HashMap::new();
         let mut refused: Vec<String> = Vec::new();
         let mut refused_count = 0usize;
-        while got.len() < expected.len() {
+        while got.len() < expected.len() * lanes {
             let left = remaining(deadline);
             let arrival = if left.is_zero() {
                 None
@@ -91,7 +94,8 @@ impl Acceptor {
                 }
             };
             let Some(Arrival { id, from, result }) = arrival else {
-                let mut missing: Vec<usize> = expected.iter().copied().filter(|p| !got.contains_key(p)).collect();
+                let mut missing: Vec<usize> =
+                    expected.iter().copied().filter(|&p| (0..lanes).any(|l| !got.contains_key(&(p, l)))).collect();
                 missing.sort_unstable();
                 let mut message = format!("rank(s) {missing:?} did not connect within {timeout:?}");
                 if refused_count > 0 {
@@ -108,12 +112,12 @@ impl Acceptor {
                 });
             };
             let problem = match result {
-                Ok((peer, stream)) if !got.contains_key(&peer) => {
+                Ok((peer, lane, stream)) if !got.contains_key(&(peer, lane)) => {
                     self.claimed.insert(id);
-                    got.insert(peer, stream);
+                    got.insert((peer, lane), stream);
                     None
                 }
-                Ok((peer, _)) => Some(format!("a second connection claiming to be rank {peer}")),
+                Ok((peer, lane, _)) => Some(format!("a second connection {lane} claiming to be rank {peer}")),
                 Err(why) => Some(why),
             };
             if let Some(p) = problem {
@@ -123,7 +127,9 @@ impl Acceptor {
                 }
             }
         }
-        Ok(got.into_iter().collect())
+        let mut peers: Vec<usize> = expected.iter().copied().collect();
+        peers.sort_unstable();
+        Ok(peers.into_iter().map(|p| (p, (0..lanes).filter_map(|l| got.remove(&(p, l))).collect())).collect())
     }
 }
 
@@ -198,7 +204,7 @@ fn start_handshake(
     let thread = std::thread::Builder::new()
         .name(format!("oxccl-tcp{}-hs", me.me))
         .spawn(move || {
-            let result = serve(&mut sock, &secret, &me, &expected).map(|peer| (peer, sock));
+            let result = serve(&mut sock, &secret, &me, &expected).map(|(peer, lane)| (peer, lane, sock));
             let _ = tx.send(Arrival { id, from, result });
         })
         .map_err(|e| format!("could not start a handshake thread: {e}"))?;

@@ -1,4 +1,4 @@
-//! One established connection ([`Conn`]: its socket, both directions' state, how it
+//! One established connection ([`Conn`]: its sockets, both directions' state, how it
 //! ended) and the socket options that make a dead peer end it ([`set_liveness`]).
 
 use std::io;
@@ -10,12 +10,16 @@ use super::incoming::Incoming;
 use super::readiness::Readiness;
 use super::writer::WriteState;
 
-/// One established connection.
+/// One established connection to a peer: lane 0's socket, and the sockets of the other
+/// lanes when there are several (`stripes`: they carry stripes of large payloads only, and
+/// are read and written only by whoever holds lane 0's incoming side or writer).
 pub(super) struct Conn {
     pub(super) peer: usize,
     /// When the reader thread wakes (first: dropped before the socket it watches).
     pub(super) readiness: Readiness,
     pub(super) sock: TcpStream,
+    /// Lanes 1 and up.
+    pub(super) lanes: Vec<TcpStream>,
     pub(super) writer: Mutex<WriteState>,
     /// The receiving side, read by the reader thread or by a receiving caller, in turn.
     pub(super) incoming: Mutex<Incoming>,
@@ -29,21 +33,43 @@ pub(super) struct Conn {
 }
 
 impl Conn {
-    /// A connection to `peer` over `sock`, its reader armed.
+    /// A connection to `peer` over `sock` (lane 0) and `lanes` (lanes 1 and up), its
+    /// reader armed.
     ///
     /// # Errors
     /// When the kernel refuses the reader's epoll instance.
-    pub(super) fn new(peer: usize, sock: TcpStream) -> io::Result<Conn> {
+    pub(super) fn new(peer: usize, sock: TcpStream, lanes: Vec<TcpStream>) -> io::Result<Conn> {
         let readiness = Readiness::new(&sock)?;
         Ok(Conn {
             peer,
             readiness,
             sock,
+            lanes,
             writer: Mutex::default(),
             incoming: Mutex::default(),
             pollers: AtomicUsize::new(0),
             gone: OnceLock::new(),
         })
+    }
+}
+
+impl Conn {
+    /// How many lanes the connection has.
+    pub(super) fn lane_count(&self) -> usize {
+        1 + self.lanes.len()
+    }
+
+    /// Lane `j`'s socket.
+    pub(super) fn lane(&self, j: usize) -> &TcpStream {
+        j.checked_sub(1).and_then(|i| self.lanes.get(i)).unwrap_or(&self.sock)
+    }
+
+    /// Shuts every lane down.
+    pub(super) fn shutdown(&self) {
+        let _ = self.sock.shutdown(std::net::Shutdown::Both);
+        for s in &self.lanes {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
     }
 }
 

@@ -25,7 +25,7 @@ use super::connection::Conn;
 use super::incoming::{Incoming, Wait};
 use super::links::TcpLinks;
 use super::remaining;
-use super::writer::WriteState;
+use super::writer::{Sending, WriteState};
 use crate::cpu::transport::frame::{self, FrameKind};
 use crate::cpu::transport::routed::{Link, Polled, Want};
 use crate::cpu::transport::{Header, Pieces, Stage, TransportError};
@@ -38,30 +38,33 @@ const SLICE: Duration = Duration::from_millis(10);
 struct Progress {
     /// Outgoing frames written.
     sent: usize,
-    /// Bytes of the next outgoing frame (header included) written.
-    written: usize,
+    /// How far the next outgoing frame has gone, once begun.
+    writing: Option<Sending>,
     /// Incoming frames taken.
     taken: usize,
 }
 
-/// Sleeps until `to` can take bytes (when `out`) or `from` has bytes (when `inn`), or
-/// `for_` passes. Errors show when the sockets are next used.
-fn sleep_on(to: &Conn, from: &Conn, out: bool, inn: bool, for_: Duration) {
-    let mut fds = [libc::pollfd { fd: -1, events: 0, revents: 0 }; 2];
-    if out {
-        fds[0] = libc::pollfd { fd: to.sock.as_raw_fd(), events: libc::POLLOUT, revents: 0 };
+/// Sleeps until a lane of `to` that the frame being written (`out`) still writes can take
+/// bytes, or a lane `from`'s incoming side waits on (`inn`) has bytes, or `for_` passes.
+/// Errors show when the sockets are next used.
+fn sleep_on(to: &Conn, from: &Conn, out: Option<&Sending>, inn: Option<&Incoming>, for_: Duration) {
+    let mut fds: Vec<libc::pollfd> = Vec::with_capacity(to.lane_count() + from.lane_count());
+    if let Some(s) = out {
+        let lanes = (0..to.lane_count()).filter(|&j| s.pending(j));
+        fds.extend(lanes.map(|j| libc::pollfd { fd: to.lane(j).as_raw_fd(), events: libc::POLLOUT, revents: 0 }));
     }
-    if inn {
-        let fd = from.sock.as_raw_fd();
-        if fds[0].fd == fd {
-            fds[0].events |= libc::POLLIN;
-        } else {
-            fds[1] = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    if let Some(inc) = inn {
+        for j in (0..from.lane_count()).filter(|&j| inc.awaits(j)) {
+            let fd = from.lane(j).as_raw_fd();
+            match fds.iter_mut().find(|p| p.fd == fd) {
+                Some(p) => p.events |= libc::POLLIN,
+                None => fds.push(libc::pollfd { fd, events: libc::POLLIN, revents: 0 }),
+            }
         }
     }
     let ms = for_.as_millis().clamp(1, i32::MAX as u128) as libc::c_int;
-    // SAFETY: two valid pollfds (a negative fd is ignored by poll), and the count says two.
-    unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
+    // SAFETY: `fds` holds valid pollfds, and the count is its length.
+    unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
 }
 
 impl TcpLinks {
@@ -132,16 +135,17 @@ impl TcpLinks {
             while let Some(w) = writer.as_mut().filter(|_| p.sent < n_out) {
                 let payload = pieces.out(p.sent);
                 let head = frame::encode_header(FrameKind::Data, header, payload.len());
-                let before = p.written;
-                match w.write_now(&cto.sock, &head, payload, &mut p.written) {
+                let sending = p.writing.get_or_insert_with(|| Sending::new(payload.len(), cto));
+                let before = *sending;
+                match w.write_now(cto, &head, payload, sending) {
                     Ok(true) => {
                         pieces.sent(p.sent);
                         p.sent += 1;
-                        p.written = 0;
+                        p.writing = None;
                         moved = true;
                     }
                     Ok(false) => {
-                        moved |= p.written > before;
+                        moved |= *sending != before;
                         break;
                     }
                     Err(e) => {
@@ -193,9 +197,11 @@ impl TcpLinks {
             if left.is_zero() {
                 return Err(TransportError::Timeout { peer: if p.taken < n_in { from } else { to } });
             }
-            let (out, inn) = (writer.is_some(), incoming.is_some());
-            let mut sleep = || sleep_on(cto, cfrom, out, inn, left.min(SLICE));
-            if inn {
+            let out = writer.as_ref().map(|_| p.writing.unwrap_or_else(|| Sending::new(0, cto)));
+            let inn = incoming.as_ref().map(|g| &**g);
+            let waiting_in = inn.is_some();
+            let mut sleep = || sleep_on(cto, cfrom, out.as_ref(), inn, left.min(SLICE));
+            if waiting_in {
                 pieces.wait_for_incoming(&mut sleep);
             } else {
                 sleep();

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 
+use super::options::LANES_ENV;
 use super::remaining;
 use crate::bootstrap::auth::{self, AuthError, Secret, SECRET_ENV};
 use crate::bootstrap::Rendezvous;
@@ -17,8 +18,8 @@ use crate::error::{Error, Result};
 
 /// The handshake context of transport connections (the store uses another).
 pub const AUTH_CONTEXT: &[u8] = b"oxccl-tcp";
-const ID_MAGIC: [u8; 8] = *b"OXTCPID1";
-const HELLO_LEN: usize = 8 + 8 + 8 + 8 + 8;
+const ID_MAGIC: [u8; 8] = *b"OXTCPID2";
+const HELLO_LEN: usize = 8 + 8 + 8 + 8 + 8 + 8 + 8;
 pub(super) const REPLY_LEN: usize = 8 + 8 + 1;
 
 pub(super) fn address_key(prefix: &str, rank: usize) -> String {
@@ -38,28 +39,33 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 pub(super) struct Ident {
     pub(super) me: usize,
     world: usize,
+    /// Connections per peer (`OXCCL_SOCKETS_PER_PEER`): both ranks must agree.
+    pub(super) lanes: usize,
     /// A hash of the rendezvous prefix: connections from another setup are refused.
     tag: [u8; 8],
 }
 
 impl Ident {
-    pub(super) fn new(me: usize, world: usize, prefix: &str) -> Ident {
+    pub(super) fn new(me: usize, world: usize, lanes: usize, prefix: &str) -> Ident {
         let mut h = Sha256::new();
         h.update(b"oxccl-tcp-prefix\0");
         h.update(prefix.as_bytes());
         let digest = h.finalize();
         let mut tag = [0u8; 8];
         tag.copy_from_slice(&digest[..8]);
-        Ident { me, world, tag }
+        Ident { me, world, lanes, tag }
     }
 
-    pub(super) fn hello(&self, dst: usize) -> [u8; HELLO_LEN] {
+    /// The client's identity message for connection `lane` to `dst`.
+    pub(super) fn hello(&self, dst: usize, lane: usize) -> [u8; HELLO_LEN] {
         let mut b = [0u8; HELLO_LEN];
         b[..8].copy_from_slice(&ID_MAGIC);
         b[8..16].copy_from_slice(&(self.me as u64).to_le_bytes());
         b[16..24].copy_from_slice(&(dst as u64).to_le_bytes());
         b[24..32].copy_from_slice(&(self.world as u64).to_le_bytes());
         b[32..40].copy_from_slice(&self.tag);
+        b[40..48].copy_from_slice(&(self.lanes as u64).to_le_bytes());
+        b[48..56].copy_from_slice(&(lane as u64).to_le_bytes());
         b
     }
 }
@@ -73,13 +79,21 @@ pub(super) enum Verdict {
     OtherWorld = 2,
     OtherSetup = 3,
     Unexpected = 4,
+    OtherLanes = 5,
 }
 
 impl Verdict {
     fn from_byte(b: u8) -> Option<Verdict> {
-        [Verdict::Accepted, Verdict::NotMe, Verdict::OtherWorld, Verdict::OtherSetup, Verdict::Unexpected]
-            .get(usize::from(b))
-            .copied()
+        [
+            Verdict::Accepted,
+            Verdict::NotMe,
+            Verdict::OtherWorld,
+            Verdict::OtherSetup,
+            Verdict::Unexpected,
+            Verdict::OtherLanes,
+        ]
+        .get(usize::from(b))
+        .copied()
     }
 
     fn text(self, server: usize, client: usize) -> String {
@@ -93,13 +107,18 @@ impl Verdict {
             Verdict::Unexpected => format!(
                 "rank {server} does not expect a connection from rank {client} (do the ranks agree on their peers?)"
             ),
+            Verdict::OtherLanes => format!(
+                "the two ranks disagree on the number of connections per peer; set {LANES_ENV} alike on every rank"
+            ),
         }
     }
 }
 
-/// Server side of the identity exchange: the client's rank, or why it was refused.
-fn check_hello(hello: &[u8; HELLO_LEN], me: &Ident, expected: &HashSet<usize>) -> (Verdict, u64) {
+/// Server side of the identity exchange: the client's rank and the connection's lane, or
+/// why it was refused.
+fn check_hello(hello: &[u8; HELLO_LEN], me: &Ident, expected: &HashSet<usize>) -> (Verdict, u64, u64) {
     let src = u64_at(hello, 8);
+    let lane = u64_at(hello, 48);
     let verdict = if hello[..8] != ID_MAGIC {
         Verdict::OtherSetup
     } else if u64_at(hello, 24) != me.world as u64 {
@@ -108,32 +127,35 @@ fn check_hello(hello: &[u8; HELLO_LEN], me: &Ident, expected: &HashSet<usize>) -
         Verdict::NotMe
     } else if hello[32..40] != me.tag {
         Verdict::OtherSetup
+    } else if u64_at(hello, 40) != me.lanes as u64 || lane >= me.lanes as u64 {
+        Verdict::OtherLanes
     } else if !usize::try_from(src).is_ok_and(|s| expected.contains(&s)) {
         Verdict::Unexpected
     } else {
         Verdict::Accepted
     };
-    (verdict, src)
+    (verdict, src, lane)
 }
 
-/// Runs the server side of a connection's handshake; the client's rank.
+/// Runs the server side of a connection's handshake; the client's rank and the
+/// connection's lane.
 pub(super) fn serve(
     s: &mut TcpStream,
     secret: &Secret,
     me: &Ident,
     expected: &HashSet<usize>,
-) -> std::result::Result<usize, String> {
+) -> std::result::Result<(usize, usize), String> {
     auth::accept(s, secret, AUTH_CONTEXT).map_err(|e| e.to_string())?;
     let mut hello = [0u8; HELLO_LEN];
     s.read_exact(&mut hello).map_err(|e| format!("the identity exchange failed: {e}"))?;
-    let (verdict, src) = check_hello(&hello, me, expected);
+    let (verdict, src, lane) = check_hello(&hello, me, expected);
     let mut reply = [0u8; REPLY_LEN];
     reply[..8].copy_from_slice(&ID_MAGIC);
     reply[8..16].copy_from_slice(&(me.me as u64).to_le_bytes());
     reply[16] = verdict as u8;
     s.write_all(&reply).map_err(|e| format!("the identity exchange failed: {e}"))?;
-    match (verdict, usize::try_from(src)) {
-        (Verdict::Accepted, Ok(src)) => Ok(src),
+    match (verdict, usize::try_from(src), usize::try_from(lane)) {
+        (Verdict::Accepted, Ok(src), Ok(lane)) => Ok((src, lane)),
         _ => Err(format!("a peer claiming to be rank {src} was refused: {}", verdict.text(me.me, src as usize))),
     }
 }
@@ -149,9 +171,17 @@ fn auth_failure(context: String, e: AuthError) -> Error {
     }
 }
 
-/// Connects to `peer` (the higher rank of the pair) and runs the client side of the handshake.
-pub(super) fn dial(peer: usize, addr: SocketAddr, secret: &Secret, me: &Ident, deadline: Instant) -> Result<TcpStream> {
-    let context = || format!("connecting rank {} to rank {peer} at {addr}", me.me);
+/// Opens connection `lane` to `peer` (the higher rank of the pair) and runs the client side
+/// of the handshake.
+pub(super) fn dial(
+    peer: usize,
+    lane: usize,
+    addr: SocketAddr,
+    secret: &Secret,
+    me: &Ident,
+    deadline: Instant,
+) -> Result<TcpStream> {
+    let context = || format!("connecting rank {} to rank {peer} at {addr} (connection {lane})", me.me);
     let mut backoff = Duration::from_millis(10);
     let mut last: Option<io::Error> = None;
     let mut s = loop {
@@ -185,7 +215,7 @@ pub(super) fn dial(peer: usize, addr: SocketAddr, secret: &Secret, me: &Ident, d
     s.set_write_timeout(Some(left)).map_err(io_err)?;
     auth::connect(&mut s, secret, AUTH_CONTEXT)
         .map_err(|e| auth_failure(format!("authenticating rank {} to rank {peer} at {addr}", me.me), e))?;
-    s.write_all(&me.hello(peer)).map_err(io_err)?;
+    s.write_all(&me.hello(peer, lane)).map_err(io_err)?;
     let mut reply = [0u8; REPLY_LEN];
     s.read_exact(&mut reply).map_err(io_err)?;
     let refused = |message: String| Error::Io { context: context(), kind: io::ErrorKind::InvalidData, message };

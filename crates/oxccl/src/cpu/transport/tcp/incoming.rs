@@ -10,14 +10,19 @@
 //! buffer, without a copy through the mailbox. A length field alone never makes it allocate
 //! more than [`PREALLOC`] bytes: a payload buffer grows as the bytes actually arrive, and the
 //! bytes land in its uninitialised capacity (never zeroed first).
+//!
+//! A payload striped across the connection's lanes (`stripes`) is read from all of them at
+//! once, each stripe into its place, and resumes where each stopped: whoever decodes its
+//! header reads its stripes, so they never pass each other.
 
 use std::io;
 use std::mem::MaybeUninit;
 use std::net::TcpStream;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 
 use super::remaining;
+use super::stripes::Stripes;
 use crate::cpu::transport::frame::{self, FrameHeader, FrameKind, HEADER_LEN, MAX_NOTICE_LEN};
 use crate::cpu::transport::mailbox::Mailbox;
 use crate::cpu::transport::{Channel, Received};
@@ -58,6 +63,11 @@ pub(super) trait Source {
     /// Reads up to `buf.len()` bytes into `buf`, returning how many it initialised; `Ok(0)`
     /// at the end of the stream; `WouldBlock` when nothing arrived within `wait`.
     fn read_some(&mut self, buf: &mut [MaybeUninit<u8>], wait: Wait) -> io::Result<usize>;
+
+    /// The descriptor to wait on for bytes, if the source has one.
+    fn fd(&self) -> Option<RawFd> {
+        None
+    }
 }
 
 impl Source for &[u8] {
@@ -109,6 +119,10 @@ impl Socket<'_> {
 }
 
 impl Source for Socket<'_> {
+    fn fd(&self) -> Option<RawFd> {
+        Some(self.0.as_raw_fd())
+    }
+
     fn read_some(&mut self, buf: &mut [MaybeUninit<u8>], wait: Wait) -> io::Result<usize> {
         match wait {
             Wait::Forever => self.recv(buf, 0),
@@ -132,7 +146,52 @@ impl Source for Socket<'_> {
 /// A frame whose header was read and whose payload is still arriving.
 struct Partial {
     frame: FrameHeader,
+    /// The payload so far: its first bytes, or (striped) the whole of it reserved, filled
+    /// in its spare capacity.
     payload: Vec<u8>,
+    /// A striped payload's progress.
+    stripes: Option<Stripes>,
+}
+
+impl Partial {
+    /// A frame whose payload goes to the mailbox, on a connection of `lanes` lanes.
+    fn new(frame: FrameHeader, mailbox: &Mailbox, lanes: usize) -> Partial {
+        let st = Stripes::of(frame.payload_len, lanes);
+        let mut payload = mailbox.spare_buffer(frame.payload_len);
+        if st.lanes() > 1 {
+            // At most PREALLOC (`lanes_for`): its stripes land anywhere in it.
+            payload.reserve(frame.payload_len);
+            return Partial { frame, payload, stripes: Some(st) };
+        }
+        Partial { frame, payload, stripes: None }
+    }
+
+    /// A frame whose payload was being read into `buf` (`st`: how far), continued in a
+    /// buffer of the connection's own.
+    fn from_caller(frame: FrameHeader, st: Stripes, buf: &[u8], mailbox: &Mailbox) -> Partial {
+        let mut payload = mailbox.spare_buffer(frame.payload_len);
+        if st.lanes() > 1 {
+            payload.reserve(frame.payload_len);
+            st.copy_moved(buf, &mut payload.spare_capacity_mut()[..frame.payload_len]);
+            return Partial { frame, payload, stripes: Some(st) };
+        }
+        payload.extend_from_slice(&buf[..st.done(0).min(buf.len())]);
+        Partial { frame, payload, stripes: None }
+    }
+}
+
+/// Reads into `dst[*at..]` from a lane that carries nothing but stripes, without waiting;
+/// whether `dst` is full.
+fn read_lane(lane: &mut impl Source, dst: &mut [MaybeUninit<u8>], at: &mut usize) -> Result<bool, End> {
+    while *at < dst.len() {
+        match lane.read_some(&mut dst[*at..], Wait::Now) {
+            Ok(0) => return Err(End::Truncated),
+            Ok(n) => *at += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+            Err(e) => return Err(End::Failed(e)),
+        }
+    }
+    Ok(true)
 }
 
 /// The frame a receiving caller waits for, and where its payload goes.
@@ -171,8 +230,10 @@ pub(super) struct Incoming {
     hi: usize,
     partial: Option<Partial>,
     /// A payload being read into a caller's buffer without waiting ([`Direct::wait`]
-    /// `Now`): its frame and the bytes read so far.
-    into_caller: Option<(FrameHeader, usize)>,
+    /// `Now`): its frame and how far each stripe has come.
+    into_caller: Option<(FrameHeader, Stripes)>,
+    /// The connection's lanes, as of the last pump.
+    lanes: usize,
     /// The stream ended (and its end was reported): nothing more is read.
     pub(super) ended: bool,
 }
@@ -185,6 +246,7 @@ impl Default for Incoming {
             hi: 0,
             partial: None,
             into_caller: None,
+            lanes: 1,
             ended: false,
         }
     }
@@ -260,9 +322,88 @@ impl Incoming {
         Ok(true)
     }
 
+    /// Reads the payload `dst` whose progress is `st` (lane 0's stripe from `src`, through
+    /// the bytes read ahead, the others from `lanes`), waiting as `wait` says; whether it is
+    /// complete.
+    fn read_stripes(
+        &mut self,
+        src: &mut impl Source,
+        lanes: &mut [impl Source],
+        dst: &mut [MaybeUninit<u8>],
+        st: &mut Stripes,
+        wait: Wait,
+    ) -> Result<bool, End> {
+        if st.lanes() == 1 {
+            let mut at = st.done(0);
+            let full = self.read_into(src, dst, &mut at, wait);
+            st.set_done(0, at);
+            return full;
+        }
+        if lanes.len() + 1 < st.lanes() {
+            return Err(End::Failed(io::Error::other("a payload striped across more lanes than the connection has")));
+        }
+        loop {
+            let mut moved = false;
+            for j in 0..st.lanes() {
+                if !st.pending(j) {
+                    continue;
+                }
+                let (r, before) = (st.range(j), st.done(j));
+                let mut at = before;
+                if j == 0 {
+                    self.read_into(src, &mut dst[r], &mut at, Wait::Now)?;
+                } else {
+                    read_lane(&mut lanes[j - 1], &mut dst[r], &mut at)?;
+                }
+                moved |= at > before;
+                st.set_done(j, at);
+            }
+            if st.complete() {
+                return Ok(true);
+            }
+            if moved {
+                continue;
+            }
+            let sleep = match wait {
+                Wait::Now => return Ok(false),
+                Wait::Until(deadline) if remaining(deadline).is_zero() => return Ok(false),
+                Wait::Until(deadline) => remaining(deadline).min(WAIT_SLICE),
+                Wait::Forever => WAIT_SLICE,
+            };
+            let mut fds: Vec<libc::pollfd> = (0..st.lanes())
+                .filter(|&j| st.pending(j))
+                .filter_map(|j| if j == 0 { src.fd() } else { lanes[j - 1].fd() })
+                .map(|fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 })
+                .collect();
+            if fds.is_empty() {
+                // Sources without descriptors (slices) never have more to come.
+                return Ok(false);
+            }
+            let ms = sleep.as_millis().clamp(1, i32::MAX as u128) as libc::c_int;
+            // SAFETY: `fds` holds valid pollfds, and the count is its length.
+            unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        }
+    }
+
     /// Fills the partial frame's payload; whether it is complete.
-    fn fill_partial(&mut self, src: &mut impl Source, p: &mut Partial, wait: Wait) -> Result<bool, End> {
+    fn fill_partial(
+        &mut self,
+        src: &mut impl Source,
+        lanes: &mut [impl Source],
+        p: &mut Partial,
+        wait: Wait,
+    ) -> Result<bool, End> {
         let want = p.frame.payload_len;
+        if let Some(mut st) = p.stripes {
+            // The whole payload was reserved when its frame began (`Partial::new`).
+            let full = self.read_stripes(src, lanes, &mut p.payload.spare_capacity_mut()[..want], &mut st, wait)?;
+            p.stripes = Some(st);
+            if full {
+                // SAFETY: every stripe, so every byte of `..want`, was initialised by a read.
+                unsafe { p.payload.set_len(want) };
+            }
+            return Ok(full);
+        }
         while p.payload.len() < want {
             // Grow with the bytes: at most PREALLOC ahead of what arrived.
             p.payload.reserve((want - p.payload.len()).min(PREALLOC));
@@ -287,9 +428,11 @@ impl Incoming {
     ///
     /// # Errors
     /// How the stream ended (every later call returns [`End::Closed`]).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn pump(
         &mut self,
         src: &mut impl Source,
+        lanes: &mut [impl Source],
         from: usize,
         mailbox: &Mailbox,
         max_frame: usize,
@@ -299,7 +442,8 @@ impl Incoming {
         if self.ended {
             return Err(End::Closed);
         }
-        let r = self.pump_inner(src, from, mailbox, max_frame, &mut direct, payload_wait);
+        self.lanes = lanes.len() + 1;
+        let r = self.pump_inner(src, lanes, from, mailbox, max_frame, &mut direct, payload_wait);
         if r.is_err() {
             self.ended = true;
             self.into_caller = None;
@@ -307,9 +451,11 @@ impl Incoming {
         r
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn pump_inner(
         &mut self,
         src: &mut impl Source,
+        lanes: &mut [impl Source],
         from: usize,
         mailbox: &Mailbox,
         max_frame: usize,
@@ -318,20 +464,20 @@ impl Incoming {
     ) -> Result<Pumped, End> {
         let mut delivered = false;
         let done = |delivered| if delivered { Pumped::Delivered } else { Pumped::Nothing };
-        if let Some((f, mut at)) = self.into_caller.take() {
+        if let Some((f, mut st)) = self.into_caller.take() {
             let Some(d) = direct.as_mut().filter(|d| d.buf.len() == f.payload_len) else {
                 // The bytes read so far are in a buffer we were not given again.
                 return Err(End::Failed(io::Error::other("a payload read into a caller's buffer was left half-read")));
             };
-            if self.read_into(src, as_uninit(d.buf), &mut at, Wait::Now)? {
+            if self.read_stripes(src, lanes, as_uninit(d.buf), &mut st, Wait::Now)? {
                 return Ok(Pumped::Took(Received { header: f.header, len: f.payload_len }));
             }
-            self.into_caller = Some((f, at));
+            self.into_caller = Some((f, st));
             return Ok(Pumped::Nothing);
         }
         loop {
             if let Some(mut p) = self.partial.take() {
-                if !self.fill_partial(src, &mut p, payload_wait)? {
+                if !self.fill_partial(src, lanes, &mut p, payload_wait)? {
                     self.partial = Some(p);
                     return Ok(done(delivered));
                 }
@@ -348,21 +494,19 @@ impl Incoming {
                     && h.channel == d.channel
                     && f.payload_len == d.buf.len()
                 {
-                    let mut at = 0;
-                    if self.read_into(src, as_uninit(d.buf), &mut at, d.wait)? {
+                    let mut st = Stripes::of(f.payload_len, self.lanes);
+                    if self.read_stripes(src, lanes, as_uninit(d.buf), &mut st, d.wait)? {
                         return Ok(Pumped::Took(Received { header: h, len: f.payload_len }));
                     }
                     if matches!(d.wait, Wait::Now) {
-                        self.into_caller = Some((f, at));
+                        self.into_caller = Some((f, st));
                         return Ok(done(delivered));
                     }
-                    let mut payload = mailbox.spare_buffer(f.payload_len);
-                    payload.extend_from_slice(&d.buf[..at]);
-                    self.partial = Some(Partial { frame: f, payload });
+                    self.partial = Some(Partial::from_caller(f, st, d.buf, mailbox));
                     return Ok(Pumped::TimedOut);
                 }
             }
-            self.partial = Some(Partial { frame: f, payload: mailbox.spare_buffer(f.payload_len) });
+            self.partial = Some(Partial::new(f, mailbox, self.lanes));
         }
     }
 }
@@ -373,10 +517,19 @@ impl Incoming {
     /// delivered into the mailbox, so the stream stays in step. The caller must give the
     /// buffer it gave the pump, and call this before it lets the incoming side go.
     pub(super) fn abandon_direct(&mut self, buf: &[u8], mailbox: &Mailbox) {
-        if let Some((f, at)) = self.into_caller.take() {
-            let mut payload = mailbox.spare_buffer(f.payload_len);
-            payload.extend_from_slice(&buf[..at.min(buf.len())]);
-            self.partial = Some(Partial { frame: f, payload });
+        if let Some((f, st)) = self.into_caller.take() {
+            self.partial = Some(Partial::from_caller(f, st, buf, mailbox));
+        }
+    }
+
+    /// Whether the next bytes this side waits for come on lane `j`: the lanes of a striped
+    /// payload still arriving, else lane 0.
+    pub(super) fn awaits(&self, j: usize) -> bool {
+        let striped =
+            self.into_caller.as_ref().map(|c| &c.1).or(self.partial.as_ref().and_then(|p| p.stripes.as_ref()));
+        match striped {
+            Some(st) if st.lanes() > 1 => st.pending(j),
+            _ => j == 0,
         }
     }
 
@@ -399,7 +552,7 @@ fn as_uninit(buf: &mut [u8]) -> &mut [MaybeUninit<u8>] {
 pub(super) fn pump_to_end(mut src: &[u8], from: usize, mailbox: &Mailbox, max_frame: usize) -> End {
     let mut inc = Incoming::default();
     loop {
-        if let Err(end) = inc.pump(&mut src, from, mailbox, max_frame, None, Wait::Forever) {
+        if let Err(end) = inc.pump(&mut src, &mut [] as &mut [&[u8]], from, mailbox, max_frame, None, Wait::Forever) {
             return end;
         }
     }

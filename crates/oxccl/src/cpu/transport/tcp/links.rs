@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 use std::fmt;
-use std::net::{Shutdown, SocketAddr, TcpListener};
+use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, MutexGuard, TryLockError};
 use std::thread::JoinHandle;
@@ -103,7 +103,7 @@ impl TcpLinks {
         let addr = listener.local_addr().map_err(|e| Error::io("reading the TCP transport's listening address", &e))?;
         rdv.publish(&address_key(prefix, rank), addr.to_string().as_bytes())?;
 
-        let me = Ident::new(rank, world, prefix);
+        let me = Ident::new(rank, world, opts.lanes, prefix);
         let lower: HashSet<usize> = peers.iter().copied().filter(|&p| p < rank).collect();
         let mut higher: Vec<usize> = peers.iter().copied().filter(|&p| p > rank).collect();
         higher.sort_unstable();
@@ -113,10 +113,11 @@ impl TcpLinks {
         let mut streams = Vec::with_capacity(peers.len());
         for p in higher {
             let at = lookup(rdv, prefix, p, deadline)?;
-            streams.push((p, dial(p, at, secret, &me, deadline)?));
+            let lanes = (0..opts.lanes).map(|lane| dial(p, lane, at, secret, &me, deadline)).collect::<Result<_>>()?;
+            streams.push((p, lanes));
         }
         if let Some(acc) = acceptor.as_mut() {
-            streams.extend(acc.collect(rank, &lower, addr, deadline, opts.connect_timeout)?);
+            streams.extend(acc.collect(rank, &lower, opts.lanes, addr, deadline, opts.connect_timeout)?);
         }
         drop(acceptor);
 
@@ -130,15 +131,22 @@ impl TcpLinks {
             closing: Arc::new(AtomicBool::new(false)),
             readers: Vec::with_capacity(streams.len()),
         };
-        for (p, s) in streams {
-            let ready = s
-                .set_nodelay(true)
-                .and_then(|()| set_liveness(&s))
-                .and_then(|()| s.set_read_timeout(None))
-                .and_then(|()| s.set_write_timeout(None));
-            ready.map_err(|e| Error::io(format!("preparing the TCP connection to rank {p}"), &e))?;
+        for (p, mut socks) in streams {
+            for s in &socks {
+                let ready = s
+                    .set_nodelay(true)
+                    .and_then(|()| set_liveness(s))
+                    .and_then(|()| s.set_read_timeout(None))
+                    .and_then(|()| s.set_write_timeout(None));
+                ready.map_err(|e| Error::io(format!("preparing the TCP connection to rank {p}"), &e))?;
+            }
+            if socks.is_empty() {
+                return Err(Error::Internal(format!("no TCP connection to rank {p} was made")));
+            }
+            let s = socks.remove(0);
             let conn = Arc::new(
-                Conn::new(p, s).map_err(|e| Error::io(format!("watching the TCP connection to rank {p}"), &e))?,
+                Conn::new(p, s, socks)
+                    .map_err(|e| Error::io(format!("watching the TCP connection to rank {p}"), &e))?,
             );
             links.conns[p] = Some(Arc::clone(&conn));
             let reader =
@@ -167,7 +175,7 @@ impl TcpLinks {
         self.closing.store(true, Ordering::Release);
         for conn in self.conns.iter().flatten() {
             let _ = conn.gone.set(format!("rank {} shut its TCP connections down", self.rank));
-            let _ = conn.sock.shutdown(Shutdown::Both);
+            conn.shutdown();
             // The reader may be disarmed while a caller reads: have it see the end now.
             conn.readiness.arm();
         }
@@ -217,7 +225,7 @@ impl TcpLinks {
     /// Marks `conn` unusable, closes it, and loses its peer.
     pub(super) fn break_conn(&self, conn: &Conn, detail: String) -> String {
         let detail = conn.gone.get_or_init(|| detail).clone();
-        let _ = conn.sock.shutdown(Shutdown::Both);
+        conn.shutdown();
         self.mailbox.lose(conn.peer, &detail);
         detail
     }
@@ -252,7 +260,16 @@ impl TcpLinks {
             return Ok(Polled::Moved);
         }
         let direct = Direct { comm_id: want.comm_id, channel: want.channel, buf: want.buf, wait };
-        let r = incoming.pump(&mut Socket(&conn.sock), peer, &self.mailbox, self.max_frame, Some(direct), Wait::Now);
+        let mut lanes: Vec<Socket<'_>> = conn.lanes.iter().map(Socket).collect();
+        let r = incoming.pump(
+            &mut Socket(&conn.sock),
+            &mut lanes,
+            peer,
+            &self.mailbox,
+            self.max_frame,
+            Some(direct),
+            Wait::Now,
+        );
         match r {
             Ok(Pumped::Took(r)) => Ok(Polled::Took(r)),
             Ok(Pumped::Delivered) => Ok(Polled::Moved),
@@ -292,7 +309,7 @@ impl Link for TcpLinks {
         self.check_frame_len(peer, payload.len())?;
         let head = frame::encode_header(kind, header, payload.len());
         let mut w = self.writer_of(conn)?;
-        match w.write_frame(&conn.sock, &head, payload, deadline) {
+        match w.write_frame_to(conn, &head, payload, deadline) {
             Ok(()) => Ok(()),
             Err(WriteFail::Timeout) => {
                 if w.mid_frame {

@@ -4,7 +4,6 @@
 //! which a receiving caller that finds the end uses too).
 
 use std::io;
-use std::net::Shutdown;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -24,7 +23,7 @@ const LOOK_EVERY: Duration = Duration::from_secs(1);
 pub(super) fn report_end(me: usize, conn: &Conn, end: End, mailbox: &Mailbox, closing: bool) -> String {
     let peer = conn.peer;
     if matches!(end, End::Malformed(_)) {
-        let _ = conn.sock.shutdown(Shutdown::Both);
+        conn.shutdown();
     }
     let detail = if closing {
         format!("rank {me} shut its TCP connections down")
@@ -60,7 +59,8 @@ pub(super) fn spawn_reader(
         if incoming.ended {
             return;
         }
-        let r = incoming.pump(&mut Socket(&conn.sock), conn.peer, &mailbox, max_frame, None, Wait::Forever);
+        let mut lanes: Vec<Socket<'_>> = conn.lanes.iter().map(Socket).collect();
+        let r = incoming.pump(&mut Socket(&conn.sock), &mut lanes, conn.peer, &mailbox, max_frame, None, Wait::Forever);
         if let Err(end) = r {
             report_end(me, &conn, end, &mailbox, closing.load(Ordering::Acquire));
             return;

@@ -14,6 +14,8 @@ use super::connection::{set_liveness, KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, KE
 use super::handshake::{dial, lookup, Ident, Verdict, REPLY_LEN};
 use super::incoming::{pump_to_end, Direct, End, Incoming, Pumped, Source, Wait, PREALLOC};
 use super::interface::{pick, pick_preferring, Iface};
+use super::options::{LANES_ENV, MAX_LANES};
+use super::stripes::{Stripes, STRIPE_FROM};
 use super::{remaining, select_address, TcpLinks, TcpOptions, AUTH_CONTEXT, IFNAME_ENV, MAX_FRAME_ENV};
 use crate::bootstrap::auth::{self, Secret, SECRET_ENV};
 use crate::bootstrap::Rendezvous;
@@ -70,6 +72,7 @@ fn opts() -> TcpOptions {
         connect_timeout: Duration::from_secs(10),
         max_frame: 1 << 26,
         poll_for: Duration::ZERO,
+        lanes: 1,
     }
 }
 
@@ -338,7 +341,7 @@ fn garbage_clients_are_refused_without_disturbing_the_world() {
         for (src, world, prefix) in [(7, n, PREFIX), (2, n, PREFIX), (0, n + 1, PREFIX), (0, n, "other-job")] {
             let mut g = TcpStream::connect(addr).unwrap();
             auth::connect(&mut g, &secret(), AUTH_CONTEXT).unwrap();
-            g.write_all(&Ident::new(src, world, prefix).hello(2)).unwrap();
+            g.write_all(&Ident::new(src, world, 1, prefix).hello(2, 0)).unwrap();
             let mut reply = [0u8; REPLY_LEN];
             g.read_exact(&mut reply).unwrap();
             assert_ne!(reply[16], Verdict::Accepted as u8, "src {src} world {world} prefix {prefix}");
@@ -400,10 +403,10 @@ fn with_fake_rank0(n: usize) -> (Vec<TcpStream>, Vec<(Arc<Mailbox>, TcpLinks)>) 
     let rdv = &MemRdv::default();
     thread::scope(|s| {
         let real: Vec<_> = (1..n).map(|r| s.spawn(move || establish(r, n, rdv, &secret(), &opts()))).collect();
-        let me = Ident::new(0, n, PREFIX);
+        let me = Ident::new(0, n, 1, PREFIX);
         let deadline = Instant::now() + Duration::from_secs(10);
         let fake =
-            (1..n).map(|p| dial(p, lookup(rdv, PREFIX, p, deadline).unwrap(), &secret(), &me, deadline).unwrap());
+            (1..n).map(|p| dial(p, 0, lookup(rdv, PREFIX, p, deadline).unwrap(), &secret(), &me, deadline).unwrap());
         let fake = fake.collect();
         (fake, real.into_iter().map(|h| h.join().unwrap().unwrap()).collect())
     })
@@ -622,7 +625,7 @@ fn a_waiting_caller_takes_its_frame_in_place_and_leaves_the_rest_in_order() {
     let mut buf = vec![0u8; big.len()];
     let deadline = Instant::now() + Duration::from_secs(5);
     let direct = Direct { comm_id: 9, channel: header(9).channel, buf: &mut buf, wait: Wait::Until(deadline) };
-    let got = inc.pump(&mut src, 0, &mb, 1 << 20, Some(direct), Wait::Now).unwrap();
+    let got = inc.pump(&mut src, &mut [] as &mut [&[u8]], 0, &mb, 1 << 20, Some(direct), Wait::Now).unwrap();
     assert_eq!(got, Pumped::Took(crate::cpu::transport::Received { header: header(9), len: big.len() }));
     assert!(buf == big);
     // The frames before it are in the mailbox; the one after it is still on the stream.
@@ -633,11 +636,14 @@ fn a_waiting_caller_takes_its_frame_in_place_and_leaves_the_rest_in_order() {
     assert_eq!(take(11, &mut small), Some(5));
     assert_eq!(&small, b"other");
     assert_eq!(take(9, &mut small), None);
-    assert_eq!(inc.pump(&mut src, 0, &mb, 1 << 20, None, Wait::Now).unwrap(), Pumped::Delivered);
+    assert_eq!(
+        inc.pump(&mut src, &mut [] as &mut [&[u8]], 0, &mb, 1 << 20, None, Wait::Now).unwrap(),
+        Pumped::Delivered
+    );
     assert_eq!(take(9, &mut small), Some(5));
     assert_eq!(&small, b"after");
     src.eof = true;
-    assert!(matches!(inc.pump(&mut src, 0, &mb, 1 << 20, None, Wait::Now), Err(End::Closed)));
+    assert!(matches!(inc.pump(&mut src, &mut [] as &mut [&[u8]], 0, &mb, 1 << 20, None, Wait::Now), Err(End::Closed)));
 }
 
 #[test]
@@ -650,13 +656,19 @@ fn a_payload_late_past_the_callers_deadline_still_reaches_the_mailbox_whole() {
     let mut inc = Incoming::default();
     let mut buf = vec![0u8; big.len()];
     let direct = Direct { comm_id: 9, channel: header(9).channel, buf: &mut buf, wait: Wait::Until(Instant::now()) };
-    assert_eq!(inc.pump(&mut src, 0, &mb, 1 << 20, Some(direct), Wait::Now).unwrap(), Pumped::TimedOut);
+    assert_eq!(
+        inc.pump(&mut src, &mut [] as &mut [&[u8]], 0, &mb, 1 << 20, Some(direct), Wait::Now).unwrap(),
+        Pumped::TimedOut
+    );
     // Nothing more has arrived: nothing moves, and nothing is delivered half.
-    assert_eq!(inc.pump(&mut src, 0, &mb, 1 << 20, None, Wait::Now).unwrap(), Pumped::Nothing);
+    assert_eq!(inc.pump(&mut src, &mut [] as &mut [&[u8]], 0, &mb, 1 << 20, None, Wait::Now).unwrap(), Pumped::Nothing);
     assert_eq!(mb.try_recv(0, 9, header(9).channel, None, &mut buf).unwrap(), None);
     // The rest arrives: the frame is whole, and the stream is still in step.
     src.open = src.data.len();
-    assert_eq!(inc.pump(&mut src, 0, &mb, 1 << 20, None, Wait::Now).unwrap(), Pumped::Delivered);
+    assert_eq!(
+        inc.pump(&mut src, &mut [] as &mut [&[u8]], 0, &mb, 1 << 20, None, Wait::Now).unwrap(),
+        Pumped::Delivered
+    );
     buf.fill(0);
     assert_eq!(mb.try_recv(0, 9, header(9).channel, None, &mut buf).unwrap().map(|g| g.len), Some(big.len()));
     assert!(buf == big);
@@ -672,9 +684,9 @@ fn a_polling_receiver_over_a_real_socket_keeps_order_with_the_reader_thread() {
     let rdv = &MemRdv::default();
     let (mut to1, (mb1, l1)) = thread::scope(|s| {
         let real = s.spawn(move || establish(1, 2, rdv, &secret(), &polling(Duration::from_secs(2))));
-        let me = Ident::new(0, 2, PREFIX);
+        let me = Ident::new(0, 2, 1, PREFIX);
         let deadline = Instant::now() + Duration::from_secs(10);
-        let fake = dial(1, lookup(rdv, PREFIX, 1, deadline).unwrap(), &secret(), &me, deadline).unwrap();
+        let fake = dial(1, 0, lookup(rdv, PREFIX, 1, deadline).unwrap(), &secret(), &me, deadline).unwrap();
         (fake, real.join().unwrap().unwrap())
     });
     let t1 = transport(1, 2, mb1, &Arc::new(l1));
@@ -811,4 +823,144 @@ fn establish_checks_its_arguments() {
     let l = TcpLinks::establish(0, 1, &[], &rdv, PREFIX, &secret(), &o, mb).unwrap();
     assert!(l.peers().is_empty());
     assert!(format!("{l:?}").contains("TcpLinks"));
+}
+
+// ---- Several connections per peer (`OXCCL_SOCKETS_PER_PEER`, `stripes`) ----
+
+fn lanes(k: usize) -> TcpOptions {
+    TcpOptions { lanes: k, ..opts() }
+}
+
+/// The collectives over 2 and 3 lanes per peer: frames from 128 KiB on are striped (the
+/// large ring all_reduce's blocks), with the reader threads and with polling receivers.
+#[test]
+fn collectives_match_references_over_several_connections_per_peer() {
+    collectives_match_references(&lanes(3), 2..=3);
+    collectives_match_references(&TcpOptions { poll_for: Duration::from_secs(1), ..lanes(2) }, 2..=3);
+}
+
+/// `frames` as the streams of `k` lanes: each header with stripe 0 on lane 0, stripe j on
+/// lane j.
+fn striped_streams(frames: &[Vec<u8>], k: usize) -> Vec<Vec<u8>> {
+    let mut out = vec![Vec::new(); k];
+    for p in frames {
+        let st = Stripes::of(p.len(), k);
+        out[0].extend_from_slice(&frame::encode_header(FrameKind::Data, &header(9), p.len()));
+        for (j, lane) in out.iter_mut().enumerate().take(st.lanes()) {
+            lane.extend_from_slice(&p[st.range(j)]);
+        }
+    }
+    out
+}
+
+fn payloads(sizes: &[usize]) -> Vec<Vec<u8>> {
+    sizes.iter().enumerate().map(|(k, &n)| (0..n).map(|i| ((i * 7 + k * 3) % 251) as u8).collect()).collect()
+}
+
+#[test]
+fn striped_payloads_are_read_from_every_lane_in_order() {
+    let frames = payloads(&[5, STRIPE_FROM - 1, STRIPE_FROM, 200_003, 1 << 20, 64, 300_001]);
+    for k in [2, 3, 8] {
+        let streams = striped_streams(&frames, k);
+        let mb = Mailbox::new();
+        let mut inc = Incoming::default();
+        let mut src: &[u8] = &streams[0];
+        let mut others: Vec<&[u8]> = streams[1..].iter().map(|v| &v[..]).collect();
+        loop {
+            match inc.pump(&mut src, &mut others, 0, &mb, 1 << 26, None, Wait::Forever) {
+                Ok(_) => {}
+                Err(End::Closed) => break,
+                Err(e) => panic!("k={k}: {e:?}"),
+            }
+        }
+        assert!(others.iter().all(|l| l.is_empty()), "k={k}: stripes left unread");
+        for f in &frames {
+            let mut buf = vec![0u8; f.len()];
+            let got = mb.try_recv(0, 9, header(9).channel, None, &mut buf).unwrap().map(|g| g.len);
+            assert_eq!(got, Some(f.len()), "k={k}");
+            assert!(buf == *f, "k={k}: a payload of {} bytes differs", f.len());
+        }
+        // A lane that ends inside a stripe ends the stream.
+        let mut src: &[u8] = &streams[0];
+        let short = &streams[1][..streams[1].len() - 1];
+        let mut others: Vec<&[u8]> = std::iter::once(short).chain(streams[2..].iter().map(|v| &v[..])).collect();
+        let mut inc = Incoming::default();
+        let end = loop {
+            if let Err(e) = inc.pump(&mut src, &mut others, 0, &Mailbox::new(), 1 << 26, None, Wait::Forever) {
+                break e;
+            }
+        };
+        assert!(matches!(end, End::Truncated), "k={k}: {end:?}");
+    }
+}
+
+/// A caller reading a striped payload in place without waiting resumes each stripe where it
+/// stopped; one that gives up leaves the stream in step, the payload whole in the mailbox.
+#[test]
+fn a_striped_payload_read_in_place_resumes_per_lane() {
+    let frames = payloads(&[400_000, 10]);
+    let streams = striped_streams(&frames, 3);
+    let trickle = |s: &Vec<u8>, open: usize| Trickle { data: s.clone(), at: 0, open: open.min(s.len()), eof: false };
+    let ch = header(9).channel;
+    // Only lane 0 (header and half its stripe) and half of lane 2 have arrived.
+    let mut src = trickle(&streams[0], HEADER_LEN + 60_000);
+    let mut others = vec![trickle(&streams[1], 0), trickle(&streams[2], 70_000)];
+    let mb = Mailbox::new();
+    let mut inc = Incoming::default();
+    let mut buf = vec![0u8; frames[0].len()];
+    let pump = |inc: &mut Incoming, src: &mut Trickle, others: &mut Vec<Trickle>, buf: &mut Vec<u8>| {
+        let direct = Direct { comm_id: 9, channel: ch, buf, wait: Wait::Now };
+        inc.pump(src, others, 0, &mb, 1 << 26, Some(direct), Wait::Now).unwrap()
+    };
+    assert_eq!(pump(&mut inc, &mut src, &mut others, &mut buf), Pumped::Nothing);
+    assert!(inc.reading_direct() && inc.awaits(0) && inc.awaits(1) && inc.awaits(2));
+    // Lane 0 completes: only the other lanes are awaited now.
+    src.open = src.data.len();
+    assert_eq!(pump(&mut inc, &mut src, &mut others, &mut buf), Pumped::Nothing);
+    assert!(!inc.awaits(0) && inc.awaits(1) && inc.awaits(2));
+    for o in &mut others {
+        o.open = o.data.len();
+    }
+    let got = pump(&mut inc, &mut src, &mut others, &mut buf);
+    assert_eq!(got, Pumped::Took(crate::cpu::transport::Received { header: header(9), len: frames[0].len() }));
+    assert!(buf == frames[0]);
+    // The same payload given up half-way reaches the mailbox whole once the rest arrives.
+    let mut src = trickle(&streams[0], HEADER_LEN + 1000);
+    let mut others = vec![trickle(&streams[1], 5000), trickle(&streams[2], 0)];
+    let mut inc = Incoming::default();
+    buf.fill(0);
+    assert_eq!(pump(&mut inc, &mut src, &mut others, &mut buf), Pumped::Nothing);
+    inc.abandon_direct(&buf, &mb);
+    assert!(!inc.reading_direct());
+    src.open = src.data.len();
+    for o in &mut others {
+        o.open = o.data.len();
+    }
+    assert_eq!(inc.pump(&mut src, &mut others, 0, &mb, 1 << 26, None, Wait::Now).unwrap(), Pumped::Delivered);
+    let mut whole = vec![0u8; frames[0].len()];
+    assert_eq!(mb.try_recv(0, 9, ch, None, &mut whole).unwrap().map(|g| g.len), Some(frames[0].len()));
+    assert!(whole == frames[0]);
+    let mut small = vec![0u8; 10];
+    assert_eq!(mb.try_recv(0, 9, ch, None, &mut small).unwrap().map(|g| g.len), Some(10));
+    assert!(small == frames[1]);
+}
+
+#[test]
+fn ranks_that_disagree_on_the_connections_per_peer_are_refused_by_name() {
+    let rdv = MemRdv::default();
+    let fast = TcpOptions { connect_timeout: Duration::from_secs(3), ..opts() };
+    let (r0, r1) = thread::scope(|s| {
+        let a = s.spawn(|| establish(0, 2, &rdv, &secret(), &TcpOptions { lanes: 2, ..fast.clone() }));
+        let b = s.spawn(|| establish(1, 2, &rdv, &secret(), &fast));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    let Err(e) = r0 else { panic!("rank 0 must be refused") };
+    assert!(e.to_string().contains(LANES_ENV), "{e}");
+    assert!(r1.is_err(), "rank 1 must not complete its setup");
+    for k in [0, MAX_LANES + 1] {
+        let bad = TcpOptions { lanes: k, ..TcpOptions::default() };
+        assert!(matches!(bad.check(), Err(Error::Config(m)) if m.contains(LANES_ENV)), "{k}");
+    }
+    assert!(matches!(registry::SOCKETS_PER_PEER.kind, Kind::Count { min: 1, max } if max == MAX_LANES as u64));
+    assert_eq!(registry::SOCKETS_PER_PEER.default, super::options::DEFAULT_LANES.to_string());
 }

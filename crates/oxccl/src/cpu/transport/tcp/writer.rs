@@ -4,7 +4,9 @@
 //! Header and payload go out in one system call from their own memory (two `iovec`s), so a
 //! frame is contiguous on the wire without first being copied together. `sendmsg` takes
 //! `MSG_NOSIGNAL`, unlike `writev`, which raises `SIGPIPE` on a closed connection and kills
-//! a process that has not ignored it. Before, payloads above 32 KiB went out as a write of
+//! a process that has not ignored it. A striped payload (`stripes`) goes out as the header
+//! and stripe 0 on lane 0 and stripe j alone on lane j, each lane written as it takes bytes.
+//! Before, payloads above 32 KiB went out as a write of
 //! the header and a write of the payload, and smaller ones were first copied behind their
 //! header. Over a veth pair, 2 ranks, all_reduce, medians of 5 runs side by side: 64 KiB
 //! 37.7 -> 37.5 µs, 96 KiB 48 -> 43 µs, 128 KiB 140 -> 132 µs.
@@ -14,7 +16,9 @@ use std::net::TcpStream;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
+use super::connection::Conn;
 use super::remaining;
+use super::stripes::{lanes_for, Stripes};
 use crate::cpu::transport::frame::HEADER_LEN;
 
 /// How far past its deadline a blocked write may run before the socket's timeout is re-armed.
@@ -27,6 +31,45 @@ pub(super) struct WriteState {
     timeout: Option<Duration>,
     /// A frame was begun and not finished: the stream is out of step.
     pub(super) mid_frame: bool,
+}
+
+/// How far a frame being written has gone: its header (on lane 0) and each stripe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Sending {
+    head: usize,
+    stripes: Stripes,
+}
+
+impl Sending {
+    /// A frame with a payload of `len` bytes to `conn`, nothing written yet.
+    pub(super) fn new(len: usize, conn: &Conn) -> Sending {
+        Sending { head: 0, stripes: Stripes::of(len, conn.lane_count()) }
+    }
+
+    /// Whether lane `j` still has bytes of the frame to take.
+    pub(super) fn pending(&self, j: usize) -> bool {
+        (j == 0 && self.head < HEADER_LEN) || self.stripes.pending(j)
+    }
+
+    fn started(&self) -> bool {
+        self.head > 0 || (0..self.stripes.lanes()).any(|j| self.stripes.done(j) > 0)
+    }
+
+    fn complete(&self) -> bool {
+        self.head == HEADER_LEN && self.stripes.complete()
+    }
+}
+
+/// Sleeps until one of `conn`'s lanes that `s` still writes can take bytes, or `for_`
+/// passes.
+fn writable_within(conn: &Conn, s: &Sending, for_: Duration) {
+    let mut fds: Vec<libc::pollfd> = (0..conn.lane_count())
+        .filter(|&j| s.pending(j))
+        .map(|j| libc::pollfd { fd: conn.lane(j).as_raw_fd(), events: libc::POLLOUT, revents: 0 })
+        .collect();
+    let ms = for_.as_millis().clamp(1, i32::MAX as u128) as libc::c_int;
+    // SAFETY: `fds` holds valid pollfds, and the count is its length.
+    unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
 }
 
 pub(super) enum WriteFail {
@@ -97,37 +140,75 @@ impl WriteState {
         Ok(())
     }
 
-    /// Writes what the socket takes now of the frame `head` + `payload`, from its byte
-    /// `*done` on (advancing it), without waiting; whether the frame is complete. A frame
-    /// left incomplete sets `mid_frame` until it is finished.
+    /// Writes what `conn`'s lanes take now of the frame `head` + `payload`, from where `s`
+    /// says on (advancing it), without waiting; whether the frame is complete. A frame left
+    /// incomplete sets `mid_frame` until it is finished.
     ///
     /// # Errors
-    /// When the socket fails.
+    /// When a socket fails.
     pub(super) fn write_now(
         &mut self,
-        sock: &TcpStream,
+        conn: &Conn,
         head: &[u8; HEADER_LEN],
         payload: &[u8],
-        done: &mut usize,
+        s: &mut Sending,
     ) -> io::Result<bool> {
-        let total = HEADER_LEN + payload.len();
-        while *done < total {
-            let parts: [&[u8]; 2] = match head.get(*done..) {
-                Some(h) if !h.is_empty() => [h, payload],
-                _ => [&payload[*done - HEADER_LEN..], &[]],
-            };
-            match send_parts(sock, &parts, libc::MSG_DONTWAIT) {
-                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(n) => {
-                    *done += n;
-                    self.mid_frame = *done < total;
+        for j in 0..s.stripes.lanes() {
+            loop {
+                let (r, done) = (s.stripes.range(j), s.stripes.done(j));
+                let rest = &payload[r.start + done..r.end];
+                let parts: [&[u8]; 2] =
+                    if j == 0 && s.head < HEADER_LEN { [&head[s.head..], rest] } else { [rest, &[]] };
+                if parts.iter().all(|p| p.is_empty()) {
+                    break;
                 }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
-                Err(e) => return Err(e),
+                match send_parts(conn.lane(j), &parts, libc::MSG_DONTWAIT) {
+                    Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                    Ok(mut n) => {
+                        if j == 0 {
+                            let h = n.min(HEADER_LEN - s.head);
+                            s.head += h;
+                            n -= h;
+                        }
+                        s.stripes.set_done(j, done + n);
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) => {
+                        self.mid_frame = true;
+                        return Err(e);
+                    }
+                }
             }
         }
-        Ok(true)
+        let complete = s.complete();
+        self.mid_frame = !complete && s.started();
+        Ok(complete)
+    }
+
+    /// Writes the frame `head` + `payload` to `conn` by `deadline`, striped across its
+    /// lanes when its length says so.
+    pub(super) fn write_frame_to(
+        &mut self,
+        conn: &Conn,
+        head: &[u8; HEADER_LEN],
+        payload: &[u8],
+        deadline: Instant,
+    ) -> std::result::Result<(), WriteFail> {
+        if lanes_for(payload.len(), conn.lane_count()) == 1 {
+            return self.write_frame(&conn.sock, head, payload, deadline);
+        }
+        let mut s = Sending::new(payload.len(), conn);
+        loop {
+            if self.write_now(conn, head, payload, &mut s).map_err(WriteFail::Io)? {
+                return Ok(());
+            }
+            let left = remaining(deadline);
+            if left.is_zero() {
+                return Err(WriteFail::Timeout);
+            }
+            writable_within(conn, &s, left.min(Duration::from_millis(100)));
+        }
     }
 
     pub(super) fn write_frame(
