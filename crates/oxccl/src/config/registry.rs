@@ -251,7 +251,7 @@ pub const SOCKETS_PER_PEER: Setting = Setting {
     kind: Kind::Count { min: 1, max: 8 },
     default: "2",
     default_doc: "`2`",
-    doc: "TCP connections between two ranks on different hosts (like `NCCL_NSOCKS_PERTHREAD`): messages of 128K and more are striped across them, for links one stream cannot fill; the same on every rank, 1 to 8",
+    doc: "TCP connections between two ranks on different hosts (like `NCCL_NSOCKS_PERTHREAD`): frames of 128K to 64M are striped across them, for links one stream cannot fill; the same on every rank, 1 to 8",
     origin: Origin::User,
 };
 /// `OXCCL_HOST_ID`.

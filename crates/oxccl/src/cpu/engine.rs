@@ -104,6 +104,21 @@ fn derive_comm_id(parent: u64, seq: u64, color: u64) -> u64 {
     super::mix64(x) | 2
 }
 
+/// The fingerprint of the frames that set up shared-memory collectives with slots of
+/// `slot_bytes` (`algorithm`: of the whole communicator, or of each host's ranks). It takes
+/// the reserved sequence number, none the user would see.
+fn setup_fingerprint(slot_bytes: usize, algorithm: Algorithm) -> Fingerprint {
+    Fingerprint {
+        seq: Stage::SETUP_SEQ,
+        op: OpKind::Split,
+        dtype: DType::U8,
+        count: slot_bytes as u64,
+        root: None,
+        reduce: None,
+        algorithm,
+    }
+}
+
 impl CpuBackend {
     /// A communicator over `transport` with id `comm_id` whose rank i is transport rank
     /// `ranks[i]`; this endpoint is rank `rank`.
@@ -309,15 +324,7 @@ impl Inner {
     /// with the ordinary algorithms and rank 0 says why once.
     fn setup_native(&self, slot_bytes: usize, wait: WaitPolicy, required: bool) -> Result<()> {
         self.check_poisoned()?;
-        let fp = Fingerprint {
-            seq: Stage::SETUP_SEQ,
-            op: OpKind::Split,
-            dtype: DType::U8,
-            count: slot_bytes as u64,
-            root: None,
-            reduce: None,
-            algorithm: Algorithm::SharedMemory,
-        };
+        let fp = setup_fingerprint(slot_bytes, Algorithm::SharedMemory);
         let ctx = self.ctx(fp, &CallOptions::default());
         match ShmCollectives::establish(&ctx, slot_bytes, wait) {
             Ok(Some(n)) => {
@@ -357,15 +364,7 @@ impl Inner {
     fn setup_host_native(&self, slot_bytes: usize, wait: WaitPolicy) -> Result<()> {
         let Some(g) = self.host_groups.as_ref() else { return Ok(()) };
         self.check_poisoned()?;
-        let fp = Fingerprint {
-            seq: Stage::SETUP_SEQ,
-            op: OpKind::Split,
-            dtype: DType::U8,
-            count: slot_bytes as u64,
-            root: None,
-            reduce: None,
-            algorithm: Algorithm::Hierarchical,
-        };
+        let fp = setup_fingerprint(slot_bytes, Algorithm::Hierarchical);
         let on_host: Vec<usize> = g.local.iter().map(|&r| self.ranks[r]).collect();
         let ctx = Ctx {
             ranks: &on_host,

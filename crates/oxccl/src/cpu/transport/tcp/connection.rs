@@ -59,7 +59,8 @@ impl Conn {
         1 + self.lanes.len()
     }
 
-    /// Lane `j`'s socket.
+    /// Lane `j`'s socket (`j` below [`Conn::lane_count`], as every stripe's lane is:
+    /// `stripes::lanes_for` never gives more lanes than the connection has).
     pub(super) fn lane(&self, j: usize) -> &TcpStream {
         j.checked_sub(1).and_then(|i| self.lanes.get(i)).unwrap_or(&self.sock)
     }

@@ -211,7 +211,8 @@ impl WriteState {
         }
     }
 
-    pub(super) fn write_frame(
+    /// Writes the frame `head` + `payload` to `sock` by `deadline`.
+    fn write_frame(
         &mut self,
         sock: &TcpStream,
         head: &[u8; HEADER_LEN],
