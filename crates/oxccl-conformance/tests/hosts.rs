@@ -81,7 +81,7 @@ fn large_hierarchical_all_reduce_matches_the_reference() {
 /// The hierarchical all_reduce with its host phases in each host's shared-memory
 /// collectives (small slots: many chunks, blocks one element apart in length), at sizes
 /// from nothing to fewer elements than a host has ranks, for sum, max and average over
-/// f32, i64 and bf16, against sequential references.
+/// f32, i64 and bf16, in place and out of place, against sequential references.
 #[test]
 fn hierarchical_host_phases_in_shared_memory_match_the_reference() {
     let hosts = ["a", "a", "a", "b", "b", "b"];
@@ -99,6 +99,13 @@ fn hierarchical_host_phases_in_shared_memory_match_the_reference() {
                     c.all_reduce(&mut x, oxccl::ReduceOp::Sum).expect("sum");
                     let want: Vec<f32> = (0..count).map(|i| (0..n).map(|q| f(q, i)).sum()).collect();
                     assert!(x == want, "sum, rank {r}, count {count}");
+                    // Out of place: the first phase reads the input itself, which stays as
+                    // it was; every element of the output is written.
+                    let mine: Vec<f32> = (0..count).map(|i| f(r, i)).collect();
+                    let mut out = vec![f32::NAN; count];
+                    c.all_reduce_into(&mine, &mut out, oxccl::ReduceOp::Sum).expect("sum into");
+                    assert!(out == want, "sum into, rank {r}, count {count}");
+                    assert!(mine.iter().enumerate().all(|(i, v)| *v == f(r, i)), "input changed, rank {r}");
                     let mut x: Vec<i64> = (0..count).map(|i| (i as i64 * 31 + r as i64 * 17) % 97).collect();
                     c.all_reduce(&mut x, oxccl::ReduceOp::Max).expect("max");
                     let want: Vec<i64> = (0..count)

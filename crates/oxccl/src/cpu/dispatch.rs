@@ -147,6 +147,9 @@ pub unsafe fn run(ctx: &Ctx, op: &Op, algo: Algorithm) -> Result<()> {
                     } else if algo == Algorithm::Ring {
                         // The ring reads the input where it would read a copy of it.
                         all_reduce::ring::run_from(ctx, bytes(input), out, &k)?;
+                    } else if algo == Algorithm::Hierarchical {
+                        // So do the host's shared-memory collectives.
+                        all_reduce::hierarchical::run_from(ctx, Some(bytes(input)), out, &k)?;
                     } else {
                         out.copy_from_slice(bytes(input));
                         run_all_reduce(ctx, out, &k, algo)?;

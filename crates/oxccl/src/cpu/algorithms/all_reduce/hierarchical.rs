@@ -37,6 +37,16 @@ use crate::reduce_op::ReduceOp;
 /// [`hosts::groups`](crate::cpu::algorithms::hosts::groups): the engine refuses such a
 /// call before it starts); communication errors.
 pub fn run(ctx: &Ctx, buf: &mut [u8], k: &Kernel) -> Result<()> {
+    run_from(ctx, None, buf, k)
+}
+
+/// All-reduce into `buf`, from `input` when given (as long as `buf`: out of place), else
+/// from `buf`. Where the host's shared-memory collectives run the first phase, it reads
+/// `input` directly; otherwise `input` is copied into `buf` first.
+///
+/// # Errors
+/// As [`run`]; [`Error::Internal`] when `input` is not as long as `buf`.
+pub fn run_from(ctx: &Ctx, input: Option<&[u8]>, buf: &mut [u8], k: &Kernel) -> Result<()> {
     let g = ctx.hosts.ok_or_else(|| Error::Internal("hierarchical all_reduce without host groups".into()))?;
     let (r, n) = (ctx.rank(), ctx.size());
     let (next, prev) = ((r + 1) % n, (r + n - 1) % n);
@@ -53,9 +63,17 @@ pub fn run(ctx: &Ctx, buf: &mut [u8], k: &Kernel) -> Result<()> {
             // Avg divides once, at the end of the whole all_reduce; its phases add up.
             let op = if k.op == ReduceOp::Avg { ReduceOp::Sum } else { k.op };
             let host = host_ctx(ctx, g, &on_host);
-            shm.reduce_scatter_blocks(&host, buf, &blocks, k.dtype, op).map_err(|e| lift(e, g))?
+            shm.reduce_scatter_blocks(&host, input, buf, &blocks, k.dtype, op).map_err(|e| lift(e, g))?
         }
-        None => reduce_scatter::ring::run_blocks_in(ctx, &g.local, g.local_index, buf, &blocks, k)?,
+        None => {
+            if let Some(input) = input {
+                if input.len() != buf.len() {
+                    return Err(Error::Internal(format!("an input of {} bytes for {}", input.len(), buf.len())));
+                }
+                buf.copy_from_slice(input);
+            }
+            reduce_scatter::ring::run_blocks_in(ctx, &g.local, g.local_index, buf, &blocks, k)?
+        }
     }
     // This rank's block, all-reduced with the same block of the other hosts.
     let mine = blocks[g.local_index].clone();

@@ -38,16 +38,19 @@ fn longest(blocks: &[Range<usize>], n: usize, len: usize) -> Result<usize> {
 }
 
 impl ShmCollectives {
-    /// Combines block r of every rank's `buf` into block r of rank r's `buf` (`blocks[i]`:
-    /// block i's bytes, the same on every rank; elements of `dtype`, combined with `op`
-    /// in rank order). The other blocks of `buf` are left as they were.
+    /// Combines block r of every rank's contribution into block r of rank r's `buf`
+    /// (`blocks[i]`: block i's bytes, the same on every rank; elements of `dtype`, combined
+    /// with `op` in rank order). A rank's contribution is its `input` when given (as long
+    /// as `buf`: out of place, nothing is copied into `buf` first), else its `buf`. The
+    /// other blocks of `buf` are left as they were.
     ///
     /// # Errors
-    /// [`Error::Internal`] when the blocks do not fit `buf` or are not one per rank;
-    /// mismatch, timeout, abort and lost-peer errors.
+    /// [`Error::Internal`] when the blocks do not fit `buf`, `input` is not as long, or the
+    /// blocks are not one per rank; mismatch, timeout, abort and lost-peer errors.
     pub(crate) fn reduce_scatter_blocks(
         &self,
         ctx: &Ctx,
+        input: Option<&[u8]>,
         buf: &mut [u8],
         blocks: &[Range<usize>],
         dtype: DType,
@@ -55,8 +58,16 @@ impl ShmCollectives {
     ) -> Result<()> {
         let (n, me) = (self.n, self.me);
         let per_block = longest(blocks, n, buf.len())?;
+        if input.is_some_and(|i| i.len() != buf.len()) {
+            return Err(Error::Internal(format!(
+                "an input of {:?} bytes for {} bytes",
+                input.map(<[u8]>::len),
+                buf.len()
+            )));
+        }
         let mut srcs: Vec<&[u8]> = Vec::with_capacity(n);
         let base = buf.as_mut_ptr();
+        let from: *const u8 = input.map_or(base.cast_const(), <[u8]>::as_ptr);
         self.in_steps(
             ctx,
             per_block,
@@ -64,10 +75,11 @@ impl ShmCollectives {
             |at, c, b| {
                 for (q, block) in blocks.iter().enumerate() {
                     let len = clip(block, at, c);
-                    // SAFETY: `block.start + at + len` is inside `buf` (checked by
-                    // `longest`, `len` clipped to the block); our slot holds n chunks of `c`
-                    // and is ours until we arrive. `buf` is borrowed for the whole call.
-                    unsafe { copy::copy_cached(base.add(block.start + at), self.slot_ptr(me, b).add(q * c), len) };
+                    // SAFETY: `block.start + at + len` is inside `buf`, and `input` is as
+                    // long (both checked above; `len` clipped to the block); our slot holds
+                    // n chunks of `c` and is ours until we arrive. Both are borrowed for
+                    // the whole call.
+                    unsafe { copy::copy_cached(from.add(block.start + at), self.slot_ptr(me, b).add(q * c), len) };
                 }
             },
             |at, c, b| {
