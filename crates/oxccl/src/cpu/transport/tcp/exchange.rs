@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 use super::connection::Conn;
 use super::incoming::{Incoming, Wait};
 use super::links::TcpLinks;
-use super::remaining;
 use super::writer::{Sending, WriteState};
+use super::{poll_fds, remaining};
 use crate::cpu::transport::frame::{self, FrameKind};
 use crate::cpu::transport::routed::{Link, Polled, Want};
 use crate::cpu::transport::{Header, Pieces, Stage, TransportError};
@@ -62,9 +62,7 @@ fn sleep_on(to: &Conn, from: &Conn, out: Option<&Sending>, inn: Option<&Incoming
             }
         }
     }
-    let ms = for_.as_millis().clamp(1, i32::MAX as u128) as libc::c_int;
-    // SAFETY: `fds` holds valid pollfds, and the count is its length.
-    unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+    let _ = poll_fds(&mut fds, for_);
 }
 
 impl TcpLinks {

@@ -21,8 +21,8 @@ use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 
-use super::remaining;
 use super::stripes::Stripes;
+use super::{poll_fds, remaining};
 use crate::cpu::transport::frame::{self, FrameHeader, FrameKind, HEADER_LEN, MAX_NOTICE_LEN};
 use crate::cpu::transport::mailbox::Mailbox;
 use crate::cpu::transport::{Channel, Received};
@@ -104,17 +104,7 @@ impl Socket<'_> {
 
     /// Sleeps until the socket is readable (or has ended) or `for_` has passed.
     fn readable_within(&self, for_: Duration) -> io::Result<()> {
-        let mut pfd = libc::pollfd { fd: self.0.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-        let ms = for_.as_millis().clamp(1, i32::MAX as u128) as libc::c_int;
-        // SAFETY: one valid pollfd, and the count says one.
-        let r = unsafe { libc::poll(&mut pfd, 1, ms) };
-        if r < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(e);
-            }
-        }
-        Ok(())
+        poll_fds(&mut [libc::pollfd { fd: self.0.as_raw_fd(), events: libc::POLLIN, revents: 0 }], for_)
     }
 }
 
@@ -143,6 +133,47 @@ impl Source for Socket<'_> {
     }
 }
 
+/// The lanes of a connection besides lane 0, which carry nothing but stripes: the
+/// connection's other sockets, or (in tests) any sources.
+pub(super) trait Lanes {
+    /// How many there are.
+    fn count(&self) -> usize;
+    /// Lane `j` (1 and up) as a source.
+    fn lane(&mut self, j: usize) -> &mut dyn Source;
+}
+
+impl<S: Source> Lanes for [S] {
+    fn count(&self) -> usize {
+        self.len()
+    }
+
+    fn lane(&mut self, j: usize) -> &mut dyn Source {
+        &mut self[j - 1]
+    }
+}
+
+/// A connection's other sockets, read without a per-call allocation.
+pub(super) struct LaneSockets<'a> {
+    socks: &'a [TcpStream],
+    current: Option<Socket<'a>>,
+}
+
+impl<'a> LaneSockets<'a> {
+    pub(super) fn new(socks: &'a [TcpStream]) -> Self {
+        LaneSockets { socks, current: None }
+    }
+}
+
+impl Lanes for LaneSockets<'_> {
+    fn count(&self) -> usize {
+        self.socks.len()
+    }
+
+    fn lane(&mut self, j: usize) -> &mut dyn Source {
+        self.current.insert(Socket(&self.socks[j - 1]))
+    }
+}
+
 /// A frame whose header was read and whose payload is still arriving.
 struct Partial {
     frame: FrameHeader,
@@ -154,9 +185,8 @@ struct Partial {
 }
 
 impl Partial {
-    /// A frame whose payload goes to the mailbox, on a connection of `lanes` lanes.
-    fn new(frame: FrameHeader, mailbox: &Mailbox, lanes: usize) -> Partial {
-        let st = Stripes::of(frame.payload_len, lanes);
+    /// A frame whose payload goes to the mailbox, its stripes (`st`) as far as they came.
+    fn new(frame: FrameHeader, st: Stripes, mailbox: &Mailbox) -> Partial {
         let mut payload = mailbox.spare_buffer(frame.payload_len);
         if st.lanes() > 1 {
             // At most PREALLOC (`lanes_for`): its stripes land anywhere in it.
@@ -169,20 +199,19 @@ impl Partial {
     /// A frame whose payload was being read into `buf` (`st`: how far), continued in a
     /// buffer of the connection's own.
     fn from_caller(frame: FrameHeader, st: Stripes, buf: &[u8], mailbox: &Mailbox) -> Partial {
-        let mut payload = mailbox.spare_buffer(frame.payload_len);
-        if st.lanes() > 1 {
-            payload.reserve(frame.payload_len);
-            st.copy_moved(buf, &mut payload.spare_capacity_mut()[..frame.payload_len]);
-            return Partial { frame, payload, stripes: Some(st) };
+        let mut p = Partial::new(frame, st, mailbox);
+        if p.stripes.is_some() {
+            st.copy_moved(buf, &mut p.payload.spare_capacity_mut()[..frame.payload_len]);
+        } else {
+            p.payload.extend_from_slice(&buf[..st.done(0).min(buf.len())]);
         }
-        payload.extend_from_slice(&buf[..st.done(0).min(buf.len())]);
-        Partial { frame, payload, stripes: None }
+        p
     }
 }
 
 /// Reads into `dst[*at..]` from a lane that carries nothing but stripes, without waiting;
 /// whether `dst` is full.
-fn read_lane(lane: &mut impl Source, dst: &mut [MaybeUninit<u8>], at: &mut usize) -> Result<bool, End> {
+fn read_lane(lane: &mut dyn Source, dst: &mut [MaybeUninit<u8>], at: &mut usize) -> Result<bool, End> {
     while *at < dst.len() {
         match lane.read_some(&mut dst[*at..], Wait::Now) {
             Ok(0) => return Err(End::Truncated),
@@ -232,8 +261,6 @@ pub(super) struct Incoming {
     /// A payload being read into a caller's buffer without waiting ([`Direct::wait`]
     /// `Now`): its frame and how far each stripe has come.
     into_caller: Option<(FrameHeader, Stripes)>,
-    /// The connection's lanes, as of the last pump.
-    lanes: usize,
     /// The stream ended (and its end was reported): nothing more is read.
     pub(super) ended: bool,
 }
@@ -246,7 +273,6 @@ impl Default for Incoming {
             hi: 0,
             partial: None,
             into_caller: None,
-            lanes: 1,
             ended: false,
         }
     }
@@ -328,7 +354,7 @@ impl Incoming {
     fn read_stripes(
         &mut self,
         src: &mut impl Source,
-        lanes: &mut [impl Source],
+        lanes: &mut (impl Lanes + ?Sized),
         dst: &mut [MaybeUninit<u8>],
         st: &mut Stripes,
         wait: Wait,
@@ -339,7 +365,7 @@ impl Incoming {
             st.set_done(0, at);
             return full;
         }
-        if lanes.len() + 1 < st.lanes() {
+        if lanes.count() + 1 < st.lanes() {
             return Err(End::Failed(io::Error::other("a payload striped across more lanes than the connection has")));
         }
         loop {
@@ -353,7 +379,7 @@ impl Incoming {
                 if j == 0 {
                     self.read_into(src, &mut dst[r], &mut at, Wait::Now)?;
                 } else {
-                    read_lane(&mut lanes[j - 1], &mut dst[r], &mut at)?;
+                    read_lane(lanes.lane(j), &mut dst[r], &mut at)?;
                 }
                 moved |= at > before;
                 st.set_done(j, at);
@@ -372,16 +398,15 @@ impl Incoming {
             };
             let mut fds: Vec<libc::pollfd> = (0..st.lanes())
                 .filter(|&j| st.pending(j))
-                .filter_map(|j| if j == 0 { src.fd() } else { lanes[j - 1].fd() })
+                .filter_map(|j| if j == 0 { src.fd() } else { lanes.lane(j).fd() })
                 .map(|fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 })
                 .collect();
             if fds.is_empty() {
                 // Sources without descriptors (slices) never have more to come.
                 return Ok(false);
             }
-            let ms = sleep.as_millis().clamp(1, i32::MAX as u128) as libc::c_int;
-            // SAFETY: `fds` holds valid pollfds, and the count is its length.
-            unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+            // A failed poll shows at the next read.
+            let _ = poll_fds(&mut fds, sleep);
         }
     }
 
@@ -389,7 +414,7 @@ impl Incoming {
     fn fill_partial(
         &mut self,
         src: &mut impl Source,
-        lanes: &mut [impl Source],
+        lanes: &mut (impl Lanes + ?Sized),
         p: &mut Partial,
         wait: Wait,
     ) -> Result<bool, End> {
@@ -432,7 +457,7 @@ impl Incoming {
     pub(super) fn pump(
         &mut self,
         src: &mut impl Source,
-        lanes: &mut [impl Source],
+        lanes: &mut (impl Lanes + ?Sized),
         from: usize,
         mailbox: &Mailbox,
         max_frame: usize,
@@ -442,7 +467,6 @@ impl Incoming {
         if self.ended {
             return Err(End::Closed);
         }
-        self.lanes = lanes.len() + 1;
         let r = self.pump_inner(src, lanes, from, mailbox, max_frame, &mut direct, payload_wait);
         if r.is_err() {
             self.ended = true;
@@ -455,7 +479,7 @@ impl Incoming {
     fn pump_inner(
         &mut self,
         src: &mut impl Source,
-        lanes: &mut [impl Source],
+        lanes: &mut (impl Lanes + ?Sized),
         from: usize,
         mailbox: &Mailbox,
         max_frame: usize,
@@ -494,7 +518,7 @@ impl Incoming {
                     && h.channel == d.channel
                     && f.payload_len == d.buf.len()
                 {
-                    let mut st = Stripes::of(f.payload_len, self.lanes);
+                    let mut st = Stripes::of(f.payload_len, lanes.count() + 1);
                     if self.read_stripes(src, lanes, as_uninit(d.buf), &mut st, d.wait)? {
                         return Ok(Pumped::Took(Received { header: h, len: f.payload_len }));
                     }
@@ -506,7 +530,7 @@ impl Incoming {
                     return Ok(Pumped::TimedOut);
                 }
             }
-            self.partial = Some(Partial::new(f, mailbox, self.lanes));
+            self.partial = Some(Partial::new(f, Stripes::of(f.payload_len, lanes.count() + 1), mailbox));
         }
     }
 }

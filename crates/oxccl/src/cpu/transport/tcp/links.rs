@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use super::acceptor::Acceptor;
 use super::connection::{set_liveness, Conn};
 use super::handshake::{address_key, dial, lookup, Ident};
-use super::incoming::{Direct, Incoming, Pumped, Socket, Wait};
+use super::incoming::{Direct, Incoming, LaneSockets, Pumped, Socket, Wait};
 use super::interface::select_address;
 use super::options::{TcpOptions, MAX_FRAME_ENV};
 use super::reader::{report_end, spawn_reader};
@@ -260,10 +260,9 @@ impl TcpLinks {
             return Ok(Polled::Moved);
         }
         let direct = Direct { comm_id: want.comm_id, channel: want.channel, buf: want.buf, wait };
-        let mut lanes: Vec<Socket<'_>> = conn.lanes.iter().map(Socket).collect();
         let r = incoming.pump(
             &mut Socket(&conn.sock),
-            &mut lanes,
+            &mut LaneSockets::new(&conn.lanes),
             peer,
             &self.mailbox,
             self.max_frame,

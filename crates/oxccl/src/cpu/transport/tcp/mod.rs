@@ -93,6 +93,18 @@ pub use options::{TcpOptions, MAX_POLL};
 use options::{DEFAULT_MAX_FRAME, IFNAME_ENV, MAX_FRAME_ENV};
 
 /// What is left of the time until `deadline` (zero once it has passed).
+/// Sleeps in `poll` on `fds` until one is ready or `for_` passes (at least 1 ms); an
+/// interrupted or failed poll returns early, and errors show when the sockets are next used.
+fn poll_fds(fds: &mut [libc::pollfd], for_: Duration) -> std::io::Result<()> {
+    let ms = for_.as_millis().clamp(1, i32::MAX as u128) as libc::c_int;
+    // SAFETY: `fds` holds valid pollfds (a negative fd is ignored), and the count is its length.
+    let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+    match std::io::Error::last_os_error() {
+        e if r < 0 && e.kind() != std::io::ErrorKind::Interrupted => Err(e),
+        _ => Ok(()),
+    }
+}
+
 fn remaining(deadline: Instant) -> Duration {
     deadline.saturating_duration_since(Instant::now())
 }

@@ -10,7 +10,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::connection::Conn;
-use super::incoming::{End, Socket, Wait};
+use super::incoming::{End, LaneSockets, Socket, Wait};
 use crate::cpu::transport::mailbox::Mailbox;
 
 /// How often a sleeping reader looks at its socket even without a wake-up (a safety net; it
@@ -59,7 +59,7 @@ pub(super) fn spawn_reader(
         if incoming.ended {
             return;
         }
-        let mut lanes: Vec<Socket<'_>> = conn.lanes.iter().map(Socket).collect();
+        let mut lanes = LaneSockets::new(&conn.lanes);
         let r = incoming.pump(&mut Socket(&conn.sock), &mut lanes, conn.peer, &mailbox, max_frame, None, Wait::Forever);
         if let Err(end) = r {
             report_end(me, &conn, end, &mailbox, closing.load(Ordering::Acquire));

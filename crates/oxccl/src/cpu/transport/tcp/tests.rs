@@ -867,7 +867,7 @@ fn striped_payloads_are_read_from_every_lane_in_order() {
         let mut src: &[u8] = &streams[0];
         let mut others: Vec<&[u8]> = streams[1..].iter().map(|v| &v[..]).collect();
         loop {
-            match inc.pump(&mut src, &mut others, 0, &mb, 1 << 26, None, Wait::Forever) {
+            match inc.pump(&mut src, &mut others[..], 0, &mb, 1 << 26, None, Wait::Forever) {
                 Ok(_) => {}
                 Err(End::Closed) => break,
                 Err(e) => panic!("k={k}: {e:?}"),
@@ -886,7 +886,7 @@ fn striped_payloads_are_read_from_every_lane_in_order() {
         let mut others: Vec<&[u8]> = std::iter::once(short).chain(streams[2..].iter().map(|v| &v[..])).collect();
         let mut inc = Incoming::default();
         let end = loop {
-            if let Err(e) = inc.pump(&mut src, &mut others, 0, &Mailbox::new(), 1 << 26, None, Wait::Forever) {
+            if let Err(e) = inc.pump(&mut src, &mut others[..], 0, &Mailbox::new(), 1 << 26, None, Wait::Forever) {
                 break e;
             }
         };
@@ -910,7 +910,7 @@ fn a_striped_payload_read_in_place_resumes_per_lane() {
     let mut buf = vec![0u8; frames[0].len()];
     let pump = |inc: &mut Incoming, src: &mut Trickle, others: &mut Vec<Trickle>, buf: &mut Vec<u8>| {
         let direct = Direct { comm_id: 9, channel: ch, buf, wait: Wait::Now };
-        inc.pump(src, others, 0, &mb, 1 << 26, Some(direct), Wait::Now).unwrap()
+        inc.pump(src, &mut others[..], 0, &mb, 1 << 26, Some(direct), Wait::Now).unwrap()
     };
     assert_eq!(pump(&mut inc, &mut src, &mut others, &mut buf), Pumped::Nothing);
     assert!(inc.reading_direct() && inc.awaits(0) && inc.awaits(1) && inc.awaits(2));
@@ -936,7 +936,7 @@ fn a_striped_payload_read_in_place_resumes_per_lane() {
     for o in &mut others {
         o.open = o.data.len();
     }
-    assert_eq!(inc.pump(&mut src, &mut others, 0, &mb, 1 << 26, None, Wait::Now).unwrap(), Pumped::Delivered);
+    assert_eq!(inc.pump(&mut src, &mut others[..], 0, &mb, 1 << 26, None, Wait::Now).unwrap(), Pumped::Delivered);
     let mut whole = vec![0u8; frames[0].len()];
     assert_eq!(mb.try_recv(0, 9, ch, None, &mut whole).unwrap().map(|g| g.len), Some(frames[0].len()));
     assert!(whole == frames[0]);

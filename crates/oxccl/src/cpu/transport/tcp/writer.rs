@@ -17,8 +17,8 @@ use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use super::connection::Conn;
-use super::remaining;
 use super::stripes::{lanes_for, Stripes};
+use super::{poll_fds, remaining};
 use crate::cpu::transport::frame::HEADER_LEN;
 
 /// How far past its deadline a blocked write may run before the socket's timeout is re-armed.
@@ -67,9 +67,8 @@ fn writable_within(conn: &Conn, s: &Sending, for_: Duration) {
         .filter(|&j| s.pending(j))
         .map(|j| libc::pollfd { fd: conn.lane(j).as_raw_fd(), events: libc::POLLOUT, revents: 0 })
         .collect();
-    let ms = for_.as_millis().clamp(1, i32::MAX as u128) as libc::c_int;
-    // SAFETY: `fds` holds valid pollfds, and the count is its length.
-    unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+    // A failed poll shows at the next write.
+    let _ = poll_fds(&mut fds, for_);
 }
 
 pub(super) enum WriteFail {
