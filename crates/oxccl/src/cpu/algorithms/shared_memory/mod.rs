@@ -440,7 +440,7 @@ impl ShmCollectives {
                     } else if total * es <= DIRECT.min(self.slot) {
                         self.all_reduce_direct(ctx, input.ptr, output.ptr, total, output.dtype, *op)
                     } else {
-                        let streaming = output.bytes() >= copy::STREAM_FROM;
+                        let streaming = copy::streams(output.bytes(), std::ptr::eq(input.ptr, output.ptr));
                         self.all_reduce_pipelined(ctx, input.ptr, output.ptr, total, output.dtype, *op, streaming)
                     }
                 }
