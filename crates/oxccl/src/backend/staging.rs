@@ -112,7 +112,10 @@ pub type Copier<'a> = &'a dyn Fn(Device) -> Result<Arc<dyn DeviceCopy>>;
 /// # Errors
 /// [`Error::BackendUnavailable`] for backend `backend` when there are none, saying why.
 pub fn copier_for(device: Device, backend: &str) -> Result<Arc<dyn DeviceCopy>> {
-    let Some(kind) = DeviceKind::of(device) else { return Ok(Arc::new(HostCopy)) };
+    // One shared host copier: the front door asks for every call's buffers, and an `Arc` made
+    // per call would be an allocation on the latency path.
+    static HOST: std::sync::OnceLock<Arc<dyn DeviceCopy>> = std::sync::OnceLock::new();
+    let Some(kind) = DeviceKind::of(device) else { return Ok(Arc::clone(HOST.get_or_init(|| Arc::new(HostCopy)))) };
     let (found, loader) = {
         let r = crate::sync::relock(&REGISTRY);
         let found = match kind {

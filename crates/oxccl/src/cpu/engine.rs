@@ -654,6 +654,9 @@ impl Backend for CpuBackend {
     }
 
     fn check_device(&self, device: Device) -> Result<()> {
+        if device == Device::Cpu {
+            return Ok(());
+        }
         // Device buffers are staged through host memory where their runtime can copy.
         staging::copier_for(device, self.inner.name).map(drop).map_err(|e| {
             let why = e.reason();

@@ -90,6 +90,11 @@ pub struct ShmCollectives {
     sent: Vec<AtomicU64>,
     /// Frames of point-to-point collectives taken from each rank.
     taken: Vec<AtomicU64>,
+    /// What this rank last published of `sent` for each parity (`b * n + to`): a count is
+    /// stored into the segment only when it changed. The published counts of all ranks
+    /// share cache lines, and a store of an unchanged count would still take the line from
+    /// the peers on every step (a cross-core miss on every small operation's path).
+    published: Vec<AtomicU64>,
     /// The first rank a wait found missing at its last check (`usize::MAX`: none), for the
     /// flight recorder's dump of a hang.
     waiting: std::sync::atomic::AtomicUsize,
@@ -197,6 +202,7 @@ impl ShmCollectives {
             step: AtomicU64::new(0),
             sent: counts(),
             taken: counts(),
+            published: (0..2 * n).map(|_| AtomicU64::new(0)).collect(),
             waiting: std::sync::atomic::AtomicUsize::new(usize::MAX),
         }))
     }
@@ -394,9 +400,14 @@ impl ShmCollectives {
         for (a, v) in self.fp_words(self.me, b).iter().zip(pack(&ctx.fp)) {
             a.store(v, Ordering::Relaxed);
         }
-        // Published with the arrival (release), read by the others after they see it.
+        // Published with the arrival (release), read by the others after they see it. The
+        // segment starts zeroed, as `published` does.
         for (q, s) in self.sent.iter().enumerate() {
-            self.published_sent(b, self.me, q).store(s.load(Ordering::Relaxed), Ordering::Relaxed);
+            let (now, last) = (s.load(Ordering::Relaxed), &self.published[b * self.n + q]);
+            if now != last.load(Ordering::Relaxed) {
+                self.published_sent(b, self.me, q).store(now, Ordering::Relaxed);
+                last.store(now, Ordering::Relaxed);
+            }
         }
         (step, b)
     }
