@@ -293,10 +293,10 @@ pub const LOG: Setting = Setting {
 /// `OXCCL_FR_SIZE`.
 pub const FR_SIZE: Setting = Setting {
     name: "OXCCL_FR_SIZE",
-    kind: Kind::Count { min: 0, max: 10_000_000 },
+    kind: Kind::Count { min: 0, max: 1_000_000 },
     default: "2000",
     default_doc: "`2000`",
-    doc: "operations each communicator's flight recorder keeps (its dump, written on a timeout, mismatch, lost peer, abort or `SIGUSR1`, is what `oxccl trace analyze` reads); `0` keeps none",
+    doc: "operations each communicator's flight recorder keeps, up to 1000000 (its dump, written on a timeout, mismatch, lost peer, abort or `SIGUSR1`, is what `oxccl trace analyze` reads; its ring, 56 bytes per operation rounded up to a power of two, is allocated with the communicator); `0` keeps none",
     origin: Origin::User,
 };
 /// `OXCCL_FR_DIR`.

@@ -1,12 +1,19 @@
 //! The flight recorder: the last operations of one communicator, kept in a ring, with
 //! their state and times, dumped ([`FlightRecorder::dump_to`]) when something goes wrong.
 //!
-//! Recording costs one uncontended lock and a clock read when an operation begins and when
-//! it ends; nothing is formatted or allocated until a dump is written.
+//! Recording takes no lock: an operation's begin claims the next sequence number (one atomic
+//! add) and writes its slot of the ring under a sequence lock; its end stores one time. A
+//! snapshot copies the slots and keeps the ones it read whole. Nothing is formatted or
+//! allocated until a dump is written; errors, rare, go into a small locked list.
+//!
+//! States are derived at the snapshot, as the operations of a communicator run in order:
+//! an operation that has not ended is `Started` when the one before it has ended (or is not
+//! in the ring), `Queued` otherwise, and it started when it was submitted or when the one
+//! before it ended, whichever came later.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -20,34 +27,69 @@ use crate::fingerprint::Fingerprint;
 /// Communicators made by this process so far: each recorder's `comm` number.
 static COMMUNICATORS: AtomicU64 = AtomicU64::new(0);
 
+/// Errors kept for a snapshot (a broken communicator fails every later call; the oldest go).
+const ERRORS_KEPT: usize = 64;
+
+/// `ended` of an operation that has not ended.
+const NOT_ENDED: u64 = u64::MAX;
+
 /// Now, in microseconds since the Unix epoch.
 pub(crate) fn unix_us() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
 }
 
-/// One recorded operation (typed; formatted only when dumped).
-#[derive(Debug, Clone)]
-struct Entry {
-    fp: Fingerprint,
-    bytes: u64,
-    state: OpState,
-    enqueued: Tick,
-    started: Option<Tick>,
-    ended: Option<Tick>,
-    waiting_on: Option<usize>,
-    error: Option<String>,
+/// One slot of the ring: the operation of sequence number `seq`, where `version` is
+/// `2 seq + 1` while its begin writes it and `2 seq + 2` once written (0: never used).
+#[derive(Default)]
+struct Slot {
+    version: AtomicU64,
+    fp: [AtomicU64; 3],
+    bytes: AtomicU64,
+    enqueued: AtomicU64,
+    /// When it ended ([`NOT_ENDED`] until then).
+    ended: AtomicU64,
 }
 
-#[derive(Debug)]
-struct Ring {
-    entries: VecDeque<Entry>,
-    /// The next operation's sequence number.
-    next: u64,
-    /// Entries dropped to keep the ring at its capacity.
-    dropped: u64,
-    /// Operations begun and not yet ended (they run in order: the oldest is the one
-    /// running, the others are queued behind it).
-    unfinished: usize,
+/// One operation as a snapshot read it.
+struct Read {
+    fp: Fingerprint,
+    bytes: u64,
+    enqueued: Tick,
+    ended: Option<Tick>,
+}
+
+impl Slot {
+    /// The operation in this slot, if the slot was read whole (not rewritten meanwhile).
+    fn read(&self) -> Option<Read> {
+        let v = self.version.load(Ordering::Acquire);
+        if v == 0 || v % 2 == 1 {
+            return None;
+        }
+        let words = self.fp.each_ref().map(|w| w.load(Ordering::Relaxed));
+        let (bytes, enqueued) = (self.bytes.load(Ordering::Relaxed), self.enqueued.load(Ordering::Relaxed));
+        let ended = self.ended.load(Ordering::Relaxed);
+        // Pairs with the writer's release fence: a rewrite that began before our loads
+        // above shows in the version.
+        fence(Ordering::Acquire);
+        if self.version.load(Ordering::Relaxed) != v {
+            return None;
+        }
+        let mut b = [0u8; Fingerprint::BYTES];
+        for (i, w) in words.iter().enumerate() {
+            b[8 * i..8 * i + 8].copy_from_slice(&w.to_le_bytes());
+        }
+        let fp = Fingerprint::from_bytes(&b).ok()?;
+        Some(Read { fp, bytes, enqueued, ended: (ended != NOT_ENDED).then_some(ended) })
+    }
+}
+
+/// What is recorded rarely, under a lock.
+#[derive(Debug, Default)]
+struct Rare {
+    /// The last failures: (sequence number, error, the peer waited on).
+    errors: VecDeque<(u64, String, Option<usize>)>,
+    /// The peer the oldest unfinished operation waits for, by its sequence number.
+    waiting: Option<(u64, usize)>,
     /// Whether a failure has been dumped already (later failures of a broken
     /// communicator do not dump again; `SIGUSR1` always does).
     dumped_failure: bool,
@@ -66,7 +108,13 @@ pub struct FlightRecorder {
     job: Option<String>,
     created: Tick,
     created_unix_us: u64,
-    ring: Mutex<Ring>,
+    /// The next operation's sequence number.
+    next: AtomicU64,
+    /// Operation `seq` lives in slot `seq & mask`: a power of two at least `capacity` (no
+    /// division on the path of every call).
+    slots: Box<[Slot]>,
+    mask: u64,
+    rare: Mutex<Rare>,
     probe: std::sync::OnceLock<WaitingProbe>,
 }
 
@@ -94,13 +142,10 @@ impl FlightRecorder {
             job: crate::bootstrap::env::job_id(|k| std::env::var(k).ok()),
             created: clock::now(),
             created_unix_us: unix,
-            ring: Mutex::new(Ring {
-                entries: VecDeque::with_capacity(capacity.min(1 << 16)),
-                next: 0,
-                dropped: 0,
-                unfinished: 0,
-                dumped_failure: false,
-            }),
+            next: AtomicU64::new(0),
+            slots: (0..capacity.next_power_of_two()).map(|_| Slot::default()).collect(),
+            mask: capacity.next_power_of_two() as u64 - 1,
+            rare: Mutex::new(Rare::default()),
             probe: std::sync::OnceLock::new(),
         }
     }
@@ -121,111 +166,129 @@ impl FlightRecorder {
         self.comm
     }
 
-    /// Records the start of `op` (submitted now) and returns its sequence number. It is
-    /// `Queued` while an earlier operation of the communicator has not finished. A recorder
-    /// of capacity 0 records nothing (and costs nothing).
+    /// Records the start of `op` (submitted now) and returns its sequence number. A
+    /// recorder of capacity 0 records nothing (and costs nothing).
     pub fn begin(&self, op: &Op) -> u64 {
         if self.capacity == 0 {
             return 0;
         }
         let now = clock::now();
-        let mut ring = crate::sync::relock(&self.ring);
-        let seq = ring.next;
-        ring.next += 1;
-        let (state, started) =
-            if ring.unfinished > 0 { (OpState::Queued, None) } else { (OpState::Started, Some(now)) };
-        ring.unfinished += 1;
-        if ring.entries.len() == self.capacity {
-            ring.entries.pop_front();
-            ring.dropped += 1;
+        let seq = self.next.fetch_add(1, Ordering::Relaxed);
+        let slot = &self.slot(seq);
+        // A sequence lock: odd while written. The fence keeps the stores below from
+        // becoming visible before the odd version (a reader then sees the version move).
+        slot.version.store(2 * seq + 1, Ordering::Relaxed);
+        fence(Ordering::Release);
+        let b = op.fingerprint(seq, crate::algorithm::Algorithm::Auto).to_bytes();
+        for (i, w) in slot.fp.iter().enumerate() {
+            let mut x = [0u8; 8];
+            x.copy_from_slice(&b[8 * i..8 * i + 8]);
+            w.store(u64::from_le_bytes(x), Ordering::Relaxed);
         }
-        ring.entries.push_back(Entry {
-            fp: op.fingerprint(seq, crate::algorithm::Algorithm::Auto),
-            bytes: op.message_bytes() as u64,
-            state,
-            enqueued: now,
-            started,
-            ended: None,
-            waiting_on: None,
-            error: None,
-        });
+        slot.bytes.store(op.message_bytes() as u64, Ordering::Relaxed);
+        slot.enqueued.store(now, Ordering::Relaxed);
+        slot.ended.store(NOT_ENDED, Ordering::Relaxed);
+        slot.version.store(2 * seq + 2, Ordering::Release);
         seq
     }
 
     /// Records the end of operation `seq`: completed, or failed with `error` (and the rank
-    /// it waited on, where known). The next queued operation starts now.
+    /// it waited on, where known). An operation whose slot was taken by a later one (more
+    /// operations in flight than the recorder holds) is not recorded.
     pub fn end(&self, seq: u64, error: Option<(&crate::error::Error, Option<usize>)>) {
         if self.capacity == 0 {
             return;
         }
         let now = clock::now();
-        let mut ring = crate::sync::relock(&self.ring);
-        let Some(first) = ring.entries.front().map(|e| e.fp.seq) else { return };
-        let Some(i) = seq.checked_sub(first).map(|i| i as usize) else { return };
-        let Some(e) = ring.entries.get_mut(i) else { return };
-        if e.ended.is_some() {
-            return;
-        }
-        e.ended = Some(now);
-        e.started.get_or_insert(now);
-        match error {
-            None => e.state = OpState::Completed,
-            Some((err, peer)) => {
-                e.state = OpState::Failed;
-                e.error = Some(err.to_string());
-                e.waiting_on = peer;
+        if let Some((err, peer)) = error {
+            let mut rare = crate::sync::relock(&self.rare);
+            if rare.errors.len() == ERRORS_KEPT {
+                rare.errors.pop_front();
             }
+            rare.errors.push_back((seq, err.to_string(), peer));
         }
-        ring.unfinished = ring.unfinished.saturating_sub(1);
-        if let Some(next) = ring.entries.get_mut(i + 1).filter(|e| e.state == OpState::Queued) {
-            next.state = OpState::Started;
-            next.started = Some(now);
+        let slot = &self.slot(seq);
+        if slot.version.load(Ordering::Acquire) == 2 * seq + 2 {
+            slot.ended.store(now, Ordering::Release);
         }
     }
 
     /// Notes that the oldest unfinished operation waits for `peer` (a hang's dump names it).
     pub fn waiting_on(&self, peer: usize) {
-        let mut ring = crate::sync::relock(&self.ring);
-        if let Some(e) = ring.entries.iter_mut().find(|e| e.state == OpState::Started) {
-            e.waiting_on = Some(peer);
+        let oldest = self.read_all().into_iter().find(|r| r.ended.is_none()).map(|r| r.fp.seq);
+        if let Some(seq) = oldest {
+            crate::sync::relock(&self.rare).waiting = Some((seq, peer));
         }
+    }
+
+    fn slot(&self, seq: u64) -> &Slot {
+        &self.slots[(seq & self.mask) as usize]
     }
 
     /// Claims the right to dump a failure: true the first time only.
     pub(crate) fn first_failure(&self) -> bool {
-        let mut ring = crate::sync::relock(&self.ring);
-        !std::mem::replace(&mut ring.dumped_failure, true)
+        let mut rare = crate::sync::relock(&self.rare);
+        !std::mem::replace(&mut rare.dumped_failure, true)
+    }
+
+    /// The operations in the ring, oldest first (a slot being rewritten is left out).
+    fn read_all(&self) -> Vec<Read> {
+        if self.capacity == 0 {
+            return Vec::new();
+        }
+        let next = self.next.load(Ordering::Acquire);
+        let first = next.saturating_sub(self.capacity as u64);
+        // Each slot once; a slot rewritten meanwhile holds a later operation, kept too.
+        let mut reads: Vec<Read> = (first..next).filter_map(|seq| self.slot(seq).read()).collect();
+        reads.sort_by_key(|r| r.fp.seq);
+        reads
     }
 
     /// What the recorder holds now, as a [`Dump`] written for `reason`.
     pub fn snapshot(&self, reason: &str) -> Dump {
         // Asked before the ring is locked: the backend may take its own locks.
         let blocked_on = self.probe.get().and_then(|p| p());
-        let ring = crate::sync::relock(&self.ring);
-        let running = ring.entries.iter().position(|e| e.state == OpState::Started);
+        let reads = self.read_all();
+        let (errors, waiting) = {
+            let rare = crate::sync::relock(&self.rare);
+            (rare.errors.clone(), rare.waiting)
+        };
+        let next = self.next.load(Ordering::Relaxed);
+        let dropped = next.saturating_sub(self.capacity as u64);
         let scale = clock::Scale::now();
         let created = scale.us(self.created);
         let us = |t: Tick| (scale.us(t) - created).max(0.0);
-        let ops = ring
-            .entries
-            .iter()
-            .enumerate()
-            .map(|(i, e)| OpRecord {
-                seq: e.fp.seq,
-                op: e.fp.op.to_string(),
-                dtype: e.fp.dtype.to_string(),
-                count: e.fp.count,
-                bytes: e.bytes,
-                root: e.fp.root,
-                reduce: e.fp.reduce.map(|r| r.to_string()),
-                state: e.state,
-                enqueued_us: us(e.enqueued),
-                started_us: e.started.map(us),
-                ended_us: e.ended.map(us),
-                waiting_on: e.waiting_on.or(if Some(i) == running { blocked_on } else { None }),
-                error: e.error.clone(),
-            })
-            .collect();
+        let mut ops = Vec::with_capacity(reads.len());
+        for (i, r) in reads.iter().enumerate() {
+            let seq = r.fp.seq;
+            let error = errors.iter().rev().find(|e| e.0 == seq);
+            // The operation before it in order, when the ring still holds it.
+            let before = i.checked_sub(1).map(|j| &reads[j]).filter(|p| p.fp.seq + 1 == seq);
+            let (state, started) = match (r.ended, error, before) {
+                (Some(_), Some(_), _) => (OpState::Failed, Some(r.enqueued)),
+                (Some(_), None, _) => (OpState::Completed, Some(r.enqueued)),
+                (None, _, Some(p)) if p.ended.is_none() => (OpState::Queued, None),
+                (None, _, _) => (OpState::Started, Some(r.enqueued)),
+            };
+            let started =
+                started.map(|s| before.and_then(|p| p.ended).map_or(s, |e| e.max(s)).min(r.ended.unwrap_or(u64::MAX)));
+            let peer = error.and_then(|e| e.2).or(waiting.filter(|w| w.0 == seq).map(|w| w.1));
+            ops.push(OpRecord {
+                seq,
+                op: r.fp.op.to_string(),
+                dtype: r.fp.dtype.to_string(),
+                count: r.fp.count,
+                bytes: r.bytes,
+                root: r.fp.root,
+                reduce: r.fp.reduce.map(|x| x.to_string()),
+                state,
+                enqueued_us: us(r.enqueued),
+                started_us: started.map(us),
+                ended_us: r.ended.map(us),
+                waiting_on: peer.or(if state == OpState::Started { blocked_on } else { None }),
+                error: error.map(|e| e.1.clone()),
+            });
+        }
         Dump {
             version: dump::VERSION,
             job: self.job.clone(),
@@ -237,7 +300,7 @@ impl FlightRecorder {
             created_unix_us: self.created_unix_us,
             dumped_us: us(clock::now()),
             reason: reason.to_string(),
-            dropped: ring.dropped,
+            dropped,
             ops,
         }
     }

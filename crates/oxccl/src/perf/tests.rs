@@ -324,3 +324,99 @@ fn shared_memory_waits_are_charged_to_the_last_rank_to_arrive() {
         }
     });
 }
+
+/// The states a snapshot derives from the order of operations: the oldest unfinished one
+/// runs, the ones behind it wait; a failure keeps its error and the peer it waited on.
+#[test]
+fn states_follow_the_order_in_which_operations_run() {
+    use super::FlightRecorder;
+    use crate::backend::Op;
+    let r = FlightRecorder::new(4, 0, 2, "test");
+    let states = |r: &FlightRecorder| {
+        let d = r.snapshot("test");
+        d.ops.iter().map(|o| (o.seq, o.state)).collect::<Vec<_>>()
+    };
+    let a = r.begin(&Op::Barrier);
+    let b = r.begin(&Op::Barrier);
+    let c = r.begin(&Op::Barrier);
+    assert_eq!(states(&r), [(a, OpState::Started), (b, OpState::Queued), (c, OpState::Queued)]);
+    let d = r.snapshot("test");
+    assert!(d.ops[0].started_us.is_some() && d.ops[1].started_us.is_none(), "{d:?}");
+    r.end(a, None);
+    assert_eq!(states(&r), [(a, OpState::Completed), (b, OpState::Started), (c, OpState::Queued)]);
+    // The next one started when the one before it ended.
+    let d = r.snapshot("test");
+    assert!(d.ops[1].started_us >= d.ops[0].ended_us, "{d:?}");
+    r.end(b, Some((&Error::invalid("wrong count"), Some(1))));
+    assert_eq!(states(&r), [(a, OpState::Completed), (b, OpState::Failed), (c, OpState::Started)]);
+    let d = r.snapshot("test");
+    assert_eq!((d.ops[1].error.as_deref(), d.ops[1].waiting_on), (Some("invalid argument: wrong count"), Some(1)));
+    assert_eq!(d.ops[0].error, None);
+    // The peer the running operation waits for.
+    r.waiting_on(0);
+    assert_eq!(r.snapshot("test").ops[2].waiting_on, Some(0));
+    r.end(c, None);
+    // Beyond the capacity the oldest go, and are counted.
+    for _ in 0..3 {
+        let s = r.begin(&Op::Barrier);
+        r.end(s, None);
+    }
+    let d = r.snapshot("test");
+    assert_eq!(d.dropped, 2);
+    assert_eq!(d.ops.iter().map(|o| o.seq).collect::<Vec<_>>(), [2, 3, 4, 5]);
+    assert!(d.ops.iter().all(|o| o.state == OpState::Completed), "{d:?}");
+    // An end for an operation whose slot was reused records nothing.
+    r.end(0, None);
+    assert_eq!(r.snapshot("test").ops.len(), 4);
+    // Capacity 0 records nothing.
+    let off = FlightRecorder::new(0, 0, 2, "test");
+    let s = off.begin(&Op::Barrier);
+    off.end(s, None);
+    assert!(off.snapshot("test").ops.is_empty());
+}
+
+/// Snapshots taken while another thread records read whole entries only: every entry's
+/// times belong to it (a torn read would mix an operation's sequence number with another's
+/// times).
+#[test]
+fn snapshots_during_recording_read_whole_entries() {
+    use super::FlightRecorder;
+    use crate::backend::Op;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let r = FlightRecorder::new(8, 0, 2, "test");
+    let stop = AtomicBool::new(false);
+    /// Stops the writer however the reader ends (a failed assertion too, or the scope hangs).
+    struct Stop<'a>(&'a AtomicBool);
+    impl Drop for Stop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                let q = r.begin(&Op::Barrier);
+                r.end(q, None);
+            }
+        });
+        let _stop = Stop(&stop);
+        let mut seen = 0;
+        let deadline = std::time::Instant::now() + Duration::from_millis(300);
+        while std::time::Instant::now() < deadline {
+            let d = r.snapshot("test");
+            for w in d.ops.windows(2) {
+                assert!(w[0].seq < w[1].seq, "{:?}", d.ops);
+                if w[0].seq + 1 == w[1].seq {
+                    assert!(w[0].enqueued_us <= w[1].enqueued_us, "{:?}", d.ops);
+                }
+            }
+            for o in &d.ops {
+                if let (Some(s), Some(e)) = (o.started_us, o.ended_us) {
+                    assert!(o.enqueued_us <= s && s <= e, "{o:?}");
+                }
+            }
+            seen += d.ops.len();
+        }
+        assert!(seen > 0);
+    });
+}
