@@ -32,6 +32,8 @@ pub struct CpuSettings {
     pub transport: TransportChoice,
     /// Bytes per slot of the shared-memory collectives (`OXCCL_SHM_SLOT_BYTES`).
     pub shm_slot_bytes: usize,
+    /// Whether large moves read straight from the peers' buffers (`OXCCL_SHM_SINGLE_COPY`).
+    pub shm_single_copy: bool,
     /// Bytes per shared-memory ring between two ranks (`OXCCL_SHM_RING_BYTES`).
     pub shm_ring_bytes: usize,
     /// How long a shared-memory wait busy-polls (`OXCCL_SPIN_US`); `None`: chosen from the

@@ -293,6 +293,7 @@ impl Config {
         let cpu = CpuSettings {
             transport,
             shm_slot_bytes: rd.or_default(&r::SHM_SLOT_BYTES, size)?,
+            shm_single_copy: rd.or_default(&r::SHM_SINGLE_COPY, parse::flag)?,
             shm_ring_bytes: rd.or_default(&r::SHM_RING_BYTES, size)?,
             spin: rd.get(&r::SPIN_US, micros)?,
             yield_for: rd.get(&r::YIELD_US, micros)?,

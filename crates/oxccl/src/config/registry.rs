@@ -222,9 +222,18 @@ pub const STORE_PORT: Setting = Setting {
 pub const SHM_SLOT_BYTES: Setting = Setting {
     name: "OXCCL_SHM_SLOT_BYTES",
     kind: Kind::Size { min: 4 << 10, max: 1 << 40 },
-    default: "1M",
-    default_doc: "`1M`",
+    default: "256K",
+    default_doc: "`256K`",
     doc: "chunk size of the shared-memory collectives (4 per rank per communicator), at least 4K",
+    origin: Origin::User,
+};
+/// `OXCCL_SHM_SINGLE_COPY`.
+pub const SHM_SINGLE_COPY: Setting = Setting {
+    name: "OXCCL_SHM_SINGLE_COPY",
+    kind: Kind::Flag,
+    default: "1",
+    default_doc: "`1`",
+    doc: "`cpu`: broadcast, all_gather and all_to_all of 8 KiB or more per peer read straight from the peers' buffers (Linux cross-memory attach, one copy instead of two) where every rank may read every other and each has a CPU of its own; `0` keeps them in the shared-memory slots",
     origin: Origin::User,
 };
 /// `OXCCL_SHM_RING_BYTES`.
@@ -496,6 +505,7 @@ pub const ALL: &[Setting] = &[
     STORE_ADDR,
     STORE_PORT,
     SHM_SLOT_BYTES,
+    SHM_SINGLE_COPY,
     SHM_RING_BYTES,
     MAX_FRAME,
     SOCKETS_PER_PEER,

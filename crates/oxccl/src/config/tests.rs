@@ -65,6 +65,7 @@ fn cases(name: &str) -> (&'static str, &'static str) {
         "OXCCL_STORE_PORT" => ("29501", "65536"),
         "OXCCL_SHM_SLOT_BYTES" => ("512KiB", "2K"),
         "OXCCL_SHM_RING_BYTES" => ("1MiB", "1"),
+        "OXCCL_SHM_SINGLE_COPY" => ("0", "sometimes"),
         "OXCCL_MAX_FRAME" => ("1GiB", "1K"),
         "OXCCL_SOCKETS_PER_PEER" => ("4", "9"),
         "OXCCL_HOST_ID" => ("rack1-node7", ""),

@@ -650,7 +650,7 @@ mod tests {
         assert_eq!(o.shm.ring_bytes, 64 << 10);
         assert_eq!((o.spin, o.shm.wait.spin), (Some(Duration::ZERO), Duration::ZERO));
         assert_eq!(o.tcp.ifname.as_deref(), Some("=lo"));
-        assert_eq!(o.slot_bytes, 1 << 20);
+        assert_eq!(o.slot_bytes, 256 << 10);
     }
 
     #[test]

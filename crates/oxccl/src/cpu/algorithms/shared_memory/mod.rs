@@ -52,6 +52,7 @@ use crate::cpu::transport::frame::{decode_fp, FP_LEN};
 use crate::cpu::transport::shm::copy;
 use crate::cpu::transport::shm::futex;
 use crate::cpu::transport::shm::segment::{unique_name, Segment};
+use crate::cpu::transport::shm::single_copy;
 use crate::cpu::transport::shm::wait::WaitPolicy;
 use crate::cpu::transport::{Channel, Stage};
 use crate::error::{Error, Result};
@@ -61,6 +62,9 @@ mod all_reduce;
 mod blocks;
 mod moves;
 mod reductions;
+mod single_copy_moves;
+
+use single_copy_moves::SINGLE_COPY_FROM;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"OXSHMCL1");
 /// Chunks up to this size are reduced by every rank (one synchronization per chunk).
@@ -98,7 +102,19 @@ pub struct ShmCollectives {
     /// The first rank a wait found missing at its last check (`usize::MAX`: none), for the
     /// flight recorder's dump of a hang.
     waiting: std::sync::atomic::AtomicUsize,
+    /// Offset of the peers' area: a line per rank (see `PEER_*`).
+    peers_at: usize,
+    /// Whether large moves read straight from the peers' buffers.
+    single_copy: bool,
 }
+
+/// Words of a rank's line in the peers' area: its process id, the address of its probe
+/// word, whether it may read every peer (1) or not (2), and the buffer a single-copy step
+/// of parity b reads from (`PEER_BUF + 8 b`).
+const PEER_PID: usize = 0;
+const PEER_PROBE: usize = 8;
+const PEER_OK: usize = 16;
+const PEER_BUF: usize = 24;
 
 /// A fingerprint as the three words of a control line (the wire encoding of `frame`).
 fn pack(fp: &Fingerprint) -> [u64; 3] {
@@ -130,15 +146,24 @@ impl ShmCollectives {
     /// Sets the collectives up, as a collective over `ctx`'s communicator (all ranks on this
     /// host): rank 0 creates the segment, broadcasts its name, everyone maps it, and after a
     /// barrier rank 0 removes the name from /dev/shm. When rank 0 cannot create the segment,
-    /// it returns that error and every other rank returns `Ok(None)`.
+    /// it returns that error and every other rank returns `Ok(None)`. With `single_copy`, the
+    /// ranks then find out whether each may read the others' memory (see
+    /// [`single_copy`](crate::cpu::transport::shm::single_copy)); large moves read straight
+    /// from the peers' buffers where all of them may.
     ///
     /// # Errors
     /// Segment errors (a /dev/shm that is too small says so) and communication errors.
-    pub fn establish(ctx: &Ctx, slot_bytes: usize, wait: WaitPolicy) -> Result<Option<ShmCollectives>> {
+    pub fn establish(
+        ctx: &Ctx,
+        slot_bytes: usize,
+        wait: WaitPolicy,
+        single_copy: bool,
+    ) -> Result<Option<ShmCollectives>> {
         let n = ctx.size();
         let me = ctx.rank();
         let slot = slot_bytes.max(4096).div_ceil(4096) * 4096;
-        let data = (LINE * (2 + n) + 2 * 8 * n * n).div_ceil(4096) * 4096;
+        let peers_at = (LINE * (2 + n) + 2 * 8 * n * n).div_ceil(LINE) * LINE;
+        let data = (peers_at + LINE * n).div_ceil(4096) * 4096;
         let size = data + REGIONS * n * slot;
         let mut name = [0u8; 96];
         let created = if me == 0 {
@@ -186,13 +211,23 @@ impl ShmCollectives {
                 (*h).store(MAGIC, Ordering::Release);
             }
         }
+        // What the peers read to learn whether they may read this process: a word that lives
+        // until every rank has looked (the step below).
+        let pid = std::process::id();
+        let probe_word = MAGIC ^ (u64::from(pid) << 16) ^ me as u64;
+        let mine = |at: usize| {
+            // SAFETY: our line of the peers' area lies inside the control area.
+            unsafe { &*(seg.ptr().add(peers_at + LINE * me + at) as *const AtomicU64) }
+        };
+        mine(PEER_PID).store(u64::from(pid), Ordering::Relaxed);
+        mine(PEER_PROBE).store(&probe_word as *const u64 as u64, Ordering::Relaxed);
         let r = barrier::dissemination::run(ctx);
         if me == 0 {
             seg.unlink();
         }
         r?;
         let counts = || (0..n).map(|_| AtomicU64::new(0)).collect();
-        Ok(Some(ShmCollectives {
+        let mut coll = ShmCollectives {
             seg,
             n,
             me,
@@ -204,7 +239,36 @@ impl ShmCollectives {
             taken: counts(),
             published: (0..2 * n).map(|_| AtomicU64::new(0)).collect(),
             waiting: std::sync::atomic::AtomicUsize::new(usize::MAX),
-        }))
+            peers_at,
+            single_copy: false,
+        };
+        if n > 1 {
+            // Every rank says whether it may read every other one; all must. (A step every
+            // rank takes, whatever it was asked, so that their steps stay in line.)
+            let ok = single_copy
+                && (0..n).filter(|&p| p != me).all(|p| {
+                    let expect = MAGIC ^ (coll.peer_word(p, PEER_PID).load(Ordering::Relaxed) << 16) ^ p as u64;
+                    single_copy::probe(coll.peer_pid(p), coll.peer_word(p, PEER_PROBE).load(Ordering::Relaxed), expect)
+                });
+            let (step, _) = coll.begin(ctx);
+            coll.peer_word(me, PEER_OK).store(if ok { 1 } else { 2 }, Ordering::Relaxed);
+            coll.post(Phase::Arrive, step);
+            coll.wait_all(ctx, Phase::Arrive, step)?;
+            coll.single_copy = (0..n).all(|p| coll.peer_word(p, PEER_OK).load(Ordering::Relaxed) == 1);
+        }
+        // Keeps the word alive until here (every rank probed before it arrived).
+        std::hint::black_box(&probe_word);
+        Ok(Some(coll))
+    }
+
+    /// Word `at` of `rank`'s line in the peers' area (pid, probe address, verdict, and the
+    /// buffer each step of a single-copy move publishes).
+    fn peer_word(&self, rank: usize, at: usize) -> &AtomicU64 {
+        self.u64_at(self.peers_at + LINE * rank + at)
+    }
+
+    fn peer_pid(&self, rank: usize) -> u32 {
+        self.peer_word(rank, PEER_PID).load(Ordering::Relaxed) as u32
     }
 
     /// How many frames of point-to-point collectives rank `from` had sent rank `to` when it
@@ -460,8 +524,21 @@ impl ShmCollectives {
                     self.post(Phase::Arrive, step);
                     self.wait_all(ctx, Phase::Arrive, step)
                 }
+                Op::Broadcast { input, output, root } if self.single_copy && output.bytes() >= SINGLE_COPY_FROM => {
+                    self.broadcast_single_copy(ctx, *input, *output, *root)
+                }
                 Op::Broadcast { input, output, root } => self.broadcast(ctx, *input, *output, *root),
+                Op::AllGather { input, output } if self.single_copy && input.bytes() >= SINGLE_COPY_FROM => {
+                    self.all_gather_single_copy(ctx, *input, *output)
+                }
                 Op::AllGather { input, output } => self.all_gather(ctx, *input, *output),
+                Op::AllToAll { input, output }
+                    if self.single_copy
+                        && output.bytes() / self.n >= SINGLE_COPY_FROM
+                        && !std::ptr::eq(input.ptr, output.ptr) =>
+                {
+                    self.all_to_all_single_copy(ctx, *input, *output)
+                }
                 Op::AllToAll { input, output } => self.all_to_all(ctx, *input, *output),
                 Op::Gather { input, output, root } => self.gather(ctx, *input, *output, *root),
                 Op::Scatter { input, output, root } => self.scatter(ctx, *input, *output, *root),

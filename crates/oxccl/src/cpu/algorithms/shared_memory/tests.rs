@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::cpu::transport::shm::links::tests::world_with;
+use crate::cpu::transport::shm::links::tests::{world_with, world_with_settings};
 use crate::{bf16, Algorithm, Error, ReduceOp};
 
 const SLOT: usize = 16 * 1024;
@@ -290,4 +290,52 @@ fn a_mismatch_between_new_operations_is_an_error() {
         };
         assert!(matches!(r, Err(Error::Mismatch { .. })), "rank {}: {r:?}", comm.rank());
     });
+}
+
+/// Large moves by single-copy reads (where this machine allows them) and through the slots
+/// (`OXCCL_SHM_SINGLE_COPY=0`) give the same results, against a sequential reference, in
+/// place and out of place, at odd sizes above and below the single-copy threshold.
+#[test]
+fn moves_agree_with_and_without_single_copy() {
+    for single_copy in ["1", "0"] {
+        for n in [2, 3] {
+            world_with_settings(n, 1 << 16, Some(SLOT), &[("OXCCL_SHM_SINGLE_COPY", single_copy)], |comm| {
+                let sm = comm.with_algorithm(Algorithm::SharedMemory);
+                let r = comm.rank();
+                let ctx = |what: &str, count: usize| format!("{what} n={n} count={count} single_copy={single_copy}");
+                // i64 elements: 1000 is below 8 KiB per peer, 3001 and 40_009 above it.
+                for count in [1000usize, 3001, 40_009] {
+                    for root in [0, n - 1] {
+                        let mut b: Vec<i64> = (0..count).map(|i| if r == root { value(root, i) } else { -1 }).collect();
+                        sm.broadcast(&mut b, root).unwrap();
+                        assert!(b.iter().enumerate().all(|(i, v)| *v == value(root, i)), "{}", ctx("broadcast", count));
+                        let src: Vec<i64> = (0..count).map(|i| value(root, i)).collect();
+                        let mut out = vec![-1i64; count];
+                        sm.broadcast_into((r == root).then_some(&src[..]), &mut out, root).unwrap();
+                        assert_eq!(out, src, "{}", ctx("broadcast out of place", count));
+                    }
+                    let mine: Vec<i64> = (0..count).map(|i| value(r, i)).collect();
+                    let want: Vec<i64> = (0..n).flat_map(|p| (0..count).map(move |i| value(p, i))).collect();
+                    let mut all = vec![-1i64; n * count];
+                    sm.all_gather(&mine, &mut all).unwrap();
+                    assert_eq!(all, want, "{}", ctx("all_gather", count));
+                    let mut buf = vec![-1i64; n * count];
+                    buf[r * count..(r + 1) * count].copy_from_slice(&mine);
+                    sm.all_gather_in_place(&mut buf).unwrap();
+                    assert_eq!(buf, want, "{}", ctx("all_gather in place", count));
+                    let input: Vec<i64> = (0..n * count).map(|i| value(r, i)).collect();
+                    let mut out = vec![-1i64; n * count];
+                    sm.all_to_all(&input, &mut out).unwrap();
+                    for p in 0..n {
+                        let got = &out[p * count..(p + 1) * count];
+                        assert!(
+                            got.iter().enumerate().all(|(i, v)| *v == value(p, r * count + i)),
+                            "{}",
+                            ctx("all_to_all", count)
+                        );
+                    }
+                }
+            });
+        }
+    }
 }

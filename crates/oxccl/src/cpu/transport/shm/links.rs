@@ -531,8 +531,19 @@ pub(crate) mod tests {
     /// `native_slot` bytes per slot when given.
     pub(crate) fn world_with(n: usize, ring_bytes: usize, native_slot: Option<usize>, f: impl Fn(Communicator) + Sync) {
         // The policy a job of n ranks on this machine's CPUs gets (tests run on 2 cores).
+        world_with_settings(n, ring_bytes, native_slot, &[], f)
+    }
+
+    /// [`world_with`] with `settings` (`OXCCL_*` name, value) applied to every rank.
+    pub(crate) fn world_with_settings(
+        n: usize,
+        ring_bytes: usize,
+        native_slot: Option<usize>,
+        settings: &[(&str, &str)],
+        f: impl Fn(Communicator) + Sync,
+    ) {
         let wait = WaitPolicy::for_host(n, super::super::wait::allowed_cpus().len(), None, None);
-        world_waiting(n, ring_bytes, native_slot, wait, f)
+        world_waiting(n, ring_bytes, native_slot, wait, settings, f)
     }
 
     /// [`world_with`] whose ranks wait by `wait`.
@@ -541,10 +552,15 @@ pub(crate) mod tests {
         ring_bytes: usize,
         native_slot: Option<usize>,
         wait: WaitPolicy,
+        settings: &[(&str, &str)],
         f: impl Fn(Communicator) + Sync,
     ) {
         let rdv = MemoryRendezvous::default();
-        let cfg = Config::new().timeout(Duration::from_secs(20)).resolve_with(|_| None).unwrap();
+        let cfg = settings
+            .iter()
+            .fold(Config::new().timeout(Duration::from_secs(20)), |c, (k, v)| c.set(k, v).unwrap())
+            .resolve_with(|_| None)
+            .unwrap();
         let local: Vec<usize> = (0..n).collect();
         std::thread::scope(|s| {
             for r in 0..n {
@@ -614,7 +630,7 @@ pub(crate) mod tests {
         // or by the progress thread, whichever comes first, and none waits for the progress
         // thread's 100 ms liveness look.
         let wait = WaitPolicy { spin: Duration::from_micros(2), yield_for: Duration::ZERO };
-        world_waiting(2, 4096, None, wait, |comm| {
+        world_waiting(2, 4096, None, wait, &[], |comm| {
             let r = comm.rank();
             let mut worst = Duration::ZERO;
             let mut v = [0u32; 2];

@@ -9,6 +9,8 @@
 //! - [`futex`]: waits on words in shared memory, in the phases of the policy.
 //! - [`ring`]: the single-producer single-consumer byte ring.
 //! - [`links`]: the [`Link`](super::routed::Link) between the ranks of a host.
+//! - [`single_copy`]: reads straight from another process's memory (cross-memory attach),
+//!   for the collectives' large moves.
 //! - [`copy`]: the collectives' copies (cache-bypassing for large results, and a way
 //!   around a slow `memcpy` case).
 
@@ -17,4 +19,5 @@ pub mod futex;
 pub mod links;
 pub mod ring;
 pub mod segment;
+pub mod single_copy;
 pub mod wait;
