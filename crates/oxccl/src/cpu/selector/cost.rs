@@ -33,7 +33,10 @@
 //! The shared-memory family pays a step `σ` per chunk (every rank publishes and waits for
 //! the others) and local copies instead of messages: all_reduce up to 16 KiB `σ + mκ +
 //! (n−1)mγ`, above `2kσ + 2mκ + (n−1)/n·mγ·n/2` with `k` chunks; the block movers `kσ` plus
-//! one copy in and one out of the bytes each rank handles.
+//! one copy in and one out of the bytes each rank handles (where large moves read the
+//! peers' buffers directly, single copy, they cost about `2σ` and one copy; they are
+//! priced as the slots all the same, which already makes them the cheapest candidate where
+//! they run).
 //!
 //! Refinements price what the rounds above leave out (`o`: a link's CPU time per message
 //! when messages stream one way; `c`: the crowd, the host's ranks over its CPUs):
