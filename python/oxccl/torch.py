@@ -93,9 +93,22 @@ class _Completer:
         self._queue.put((work, fut, result))
         return _create_work_from_future(fut)
 
+    def close(self):
+        """Completes what was submitted, then stops the thread and waits for it. A daemon
+        thread still completing a future while the interpreter exits is stopped inside torch's
+        C++ code, which aborts the process ("terminate called without an active exception")."""
+        with self._lock:
+            thread, self._thread = self._thread, None
+        if thread is not None:
+            self._queue.put(None)
+            thread.join()
+
     def _run(self):
         while True:
-            work, fut, result = self._queue.get()
+            item = self._queue.get()
+            if item is None:
+                return
+            work, fut, result = item
             try:
                 for w in work if isinstance(work, list) else (work,):
                     w.wait()
@@ -409,7 +422,9 @@ class ProcessGroupOxccl(dist.ProcessGroup):
         self._c.abort(why)
 
     def shutdown(self):
-        pass
+        """torch's destroy_process_group: the async operations already started complete,
+        and the helper thread that completes them ends."""
+        self._completer.close()
 
 
 def _cuda_backend(configured, rocm):
