@@ -66,9 +66,10 @@ enum Command {
     /// Measure this machine's communication costs for the `cpu` backend's algorithm choice.
     ///
     /// Prints a profile (latency and bandwidth of shared memory and TCP, the shared-memory
-    /// collectives' step, copy and reduction speed) or writes it with -o; point
-    /// OXCCL_TUNE_FILE at the file and the backend's cost model reads it (rank 0's file
-    /// decides for every rank). With --ranks N (default 2) it starts N local processes;
+    /// collectives' step, copy and reduction speed), writes it with -o, or keeps it as this
+    /// host's with --save (loaded whenever OXCCL_TUNE_FILE is not set). Point
+    /// OXCCL_TUNE_FILE at a file written with -o and the backend's cost model reads it
+    /// (rank 0's profile decides for every rank). With --ranks N (default 2) it starts N local processes;
     /// under `oxccl run` across hosts it measures TCP over the real network.
     Tune(TuneArgs),
     /// Read flight-recorder dumps: what went wrong in a job that failed or hangs.
@@ -184,8 +185,12 @@ struct TuneArgs {
     #[arg(long, value_name = "N")]
     ranks: Option<u32>,
     /// Write the profile to FILE instead of printing it
-    #[arg(short = 'o', long, value_name = "FILE")]
+    #[arg(short = 'o', long, value_name = "FILE", conflicts_with = "save")]
     output: Option<std::path::PathBuf>,
+    /// Keep the profile as this host's ($XDG_CACHE_HOME or ~/.cache, oxccl/tune-HOST.txt):
+    /// the cpu backend loads it whenever OXCCL_TUNE_FILE is not set
+    #[arg(long)]
+    save: bool,
 }
 
 fn tune_command(args: TuneArgs) -> ExitCode {
@@ -213,6 +218,9 @@ fn launch_tune(n: u32, args: &TuneArgs) -> Result<i32, String> {
         child.push("-o".into());
         child.push(o.clone().into_os_string());
     }
+    if args.save {
+        child.push("--save".into());
+    }
     let mut spec = LaunchSpec::local(n as usize, exe.into_os_string(), child);
     spec.rank0_output = Output::Inherited;
     let report = run::launch(&spec)?;
@@ -227,7 +235,24 @@ fn tune_rank(args: &TuneArgs) -> Result<i32, String> {
     let Some(profile) = tune::run_rank(cfg)? else { return Ok(0) };
     let n = std::env::var("WORLD_SIZE").ok().and_then(|v| v.parse().ok()).unwrap_or(2);
     let text = profile.to_text(&tune::header(n));
-    match &args.output {
+    let cached = if args.save {
+        let path = oxccl::tuning::Profile::host_cache_path()
+            .ok_or("--save needs $XDG_CACHE_HOME or $HOME (an absolute path) and a host name; use -o FILE")?;
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        }
+        Some(path)
+    } else {
+        None
+    };
+    match cached.as_ref().or(args.output.as_ref()) {
+        Some(path) if args.save => {
+            std::fs::write(path, &text).map_err(|e| format!("writing {}: {e}", path.display()))?;
+            eprintln!(
+                "oxccl tune: wrote {}; the cpu backend loads it on this host when OXCCL_TUNE_FILE is not set",
+                path.display()
+            );
+        }
         Some(path) => {
             std::fs::write(path, &text).map_err(|e| format!("writing {}: {e}", path.display()))?;
             eprintln!("oxccl tune: wrote {}; use it with OXCCL_TUNE_FILE={}", path.display(), path.display());

@@ -5,6 +5,7 @@
 //! the step cost of the shared-memory collectives, one core's copy and reduction speed.
 //! `oxccl tune` measures them on a machine and writes a profile file; `OXCCL_TUNE_FILE`
 //! points the backend at one (rank 0's is used by every rank). Without one the backend uses
+//! the profile `oxccl tune --save` cached for the host ([`Profile::host_cache_path`]), else
 //! [`Profile::default`]. [`Communicator::algorithm_for`](crate::Communicator::algorithm_for)
 //! tells which algorithm a call would run.
 

@@ -286,8 +286,8 @@ pub const TUNE_FILE: Setting = Setting {
     name: "OXCCL_TUNE_FILE",
     kind: Kind::Text,
     default: "",
-    default_doc: "built-in costs of the reference machine",
-    doc: "a profile of measured costs (`oxccl tune` writes one) that the `cpu` backend's algorithm choice reads; rank 0's is used by every rank",
+    default_doc: "this host's profile if `oxccl tune --save` cached one (`$XDG_CACHE_HOME` or `~/.cache`, `oxccl/tune-HOST.txt`), else built-in costs of the reference machine",
+    doc: "a profile of measured costs (`oxccl tune -o FILE` writes one) that the `cpu` backend's algorithm choice reads; rank 0's is used by every rank",
     origin: Origin::User,
 };
 /// `OXCCL_LOG`.

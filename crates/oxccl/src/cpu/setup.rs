@@ -222,7 +222,7 @@ fn shared_profile(
     if rank == 0 {
         let loaded = match &cfg.cpu.tune_file {
             Some(path) => Profile::load(path),
-            None => Ok(Profile::default()),
+            None => Ok(Profile::for_this_host()),
         };
         let published = match &loaded {
             Ok(p) => format!("ok {}\n{}", p.source, p.to_text("")),

@@ -40,7 +40,7 @@
 //! ```
 
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 
@@ -197,6 +197,50 @@ impl Profile {
         Ok(p)
     }
 
+    /// Where `oxccl tune --save` keeps this host's profile, which the `cpu` backend loads
+    /// when `OXCCL_TUNE_FILE` is not set: `$XDG_CACHE_HOME/oxccl/tune-HOST.txt`, else
+    /// `$HOME/.cache/oxccl/tune-HOST.txt` (`None` without either variable, or without a
+    /// host name).
+    pub fn host_cache_path() -> Option<PathBuf> {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
+        Profile::cache_path_with(|k| std::env::var(k).ok(), host.trim())
+    }
+
+    /// [`Profile::host_cache_path`] from the variables `get` reads, for host `host`.
+    fn cache_path_with(get: impl Fn(&str) -> Option<String>, host: &str) -> Option<PathBuf> {
+        let host: String =
+            host.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '_' }).collect();
+        if host.is_empty() || host.starts_with('.') {
+            return None;
+        }
+        let dir = match get("XDG_CACHE_HOME").filter(|v| Path::new(v).is_absolute()) {
+            Some(d) => PathBuf::from(d),
+            None => PathBuf::from(get("HOME").filter(|v| Path::new(v).is_absolute())?).join(".cache"),
+        };
+        Some(dir.join("oxccl").join(format!("tune-{host}.txt")))
+    }
+
+    /// The profile of this host when `OXCCL_TUNE_FILE` names none: the one `oxccl tune
+    /// --save` cached ([`Profile::host_cache_path`]), else the built-in defaults. A cached
+    /// file that no longer parses (written by another version) is passed over with a warning.
+    pub fn for_this_host() -> Profile {
+        let Some(path) = Profile::host_cache_path().filter(|p| p.is_file()) else { return Profile::default() };
+        let parsed = std::fs::read_to_string(&path).map_err(|e| e.to_string()).and_then(|t| Profile::parse(&t));
+        match parsed {
+            Ok(mut p) => {
+                p.source = format!("{} (cached by `oxccl tune --save`)", path.display());
+                p
+            }
+            Err(why) => {
+                tracing::warn!(
+                    "passing over this host's cached profile {}: {why}; rerun `oxccl tune --save`",
+                    path.display()
+                );
+                Profile::default()
+            }
+        }
+    }
+
     /// Parses the `key = value` form (see the module documentation); keys left out keep
     /// their defaults.
     ///
@@ -298,6 +342,23 @@ impl Profile {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_host_cache_lives_under_the_users_cache_directory() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| pairs.iter().find(|p| p.0 == k).map(|p| p.1.to_string())
+        };
+        let xdg = Profile::cache_path_with(env(&[("XDG_CACHE_HOME", "/c"), ("HOME", "/h")]), "node7");
+        assert_eq!(xdg, Some(PathBuf::from("/c/oxccl/tune-node7.txt")));
+        let home = Profile::cache_path_with(env(&[("HOME", "/h")]), "node7");
+        assert_eq!(home, Some(PathBuf::from("/h/.cache/oxccl/tune-node7.txt")));
+        // A relative XDG_CACHE_HOME is ignored (as the XDG spec says); odd host characters
+        // cannot leave the directory.
+        let rel = Profile::cache_path_with(env(&[("XDG_CACHE_HOME", "c"), ("HOME", "/h")]), "a/../b");
+        assert_eq!(rel, Some(PathBuf::from("/h/.cache/oxccl/tune-a_.._b.txt")));
+        assert_eq!(Profile::cache_path_with(env(&[]), "node7"), None);
+        assert_eq!(Profile::cache_path_with(env(&[("HOME", "/h")]), ""), None);
+    }
 
     #[test]
     fn the_file_form_round_trips_and_keys_left_out_keep_defaults() {
