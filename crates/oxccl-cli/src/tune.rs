@@ -369,7 +369,7 @@ pub fn run_rank(backend_cfg: Config) -> Result<Option<Profile>, String> {
 
 /// The header line of a profile written on this host now.
 pub fn header(ranks: usize) -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let host = oxccl::topology::host::name().unwrap_or_default();
     let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
-    format!("written by `oxccl tune` on {} ({cpus} CPUs, {ranks} ranks); load it with OXCCL_TUNE_FILE", host.trim())
+    format!("written by `oxccl tune` on {host} ({cpus} CPUs, {ranks} ranks); load it with OXCCL_TUNE_FILE")
 }

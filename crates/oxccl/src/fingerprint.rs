@@ -152,6 +152,26 @@ impl Fingerprint {
         b
     }
 
+    /// The fingerprint as three words (the little-endian words of [`to_bytes`](Self::to_bytes)),
+    /// for memory that holds it in atomics: the shared-memory control lines, the flight
+    /// recorder's ring.
+    pub fn to_words(&self) -> [u64; 3] {
+        let b = self.to_bytes();
+        std::array::from_fn(|i| u64::from_le_bytes(std::array::from_fn(|j| b[8 * i + j])))
+    }
+
+    /// Decodes [`to_words`](Self::to_words).
+    ///
+    /// # Errors
+    /// As [`from_bytes`](Self::from_bytes).
+    pub fn from_words(w: [u64; 3]) -> std::result::Result<Fingerprint, &'static str> {
+        let mut b = [0u8; Fingerprint::BYTES];
+        for (i, x) in w.iter().enumerate() {
+            b[8 * i..8 * i + 8].copy_from_slice(&x.to_le_bytes());
+        }
+        Fingerprint::from_bytes(&b)
+    }
+
     /// Decodes [`to_bytes`](Self::to_bytes).
     ///
     /// # Errors

@@ -383,7 +383,8 @@ impl Inner {
             hosts: None,
             ..self.ctx(fp, &CallOptions::default())
         };
-        match ShmCollectives::establish(&ctx, slot_bytes, wait, self.single_copy()) {
+        // The host phases move blocks through the slots only: no single copy to probe for.
+        match ShmCollectives::establish(&ctx, slot_bytes, wait, false) {
             Ok(Some(n)) => {
                 let _ = self.host_native.set(n);
                 Ok(())

@@ -125,7 +125,7 @@ pub fn host_id(configured: Option<&str>) -> String {
     if let Some(id) = configured {
         return id.to_string();
     }
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|s| s.trim().to_string()).unwrap_or_default();
+    let host = crate::topology::host::name().unwrap_or_default();
     let netns = std::fs::read_link("/proc/self/ns/net").map(|p| p.display().to_string()).unwrap_or_default();
     format!("{host}/{netns}")
 }

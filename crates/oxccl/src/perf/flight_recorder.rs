@@ -74,11 +74,7 @@ impl Slot {
         if self.version.load(Ordering::Relaxed) != v {
             return None;
         }
-        let mut b = [0u8; Fingerprint::BYTES];
-        for (i, w) in words.iter().enumerate() {
-            b[8 * i..8 * i + 8].copy_from_slice(&w.to_le_bytes());
-        }
-        let fp = Fingerprint::from_bytes(&b).ok()?;
+        let fp = Fingerprint::from_words(words).ok()?;
         Some(Read { fp, bytes, enqueued, ended: (ended != NOT_ENDED).then_some(ended) })
     }
 }
@@ -174,16 +170,13 @@ impl FlightRecorder {
         }
         let now = clock::now();
         let seq = self.next.fetch_add(1, Ordering::Relaxed);
-        let slot = &self.slot(seq);
+        let slot = self.slot(seq);
         // A sequence lock: odd while written. The fence keeps the stores below from
         // becoming visible before the odd version (a reader then sees the version move).
         slot.version.store(2 * seq + 1, Ordering::Relaxed);
         fence(Ordering::Release);
-        let b = op.fingerprint(seq, crate::algorithm::Algorithm::Auto).to_bytes();
-        for (i, w) in slot.fp.iter().enumerate() {
-            let mut x = [0u8; 8];
-            x.copy_from_slice(&b[8 * i..8 * i + 8]);
-            w.store(u64::from_le_bytes(x), Ordering::Relaxed);
+        for (w, v) in slot.fp.iter().zip(op.fingerprint(seq, crate::algorithm::Algorithm::Auto).to_words()) {
+            w.store(v, Ordering::Relaxed);
         }
         slot.bytes.store(op.message_bytes() as u64, Ordering::Relaxed);
         slot.enqueued.store(now, Ordering::Relaxed);
@@ -207,7 +200,7 @@ impl FlightRecorder {
             }
             rare.errors.push_back((seq, err.to_string(), peer));
         }
-        let slot = &self.slot(seq);
+        let slot = self.slot(seq);
         if slot.version.load(Ordering::Acquire) == 2 * seq + 2 {
             slot.ended.store(now, Ordering::Release);
         }
@@ -215,7 +208,8 @@ impl FlightRecorder {
 
     /// Notes that the oldest unfinished operation waits for `peer` (a hang's dump names it).
     pub fn waiting_on(&self, peer: usize) {
-        let oldest = self.read_all().into_iter().find(|r| r.ended.is_none()).map(|r| r.fp.seq);
+        let oldest =
+            self.read_all(self.next.load(Ordering::Acquire)).into_iter().find(|r| r.ended.is_none()).map(|r| r.fp.seq);
         if let Some(seq) = oldest {
             crate::sync::relock(&self.rare).waiting = Some((seq, peer));
         }
@@ -231,12 +225,12 @@ impl FlightRecorder {
         !std::mem::replace(&mut rare.dumped_failure, true)
     }
 
-    /// The operations in the ring, oldest first (a slot being rewritten is left out).
-    fn read_all(&self) -> Vec<Read> {
+    /// The operations in the ring when `next` had been claimed, oldest first (a slot being
+    /// rewritten is left out).
+    fn read_all(&self, next: u64) -> Vec<Read> {
         if self.capacity == 0 {
             return Vec::new();
         }
-        let next = self.next.load(Ordering::Acquire);
         let first = next.saturating_sub(self.capacity as u64);
         // Each slot once; a slot rewritten meanwhile holds a later operation, kept too.
         let mut reads: Vec<Read> = (first..next).filter_map(|seq| self.slot(seq).read()).collect();
@@ -248,12 +242,12 @@ impl FlightRecorder {
     pub fn snapshot(&self, reason: &str) -> Dump {
         // Asked before the ring is locked: the backend may take its own locks.
         let blocked_on = self.probe.get().and_then(|p| p());
-        let reads = self.read_all();
+        let next = self.next.load(Ordering::Acquire);
+        let reads = self.read_all(next);
         let (errors, waiting) = {
             let rare = crate::sync::relock(&self.rare);
             (rare.errors.clone(), rare.waiting)
         };
-        let next = self.next.load(Ordering::Relaxed);
         let dropped = next.saturating_sub(self.capacity as u64);
         let scale = clock::Scale::now();
         let created = scale.us(self.created);
@@ -264,14 +258,17 @@ impl FlightRecorder {
             let error = errors.iter().rev().find(|e| e.0 == seq);
             // The operation before it in order, when the ring still holds it.
             let before = i.checked_sub(1).map(|j| &reads[j]).filter(|p| p.fp.seq + 1 == seq);
-            let (state, started) = match (r.ended, error, before) {
-                (Some(_), Some(_), _) => (OpState::Failed, Some(r.enqueued)),
-                (Some(_), None, _) => (OpState::Completed, Some(r.enqueued)),
-                (None, _, Some(p)) if p.ended.is_none() => (OpState::Queued, None),
-                (None, _, _) => (OpState::Started, Some(r.enqueued)),
+            let state = match (r.ended, error, before) {
+                (Some(_), Some(_), _) => OpState::Failed,
+                (Some(_), None, _) => OpState::Completed,
+                (None, _, Some(p)) if p.ended.is_none() => OpState::Queued,
+                (None, _, _) => OpState::Started,
             };
-            let started =
-                started.map(|s| before.and_then(|p| p.ended).map_or(s, |e| e.max(s)).min(r.ended.unwrap_or(u64::MAX)));
+            // It started when submitted, or when the one before it ended, if later.
+            let started = (state != OpState::Queued).then(|| {
+                let s = before.and_then(|p| p.ended).map_or(r.enqueued, |e| e.max(r.enqueued));
+                s.min(r.ended.unwrap_or(u64::MAX))
+            });
             let peer = error.and_then(|e| e.2).or(waiting.filter(|w| w.0 == seq).map(|w| w.1));
             ops.push(OpRecord {
                 seq,

@@ -41,6 +41,11 @@ pub struct HostLimits {
     pub numa_nodes: usize,
 }
 
+/// The host's name (`/proc/sys/kernel/hostname`), if it can be read.
+pub fn name() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").ok().map(|s| s.trim().to_string())
+}
+
 /// The space of the file system holding `path` (`statvfs`), if it can be asked.
 pub fn space(path: &std::path::Path) -> Option<Space> {
     let c = CString::new(path.as_os_str().as_bytes()).ok()?;

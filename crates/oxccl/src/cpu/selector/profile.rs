@@ -202,8 +202,7 @@ impl Profile {
     /// `$HOME/.cache/oxccl/tune-HOST.txt` (`None` without either variable, or without a
     /// host name).
     pub fn host_cache_path() -> Option<PathBuf> {
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
-        Profile::cache_path_with(|k| std::env::var(k).ok(), host.trim())
+        Profile::cache_path_with(|k| std::env::var(k).ok(), &crate::topology::host::name()?)
     }
 
     /// [`Profile::host_cache_path`] from the variables `get` reads, for host `host`.

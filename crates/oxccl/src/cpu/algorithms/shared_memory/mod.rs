@@ -48,7 +48,6 @@ use std::time::{Duration, Instant};
 use super::{barrier, broadcast, Ctx};
 use crate::backend::peer_waits::PeerWaits;
 use crate::backend::Op;
-use crate::cpu::transport::frame::{decode_fp, FP_LEN};
 use crate::cpu::transport::shm::copy;
 use crate::cpu::transport::shm::futex;
 use crate::cpu::transport::shm::segment::{unique_name, Segment};
@@ -63,8 +62,6 @@ mod blocks;
 mod moves;
 mod reductions;
 mod single_copy_moves;
-
-use single_copy_moves::SINGLE_COPY_FROM;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"OXSHMCL1");
 /// Chunks up to this size are reduced by every rank (one synchronization per chunk).
@@ -94,11 +91,6 @@ pub struct ShmCollectives {
     sent: Vec<AtomicU64>,
     /// Frames of point-to-point collectives taken from each rank.
     taken: Vec<AtomicU64>,
-    /// What this rank last published of `sent` for each parity (`b * n + to`): a count is
-    /// stored into the segment only when it changed. The published counts of all ranks
-    /// share cache lines, and a store of an unchanged count would still take the line from
-    /// the peers on every step (a cross-core miss on every small operation's path).
-    published: Vec<AtomicU64>,
     /// The first rank a wait found missing at its last check (`usize::MAX`: none), for the
     /// flight recorder's dump of a hang.
     waiting: std::sync::atomic::AtomicUsize,
@@ -116,23 +108,9 @@ const PEER_PROBE: usize = 8;
 const PEER_OK: usize = 16;
 const PEER_BUF: usize = 24;
 
-/// A fingerprint as the three words of a control line (the wire encoding of `frame`).
-fn pack(fp: &Fingerprint) -> [u64; 3] {
-    let b = fp.to_bytes();
-    let word = |i: usize| {
-        let mut w = [0u8; 8];
-        w.copy_from_slice(&b[8 * i..8 * i + 8]);
-        u64::from_le_bytes(w)
-    };
-    [word(0), word(1), word(2)]
-}
-
-fn unpack(w: [u64; 3]) -> Option<Fingerprint> {
-    let mut b = [0u8; FP_LEN];
-    for (i, x) in w.iter().enumerate() {
-        b[8 * i..8 * i + 8].copy_from_slice(&x.to_le_bytes());
-    }
-    decode_fp(&b).ok()
+/// The word rank `rank` of process `pid` publishes for its peers' probe (see `establish`).
+fn probe_value(pid: u64, rank: usize) -> u64 {
+    MAGIC ^ (pid << 16) ^ rank as u64
 }
 
 /// Which step counter a wait looks at.
@@ -214,7 +192,7 @@ impl ShmCollectives {
         // What the peers read to learn whether they may read this process: a word that lives
         // until every rank has looked (the step below).
         let pid = std::process::id();
-        let probe_word = MAGIC ^ (u64::from(pid) << 16) ^ me as u64;
+        let probe_word = probe_value(u64::from(pid), me);
         let mine = |at: usize| {
             // SAFETY: our line of the peers' area lies inside the control area.
             unsafe { &*(seg.ptr().add(peers_at + LINE * me + at) as *const AtomicU64) }
@@ -237,7 +215,6 @@ impl ShmCollectives {
             step: AtomicU64::new(0),
             sent: counts(),
             taken: counts(),
-            published: (0..2 * n).map(|_| AtomicU64::new(0)).collect(),
             waiting: std::sync::atomic::AtomicUsize::new(usize::MAX),
             peers_at,
             single_copy: false,
@@ -247,7 +224,7 @@ impl ShmCollectives {
             // rank takes, whatever it was asked, so that their steps stay in line.)
             let ok = single_copy
                 && (0..n).filter(|&p| p != me).all(|p| {
-                    let expect = MAGIC ^ (coll.peer_word(p, PEER_PID).load(Ordering::Relaxed) << 16) ^ p as u64;
+                    let expect = probe_value(u64::from(coll.peer_pid(p)), p);
                     single_copy::probe(coll.peer_pid(p), coll.peer_word(p, PEER_PROBE).load(Ordering::Relaxed), expect)
                 });
             let (step, _) = coll.begin(ctx);
@@ -383,7 +360,7 @@ impl ShmCollectives {
     /// failures and the deadline.
     fn wait_all(&self, ctx: &Ctx, phase: Phase, step: u64) -> Result<()> {
         let arrived = |p: usize| self.counter(p, phase).load(Ordering::Acquire) >= step;
-        let ours = pack(&ctx.fp);
+        let ours = ctx.fp.to_words();
         // Ranks are looked at in order from the first one missing (arrivals are monotonic, so
         // a rank passed stays arrived). With the profiler on, a wait that does not end at once
         // is charged to the last rank the scan stopped at: the last to arrive, to within one
@@ -448,7 +425,7 @@ impl ShmCollectives {
             for p in 0..self.n {
                 let w = self.fp_words(p, (step % 2) as usize).map(|a| a.load(Ordering::Relaxed));
                 if w != ours {
-                    let theirs = unpack(w).unwrap_or(ctx.fp);
+                    let theirs = Fingerprint::from_words(w).unwrap_or(ctx.fp);
                     return Err(Error::Mismatch { peer: p, ours: ctx.fp, theirs });
                 }
             }
@@ -461,16 +438,17 @@ impl ShmCollectives {
     fn begin(&self, ctx: &Ctx) -> (u64, usize) {
         let step = self.step.fetch_add(1, Ordering::Relaxed) + 1;
         let b = (step % 2) as usize;
-        for (a, v) in self.fp_words(self.me, b).iter().zip(pack(&ctx.fp)) {
+        for (a, v) in self.fp_words(self.me, b).iter().zip(ctx.fp.to_words()) {
             a.store(v, Ordering::Relaxed);
         }
-        // Published with the arrival (release), read by the others after they see it. The
-        // segment starts zeroed, as `published` does.
+        // Published with the arrival (release), read by the others after they see it. Only
+        // a changed count is stored: the counts of all ranks share cache lines, and storing
+        // an unchanged one would take the line from the peers on every step (loading our
+        // own, unchanged, hits the cache).
         for (q, s) in self.sent.iter().enumerate() {
-            let (now, last) = (s.load(Ordering::Relaxed), &self.published[b * self.n + q]);
-            if now != last.load(Ordering::Relaxed) {
-                self.published_sent(b, self.me, q).store(now, Ordering::Relaxed);
-                last.store(now, Ordering::Relaxed);
+            let (now, published) = (s.load(Ordering::Relaxed), self.published_sent(b, self.me, q));
+            if published.load(Ordering::Relaxed) != now {
+                published.store(now, Ordering::Relaxed);
             }
         }
         (step, b)
@@ -524,18 +502,16 @@ impl ShmCollectives {
                     self.post(Phase::Arrive, step);
                     self.wait_all(ctx, Phase::Arrive, step)
                 }
-                Op::Broadcast { input, output, root } if self.single_copy && output.bytes() >= SINGLE_COPY_FROM => {
+                Op::Broadcast { input, output, root } if self.reads_directly(output.bytes()) => {
                     self.broadcast_single_copy(ctx, *input, *output, *root)
                 }
                 Op::Broadcast { input, output, root } => self.broadcast(ctx, *input, *output, *root),
-                Op::AllGather { input, output } if self.single_copy && input.bytes() >= SINGLE_COPY_FROM => {
+                Op::AllGather { input, output } if self.reads_directly(input.bytes()) => {
                     self.all_gather_single_copy(ctx, *input, *output)
                 }
                 Op::AllGather { input, output } => self.all_gather(ctx, *input, *output),
                 Op::AllToAll { input, output }
-                    if self.single_copy
-                        && output.bytes() / self.n >= SINGLE_COPY_FROM
-                        && !std::ptr::eq(input.ptr, output.ptr) =>
+                    if self.reads_directly(output.bytes() / self.n) && !std::ptr::eq(input.ptr, output.ptr) =>
                 {
                     self.all_to_all_single_copy(ctx, *input, *output)
                 }

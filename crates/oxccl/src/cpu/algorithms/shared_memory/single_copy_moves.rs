@@ -18,9 +18,14 @@ use crate::cpu::transport::shm::{copy, single_copy};
 use crate::error::{Error, Result};
 
 /// The smallest read, in bytes, that goes through single copy.
-pub(super) const SINGLE_COPY_FROM: usize = 8 << 10;
+const SINGLE_COPY_FROM: usize = 8 << 10;
 
 impl ShmCollectives {
+    /// Whether a move that reads `per_peer` bytes from each peer reads them directly.
+    pub(super) fn reads_directly(&self, per_peer: usize) -> bool {
+        self.single_copy && per_peer >= SINGLE_COPY_FROM
+    }
+
     /// Publishes `src` as this rank's source for `step` and arrives.
     fn publish(&self, ctx: &Ctx, src: *const u8) -> u64 {
         let (step, b) = self.begin(ctx);
@@ -36,13 +41,10 @@ impl ShmCollectives {
     /// `dst` must be valid for writes of `len` bytes that nobody else accesses meanwhile.
     unsafe fn read_from(&self, rank: usize, step: u64, at: usize, dst: *mut u8, len: usize) -> Result<()> {
         let src = self.peer_word(rank, PEER_BUF + 8 * (step % 2) as usize).load(Ordering::Relaxed);
+        let pid = self.peer_pid(rank);
         // SAFETY: forwarded from this function's contract.
-        unsafe { single_copy::read(self.peer_pid(rank), src + at as u64, dst, len) }.map_err(|e| {
-            Error::io(
-                format!("reading rank {rank}'s buffer (process {}) by cross-memory attach", self.peer_pid(rank)),
-                &e,
-            )
-        })
+        unsafe { single_copy::read(pid, src + at as u64, dst, len) }
+            .map_err(|e| Error::io(format!("reading rank {rank}'s buffer (process {pid}) by cross-memory attach"), &e))
     }
 
     /// broadcast from `root` by single-copy reads of the root's buffer.
