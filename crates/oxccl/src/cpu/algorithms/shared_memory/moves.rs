@@ -109,8 +109,9 @@ impl ShmCollectives {
     pub(super) unsafe fn all_to_all(&self, ctx: &Ctx, input: RawBuf, output: RawBufMut) -> Result<()> {
         let (n, me) = (self.n, self.me);
         let block = output.bytes() / n;
-        let streaming = output.bytes() >= copy::STREAM_FROM;
         let in_place = std::ptr::eq(input.ptr, output.ptr);
+        // In place, each chunk lands on lines `fill` read just before (still cached).
+        let streaming = copy::streams(output.bytes(), in_place);
         self.in_steps(
             ctx,
             block,
