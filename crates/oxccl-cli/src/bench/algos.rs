@@ -7,8 +7,9 @@
 //!
 //! For each size, every candidate (auto, then each algorithm of the operation, then
 //! `shared_memory` where the communicator has it) is measured out of place, in
-//! [`ROUNDS`] interleaved rounds; each keeps its best round, so a noisy moment hurts one
-//! round of every candidate alike instead of one candidate. A candidate the communicator
+//! [`ROUNDS`] interleaved rounds, each round starting at the next candidate; each keeps its
+//! best round, so a noisy moment hurts one round of every candidate alike instead of one
+//! candidate, and no candidate always runs right after a switch. A candidate the communicator
 //! refuses (an algorithm it cannot run here) is left out of the row on every rank alike.
 
 use oxccl::{Algorithm, Communicator, Error, ReduceOp};
@@ -57,8 +58,13 @@ pub fn sweep<T: BenchElem>(comm: &Communicator, plan: &Plan) -> Result<u64, Stri
             let mut b = ops::prepare::<T>(comm, op, count, &a);
             let mut times: Vec<Option<f64>> = vec![None; algos.len()];
             let mut refused = vec![false; algos.len()];
-            for _ in 0..ROUNDS {
-                for (i, &algo) in algos.iter().enumerate() {
+            for round in 0..ROUNDS {
+                // Each round starts at another candidate: whoever runs first after the
+                // previous size (or after the last candidate of the round before, with
+                // other partners and other connections awake) pays for the switch, and
+                // with rotation every candidate takes its turn at that.
+                for i in (0..algos.len()).map(|k| (k + round) % algos.len()) {
+                    let algo = algos[i];
                     if refused[i] {
                         continue;
                     }
