@@ -13,3 +13,6 @@ pub use crate::cpu::selector::profile::{LinkCost, Profile};
 /// The CPUs this thread may run on (what `oxccl tune` pins its switch-cost threads to, and
 /// what the ranks of a host exchange to tell whether they outnumber their CPUs).
 pub use crate::cpu::transport::shm::wait::allowed_cpus;
+/// How long a rank's waits yield before they sleep where the ranks outnumber the CPUs
+/// (`OXCCL_YIELD_US`'s automatic value there; `oxccl tune` measures crowded steps with it).
+pub use crate::cpu::transport::shm::wait::YIELD_CROWDED;

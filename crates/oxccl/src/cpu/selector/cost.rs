@@ -59,9 +59,15 @@
 //!   another: `κ` past the cache; `o + mβ` above a chunk, which streams), or the work
 //!   bound, not rounds of `α`.
 //! - **Crowded rendezvous.** A shared-memory step waits for every rank: when `c > 1` the
-//!   ranks must also be switched in and out on every CPU, `σ + 2c·s` per step (`s`: the
-//!   profile's switch cost; 3, 4 and 8 ranks on 2 cores measured 2.3, 3.6 and 8.3 µs per
-//!   step, with `s` = 0.78 µs). This makes the tree and linear algorithms win the small
+//!   ranks must also be switched in and out on every CPU, `σ + 2(⌈c⌉ − 1)(σ₂ − σ)` per
+//!   step (`σ₂`: the step `oxccl tune` measures with two ranks on one CPU, whose turns
+//!   take `σ₂ − σ`; `⌈c⌉`: the ranks on the busiest CPU). Across several CPUs the turns of
+//!   each are not in step with the others', and about half of them find their rank still
+//!   waiting for another CPU's: twice the turns. Fitted on a Xeon VM with σ = 0.38 and
+//!   σ₂ = 1.18 µs: 3, 4 and 8 ranks on 2 cores predicted 2.0, 2.0 and 5.2 µs per step,
+//!   measured 1.4-1.6, 1.9 and 5-9. The switch cost alone does not predict it: the same
+//!   0.65-0.78 µs per switch gave 3.6 µs per step at 4 ranks on an AMD VM. This makes the
+//!   tree and linear algorithms win the small
 //!   rooted operations on such hosts, as measured (a rank that names another root is
 //!   still caught: the shared-memory collectives keep a tally of point-to-point frames, see
 //!   `algorithms/shared_memory`).
@@ -210,6 +216,14 @@ fn plan(op: OpKind, algo: Algorithm, n: usize, m: f64) -> Option<Plan> {
     })
 }
 
+/// Seconds per step of the shared-memory collectives with `crowd` ranks per CPU: the
+/// measured step `σ`, and above one rank per CPU `2(⌈c⌉ − 1)(σ₂ − σ)` more, `σ₂` measured
+/// with two ranks on one CPU (see the module documentation).
+fn step_cost(prof: &Profile, crowd: f64) -> f64 {
+    let extra = (prof.crowded_step - prof.native_step).max(0.0);
+    prof.native_step + 2.0 * (crowd.ceil() - 1.0).max(0.0) * extra
+}
+
 /// Predicted seconds for `algo` running `op` on `bytes` (see the module documentation) over
 /// `n` ranks. `None` when the algorithm does not run the operation.
 pub fn predict(op: OpKind, algo: Algorithm, n: usize, bytes: usize, costs: &Costs<'_>) -> Option<f64> {
@@ -230,7 +244,7 @@ pub fn predict(op: OpKind, algo: Algorithm, n: usize, bytes: usize, costs: &Cost
     let g = 1.0 / prof.cached_reduce;
     let k = 1.0 / prof.cached_copy;
     let crowd = costs.crowd.max(1.0);
-    let s = prof.native_step + if costs.crowd > 1.0 { 2.0 * costs.crowd * prof.switch } else { 0.0 };
+    let s = step_cost(prof, costs.crowd);
     let chunks = |per_step: f64| (m / per_step.max(64.0)).ceil().max(1.0);
     // A one-way operation: the busiest rank handles `busiest` messages of `size` bytes
     // (`extra`: per-byte work besides the copies), `total` in all, taking turns on crowded
