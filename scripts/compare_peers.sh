@@ -9,7 +9,7 @@
 #   scripts/compare_peers.sh [--ops all_reduce,all_gather,reduce_scatter,broadcast,all_to_all]
 #       [--ranks 2,4] [--sizes 8,1K,64K,1M,16M] [--reps K] [--stat median|best]
 #       [--peers oxccl,ompi-c,ompi-py,gloo] [--no-gloo] [--extra "ARGS for oxccl bench"]
-#       [--json FILE] [--iters N] [--timeout SECS] [--mpi-bind none|core|core:overload-allowed]
+#       [--json FILE] [--iters N] [--timeout SECS] [--mpi-bind auto|none|core|core:overload-allowed]
 #       [--busy N]
 #       [--build] [--no-install] [--install-only]
 #
@@ -19,8 +19,9 @@
 # CPU-only index). A peer that cannot be installed is skipped with a note in the output.
 # --busy N measures every peer twice per point, quiet and with N busy-looping processes beside
 # it (columns P+busy; ratios busy/quiet from the same run).
-# --mpi-bind is given to mpirun's --bind-to (default none, as oxccl and gloo set no affinity;
-# core needs :overload-allowed beyond one rank per core). --build rebuilds oxccl (otherwise
+# --mpi-bind is given to mpirun's --bind-to (default auto: core where the ranks fit the CPUs,
+# else none, as `oxccl bench --ranks N` binds by default; gloo sets no affinity; core needs
+# :overload-allowed beyond one rank per core). --build rebuilds oxccl (otherwise
 # only a missing binary is built); --no-install installs nothing (peers whose tools are
 # missing are skipped); --install-only stops after installing.
 # Measurement: scripts/peers/compare.py (the same iterations for every peer, loop mean per

@@ -90,8 +90,19 @@ class Runner:
             self.mpirun = [a.mpirun]
             if os.geteuid() == 0:
                 self.mpirun.append("--allow-run-as-root")
-            self.mpirun += ["--oversubscribe", "--bind-to", a.mpi_bind]
+            self.mpirun += ["--oversubscribe"]
         self.affinity = {}
+
+    def bind(self, n):
+        """mpirun's --bind-to for n ranks: with `auto`, core where every rank gets a CPU of
+        its own (what `oxccl bench --ranks N` does by default, and mpirun's own default for
+        small jobs), none where they outnumber the CPUs."""
+        if self.a.mpi_bind != "auto":
+            return self.a.mpi_bind
+        return "core" if n <= len(os.sched_getaffinity(0)) else "none"
+
+    def mpi(self, n):
+        return self.mpirun + ["--bind-to", self.bind(n), "-np", str(n)]
 
     def c2c(self):
         if not self.a.c2c:
@@ -157,9 +168,9 @@ class Runner:
                     os.unlink(path)
             return out, err
         if peer == "ompi-c":
-            cmd = self.mpirun + ["-np", str(n), self.a.ompi_bench, op, str(size), str(iters), str(warm)]
+            cmd = self.mpi(n) + [self.a.ompi_bench, op, str(size), str(iters), str(warm)]
         elif peer == "ompi-py":
-            cmd = self.mpirun + ["-np", str(n), self.a.python, os.path.join(HERE, "mpi4py_bench.py"),
+            cmd = self.mpi(n) + [self.a.python, os.path.join(HERE, "mpi4py_bench.py"),
                                  "--op", op, "--bytes", str(size), "--iters", str(iters), "--warmup", str(warm)]
         else:
             cmd = [self.a.python, os.path.join(HERE, "gloo_bench.py"), "--world", str(n), "--op", op,
@@ -291,7 +302,7 @@ def main():
     ap.add_argument("--json", default=None)
     ap.add_argument("--iters", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=300)
-    ap.add_argument("--mpi-bind", default="none")
+    ap.add_argument("--mpi-bind", default="auto")
     ap.add_argument("--busy", type=int, default=0)
     ap.add_argument("--oxccl")
     ap.add_argument("--ompi-bench")
@@ -337,16 +348,18 @@ def main():
             print(f"#   {k + ':':<15}{f[k]}")
     print(f"# peers: {', '.join(peers)}")
     print(f"#   oxccl:   {a.oxccl} bench OP --ranks N -b S -e S -n ITERS -w WARMUP {a.extra}".rstrip()
-          + f"   (backend {'cpu' if '--backend' not in a.extra else 'as --extra says'}; sets no CPU affinity)")
+          + f"   (backend {'cpu' if '--backend' not in a.extra else 'as --extra says'}; binds as below)")
     if "ompi-c" in peers:
-        print(f"#   ompi-c:  {' '.join(runner.mpirun)} -np N {a.ompi_bench} OP S ITERS WARMUP   (the C API)")
+        print(f"#   ompi-c:  {' '.join(runner.mpirun)} --bind-to B -np N {a.ompi_bench} OP S ITERS WARMUP   (the C API)")
     if "ompi-py" in peers:
-        print(f"#   ompi-py: {' '.join(runner.mpirun)} -np N {a.python} scripts/peers/mpi4py_bench.py ...   (mpi4py, numpy buffers)")
+        print(f"#   ompi-py: {' '.join(runner.mpirun)} --bind-to B -np N {a.python} scripts/peers/mpi4py_bench.py ...   (mpi4py, numpy buffers)")
     if "gloo" in peers:
         print(f"#   gloo:    {a.python} scripts/peers/gloo_bench.py --world N ...   "
               "(torch.distributed gloo over loopback TCP; sets no CPU affinity)")
-    bind = {"oxccl": "oxccl none", "ompi-c": f"ompi-c mpirun --bind-to {a.mpi_bind}",
-            "ompi-py": f"ompi-py mpirun --bind-to {a.mpi_bind}", "gloo": "gloo none"}
+    how = ("core where the ranks fit the CPUs, else none" if a.mpi_bind == "auto" else a.mpi_bind)
+    bind = {"oxccl": "oxccl --bind-to auto (core where the ranks fit the CPUs, else none)",
+            "ompi-c": f"ompi-c mpirun --bind-to {how}", "ompi-py": f"ompi-py mpirun --bind-to {how}",
+            "gloo": "gloo none"}
     print("# binding: " + "; ".join(bind[p] for p in peers if p in bind))
     if a.busy:
         print(f"# P{BUSY}: P measured with {a.busy} busy-looping process(es) (python `while True: pass`) beside it;"

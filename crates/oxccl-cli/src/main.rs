@@ -333,6 +333,12 @@ struct RunArgs {
     #[arg(long, env = "OXCCL_SECRET", hide_env_values = true, value_name = "TEXT")]
     secret: Option<String>,
 
+    /// Where the ranks run: `core`, each on a CPU of its own (and every thread it starts:
+    /// data loaders and compute pools too), an error where they outnumber the CPUs; `auto`,
+    /// `core` where every rank gets a CPU; `none`, wherever the scheduler puts them.
+    #[arg(long, value_enum, default_value = "none", value_name = "WHERE")]
+    bind_to: run::bind::BindTo,
+
     /// The program each rank runs, and its arguments (after `--`).
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROGRAM")]
     command: Vec<OsString>,
@@ -355,6 +361,7 @@ impl RunArgs {
             args: command.collect(),
             rank0_output: Output::Prefixed,
             extra_env: Vec::new(),
+            bind: self.bind_to,
         }
     }
 }
@@ -374,6 +381,12 @@ struct BenchArgs {
     /// environment].
     #[arg(long, value_name = "B")]
     backend: Option<String>,
+
+    /// With --ranks, where the processes run: `auto`, each on a CPU of its own where every
+    /// rank gets one (as mpirun binds), else wherever the scheduler puts them; `core`, `none`
+    /// (see `oxccl run --help`).
+    #[arg(long, value_enum, default_value = "auto", value_name = "WHERE")]
+    bind_to: run::bind::BindTo,
 
     /// Smallest size in bytes (K, M, G suffixes: binary).
     #[arg(short = 'b', long = "minbytes", default_value = "8", value_name = "MIN", value_parser = parse_size)]
@@ -622,6 +635,7 @@ fn bench_dispatch(args: &BenchArgs) -> Result<BenchEnd, String> {
             let mut spec = LaunchSpec::local(n as usize, exe.into_os_string(), args.child_args(backend));
             // Rank 0 prints the table (and progress on a terminal) itself.
             spec.rank0_output = Output::Inherited;
+            spec.bind = args.bind_to;
             let report = run::launch(&spec)?;
             run::print_summary(&report);
             Ok(BenchEnd::Job(report.exit_code()))

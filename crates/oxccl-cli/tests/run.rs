@@ -247,3 +247,38 @@ fn sigusr1_is_passed_to_every_rank_and_the_job_goes_on() {
     let f = wait(child, LIMIT);
     assert_eq!(f.code(), Some(128 + 15), "{}", f.all());
 }
+
+/// The CPUs a rank's line `[rank R] Cpus_allowed_list:\tLIST` names, by rank.
+fn cpu_lists(stdout: &str) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = stdout
+        .lines()
+        .filter_map(|l| {
+            let (rank, rest) = l.split_once("] Cpus_allowed_list:")?;
+            Some((rank.trim_start_matches("[rank ").to_string(), rest.trim().to_string()))
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn bind_to_core_puts_each_rank_on_a_cpu_of_its_own_and_refuses_too_many_ranks() {
+    let cpus = oxccl::tuning::allowed_cpus();
+    let show = ["--", "grep", "Cpus_allowed_list", "/proc/self/status"];
+    // Unbound by default: every rank has the launcher's CPUs.
+    let f = run(oxccl(["run", "-n", "2"].into_iter().chain(show)), LIMIT);
+    assert_eq!(f.code(), Some(0), "{}", f.all());
+    let all = cpu_lists(&f.stdout);
+    assert_eq!(all.len(), 2, "{}", f.all());
+    assert!(all.iter().all(|(_, l)| l == &all[0].1), "{all:?}");
+    if cpus.len() >= 2 {
+        let f = run(oxccl(["run", "-n", "2", "--bind-to", "core"].into_iter().chain(show)), LIMIT);
+        assert_eq!(f.code(), Some(0), "{}", f.all());
+        let want = vec![("0".to_string(), cpus[0].to_string()), ("1".to_string(), cpus[1].to_string())];
+        assert_eq!(cpu_lists(&f.stdout), want, "{}", f.all());
+    }
+    let n = (cpus.len() + 1).to_string();
+    let f = run(oxccl(["run", "-n", n.as_str(), "--bind-to", "core", "--", "true"]), LIMIT);
+    assert_eq!(f.code(), Some(2), "{}", f.all());
+    assert!(f.stderr.contains("needs a CPU per rank") && f.stderr.contains("--bind-to none"), "{}", f.all());
+}

@@ -12,10 +12,12 @@
 //!
 //! - [`rendezvous`]: the job secret and the store;
 //! - [`spawn`]: each rank's environment and process;
+//! - [`bind`]: which CPU each rank runs on (`--bind-to`);
 //! - [`output`]: forwarding output with `[rank R] ` prefixes;
 //! - [`signals`]: catching and sending signals;
 //! - [`summary`]: how the job ended, as lines and an exit code.
 
+pub mod bind;
 pub mod output;
 pub mod rendezvous;
 pub mod signals;
@@ -67,6 +69,8 @@ pub struct LaunchSpec {
     pub rank0_output: Output,
     /// More environment variables for every rank.
     pub extra_env: Vec<(String, String)>,
+    /// Where the ranks run ([`bind`]).
+    pub bind: bind::BindTo,
 }
 
 impl LaunchSpec {
@@ -85,6 +89,7 @@ impl LaunchSpec {
             args,
             rank0_output: Output::Prefixed,
             extra_env: Vec::new(),
+            bind: bind::BindTo::None,
         }
     }
 
@@ -208,6 +213,7 @@ pub fn launch(spec: &LaunchSpec) -> Result<JobReport, String> {
         signals::Catcher::install().map_err(|e| format!("could not install the launcher's signal handlers: {e}"))?;
     let (done_tx, done_rx) = mpsc::channel();
     let (exit_tx, exit_rx) = mpsc::channel::<(usize, Instant)>();
+    let cpus = bind::cpus_for(spec.bind, spec.nproc, &oxccl::tuning::allowed_cpus())?;
     let mut procs: Vec<Proc> = Vec::with_capacity(spec.nproc);
     let mut forwarders = Vec::new();
     for local in 0..spec.nproc {
@@ -216,7 +222,8 @@ pub fn launch(spec: &LaunchSpec) -> Result<JobReport, String> {
             placement.env(local, secret.text()).into_iter().map(|(k, v)| (k.to_string(), v)).collect();
         env.extend(spec.extra_env.iter().cloned());
         let how = if rank == 0 { spec.rank0_output } else { Output::Prefixed };
-        let mut child = match spawn::spawn(&spec.program, &spec.args, &env, how) {
+        let cpu = cpus.as_ref().map(|c| c[local]);
+        let mut child = match spawn::spawn(&spec.program, &spec.args, &env, how, cpu) {
             Ok(c) => c,
             Err(e) => {
                 abandon(&mut procs);

@@ -72,15 +72,17 @@ pub enum Output {
 /// and a Ctrl-C in the terminal reaches only the launcher, which forwards it). On Linux the
 /// rank is killed (SIGKILL) when the launcher dies, even by SIGKILL, so no rank outlives it
 /// (the kernel's parent-death signal; the launcher spawns from its main thread, which lives
-/// as long as the launcher does).
+/// as long as the launcher does). With `cpu`, the rank and every thread it starts run on
+/// that CPU alone ([`super::bind`]).
 ///
 /// # Errors
-/// When the program cannot be started (not found, not executable).
+/// When the program cannot be started (not found, not executable), or bound to `cpu`.
 pub fn spawn(
     program: &OsString,
     args: &[OsString],
     env: &[(impl AsRef<str>, String)],
     output: Output,
+    cpu: Option<usize>,
 ) -> std::io::Result<Child> {
     let mut cmd = Command::new(program);
     cmd.args(args).stdin(Stdio::null()).process_group(0);
@@ -95,8 +97,16 @@ pub fn spawn(
     {
         use std::os::unix::process::CommandExt;
         let launcher = std::process::id();
+        // Made here: the child may not allocate between fork and exec.
+        let cpus = match cpu {
+            Some(c) => Some(super::bind::single_cpu_set(c).ok_or_else(|| {
+                std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("CPU {c} is beyond what a CPU set holds"))
+            })?),
+            None => None,
+        };
         // SAFETY: the closure runs in the forked child before exec and only makes
-        // async-signal-safe system calls (prctl, getppid, _exit); it allocates nothing.
+        // async-signal-safe system calls (prctl, getppid, _exit, sched_setaffinity on a set
+        // made before the fork); it allocates nothing.
         unsafe {
             cmd.pre_exec(move || {
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
@@ -105,6 +115,11 @@ pub fn spawn(
                 // The launcher may have died before the prctl: then no signal would come.
                 if libc::getppid() as u32 != launcher {
                     libc::_exit(137);
+                }
+                if let Some(set) = &cpus {
+                    if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
                 }
                 Ok(())
             });
@@ -187,8 +202,9 @@ mod tests {
 
     #[test]
     fn an_exit_is_seen_without_reaping_the_child() {
-        let mut child = spawn(&"sh".into(), &["-c".into(), "exit 7".into()], &[("A", String::new())], Output::Prefixed)
-            .expect("start sh");
+        let mut child =
+            spawn(&"sh".into(), &["-c".into(), "exit 7".into()], &[("A", String::new())], Output::Prefixed, None)
+                .expect("start sh");
         let (tx, rx) = std::sync::mpsc::channel();
         watch_exit(child.id(), move |at| {
             let _ = tx.send(at);
@@ -203,7 +219,7 @@ mod tests {
 
     #[test]
     fn a_missing_program_is_an_error_not_a_panic() {
-        let e = spawn(&"/nonexistent/oxccl-test".into(), &[], &[("A", "b".to_string())], Output::Prefixed);
+        let e = spawn(&"/nonexistent/oxccl-test".into(), &[], &[("A", "b".to_string())], Output::Prefixed, None);
         assert!(e.is_err());
     }
 }
