@@ -6,7 +6,9 @@
 //! measure, while the others wait at a barrier:
 //! - per transport, α (an exchange of 8 bytes: both send and receive at once, as in the
 //!   steps of a collective), the bandwidth (a 4 MiB exchange, α taken off), the cached
-//!   bandwidth (an exchange of half the per-core L2 cache, read from sysfs) and the
+//!   bandwidth (an exchange of half the per-core L2 cache, read from sysfs), the one-way
+//!   bandwidth (50 such messages streamed one way, as in a tree's rounds), the one-way
+//!   latency (half an 8-byte ping-pong's round trip) and the
 //!   overhead `o` (rank 0 streams 8-byte messages to rank 1, which answers once at the end:
 //!   the sender's time per message); for TCP also the crowded wait (8-byte exchanges with
 //!   every thread of both ranks pinned to one CPU);
@@ -98,6 +100,67 @@ fn stream(comm: &Communicator, msgs: usize) -> oxccl::Result<f64> {
     Ok(best)
 }
 
+/// Seconds per message when rank 0 sends `msgs` messages of `bytes` to rank 1, which sends
+/// nothing until it answers once after the last (the best of three rounds); ranks other
+/// than 0 and 1 return 0 at once.
+fn one_way(comm: &Communicator, bytes: usize, msgs: usize) -> oxccl::Result<f64> {
+    let r = comm.rank();
+    if r > 1 {
+        return Ok(0.0);
+    }
+    let mut buf = vec![r as u8; bytes];
+    let mut ack = [0u8; 8];
+    let mut round = || -> oxccl::Result<()> {
+        if r == 0 {
+            for _ in 0..msgs {
+                comm.send(&buf[..], 1, 10)?;
+            }
+            comm.recv(&mut ack[..], 1, 11).map(drop)
+        } else {
+            for _ in 0..msgs {
+                comm.recv(&mut buf[..], 0, 10)?;
+            }
+            comm.send(&ack[..], 0, 11)
+        }
+    };
+    round()?;
+    let mut best = f64::MAX;
+    for _ in 0..3 {
+        let t = Instant::now();
+        round()?;
+        best = best.min(t.elapsed().as_secs_f64() / msgs as f64);
+    }
+    Ok(best)
+}
+
+/// Seconds per round trip of an 8-byte message from rank 0 to rank 1 and back (each rank
+/// sends only once it received), averaged over `iters`; ranks other than 0 and 1 return 0
+/// at once.
+fn ping_pong(comm: &Communicator, iters: usize) -> oxccl::Result<f64> {
+    let r = comm.rank();
+    if r > 1 {
+        return Ok(0.0);
+    }
+    let mut buf = [r as u8; 8];
+    let mut step = || -> oxccl::Result<()> {
+        if r == 0 {
+            comm.send(&buf[..], 1, 12)?;
+            comm.recv(&mut buf[..], 1, 12).map(drop)
+        } else {
+            comm.recv(&mut buf[..], 0, 12)?;
+            comm.send(&buf[..], 0, 12)
+        }
+    };
+    for _ in 0..iters / 10 + 3 {
+        step()?;
+    }
+    let t = Instant::now();
+    for _ in 0..iters {
+        step()?;
+    }
+    Ok(t.elapsed().as_secs_f64() / iters as f64)
+}
+
 /// α, bandwidth and overhead of the links between ranks 0 and 1 of `comm` (meaningful on
 /// rank 0).
 fn link(comm: &Communicator, cache: usize) -> oxccl::Result<LinkCost> {
@@ -105,10 +168,22 @@ fn link(comm: &Communicator, cache: usize) -> oxccl::Result<LinkCost> {
     let big = exchange(comm, BIG, 20)?;
     let overhead = stream(comm, 2000)?;
     let cached = exchange(comm, cache / 2, 200)?;
+    let oneway = one_way(comm, cache / 2, 50)?;
+    let round_trip = ping_pong(comm, 2000)?;
     let bandwidth = BIG as f64 / (big - alpha).max(1e-9);
     let cached_bandwidth = (cache / 2) as f64 / (cached - alpha).max(1e-9);
+    // Streamed: the messages' latency overlaps, and what is left is their bytes.
+    let oneway_bandwidth = (cache / 2) as f64 / oneway.max(1e-12);
     // The crowded wait is measured where it applies (see `crowded_wait`).
-    Ok(LinkCost { alpha: alpha.max(1e-9), bandwidth, cached_bandwidth, overhead: overhead.max(1e-9), wait: 0.0 })
+    Ok(LinkCost {
+        alpha: alpha.max(1e-9),
+        oneway_alpha: (round_trip / 2.0).max(1e-9),
+        bandwidth,
+        cached_bandwidth,
+        oneway_bandwidth,
+        overhead: overhead.max(1e-9),
+        wait: 0.0,
+    })
 }
 
 /// The per-core (level 2) cache of the first CPU this process may run on, in bytes, from

@@ -21,7 +21,9 @@ fn tune_writes_a_whole_profile_that_loads() {
     let text = std::fs::read_to_string(&file).unwrap();
     assert!(text.starts_with("# written by `oxccl tune`"), "{text}");
     // Every value is measured and written, the crowded step among them.
-    for key in ["shm.alpha_us", "tcp.gbps", "native.step_us", "native.crowded_step_us", "switch_us", "reduce.gbps"] {
+    for key in
+        ["shm.alpha_us", "tcp.gbps", "tcp.oneway_gbps", "tcp.oneway_alpha_us", "native.crowded_step_us", "reduce.gbps"]
+    {
         assert!(text.lines().any(|l| l.starts_with(&format!("{key} = "))), "{key} missing:\n{text}");
     }
     let p = Profile::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));

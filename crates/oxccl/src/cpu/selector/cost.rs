@@ -14,7 +14,7 @@
 //! | all_reduce | ring | `2(n−1)α + 2(n−1)/n·mβ + (n−1)/n·mγ` |
 //! | | recursive_doubling | `(L + 2e)(α + mβ) + (L + e)·mγ` |
 //! | | rabenseifner | `(2L + 2e)α + 2(p−1)/p·mβ + (p−1)/p·mγ + e·m(2β + γ)` |
-//! | | binomial_tree | `2⌈lg n⌉(α + mβ) + ⌈lg n⌉·mγ` |
+//! | | binomial_tree | `2⌈lg n⌉(α₁ + mβ₁) + ⌈lg n⌉·mγ` (one way, see below) |
 //! | all_gather (block b) | ring | `(n−1)(α + bβ)` |
 //! | | bruck | `⌈lg n⌉α + (n−1)bβ + n·bκ` (the final rotation) |
 //! | reduce_scatter (input m) | ring | `(n−1)α + (n−1)/n·m(β + γ)` |
@@ -25,6 +25,13 @@
 //! | gather, scatter | linear | `(n−1)α + (n−1)/n·mβ` at the root |
 //! | barrier | dissemination | `⌈lg n⌉α` |
 //! | all_reduce, `h` hosts of `m` | hierarchical | `α` (empty messages to and from the ring neighbours), ring reduce-scatter (`m` ranks, input `m`) and ring all-gather (`m` ranks, block `m/m`) over the shared-memory link, ring all_reduce (`h` ranks, `m/m`) over TCP |
+//!
+//! `α` and `β` are measured in exchanges (both ranks of a pair send at once, as in a ring's
+//! or recursive doubling's rounds); a tree's rounds move one way, with latency `α₁` (half a
+//! ping-pong) and at `β₁` (the profile's `oneway_gbps`) up to half the cache, which on a host with a CPU per rank can be twice
+//! as fast (TCP over loopback on a 2-CPU VM: 1.9 against 4-4.7 GB/s; 2 ranks, 256 KiB
+//! all_reduce: recursive doubling 115-170 µs, the binomial tree 76-87), and past the cache
+//! at `β`.
 //!
 //! Each exchanging algorithm is written down as a [`Plan`]: the messages of its critical
 //! path round by round, and every message the job sends with the bytes it combines and
@@ -101,8 +108,9 @@ pub struct Costs<'a> {
 /// job's traffic.
 #[derive(Debug, Default)]
 struct Plan {
-    /// The size of each round's message on the critical path.
-    rounds: Vec<f64>,
+    /// The size of each round's message on the critical path, and whether it moves one
+    /// way (the rank receiving it sends nothing meanwhile).
+    rounds: Vec<(f64, bool)>,
     /// Every message the job sends, as (how many, size) groups.
     total: Vec<(f64, f64)>,
     /// Bytes combined on the critical path and in the whole job.
@@ -116,7 +124,14 @@ struct Plan {
 impl Plan {
     /// `count` rounds of `size`-byte messages, `each` of them sent per round in the job.
     fn rounds(mut self, count: f64, size: f64, each: f64) -> Plan {
-        self.rounds.extend(std::iter::repeat_n(size, count as usize));
+        self.rounds.extend(std::iter::repeat_n((size, false), count as usize));
+        self.total.push((count * each, size));
+        self
+    }
+
+    /// Rounds as [`Plan::rounds`] whose messages move one way.
+    fn oneway_rounds(mut self, count: f64, size: f64, each: f64) -> Plan {
+        self.rounds.extend(std::iter::repeat_n((size, true), count as usize));
         self.total.push((count * each, size));
         self
     }
@@ -142,9 +157,11 @@ impl Plan {
     fn price(&self, n: f64, c: &Costs<'_>) -> f64 {
         let (link, prof) = (c.link, c.profile);
         let send = |s: f64| link.transfer(s, prof.cache);
+        let one_way = |s: f64| link.transfer_oneway(s, prof.cache);
         let (g, k) = (prof.reduce_time(self.working), prof.copy_time(self.working));
-        let critical: f64 =
-            self.rounds.iter().map(|&s| link.alpha + send(s)).sum::<f64>() + self.reduced.0 * g + self.copied.0 * k;
+        let round =
+            |&(s, oneway): &(f64, bool)| if oneway { link.alpha_oneway() + one_way(s) } else { link.alpha + send(s) };
+        let critical: f64 = self.rounds.iter().map(round).sum::<f64>() + self.reduced.0 * g + self.copied.0 * k;
         let messages: f64 = self.total.iter().map(|t| t.0).sum();
         if c.crowd <= 1.0 {
             return critical.max(messages / n * link.overhead);
@@ -190,7 +207,8 @@ fn plan(op: OpKind, algo: Algorithm, n: usize, m: f64) -> Option<Plan> {
             plan.reduce(((pf - 1.0) / pf + e) * m, (pf - 1.0 + extra) * m)
         }
         (O::AllReduce, A::BinomialTree) => {
-            plan.rounds(2.0 * lgn, m, 0.0).also(2.0 * (nf - 1.0), m).reduce(lgn * m, (nf - 1.0) * m)
+            // Each round a rank either sends or receives: one way.
+            plan.oneway_rounds(2.0 * lgn, m, 0.0).also(2.0 * (nf - 1.0), m).reduce(lgn * m, (nf - 1.0) * m)
         }
         (O::AllGather, A::Ring) => plan.rounds(nf - 1.0, m, nf),
         (O::AllGather, A::Bruck) => {
@@ -317,8 +335,10 @@ mod tests {
     fn link(alpha_us: f64, gbps: f64) -> LinkCost {
         LinkCost {
             alpha: alpha_us * 1e-6,
+            oneway_alpha: alpha_us * 1e-6,
             bandwidth: gbps * 1e9,
             cached_bandwidth: gbps * 1e9,
+            oneway_bandwidth: gbps * 1e9,
             overhead: 0.5e-6,
             wait: 0.0,
         }

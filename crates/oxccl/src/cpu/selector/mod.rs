@@ -245,7 +245,15 @@ mod tests {
         // and medium sizes, Rabenseifner's 2 lg p rounds at ring bandwidth large ones; the
         // ring's 2(n - 1) rounds only pay off where the fold makes Rabenseifner move more.
         let slow_start = Profile {
-            tcp: LinkCost { alpha: 100e-6, bandwidth: 10e9, cached_bandwidth: 10e9, overhead: 1e-6, wait: 0.0 },
+            tcp: LinkCost {
+                alpha: 100e-6,
+                oneway_alpha: 100e-6,
+                bandwidth: 10e9,
+                cached_bandwidth: 10e9,
+                oneway_bandwidth: 10e9,
+                overhead: 1e-6,
+                wait: 0.0,
+            },
             ..Profile::default()
         };
         let s = selector(LinkKind::Tcp, slow_start);
@@ -256,7 +264,15 @@ mod tests {
         assert_eq!(ar(256 << 20, 6), Algorithm::Ring, "a non-power-of-two world pays the fold");
         // A near-zero latency link: the ring's bandwidth optimality wins from small sizes on.
         let cheap = Profile {
-            tcp: LinkCost { alpha: 0.01e-6, bandwidth: 1e9, cached_bandwidth: 1e9, overhead: 0.01e-6, wait: 0.0 },
+            tcp: LinkCost {
+                alpha: 0.01e-6,
+                oneway_alpha: 0.01e-6,
+                bandwidth: 1e9,
+                cached_bandwidth: 1e9,
+                oneway_bandwidth: 1e9,
+                overhead: 0.01e-6,
+                wait: 0.0,
+            },
             ..Profile::default()
         };
         let s = selector(LinkKind::Tcp, cheap);
@@ -264,7 +280,15 @@ mod tests {
         assert_eq!(pick(&s, OpKind::AllGather, 64 << 10, 6, None), Algorithm::Ring);
         // Expensive latency: Bruck's lg n rounds beat the ring's n - 1 for all_gather.
         let far = Profile {
-            tcp: LinkCost { alpha: 1e-3, bandwidth: 1e9, cached_bandwidth: 1e9, overhead: 1e-6, wait: 0.0 },
+            tcp: LinkCost {
+                alpha: 1e-3,
+                oneway_alpha: 1e-3,
+                bandwidth: 1e9,
+                cached_bandwidth: 1e9,
+                oneway_bandwidth: 1e9,
+                overhead: 1e-6,
+                wait: 0.0,
+            },
             ..Profile::default()
         };
         let s = selector(LinkKind::Tcp, far);
@@ -332,6 +356,27 @@ mod tests {
             let s = Selector::new(machine, LinkKind::Shm, 4, 2.0);
             assert_eq!(s.explain(OpKind::Broadcast, bytes, native).algorithm, want, "σ₂ {crowded}, {bytes} B");
         }
+        // A tree's rounds move one way: where that is faster than an exchange (a CPU per
+        // rank, TCP over loopback on a 2-CPU VM: 1.9 against 4.7 GB/s, α 7.8 against 4.2
+        // µs; 256 KiB on 2 ranks measured 76-87 µs by the tree, 115-170 by recursive
+        // doubling), the tree takes 2 ranks' mid sizes; where it is not, recursive doubling
+        // (one exchange) keeps them. Past half the cache one way gains nothing.
+        let two = |oneway_gbps: f64, bytes| {
+            let tcp = LinkCost {
+                alpha: 7.8e-6,
+                oneway_alpha: 4.2e-6,
+                bandwidth: 1.9e9,
+                cached_bandwidth: 1.9e9,
+                oneway_bandwidth: oneway_gbps * 1e9,
+                overhead: 1.5e-6,
+                wait: 15e-6,
+            };
+            let machine = Arc::new(Profile { tcp, cache: 2048.0 * 1024.0, ..Profile::default() });
+            Selector::new(machine, LinkKind::Tcp, 2, 1.0).explain(OpKind::AllReduce, bytes, None).algorithm
+        };
+        assert_eq!(two(4.7, 256 << 10), Algorithm::BinomialTree);
+        assert_eq!(two(1.9, 256 << 10), Algorithm::RecursiveDoubling);
+        assert_ne!(two(4.7, 2 << 20), Algorithm::BinomialTree);
         // Symmetric operations keep the rendezvous: every rank waits for all anyway.
         assert_eq!(at(LinkKind::Shm, 4, 2.0, OpKind::AllReduce, 8, native), Algorithm::SharedMemory);
         // The work bound: with a costly per-message overhead and 8 ranks taking turns on 2

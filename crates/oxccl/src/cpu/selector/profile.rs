@@ -24,6 +24,8 @@
 //! tcp.alpha_us = 15
 //! tcp.gbps = 1.5
 //! tcp.cached_gbps = 2.2
+//! tcp.oneway_gbps = 6.5     # one way, no exchange (a tree's rounds), in the cache
+//! tcp.oneway_alpha_us = 5   # the latency of such a message (half a ping-pong)
 //! tcp.overhead_us = 2.8
 //! tcp.wait_us = 4
 //! memory.alpha_us = 4.7     # the in-process transport of the `local` backend
@@ -52,12 +54,21 @@ use crate::error::{Error, Result};
 /// receiver).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LinkCost {
-    /// Latency of one message, in seconds.
+    /// Latency of one message, in seconds, measured in exchanges (both ranks send at once).
     pub alpha: f64,
+    /// Latency of one message that moves one way (its receiver sends nothing meanwhile), in
+    /// seconds: half a ping-pong's round trip.
+    pub oneway_alpha: f64,
     /// Bandwidth of messages larger than the cache, in bytes per second.
     pub bandwidth: f64,
     /// Bandwidth of messages that fit the cache ([`Profile::cache`]), in bytes per second.
     pub cached_bandwidth: f64,
+    /// Bandwidth of messages that fit the cache when they move one way (the receiver sends
+    /// nothing meanwhile, as in a tree's rounds), in bytes per second. The two bandwidths
+    /// above are measured in exchanges, both ranks sending at once, which on a host with
+    /// a CPU per rank share each CPU between the rank's sending and its receiving (TCP over
+    /// loopback on a 2-CPU VM: 1.9 GB/s each way in an exchange, 6.5 one way).
+    pub oneway_bandwidth: f64,
     /// CPU time per message of a one-way stream, in seconds.
     pub overhead: f64,
     /// What a message adds, in wake-ups and switches, when the ranks outnumber the CPUs,
@@ -71,6 +82,23 @@ impl LinkCost {
     /// at the cached bandwidth up to `cache` bytes, at the streaming bandwidth above.
     pub fn transfer(&self, bytes: f64, cache: f64) -> f64 {
         bytes / if bytes <= cache { self.cached_bandwidth } else { self.bandwidth }
+    }
+
+    /// The latency of a message that moves one way: never above an exchange's.
+    pub fn alpha_oneway(&self) -> f64 {
+        self.oneway_alpha.min(self.alpha)
+    }
+
+    /// [`LinkCost::transfer`] for a message that moves one way: at the one-way bandwidth up
+    /// to half of `cache` (the size `oxccl tune` measures it at; never below the exchange's
+    /// rate), above as an exchange (there memory is the limit: TCP over loopback on a 2-CPU
+    /// VM with 2 MiB of L2, 2 MiB one way moved at 1.7 GB/s, in exchanges at 1.9).
+    pub fn transfer_oneway(&self, bytes: f64, cache: f64) -> f64 {
+        if bytes <= cache / 2.0 {
+            bytes / self.oneway_bandwidth.max(self.cached_bandwidth)
+        } else {
+            self.transfer(bytes, cache)
+        }
     }
 }
 
@@ -116,22 +144,28 @@ impl Default for Profile {
         Profile {
             shm: LinkCost {
                 alpha: 0.98e-6,
+                oneway_alpha: 0.98e-6,
                 bandwidth: 2.3e9,
                 cached_bandwidth: 8.4e9,
+                oneway_bandwidth: 8.4e9,
                 overhead: 0.55e-6,
                 wait: 1.95e-6,
             },
             tcp: LinkCost {
                 alpha: 15.0e-6,
+                oneway_alpha: 15.0e-6,
                 bandwidth: 1.55e9,
                 cached_bandwidth: 2.5e9,
+                oneway_bandwidth: 2.5e9,
                 overhead: 2.7e-6,
                 wait: 4.3e-6,
             },
             memory: LinkCost {
                 alpha: 4.3e-6,
+                oneway_alpha: 4.3e-6,
                 bandwidth: 3.7e9,
                 cached_bandwidth: 10.0e9,
+                oneway_bandwidth: 10.0e9,
                 overhead: 0.46e-6,
                 wait: 1.25e-6,
             },
@@ -149,20 +183,26 @@ impl Default for Profile {
     }
 }
 
-const KEYS: [&str; 23] = [
+const KEYS: [&str; 29] = [
     "shm.alpha_us",
+    "shm.oneway_alpha_us",
     "shm.gbps",
     "shm.cached_gbps",
+    "shm.oneway_gbps",
     "shm.overhead_us",
     "shm.wait_us",
     "tcp.alpha_us",
+    "tcp.oneway_alpha_us",
     "tcp.gbps",
     "tcp.cached_gbps",
+    "tcp.oneway_gbps",
     "tcp.overhead_us",
     "tcp.wait_us",
     "memory.alpha_us",
+    "memory.oneway_alpha_us",
     "memory.gbps",
     "memory.cached_gbps",
+    "memory.oneway_gbps",
     "memory.overhead_us",
     "memory.wait_us",
     "native.step_us",
@@ -258,6 +298,10 @@ impl Profile {
         // Links whose cached bandwidth the file sets; the others follow their `gbps`.
         let mut cached = [false; 3];
         let mut streaming = [false; 3];
+        // ... whose one-way bandwidth it sets; the others move one way as in exchanges.
+        let mut oneway = [false; 3];
+        // ... whose latency, and one-way latency, it sets.
+        let (mut lat, mut oneway_lat) = ([false; 3], [false; 3]);
         for (i, raw) in text.lines().enumerate() {
             let line = raw.split('#').next().unwrap_or_default().trim();
             if line.is_empty() {
@@ -274,19 +318,25 @@ impl Profile {
             let us = v * 1e-6;
             let gbps = v * 1e9;
             match key {
-                "shm.alpha_us" => p.shm.alpha = us,
+                "shm.alpha_us" => (p.shm.alpha, lat[0]) = (us, true),
+                "shm.oneway_alpha_us" => (p.shm.oneway_alpha, oneway_lat[0]) = (us, true),
                 "shm.gbps" => (p.shm.bandwidth, streaming[0]) = (gbps, true),
                 "shm.cached_gbps" => (p.shm.cached_bandwidth, cached[0]) = (gbps, true),
+                "shm.oneway_gbps" => (p.shm.oneway_bandwidth, oneway[0]) = (gbps, true),
                 "shm.overhead_us" => p.shm.overhead = us,
                 "shm.wait_us" => p.shm.wait = us,
-                "tcp.alpha_us" => p.tcp.alpha = us,
+                "tcp.alpha_us" => (p.tcp.alpha, lat[1]) = (us, true),
+                "tcp.oneway_alpha_us" => (p.tcp.oneway_alpha, oneway_lat[1]) = (us, true),
                 "tcp.gbps" => (p.tcp.bandwidth, streaming[1]) = (gbps, true),
                 "tcp.cached_gbps" => (p.tcp.cached_bandwidth, cached[1]) = (gbps, true),
+                "tcp.oneway_gbps" => (p.tcp.oneway_bandwidth, oneway[1]) = (gbps, true),
                 "tcp.overhead_us" => p.tcp.overhead = us,
                 "tcp.wait_us" => p.tcp.wait = us,
-                "memory.alpha_us" => p.memory.alpha = us,
+                "memory.alpha_us" => (p.memory.alpha, lat[2]) = (us, true),
+                "memory.oneway_alpha_us" => (p.memory.oneway_alpha, oneway_lat[2]) = (us, true),
                 "memory.gbps" => (p.memory.bandwidth, streaming[2]) = (gbps, true),
                 "memory.cached_gbps" => (p.memory.cached_bandwidth, cached[2]) = (gbps, true),
+                "memory.oneway_gbps" => (p.memory.oneway_bandwidth, oneway[2]) = (gbps, true),
                 "memory.overhead_us" => p.memory.overhead = us,
                 "memory.wait_us" => p.memory.wait = us,
                 "native.step_us" => p.native_step = us,
@@ -304,6 +354,12 @@ impl Profile {
             if streaming[i] && !cached[i] {
                 link.cached_bandwidth = link.bandwidth;
             }
+            if !oneway[i] {
+                link.oneway_bandwidth = link.cached_bandwidth;
+            }
+            if lat[i] && !oneway_lat[i] {
+                link.oneway_alpha = link.alpha;
+            }
         }
         Ok(p)
     }
@@ -318,18 +374,24 @@ impl Profile {
         let gbps = |x: f64| x / 1e9;
         let values = [
             us(self.shm.alpha),
+            us(self.shm.oneway_alpha),
             gbps(self.shm.bandwidth),
             gbps(self.shm.cached_bandwidth),
+            gbps(self.shm.oneway_bandwidth),
             us(self.shm.overhead),
             us(self.shm.wait),
             us(self.tcp.alpha),
+            us(self.tcp.oneway_alpha),
             gbps(self.tcp.bandwidth),
             gbps(self.tcp.cached_bandwidth),
+            gbps(self.tcp.oneway_bandwidth),
             us(self.tcp.overhead),
             us(self.tcp.wait),
             us(self.memory.alpha),
+            us(self.memory.oneway_alpha),
             gbps(self.memory.bandwidth),
             gbps(self.memory.cached_bandwidth),
+            gbps(self.memory.oneway_bandwidth),
             us(self.memory.overhead),
             us(self.memory.wait),
             us(self.native_step),
@@ -372,7 +434,15 @@ mod tests {
     #[test]
     fn the_file_form_round_trips_and_keys_left_out_keep_defaults() {
         let p = Profile {
-            tcp: LinkCost { alpha: 31e-6, bandwidth: 1.25e9, cached_bandwidth: 2.5e9, overhead: 3e-6, wait: 6e-6 },
+            tcp: LinkCost {
+                alpha: 31e-6,
+                oneway_alpha: 12e-6,
+                bandwidth: 1.25e9,
+                cached_bandwidth: 2.5e9,
+                oneway_bandwidth: 7.5e9,
+                overhead: 3e-6,
+                wait: 6e-6,
+            },
             native_step: 0.75e-6,
             crowded_step: 2.5e-6,
             switch: 4e-6,
@@ -384,10 +454,15 @@ mod tests {
         assert!((back.tcp.overhead - 3e-6).abs() < 1e-12 && (back.switch - 4e-6).abs() < 1e-12);
         assert!((back.native_step - 0.75e-6).abs() < 1e-12 && (back.crowded_step - 2.5e-6).abs() < 1e-12);
         assert!((back.tcp.cached_bandwidth - 2.5e9).abs() < 1.0 && (back.tcp.wait - 6e-6).abs() < 1e-12);
+        assert!((back.tcp.oneway_bandwidth - 7.5e9).abs() < 1.0 && (back.tcp.oneway_alpha - 12e-6).abs() < 1e-12);
+        let lat = Profile::parse("tcp.alpha_us = 40\n").unwrap();
+        assert!((lat.tcp.alpha - 40e-6).abs() < 1e-12, "{}", lat.tcp.alpha);
+        assert_eq!(lat.tcp.oneway_alpha, lat.tcp.alpha, "one way follows the exchange's α");
         assert_eq!(back.cache, 1024.0 * 1024.0);
         let partial = Profile::parse("# only one\n tcp.gbps = 10 # fast network\n\n").unwrap();
         assert_eq!(partial.tcp.bandwidth, 10e9);
         assert_eq!(partial.tcp.cached_bandwidth, 10e9, "a network's rate alone holds for every size");
+        assert_eq!(partial.tcp.oneway_bandwidth, 10e9, "and one way");
         let both = Profile::parse("tcp.cached_gbps = 3\ntcp.gbps = 1\n").unwrap();
         assert_eq!((both.tcp.cached_bandwidth, both.tcp.bandwidth), (3e9, 1e9));
         assert_eq!(partial.shm, Profile::default().shm);
@@ -395,10 +470,26 @@ mod tests {
 
     #[test]
     fn messages_that_fit_the_cache_move_at_the_cached_bandwidth() {
-        let link = LinkCost { alpha: 1e-6, bandwidth: 1e9, cached_bandwidth: 4e9, overhead: 1e-6, wait: 0.0 };
+        let link = LinkCost {
+            alpha: 1e-6,
+            oneway_alpha: 1e-6,
+            bandwidth: 1e9,
+            cached_bandwidth: 4e9,
+            oneway_bandwidth: 8e9,
+            overhead: 1e-6,
+            wait: 0.0,
+        };
         let cache = 1024.0;
         assert_eq!(link.transfer(1024.0, cache), 1024.0 / 4e9);
         assert_eq!(link.transfer(1025.0, cache), 1025.0 / 1e9);
+        // One way: twice as fast within half the cache (measured there); past it, as an
+        // exchange.
+        assert_eq!(link.transfer_oneway(512.0, cache), 512.0 / 8e9);
+        assert_eq!(link.transfer_oneway(513.0, cache), 513.0 / 4e9);
+        assert_eq!(link.transfer_oneway(1025.0, cache), 1025.0 / 1e9);
+        // Never slower than an exchange.
+        let slow = LinkCost { oneway_bandwidth: 1e9, ..link };
+        assert_eq!(slow.transfer_oneway(512.0, cache), link.transfer(512.0, cache));
         let p =
             Profile { cache, cached_copy: 40e9, copy: 10e9, cached_reduce: 20e9, reduce: 5e9, ..Profile::default() };
         assert_eq!((p.copy_time(1024.0), p.copy_time(2048.0)), (1.0 / 40e9, 1.0 / 10e9));
