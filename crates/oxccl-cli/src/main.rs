@@ -191,6 +191,10 @@ struct TuneArgs {
     /// the cpu backend loads it whenever OXCCL_TUNE_FILE is not set
     #[arg(long)]
     save: bool,
+    /// With --ranks, where the processes run, as for `oxccl bench` (measure the host as your
+    /// jobs run on it: `none` for jobs the scheduler places)
+    #[arg(long, value_enum, default_value = "auto", value_name = "WHERE")]
+    bind_to: run::bind::BindTo,
 }
 
 fn tune_command(args: TuneArgs) -> ExitCode {
@@ -223,6 +227,7 @@ fn launch_tune(n: u32, args: &TuneArgs) -> Result<i32, String> {
     }
     let mut spec = LaunchSpec::local(n as usize, exe.into_os_string(), child);
     spec.rank0_output = Output::Inherited;
+    spec.bind = args.bind_to;
     let report = run::launch(&spec)?;
     if report.exit_code() != 0 {
         run::print_summary(&report);
