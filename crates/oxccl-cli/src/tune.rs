@@ -64,46 +64,12 @@ fn exchange(comm: &Communicator, bytes: usize, iters: usize) -> oxccl::Result<f6
     Ok(t.elapsed().as_secs_f64() / iters as f64)
 }
 
-/// Seconds of rank 0's time per message when it streams `msgs` 8-byte messages to rank 1,
-/// which answers once after the last (the best of five such rounds); ranks other than 0
-/// and 1 return 0 at once.
-fn stream(comm: &Communicator, msgs: usize) -> oxccl::Result<f64> {
-    let r = comm.rank();
-    if r > 1 {
-        return Ok(0.0);
-    }
-    let out = [r as u8; 8];
-    let mut inc = [0u8; 8];
-    let mut round = || -> oxccl::Result<()> {
-        if r == 0 {
-            for _ in 0..msgs {
-                comm.send(&out[..], 1, 8)?;
-            }
-            comm.recv(&mut inc[..], 1, 9).map(drop)
-        } else {
-            for _ in 0..msgs {
-                comm.recv(&mut inc[..], 0, 8)?;
-            }
-            comm.send(&out[..], 0, 9)
-        }
-    };
-    round()?;
-    // The best of five rounds: noise (another process taking the CPU a moment) only adds,
-    // and one noisy round of 2000 messages moved the result by half (0.63-0.81 µs per
-    // message over shared memory on a 2-CPU VM, once 1.14).
-    let mut best = f64::MAX;
-    for _ in 0..5 {
-        let t = Instant::now();
-        round()?;
-        best = best.min(t.elapsed().as_secs_f64() / msgs as f64);
-    }
-    Ok(best)
-}
-
-/// Seconds per message when rank 0 sends `msgs` messages of `bytes` to rank 1, which sends
-/// nothing until it answers once after the last (the best of three rounds); ranks other
-/// than 0 and 1 return 0 at once.
-fn one_way(comm: &Communicator, bytes: usize, msgs: usize) -> oxccl::Result<f64> {
+/// Seconds of rank 0's time per message when it streams `msgs` messages of `bytes` to rank
+/// 1, which sends nothing until it answers once after the last: the best of `rounds` such
+/// rounds (noise, another process taking the CPU a moment, only adds: one noisy round of
+/// 2000 8-byte messages moved the result by half, 0.63-0.81 µs per message over shared
+/// memory on a 2-CPU VM, once 1.14). Ranks other than 0 and 1 return 0 at once.
+fn stream(comm: &Communicator, bytes: usize, msgs: usize, rounds: usize) -> oxccl::Result<f64> {
     let r = comm.rank();
     if r > 1 {
         return Ok(0.0);
@@ -113,19 +79,19 @@ fn one_way(comm: &Communicator, bytes: usize, msgs: usize) -> oxccl::Result<f64>
     let mut round = || -> oxccl::Result<()> {
         if r == 0 {
             for _ in 0..msgs {
-                comm.send(&buf[..], 1, 10)?;
+                comm.send(&buf[..], 1, 8)?;
             }
-            comm.recv(&mut ack[..], 1, 11).map(drop)
+            comm.recv(&mut ack[..], 1, 9).map(drop)
         } else {
             for _ in 0..msgs {
-                comm.recv(&mut buf[..], 0, 10)?;
+                comm.recv(&mut buf[..], 0, 8)?;
             }
-            comm.send(&ack[..], 0, 11)
+            comm.send(&ack[..], 0, 9)
         }
     };
     round()?;
     let mut best = f64::MAX;
-    for _ in 0..3 {
+    for _ in 0..rounds {
         let t = Instant::now();
         round()?;
         best = best.min(t.elapsed().as_secs_f64() / msgs as f64);
@@ -166,9 +132,9 @@ fn ping_pong(comm: &Communicator, iters: usize) -> oxccl::Result<f64> {
 fn link(comm: &Communicator, cache: usize) -> oxccl::Result<LinkCost> {
     let alpha = exchange(comm, 8, 2000)?;
     let big = exchange(comm, BIG, 20)?;
-    let overhead = stream(comm, 2000)?;
+    let overhead = stream(comm, 8, 2000, 5)?;
     let cached = exchange(comm, cache / 2, 200)?;
-    let oneway = one_way(comm, cache / 2, 50)?;
+    let oneway = stream(comm, cache / 2, 50, 3)?;
     let round_trip = ping_pong(comm, 2000)?;
     let bandwidth = BIG as f64 / (big - alpha).max(1e-9);
     let cached_bandwidth = (cache / 2) as f64 / (cached - alpha).max(1e-9);
