@@ -152,6 +152,11 @@ fn ranks_as_processes_with_the_cpu_backend() {
     assert_eq!(f.code(), Some(0), "{}", f.all());
     assert!(f.stdout.contains("2 ranks on backend cpu"), "{}", f.all());
     assert_eq!(f.stdout.matches("# Out of bounds values : 0 OK").count(), 2, "{}", f.all());
+    // Bound by default where the ranks fit: rank 0 on the first CPU alone.
+    let cpus = oxccl::tuning::allowed_cpus();
+    if cpus.len() >= 2 {
+        assert!(f.stdout.contains(&format!("rank 0 on CPUs {}\n", cpus[0])), "{}", f.all());
+    }
 }
 
 #[test]

@@ -13,6 +13,9 @@ pub use crate::cpu::selector::profile::{LinkCost, Profile};
 /// The CPUs this thread may run on (what `oxccl tune` pins its switch-cost threads to, and
 /// what the ranks of a host exchange to tell whether they outnumber their CPUs).
 pub use crate::cpu::transport::shm::wait::allowed_cpus;
+/// A list of CPU numbers in the compact form (`0-3,8,10-11`) that `taskset` and
+/// `/proc/self/status` use.
+pub use crate::cpu::transport::shm::wait::format_cpus;
 /// How long a rank's waits yield before they sleep where the ranks outnumber the CPUs
 /// (`OXCCL_YIELD_US`'s automatic value there; `oxccl tune` measures crowded steps with it).
 pub use crate::cpu::transport::shm::wait::YIELD_CROWDED;

@@ -306,7 +306,7 @@ fn run_typed<T: BenchElem>(comm: &Communicator, plan: &Plan) -> Result<u64, Stri
     let mut progress = Progress::new(if printer { plan.progress } else { ProgressMode::Off }, steps);
     if printer {
         out(&format!(
-            "# oxccl bench: {n} rank{} on backend {}, buffers on {device}  minBytes {} maxBytes {}  warmup iters: {}  iters: {}  validation: {}\n",
+            "# oxccl bench: {n} rank{} on backend {}, buffers on {device}  minBytes {} maxBytes {}  warmup iters: {}  iters: {}  validation: {}  rank 0 on CPUs {}\n",
             if n == 1 { "" } else { "s" },
             comm.backend(),
             plan.sizes.first().copied().unwrap_or(0),
@@ -314,6 +314,8 @@ fn run_typed<T: BenchElem>(comm: &Communicator, plan: &Plan) -> Result<u64, Stri
             plan.warmup,
             plan.iters,
             u8::from(plan.check),
+            // Whether the ranks are bound (`--bind-to`) shows here: one CPU, or all.
+            oxccl::tuning::format_cpus(&oxccl::tuning::allowed_cpus()),
         ));
     }
     let forced;
