@@ -153,7 +153,8 @@ impl Pending for GpuPending {
                     return Some(self.finish(r));
                 }
                 Ok(false) => {}
-                Err(e) => return Some(self.finish(Err(self.inner.fail(e)))),
+                // The stream failed: often a peer's abort or exit, which says more.
+                Err(e) => return Some(self.finish(Err(self.inner.fail(self.inner.cause_of(e))))),
             }
             if let Err(e) = self.inner.poisoned() {
                 return Some(self.finish(Err(e)));
