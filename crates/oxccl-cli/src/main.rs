@@ -240,30 +240,23 @@ fn tune_rank(args: &TuneArgs) -> Result<i32, String> {
     let Some(profile) = tune::run_rank(cfg)? else { return Ok(0) };
     let n = std::env::var("WORLD_SIZE").ok().and_then(|v| v.parse().ok()).unwrap_or(2);
     let text = profile.to_text(&tune::header(n));
-    let cached = if args.save {
-        let path = oxccl::tuning::Profile::host_cache_path()
-            .ok_or("--save needs $XDG_CACHE_HOME or $HOME (an absolute path) and a host name; use -o FILE")?;
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    let (path, how) = match (&args.output, args.save) {
+        (_, true) => {
+            let path = oxccl::tuning::Profile::host_cache_path()
+                .ok_or("--save needs $XDG_CACHE_HOME or $HOME (an absolute path) and a host name; use -o FILE")?;
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+            }
+            (path, "the cpu backend loads it on this host when OXCCL_TUNE_FILE is not set".to_string())
         }
-        Some(path)
-    } else {
-        None
+        (Some(out), false) => (out.clone(), format!("use it with OXCCL_TUNE_FILE={}", out.display())),
+        (None, false) => {
+            print!("{text}");
+            return Ok(0);
+        }
     };
-    match cached.as_ref().or(args.output.as_ref()) {
-        Some(path) if args.save => {
-            std::fs::write(path, &text).map_err(|e| format!("writing {}: {e}", path.display()))?;
-            eprintln!(
-                "oxccl tune: wrote {}; the cpu backend loads it on this host when OXCCL_TUNE_FILE is not set",
-                path.display()
-            );
-        }
-        Some(path) => {
-            std::fs::write(path, &text).map_err(|e| format!("writing {}: {e}", path.display()))?;
-            eprintln!("oxccl tune: wrote {}; use it with OXCCL_TUNE_FILE={}", path.display(), path.display());
-        }
-        None => print!("{text}"),
-    }
+    std::fs::write(&path, &text).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    eprintln!("oxccl tune: wrote {}; {how}", path.display());
     Ok(0)
 }
 

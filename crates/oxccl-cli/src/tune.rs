@@ -49,11 +49,16 @@ fn exchange(comm: &Communicator, bytes: usize, iters: usize) -> oxccl::Result<f6
     let peer = 1 - r;
     let out = vec![r as u8; bytes];
     let mut inc = vec![0u8; bytes];
-    let mut step = || -> oxccl::Result<()> {
+    mean_time(iters, || {
         let mut b = comm.batch();
         b.send(&out[..], peer, 7)?.recv(&mut inc[..], peer, 7)?;
         comm.run_batch(b).map(drop)
-    };
+    })
+}
+
+/// Seconds per call of `step`, averaged over `iters` calls after a tenth as many (and three)
+/// untimed ones.
+fn mean_time(iters: usize, mut step: impl FnMut() -> oxccl::Result<()>) -> oxccl::Result<f64> {
     for _ in 0..iters / 10 + 3 {
         step()?;
     }
@@ -108,7 +113,7 @@ fn ping_pong(comm: &Communicator, iters: usize) -> oxccl::Result<f64> {
         return Ok(0.0);
     }
     let mut buf = [r as u8; 8];
-    let mut step = || -> oxccl::Result<()> {
+    mean_time(iters, || {
         if r == 0 {
             comm.send(&buf[..], 1, 12)?;
             comm.recv(&mut buf[..], 1, 12).map(drop)
@@ -116,15 +121,7 @@ fn ping_pong(comm: &Communicator, iters: usize) -> oxccl::Result<f64> {
             comm.recv(&mut buf[..], 0, 12)?;
             comm.send(&buf[..], 0, 12)
         }
-    };
-    for _ in 0..iters / 10 + 3 {
-        step()?;
-    }
-    let t = Instant::now();
-    for _ in 0..iters {
-        step()?;
-    }
-    Ok(t.elapsed().as_secs_f64() / iters as f64)
+    })
 }
 
 /// α, bandwidth and overhead of the links between ranks 0 and 1 of `comm` (meaningful on
@@ -183,15 +180,9 @@ fn pin_to(cpu: usize) -> bool {
 /// Pins thread `tid` (0: the calling thread) to `cpu` and returns its previous CPU set;
 /// `None` where the kernel refuses.
 fn pin_thread(tid: libc::pid_t, cpu: usize) -> Option<libc::cpu_set_t> {
-    if cpu >= libc::CPU_SETSIZE as usize {
-        return None;
-    }
+    let set = crate::run::bind::single_cpu_set(cpu)?;
     // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
     let mut old: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `cpu` is below CPU_SETSIZE, so CPU_SET writes within `set`.
-    unsafe { libc::CPU_SET(cpu, &mut set) };
     let size = std::mem::size_of::<libc::cpu_set_t>();
     // SAFETY: the sizes and pointers describe `old` (written) and `set` (only read).
     let ok =

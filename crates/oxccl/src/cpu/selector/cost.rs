@@ -27,11 +27,11 @@
 //! | all_reduce, `h` hosts of `m` | hierarchical | `α` (empty messages to and from the ring neighbours), ring reduce-scatter (`m` ranks, input `m`) and ring all-gather (`m` ranks, block `m/m`) over the shared-memory link, ring all_reduce (`h` ranks, `m/m`) over TCP |
 //!
 //! `α` and `β` are measured in exchanges (both ranks of a pair send at once, as in a ring's
-//! or recursive doubling's rounds); a tree's rounds move one way, with latency `α₁` (half a
-//! ping-pong) and at `β₁` (the profile's `oneway_gbps`) up to half the cache, which on a host with a CPU per rank can be twice
-//! as fast (TCP over loopback on a 2-CPU VM: 1.9 against 4-4.7 GB/s; 2 ranks, 256 KiB
-//! all_reduce: recursive doubling 115-170 µs, the binomial tree 76-87), and past the cache
-//! at `β`.
+//! or recursive doubling's rounds). A tree's rounds move one way: with latency `α₁` (half a
+//! ping-pong), and up to half the cache at `β₁` (the profile's `oneway_gbps`), past it at
+//! `β`. On a host with a CPU per rank one way can be twice as fast (TCP over loopback on a
+//! 2-CPU VM: 1.9 against 4-5.6 GB/s; 2 ranks, 256 KiB all_reduce: recursive doubling
+//! 115-170 µs, the binomial tree 76-87).
 //!
 //! Each exchanging algorithm is written down as a [`Plan`]: the messages of its critical
 //! path round by round, and every message the job sends with the bytes it combines and

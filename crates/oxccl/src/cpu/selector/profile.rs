@@ -67,7 +67,7 @@ pub struct LinkCost {
     /// nothing meanwhile, as in a tree's rounds), in bytes per second. The two bandwidths
     /// above are measured in exchanges, both ranks sending at once, which on a host with
     /// a CPU per rank share each CPU between the rank's sending and its receiving (TCP over
-    /// loopback on a 2-CPU VM: 1.9 GB/s each way in an exchange, 6.5 one way).
+    /// loopback on a 2-CPU VM: 1.9 GB/s each way in an exchange, 4-5.6 one way).
     pub oneway_bandwidth: f64,
     /// CPU time per message of a one-way stream, in seconds.
     pub overhead: f64,
@@ -295,13 +295,8 @@ impl Profile {
     /// A message naming the line and what is wrong with it.
     pub fn parse(text: &str) -> std::result::Result<Profile, String> {
         let mut p = Profile::default();
-        // Links whose cached bandwidth the file sets; the others follow their `gbps`.
-        let mut cached = [false; 3];
-        let mut streaming = [false; 3];
-        // ... whose one-way bandwidth it sets; the others move one way as in exchanges.
-        let mut oneway = [false; 3];
-        // ... whose latency, and one-way latency, it sets.
-        let (mut lat, mut oneway_lat) = ([false; 3], [false; 3]);
+        // The keys the file sets: some values follow others the file sets (below).
+        let mut seen: Vec<&str> = Vec::new();
         for (i, raw) in text.lines().enumerate() {
             let line = raw.split('#').next().unwrap_or_default().trim();
             if line.is_empty() {
@@ -318,25 +313,25 @@ impl Profile {
             let us = v * 1e-6;
             let gbps = v * 1e9;
             match key {
-                "shm.alpha_us" => (p.shm.alpha, lat[0]) = (us, true),
-                "shm.oneway_alpha_us" => (p.shm.oneway_alpha, oneway_lat[0]) = (us, true),
-                "shm.gbps" => (p.shm.bandwidth, streaming[0]) = (gbps, true),
-                "shm.cached_gbps" => (p.shm.cached_bandwidth, cached[0]) = (gbps, true),
-                "shm.oneway_gbps" => (p.shm.oneway_bandwidth, oneway[0]) = (gbps, true),
+                "shm.alpha_us" => p.shm.alpha = us,
+                "shm.oneway_alpha_us" => p.shm.oneway_alpha = us,
+                "shm.gbps" => p.shm.bandwidth = gbps,
+                "shm.cached_gbps" => p.shm.cached_bandwidth = gbps,
+                "shm.oneway_gbps" => p.shm.oneway_bandwidth = gbps,
                 "shm.overhead_us" => p.shm.overhead = us,
                 "shm.wait_us" => p.shm.wait = us,
-                "tcp.alpha_us" => (p.tcp.alpha, lat[1]) = (us, true),
-                "tcp.oneway_alpha_us" => (p.tcp.oneway_alpha, oneway_lat[1]) = (us, true),
-                "tcp.gbps" => (p.tcp.bandwidth, streaming[1]) = (gbps, true),
-                "tcp.cached_gbps" => (p.tcp.cached_bandwidth, cached[1]) = (gbps, true),
-                "tcp.oneway_gbps" => (p.tcp.oneway_bandwidth, oneway[1]) = (gbps, true),
+                "tcp.alpha_us" => p.tcp.alpha = us,
+                "tcp.oneway_alpha_us" => p.tcp.oneway_alpha = us,
+                "tcp.gbps" => p.tcp.bandwidth = gbps,
+                "tcp.cached_gbps" => p.tcp.cached_bandwidth = gbps,
+                "tcp.oneway_gbps" => p.tcp.oneway_bandwidth = gbps,
                 "tcp.overhead_us" => p.tcp.overhead = us,
                 "tcp.wait_us" => p.tcp.wait = us,
-                "memory.alpha_us" => (p.memory.alpha, lat[2]) = (us, true),
-                "memory.oneway_alpha_us" => (p.memory.oneway_alpha, oneway_lat[2]) = (us, true),
-                "memory.gbps" => (p.memory.bandwidth, streaming[2]) = (gbps, true),
-                "memory.cached_gbps" => (p.memory.cached_bandwidth, cached[2]) = (gbps, true),
-                "memory.oneway_gbps" => (p.memory.oneway_bandwidth, oneway[2]) = (gbps, true),
+                "memory.alpha_us" => p.memory.alpha = us,
+                "memory.oneway_alpha_us" => p.memory.oneway_alpha = us,
+                "memory.gbps" => p.memory.bandwidth = gbps,
+                "memory.cached_gbps" => p.memory.cached_bandwidth = gbps,
+                "memory.oneway_gbps" => p.memory.oneway_bandwidth = gbps,
                 "memory.overhead_us" => p.memory.overhead = us,
                 "memory.wait_us" => p.memory.wait = us,
                 "native.step_us" => p.native_step = us,
@@ -349,15 +344,19 @@ impl Profile {
                 "reduce.cached_gbps" => p.cached_reduce = gbps,
                 other => return Err(format!("line {}: unknown key `{other}`; known: {}", i + 1, KEYS.join(", "))),
             }
+            seen.push(key);
         }
-        for (i, link) in [&mut p.shm, &mut p.tcp, &mut p.memory].into_iter().enumerate() {
-            if streaming[i] && !cached[i] {
+        for (name, link) in [("shm", &mut p.shm), ("tcp", &mut p.tcp), ("memory", &mut p.memory)] {
+            let set = |field: &str| seen.iter().any(|k| k.strip_prefix(name) == Some(field));
+            // A link's `gbps` alone stands for every size; what moves one way, as in
+            // exchanges unless the file says otherwise.
+            if set(".gbps") && !set(".cached_gbps") {
                 link.cached_bandwidth = link.bandwidth;
             }
-            if !oneway[i] {
+            if !set(".oneway_gbps") {
                 link.oneway_bandwidth = link.cached_bandwidth;
             }
-            if lat[i] && !oneway_lat[i] {
+            if !set(".oneway_alpha_us") {
                 link.oneway_alpha = link.alpha;
             }
         }
