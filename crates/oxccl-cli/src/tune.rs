@@ -450,6 +450,8 @@ pub fn run_rank(backend_cfg: Config) -> Result<Option<Profile>, String> {
 /// The header line of a profile written on this host now.
 pub fn header(ranks: usize) -> String {
     let host = oxccl::topology::host::name().unwrap_or_default();
-    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    // The host's, not this rank's: a rank of `oxccl tune --ranks N` is bound to one CPU.
+    // SAFETY: sysconf reads a system value and touches no memory of ours.
+    let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(0);
     format!("written by `oxccl tune` on {host} ({cpus} CPUs, {ranks} ranks); load it with OXCCL_TUNE_FILE")
 }

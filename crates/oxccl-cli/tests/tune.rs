@@ -20,6 +20,17 @@ fn tune_writes_a_whole_profile_that_loads() {
     assert_eq!(done.code(), Some(0), "{}", done.all());
     let text = std::fs::read_to_string(&file).unwrap();
     assert!(text.starts_with("# written by `oxccl tune`"), "{text}");
+    // The host's CPUs, not those of rank 0, which runs bound to one.
+    let cpus = oxccl::tuning::allowed_cpus().len();
+    if cpus >= 2 {
+        let said: usize = text
+            .split(" CPUs")
+            .next()
+            .and_then(|h| h.rsplit('(').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no CPU count in the header:\n{text}"));
+        assert!(said >= cpus, "the header says {said} CPUs, this test may use {cpus}:\n{text}");
+    }
     // Every value is measured and written, the crowded step among them.
     for key in
         ["shm.alpha_us", "tcp.gbps", "tcp.oneway_gbps", "tcp.oneway_alpha_us", "native.crowded_step_us", "reduce.gbps"]
