@@ -64,10 +64,6 @@ use crate::xccl::runtime::{DeviceRuntime, RawEvent, RawStream, Residence, Vendor
 const EVENT_POOL: usize = 64;
 /// How long a failed communicator's stream is given to drain after the abort.
 const DRAIN: Duration = Duration::from_secs(2);
-/// How long a wait that NCCL ends with `ncclRemoteError` waits for word of the cause: this
-/// rank's own abort from another thread, or a peer's abort or death as the host
-/// communicator learns it.
-const CAUSE_GRACE: Duration = Duration::from_millis(500);
 
 /// What a GPU communicator is made of.
 pub(crate) struct Parts {
@@ -301,31 +297,9 @@ impl Inner {
     fn watch(&self) -> Result<()> {
         self.poisoned()?;
         if let Some(e) = self.comm.async_error()? {
-            return Err(self.cause_of(e));
+            return Err(e);
         }
         self.host.liveness()
-    }
-
-    /// The cause behind an asynchronous failure `e` (NCCL's error, a failed stream). A
-    /// peer's abort or exit reaches NCCL as `ncclRemoteError` and fails the streams waiting
-    /// on it, often before the host communicator carries the peer's reason, and before this
-    /// rank's own `abort()` from another thread has poisoned the communicator when every
-    /// rank aborts at once. Both say more than "remote process exited": for up to
-    /// [`CAUSE_GRACE`] the first of them wins; after it, `e`.
-    pub(super) fn cause_of(&self, e: Error) -> Error {
-        if !matches!(e, Error::Backend { .. }) {
-            return e;
-        }
-        let until = Instant::now() + CAUSE_GRACE;
-        loop {
-            if let Err(cause) = self.poisoned().and_then(|()| self.host.liveness()) {
-                return cause;
-            }
-            if Instant::now() >= until {
-                return e;
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
     }
 
     /// Poisons the communicator with `e`, aborts it and the host communicator, lets the

@@ -153,8 +153,7 @@ impl Pending for GpuPending {
                     return Some(self.finish(r));
                 }
                 Ok(false) => {}
-                // The stream failed: often a peer's abort or exit, which says more.
-                Err(e) => return Some(self.finish(Err(self.inner.fail(self.inner.cause_of(e))))),
+                Err(e) => return Some(self.finish(Err(self.inner.fail(e)))),
             }
             if let Err(e) = self.inner.poisoned() {
                 return Some(self.finish(Err(e)));
