@@ -306,16 +306,33 @@ impl Inner {
     /// stream drain, and returns `e`. When it was poisoned already (an `abort()` from another
     /// thread, an earlier failure), that first cause is returned instead: what `e` reports
     /// (a broken stream, a remote error) is then its consequence.
+    ///
+    /// NCCL's own report of a peer's abort or failure (`ncclRemoteError`, a stream that
+    /// failed) is a consequence too. A peer tells its host communicator first and NCCL
+    /// second (see [`Inner::abort_both`]), so when the host communicator already knows of a
+    /// peer's abort, failure or death, that is the cause returned. Without this, when every
+    /// rank aborted at once, a rank whose own abort came a moment after a peer's could end
+    /// with "remote process exited" instead of [`Error::Aborted`].
     fn fail(&self, e: Error) -> Error {
+        let e = match e {
+            e @ Error::Backend { .. } => self.host.liveness().err().unwrap_or(e),
+            e => e,
+        };
         let first = relock(&self.poison).set(e.clone());
         if !first {
             return self.poisoned().err().unwrap_or(e);
         }
-        let reason = format!("rank {} failed: {e}", self.rank);
-        self.comm.abort(&reason);
-        self.host.comm().abort(&reason);
+        self.abort_both(&format!("rank {} failed: {e}", self.rank));
         self.drain();
         e
+    }
+
+    /// Aborts the host communicator, then NCCL's. In that order, a peer that NCCL fails
+    /// (`ncclRemoteError`) can already read this rank's reason from its host communicator
+    /// (in one process at once; across processes the reason was sent first).
+    fn abort_both(&self, reason: &str) {
+        self.host.comm().abort(reason);
+        self.comm.abort(reason);
     }
 
     /// Waits (boundedly) until the engine's stream has run what was queued, after an abort
@@ -787,7 +804,6 @@ impl Backend for Engine {
         let i = &self.inner;
         let e = Error::Aborted { reason: format!("rank {} called abort: {reason}", i.rank) };
         relock(&i.poison).set(e);
-        i.comm.abort(reason);
-        i.host.comm().abort(reason);
+        i.abort_both(reason);
     }
 }

@@ -24,7 +24,12 @@ struct World {
 }
 
 fn config(fingerprint: bool, host: HostBuffers, timeout: Duration) -> ResolvedConfig {
-    let mut cfg = Config::new().timeout(timeout).resolve_with(|_| None).expect("config");
+    // No flight recorder: the failure cases would leave their dumps in the temporary directory.
+    let mut cfg = Config::new()
+        .timeout(timeout)
+        .set("OXCCL_FR_SIZE", "0")
+        .and_then(|c| c.resolve_with(|_| None))
+        .expect("config");
     cfg.gpu.fingerprint = fingerprint;
     cfg.gpu.host_buffers = Some(host);
     cfg
@@ -37,7 +42,9 @@ fn world_with(n: usize, opts: &DoubleOptions, cfg: &ResolvedConfig) -> World {
     let hosts: Vec<Arc<dyn Backend>> =
         crate::cpu::local::world(cfg, n).expect("hosts").into_iter().map(|b| Arc::new(b) as Arc<dyn Backend>).collect();
     let backends = world_over("nccl", &lib, &dyn_rt, hosts, cfg, &|i| i as u32).expect("world");
-    World { rt, comms: backends.into_iter().map(Communicator::from_backend).collect() }
+    // Recorded with `cfg`'s settings: no flight recorder (see `config`).
+    let perf = Arc::new(cfg.perf.clone());
+    World { rt, comms: backends.into_iter().map(|b| Communicator::observed(b, Arc::clone(&perf))).collect() }
 }
 
 fn world(n: usize) -> World {
@@ -223,6 +230,36 @@ fn abort_from_another_thread_ends_a_blocked_wait() {
     });
     assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
     assert!(matches!(&e, Error::Aborted { reason } if reason.contains("test says stop")), "{e}");
+}
+
+#[test]
+fn every_rank_aborting_at_once_is_aborted_everywhere_not_a_remote_error() {
+    // Each rank's abort reaches its peers' NCCL as ncclRemoteError, sometimes before a
+    // peer's own abort (a moment later on its other thread) poisons the peer: the wait must
+    // still end with Error::Aborted, the cause, not NCCL's "remote process exited" (it
+    // once did in CI, in the conformance suite's errors/abort/from_another_thread).
+    for round in 0..3 {
+        let w = world_with(3, &DoubleOptions::default(), &config(false, HostBuffers::Refuse, Duration::from_secs(30)));
+        let out = w.run(|c, g| {
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    // Staggered by a millisecond a rank: the earliest abort lands first.
+                    std::thread::sleep(Duration::from_millis(100 + c.rank() as u64));
+                    c.abort("every rank stops");
+                });
+                let mut buf = g.zeros::<f32>(8).unwrap();
+                // Rank 0 never joins: the others wait until the aborts.
+                if c.rank() == 0 {
+                    c.recv(&mut buf, 1, 7).map(drop)
+                } else {
+                    c.all_reduce(&mut buf, ReduceOp::Sum)
+                }
+            })
+        });
+        for (me, r) in out.iter().enumerate() {
+            assert!(matches!(r, Err(Error::Aborted { .. })), "round {round}, rank {me}: {r:?}");
+        }
+    }
 }
 
 #[test]
