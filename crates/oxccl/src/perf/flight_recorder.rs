@@ -219,8 +219,12 @@ impl FlightRecorder {
         &self.slots[(seq & self.mask) as usize]
     }
 
-    /// Claims the right to dump a failure: true the first time only.
+    /// Claims the right to dump a failure: true the first time only, never for a recorder
+    /// of capacity 0 (`OXCCL_FR_SIZE=0`: no dumps).
     pub(crate) fn first_failure(&self) -> bool {
+        if self.capacity == 0 {
+            return false;
+        }
         let mut rare = crate::sync::relock(&self.rare);
         !std::mem::replace(&mut rare.dumped_failure, true)
     }

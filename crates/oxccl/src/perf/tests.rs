@@ -59,6 +59,7 @@ fn every_operation_is_recorded_in_order_and_only_the_last_ones_kept() {
     }
     // Nothing failed: nothing was written.
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -84,6 +85,20 @@ fn a_mismatch_writes_the_dumps_that_show_the_diverging_call() {
         assert!(last.error.as_deref().is_some_and(|e| !e.is_empty()), "{last:?}");
         assert!(f.file_name().unwrap().to_str().unwrap().ends_with(&format!("-rank{}.json", d.rank)));
     }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_recorder_of_size_0_writes_no_dump_on_a_failure() {
+    // OXCCL_FR_SIZE=0 keeps no operations and writes no dumps (it once wrote empty ones).
+    let dir = dump_dir("off");
+    let errors = crate::local::run_with(&config(&dir, 0), 2, |c| {
+        let mut v = vec![1.0f32; 4 + c.rank()];
+        c.all_reduce(&mut v[..], ReduceOp::Sum).err()
+    })
+    .unwrap();
+    assert!(errors.iter().any(|e| matches!(e, Some(Error::Mismatch { .. }))), "{errors:?}");
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
