@@ -1,9 +1,12 @@
 //! Collectives that run directly in shared memory, for communicators whose ranks are all on
 //! one host: the fast path of the `cpu` backend (algorithm `shared_memory`).
 //!
-//! Each communicator maps its own segment with, per rank, a control line (`arrive` and
-//! `done` step counters, the fingerprint of the operation in progress), two data slots and
-//! two result areas. A collective moves through the slots in chunks; each chunk is one
+//! Each communicator maps its own segment with, per rank, a control block, two data slots
+//! and two result areas. The control block holds two *boxes*, one cache line each, one per
+//! step parity: the rank's latest `arrive` step of that parity, the fingerprint of its
+//! operation, and up to 32 bytes of inline payload (as Open MPI's fastboxes: a tiny
+//! all_reduce costs each peer one line fetch, not one for the arrival and one for the data),
+//! and a line with its `done` step counter. A collective moves through the slots in chunks; each chunk is one
 //! *step*, on slot and result area `step % 2`:
 //!
 //! 1. every rank copies its chunk into its slot and publishes `arrive = step`;
@@ -67,10 +70,25 @@ const MAGIC: u64 = u64::from_le_bytes(*b"OXSHMCL1");
 /// Chunks up to this size are reduced by every rank (one synchronization per chunk).
 const DIRECT: usize = 16 * 1024;
 const LINE: usize = 128;
+/// Where the control blocks start (after the header line and the doorbell's line).
+const CONTROL: usize = 2 * LINE;
+/// Bytes of a rank's control block: two boxes of one cache line (one per step parity), each
+/// at the start of its own 128-byte pair of lines (an adjacent-line prefetch fetches a
+/// line's pair: the box of the other parity would be taken from the peer that is about to
+/// write it), the `done` line beside the first box and a spare line beside the second.
+const BLOCK: usize = 4 * 64;
+/// Distance between a rank's two boxes.
+const BOX_STRIDE: usize = 128;
+/// Bytes of a box: the arrival, the fingerprint (three words), the inline area.
+const BOX: usize = 64;
+/// Offset of the inline area in a box.
+const BOX_INLINE: usize = 32;
+/// Offset of the `done` counter in a control block.
+const DONE_AT: usize = BOX;
 /// Per rank: two slots and two result areas (double buffering by step parity).
 const REGIONS: usize = 4;
 /// Bytes of a rank's inline area per parity (all_reduce of this much or less skips the slots).
-const INLINE: usize = 32;
+const INLINE: usize = BOX - BOX_INLINE;
 /// The first result area (`RESULT + parity`).
 const RESULT: usize = 2;
 /// How often a waiting rank looks at the transport for failures and mismatches.
@@ -140,7 +158,7 @@ impl ShmCollectives {
         let n = ctx.size();
         let me = ctx.rank();
         let slot = slot_bytes.max(4096).div_ceil(4096) * 4096;
-        let peers_at = (LINE * (2 + n) + 2 * 8 * n * n).div_ceil(LINE) * LINE;
+        let peers_at = (CONTROL + BLOCK * n + 2 * 8 * n * n).div_ceil(LINE) * LINE;
         let data = (peers_at + LINE * n).div_ceil(4096) * 4096;
         let size = data + REGIONS * n * slot;
         let mut name = [0u8; 96];
@@ -251,7 +269,7 @@ impl ShmCollectives {
     /// How many frames of point-to-point collectives rank `from` had sent rank `to` when it
     /// arrived at its latest step of parity `b`.
     fn published_sent(&self, b: usize, from: usize, to: usize) -> &AtomicU64 {
-        self.u64_at(LINE * (2 + self.n) + 8 * ((b * self.n + from) * self.n + to))
+        self.u64_at(CONTROL + BLOCK * self.n + 8 * ((b * self.n + from) * self.n + to))
     }
 
     /// Counts a frame this rank sent `to` in a point-to-point collective.
@@ -318,24 +336,36 @@ impl ShmCollectives {
         self.u32_at(LINE + 4)
     }
 
-    fn counter(&self, rank: usize, phase: Phase) -> &AtomicU64 {
-        self.u64_at(LINE * (2 + rank) + 8 * phase as usize)
+    /// The counter `rank` publishes `step` of `phase` in: the arrival in the box of the
+    /// step's parity (it holds the latest step of that parity the rank arrived at, so a
+    /// rank that arrived at step s, or later, shows a value >= s in box s % 2), `done` in
+    /// its own line.
+    fn counter(&self, rank: usize, phase: Phase, step: u64) -> &AtomicU64 {
+        match phase {
+            Phase::Arrive => self.u64_at(self.box_at(rank, (step % 2) as usize)),
+            Phase::Done => self.u64_at(CONTROL + BLOCK * rank + DONE_AT),
+        }
     }
 
-    /// The fingerprint `rank` published for steps of parity `b`. Double-buffered like the
-    /// slots: a rank cannot reach step s+2 (and overwrite) before every rank is past step s.
+    /// Offset of `rank`'s box for steps of parity `b`.
+    fn box_at(&self, rank: usize, b: usize) -> usize {
+        CONTROL + BLOCK * rank + BOX_STRIDE * b
+    }
+
+    /// The fingerprint `rank` published for steps of parity `b`, in the box of its arrival.
+    /// Double-buffered like the slots: a rank cannot reach step s+2 (and overwrite) before
+    /// every rank is past step s.
     fn fp_words(&self, rank: usize, b: usize) -> [&AtomicU64; 3] {
-        let base = LINE * (2 + rank) + 16 + 24 * b;
+        let base = self.box_at(rank, b) + 8;
         [self.u64_at(base), self.u64_at(base + 8), self.u64_at(base + 16)]
     }
 
-    /// The inline area of `rank` for steps of parity `b`: [`INLINE`] bytes in the second
-    /// cache line of its control block, next to the line its arrival is published in (one
-    /// adjacent-line fetch brings a tiny payload with the arrival, instead of a second miss
-    /// on a slot far away). Double-buffered like the slots.
+    /// The inline area of `rank` for steps of parity `b`: [`INLINE`] bytes in the box its
+    /// arrival is published in, so the peers' one fetch of that line brings a tiny payload
+    /// with the arrival. Double-buffered like the slots.
     fn inline_ptr(&self, rank: usize, b: usize) -> *mut u8 {
-        // SAFETY: the control block of `rank` spans LINE bytes inside the control area.
-        unsafe { self.seg.ptr().add(LINE * (2 + rank) + 64 + INLINE * b) }
+        // SAFETY: the box lies inside `rank`'s control block, inside the control area.
+        unsafe { self.seg.ptr().add(self.box_at(rank, b) + BOX_INLINE) }
     }
 
     /// Region `b` of `rank` (slot 0, slot 1, or result area [`RESULT`] + 0 or 1), as raw memory.
@@ -352,14 +382,14 @@ impl ShmCollectives {
 
     /// Publishes this rank's progress and wakes sleepers.
     fn post(&self, phase: Phase, step: u64) {
-        self.counter(self.me, phase).store(step, Ordering::Release);
+        self.counter(self.me, phase, step).store(step, Ordering::Release);
         futex::ring(self.doorbell(), self.sleepers());
     }
 
     /// Waits until every rank has reached `step` in `phase`, checking fingerprints,
     /// failures and the deadline.
     fn wait_all(&self, ctx: &Ctx, phase: Phase, step: u64) -> Result<()> {
-        let arrived = |p: usize| self.counter(p, phase).load(Ordering::Acquire) >= step;
+        let arrived = |p: usize| self.counter(p, phase, step).load(Ordering::Acquire) >= step;
         let ours = ctx.fp.to_words();
         // Ranks are looked at in order from the first one missing (arrivals are monotonic, so
         // a rank passed stays arrived). With the profiler on, a wait that does not end at once

@@ -37,6 +37,34 @@ fn all_reduce_across_chunks_and_phases() {
 }
 
 #[test]
+fn tiny_all_reduces_back_to_back_read_each_steps_own_box() {
+    // Up to INLINE bytes travel in the box of the step's parity, beside the arrival; one
+    // past it goes through the slot. Values change every call, so a box read at the wrong
+    // parity (the previous step's, or one the peer already refilled) gives a wrong sum.
+    use super::INLINE;
+    for n in [2, 3, 5] {
+        world_with(n, 1 << 16, Some(SLOT), |comm| {
+            let r = comm.rank() as u64;
+            for count in [1usize, 3, INLINE / 8 - 1, INLINE / 8, INLINE / 8 + 1] {
+                for call in 0..200u64 {
+                    let v = |q: u64, i: usize| (call * 1_000 + q * 31 + i as u64) ^ (call << 40);
+                    let mut x: Vec<u64> = (0..count).map(|i| v(r, i)).collect();
+                    comm.all_reduce(&mut x, ReduceOp::Sum).unwrap();
+                    let want: Vec<u64> = (0..count).map(|i| (0..n as u64).map(|q| v(q, i)).sum()).collect();
+                    assert_eq!(x, want, "n={n} count={count} call={call}");
+                }
+            }
+            // Bytes: every size up to one past the inline area.
+            for bytes in 1..=INLINE + 1 {
+                let mut x: Vec<u8> = (0..bytes).map(|i| (i + comm.rank()) as u8).collect();
+                comm.all_reduce(&mut x, ReduceOp::Max).unwrap();
+                assert!(x.iter().enumerate().all(|(i, v)| *v as usize == i + n - 1), "n={n} bytes={bytes}");
+            }
+        });
+    }
+}
+
+#[test]
 fn large_operations_stream_their_results() {
     // Above `STREAM_FROM`, results are written with cache-bypassing stores.
     let count = crate::cpu::transport::shm::copy::STREAM_FROM / 4 + 1001;
