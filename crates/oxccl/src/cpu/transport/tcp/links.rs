@@ -149,9 +149,15 @@ impl TcpLinks {
                     .map_err(|e| Error::io(format!("watching the TCP connection to rank {p}"), &e))?,
             );
             links.conns[p] = Some(Arc::clone(&conn));
-            let reader =
-                spawn_reader(rank, conn, Arc::clone(&links.mailbox), links.max_frame, Arc::clone(&links.closing))
-                    .map_err(|e| Error::io("starting a TCP reader thread", &e))?;
+            let reader = spawn_reader(
+                rank,
+                conn,
+                Arc::clone(&links.mailbox),
+                links.max_frame,
+                Arc::clone(&links.closing),
+                !links.poll_for.is_zero(),
+            )
+            .map_err(|e| Error::io("starting a TCP reader thread", &e))?;
             links.readers.push(reader);
         }
         Ok(links)

@@ -34,7 +34,9 @@
 //! for lands straight in its buffer, and no thread has to wake for it. Otherwise (and for
 //! everything that arrives while nobody waits on that peer) the connection's reader thread
 //! reads: it sleeps until the socket has bytes (`readiness`: an epoll instance that stays
-//! disarmed while a receiver reads, so the two do not wake each other), and delivers into
+//! disarmed while a receiver reads, so the two do not wake each other; where receivers poll,
+//! it runs as `SCHED_BATCH`, so bytes that come between two operations do not make it
+//! preempt its rank, `reader`), and delivers into
 //! the rank's [`Mailbox`](super::mailbox::Mailbox): data with `deliver`, failure notices with
 //! `fail`, release notices with `close`. When the stream ends (EOF, a read error, a
 //! malformed frame) whoever found it calls `lose`; a malformed frame also closes the

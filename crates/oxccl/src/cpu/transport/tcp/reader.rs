@@ -46,23 +46,55 @@ pub(super) fn report_end(me: usize, conn: &Conn, end: End, mailbox: &Mailbox, cl
 
 /// Starts `conn`'s reader thread: it reads whenever bytes arrive and no caller is reading
 /// (a payload already begun is read to its end before it lets go), and ends with the stream.
+///
+/// With `in_background` (the callers read their sockets themselves first: the
+/// [`TcpOptions::poll_for`](super::TcpOptions::poll_for) of an uncrowded host), the thread
+/// runs as `SCHED_BATCH`: woken by bytes, it does not preempt the rank's running thread,
+/// and runs once that thread sleeps (in a wait that outlasted its poll) or at its next
+/// time slice. Ranks bound to one CPU each otherwise paid two context switches whenever
+/// a peer's frame came between two operations, when the reader is armed: 2 ranks over
+/// loopback TCP, 8-byte recursive-doubling all_reduce 10-12 µs, against 4.1-4.3 as batch.
+/// Where callers do not poll (a crowded host), the reader delivers every frame, promptly.
 pub(super) fn spawn_reader(
     me: usize,
     conn: Arc<Conn>,
     mailbox: Arc<Mailbox>,
     max_frame: usize,
     closing: Arc<AtomicBool>,
+    in_background: bool,
 ) -> io::Result<JoinHandle<()>> {
-    std::thread::Builder::new().name(format!("oxccl-tcp{me}<{}", conn.peer)).spawn(move || loop {
+    std::thread::Builder::new().name(format!("oxccl-tcp{me}<{}", conn.peer)).spawn(move || {
+        if in_background {
+            run_in_background();
+        }
+        read_until_the_end(me, &conn, &mailbox, max_frame, &closing);
+    })
+}
+
+/// Makes the calling thread `SCHED_BATCH` (see [`spawn_reader`]); where the kernel refuses,
+/// it stays as it was.
+pub(super) fn run_in_background() {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: pid 0 is the calling thread; `param` is a valid sched_param for the call (a
+    // non-real-time policy takes priority 0).
+    let r = unsafe { libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) };
+    if r != 0 {
+        tracing::debug!("the TCP reader thread stays in the normal scheduling class: {}", io::Error::last_os_error());
+    }
+}
+
+/// The reader thread's loop (see [`spawn_reader`]).
+fn read_until_the_end(me: usize, conn: &Conn, mailbox: &Mailbox, max_frame: usize, closing: &AtomicBool) {
+    loop {
         conn.readiness.wait(LOOK_EVERY);
         let mut incoming = crate::sync::relock(&conn.incoming);
         if incoming.ended {
             return;
         }
         let mut lanes = LaneSockets::new(&conn.lanes);
-        let r = incoming.pump(&mut Socket(&conn.sock), &mut lanes, conn.peer, &mailbox, max_frame, None, Wait::Forever);
+        let r = incoming.pump(&mut Socket(&conn.sock), &mut lanes, conn.peer, mailbox, max_frame, None, Wait::Forever);
         if let Err(end) = r {
-            report_end(me, &conn, end, &mailbox, closing.load(Ordering::Acquire));
+            report_end(me, conn, end, mailbox, closing.load(Ordering::Acquire));
             return;
         }
         drop(incoming);
@@ -71,5 +103,5 @@ pub(super) fn spawn_reader(
         if conn.pollers.load(Ordering::SeqCst) == 0 {
             conn.readiness.arm();
         }
-    })
+    }
 }

@@ -964,3 +964,19 @@ fn ranks_that_disagree_on_the_connections_per_peer_are_refused_by_name() {
     assert!(matches!(registry::SOCKETS_PER_PEER.kind, Kind::Count { min: 1, max } if max == MAX_LANES as u64));
     assert_eq!(registry::SOCKETS_PER_PEER.default, super::options::DEFAULT_LANES.to_string());
 }
+
+#[test]
+fn a_background_reader_thread_runs_as_sched_batch() {
+    // Where callers poll their sockets, the reader thread must not preempt them when bytes
+    // come (see `spawn_reader`): it runs as SCHED_BATCH; other threads keep their class.
+    let policy = thread::spawn(|| {
+        super::reader::run_in_background();
+        // SAFETY: pid 0 is the calling thread.
+        unsafe { libc::sched_getscheduler(0) }
+    })
+    .join()
+    .unwrap();
+    assert_eq!(policy, libc::SCHED_BATCH);
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::sched_getscheduler(0) }, libc::SCHED_OTHER);
+}
