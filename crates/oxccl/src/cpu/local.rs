@@ -7,8 +7,10 @@ use std::sync::Arc;
 use crate::config::ResolvedConfig;
 use crate::cpu::engine::{CpuBackend, WORLD_COMM_ID};
 use crate::cpu::selector::profile::Profile;
+use crate::cpu::setup::CpuOptions;
 use crate::cpu::transport::memory::MemoryHub;
 use crate::cpu::transport::shm::wait;
+use crate::cpu::transport::tcp::MAX_POLL;
 use crate::error::{Error, Result};
 
 /// The backend's name.
@@ -30,10 +32,15 @@ pub fn named_world(cfg: &ResolvedConfig, n: usize, name: &'static str) -> Result
     if n == 0 {
         return Err(Error::invalid("a world needs at least one rank"));
     }
-    let hub = MemoryHub::new(n);
     let ranks: Arc<[usize]> = (0..n).collect();
     // One process: every rank reads the same profile, and its threads share its CPUs.
-    let crowd = wait::crowd(n, wait::allowed_cpus().len());
+    let cpus = wait::allowed_cpus().len();
+    let crowd = wait::crowd(n, cpus);
+    // Receivers look for their frames before they sleep where the machine's waits spin
+    // (every rank's thread has a CPU), as over TCP.
+    let opts = CpuOptions::from_config(cfg)?;
+    let policy = wait::WaitPolicy::for_host(n, cpus, opts.spin, opts.yield_for);
+    let hub = MemoryHub::polling(n, policy.spin.min(MAX_POLL));
     let profile = Arc::new(match &cfg.cpu.tune_file {
         Some(path) => Profile::load(path)?,
         None => Profile::default(),

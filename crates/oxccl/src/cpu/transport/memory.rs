@@ -2,7 +2,7 @@
 //! and a send delivers the frame straight into the receiver's [`Mailbox`].
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::mailbox::Mailbox;
 use super::{Channel, Header, Received, Stage, Transport, TransportError};
@@ -12,12 +12,19 @@ use crate::error::Error;
 #[derive(Debug)]
 pub struct MemoryHub {
     endpoints: Vec<Mailbox>,
+    /// How long a receiver looks for its frame before it sleeps (see
+    /// [`Mailbox::recv_polling`]).
+    poll_for: Duration,
 }
 
 impl MemoryHub {
-    /// A hub for `n` endpoints; take each endpoint with [`MemoryHub::endpoint`].
-    pub fn new(n: usize) -> Arc<MemoryHub> {
-        Arc::new(MemoryHub { endpoints: (0..n).map(|_| Mailbox::new()).collect() })
+    /// A hub for `n` endpoints (take each with [`MemoryHub::endpoint`]) whose receivers
+    /// look for their frame for up to `poll_for` before they sleep: where every rank's
+    /// thread has a CPU, a frame comes within microseconds, and each sleep costs two thread
+    /// wake-ups (see [`Mailbox::recv_polling`]). Zero (sleep at once) where the threads
+    /// outnumber the CPUs.
+    pub fn polling(n: usize, poll_for: Duration) -> Arc<MemoryHub> {
+        Arc::new(MemoryHub { endpoints: (0..n).map(|_| Mailbox::new()).collect(), poll_for })
     }
 
     /// The transport of endpoint `rank`.
@@ -73,7 +80,7 @@ impl Transport for MemoryTransport {
         deadline: Instant,
     ) -> Result<Received, TransportError> {
         self.mailbox(peer)?;
-        self.mailbox(self.rank)?.recv(peer, comm_id, channel, at, buf, deadline)
+        self.mailbox(self.rank)?.recv_polling(peer, comm_id, channel, at, buf, deadline, self.hub.poll_for)
     }
 
     fn probe(
