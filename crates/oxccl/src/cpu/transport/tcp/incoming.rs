@@ -449,7 +449,9 @@ impl Incoming {
     /// payload already begun is waited for as `payload_wait` says). With `direct`, its frame
     /// (same communicator and channel, and exactly its buffer's length), when it is the next
     /// one found, is read into its buffer (waiting for the rest of the payload until its
-    /// deadline) and the pump stops there.
+    /// deadline) and the pump stops there. A frame on that channel with another length ends
+    /// `direct`: it and everything after it go to the mailbox, so the caller takes them in
+    /// the order they were sent.
     ///
     /// # Errors
     /// How the stream ended (every later call returns [`End::Closed`]).
@@ -511,13 +513,18 @@ impl Incoming {
                 delivered = true;
             }
             let Some(f) = self.header(src, max_frame)? else { return Ok(done(delivered)) };
+            let h = f.header;
+            let on_its_channel =
+                |d: &Direct<'_>| f.kind == FrameKind::Data && h.comm_id == d.comm_id && h.channel == d.channel;
+            if direct.as_ref().is_some_and(|d| on_its_channel(d) && f.payload_len != d.buf.len()) {
+                // A frame of another length ahead on the caller's channel: the caller takes
+                // it first, from the mailbox, and every later frame after it, in order (a
+                // later frame taken here would pass it, and the caller would miss that a
+                // peer sent something else: a broadcast whose ranks named different roots).
+                *direct = None;
+            }
             if let Some(d) = direct.as_mut() {
-                let h = f.header;
-                if f.kind == FrameKind::Data
-                    && h.comm_id == d.comm_id
-                    && h.channel == d.channel
-                    && f.payload_len == d.buf.len()
-                {
+                if on_its_channel(d) {
                     let mut st = Stripes::of(f.payload_len, lanes.count() + 1);
                     if self.read_stripes(src, lanes, as_uninit(d.buf), &mut st, d.wait)? {
                         return Ok(Pumped::Took(Received { header: h, len: f.payload_len }));
