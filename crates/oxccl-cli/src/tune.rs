@@ -195,17 +195,11 @@ fn set_thread_cpus(tid: libc::pid_t, set: &libc::cpu_set_t) -> Option<libc::cpu_
     ok.then_some(old)
 }
 
-/// The host's online CPUs, as a CPU set (a container's cpuset narrows it when it is used).
-fn host_cpu_set() -> libc::cpu_set_t {
+/// The host's online CPUs (not this process's: a rank of `oxccl tune --ranks N` is bound
+/// to one CPU).
+fn online_cpus() -> usize {
     // SAFETY: sysconf reads a system value and touches no memory of ours.
-    let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
-    // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    for cpu in 0..online.min(libc::CPU_SETSIZE as usize) {
-        // SAFETY: `cpu` is below CPU_SETSIZE, so CPU_SET writes within `set`.
-        unsafe { libc::CPU_SET(cpu, &mut set) };
-    }
-    set
+    unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(0) as usize
 }
 
 /// Pins every thread of this process to `cpu`; returns each thread with the CPU set to
@@ -383,7 +377,9 @@ fn local_speeds(len: usize) -> oxccl::Result<(f64, f64)> {
 /// take turns and measure a crowded world (8-byte exchange 3-3.9 µs; the local backend's
 /// all_reduce of 8 bytes takes 1.1). The threads inherit the calling thread's CPU set.
 fn memory_link(cache: usize) -> oxccl::Result<LinkCost> {
-    let saved = set_thread_cpus(0, &host_cpu_set());
+    // The host's online CPUs (a container's cpuset narrows them when they are used).
+    let host = crate::run::bind::cpu_set(0..online_cpus().clamp(1, libc::CPU_SETSIZE as usize));
+    let saved = host.and_then(|set| set_thread_cpus(0, &set));
     let costs = oxccl::local::run(2, |comm| link(&comm, cache));
     if let Some(old) = saved {
         set_thread_cpus(0, &old);
@@ -475,8 +471,6 @@ pub fn run_rank(backend_cfg: Config) -> Result<Option<Profile>, String> {
 /// The header line of a profile written on this host now.
 pub fn header(ranks: usize) -> String {
     let host = oxccl::topology::host::name().unwrap_or_default();
-    // The host's, not this rank's: a rank of `oxccl tune --ranks N` is bound to one CPU.
-    // SAFETY: sysconf reads a system value and touches no memory of ours.
-    let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(0);
+    let cpus = online_cpus();
     format!("written by `oxccl tune` on {host} ({cpus} CPUs, {ranks} ranks); load it with OXCCL_TUNE_FILE")
 }

@@ -46,13 +46,21 @@ pub fn cpus_for(bind: BindTo, nproc: usize, allowed: &[usize]) -> Result<Option<
 /// The CPU set holding `cpu` alone, for `sched_setaffinity` in the child; `None` where `cpu`
 /// is beyond what a set can hold.
 pub fn single_cpu_set(cpu: usize) -> Option<libc::cpu_set_t> {
-    if cpu >= libc::CPU_SETSIZE as usize {
-        return None;
-    }
+    cpu_set([cpu])
+}
+
+/// The CPU set holding `cpus`, for `sched_setaffinity`; `None` where one of them is beyond
+/// what a set can hold.
+pub fn cpu_set(cpus: impl IntoIterator<Item = usize>) -> Option<libc::cpu_set_t> {
     // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `cpu` is below CPU_SETSIZE, so CPU_SET writes within `set`.
-    unsafe { libc::CPU_SET(cpu, &mut set) };
+    for cpu in cpus {
+        if cpu >= libc::CPU_SETSIZE as usize {
+            return None;
+        }
+        // SAFETY: `cpu` is below CPU_SETSIZE, so CPU_SET writes within `set`.
+        unsafe { libc::CPU_SET(cpu, &mut set) };
+    }
     Some(set)
 }
 

@@ -7,10 +7,9 @@ use std::sync::Arc;
 use crate::config::ResolvedConfig;
 use crate::cpu::engine::{CpuBackend, WORLD_COMM_ID};
 use crate::cpu::selector::profile::Profile;
-use crate::cpu::setup::CpuOptions;
+use crate::cpu::setup::receive_poll;
 use crate::cpu::transport::memory::MemoryHub;
 use crate::cpu::transport::shm::wait;
-use crate::cpu::transport::tcp::MAX_POLL;
 use crate::error::{Error, Result};
 
 /// The backend's name.
@@ -36,11 +35,9 @@ pub fn named_world(cfg: &ResolvedConfig, n: usize, name: &'static str) -> Result
     // One process: every rank reads the same profile, and its threads share its CPUs.
     let cpus = wait::allowed_cpus().len();
     let crowd = wait::crowd(n, cpus);
-    // Receivers look for their frames before they sleep where the machine's waits spin
-    // (every rank's thread has a CPU), as over TCP.
-    let opts = CpuOptions::from_config(cfg)?;
-    let policy = wait::WaitPolicy::for_host(n, cpus, opts.spin, opts.yield_for);
-    let hub = MemoryHub::polling(n, policy.spin.min(MAX_POLL));
+    // Receivers look for their frames before they sleep, as over TCP.
+    let policy = wait::WaitPolicy::for_host(n, cpus, cfg.cpu.spin, cfg.cpu.yield_for);
+    let hub = MemoryHub::polling(n, receive_poll(&policy));
     let profile = Arc::new(match &cfg.cpu.tune_file {
         Some(path) => Profile::load(path)?,
         None => Profile::default(),

@@ -186,6 +186,13 @@ fn host_and_cpus(arrival: &[u8]) -> (&[u8], Vec<usize>) {
     (&arrival[..at], cpus.unwrap_or_default())
 }
 
+/// How long a receiver looks for its frame itself before it sleeps until its link's thread
+/// (TCP) or its sender (in-process) delivers it: the machine's spin, at most [`MAX_POLL`]
+/// (zero where the ranks outnumber the CPUs).
+pub(crate) fn receive_poll(policy: &WaitPolicy) -> Duration {
+    policy.spin.min(MAX_POLL)
+}
+
 /// How the ranks `local` of one machine wait, given every rank's CPUs (`masks`): they are
 /// oversubscribed when they outnumber the union of their CPUs.
 fn host_wait_policy(local: &[usize], masks: &[Vec<usize>], opts: &CpuOptions) -> WaitPolicy {
@@ -290,8 +297,7 @@ fn build(
     // Every rank builds TCP links when any rank needs them, so the address exchange matches.
     let anyone_remote = opts.transport == TransportChoice::Tcp || !single_host;
     if anyone_remote && n > 1 {
-        // Receivers read their sockets themselves briefly, where the machine's waits spin.
-        let tcp_opts = TcpOptions { poll_for: policy.spin.min(MAX_POLL), ..opts.tcp.clone() };
+        let tcp_opts = TcpOptions { poll_for: receive_poll(&policy), ..opts.tcp.clone() };
         let tcp: Arc<dyn Link> =
             Arc::new(TcpLinks::establish(rank, n, &remote, rdv, prefix, secret, &tcp_opts, Arc::clone(&mailbox))?);
         for &p in &remote {

@@ -96,7 +96,8 @@ impl Mailbox {
         let wake = {
             let mut st = self.lock();
             f(&mut st);
-            self.updates.fetch_add(1, Ordering::Release);
+            // Only under the lock: a plain store suffices (no read-modify-write).
+            self.updates.store(self.updates.load(Ordering::Relaxed) + 1, Ordering::Release);
             st.waiting > 0
         };
         if wake {
@@ -331,29 +332,26 @@ impl Mailbox {
         deadline: Instant,
         poll_for: Duration,
     ) -> Result<Received, TransportError> {
-        if !poll_for.is_zero() {
-            let until = Instant::now() + poll_for;
-            let mut seen = None;
-            'poll: loop {
-                let now = self.updates.load(Ordering::Acquire);
-                if seen != Some(now) {
-                    seen = Some(now);
-                    if let Some(r) = self.try_recv(peer, comm_id, channel, at, buf)? {
-                        return Ok(r);
-                    }
+        let until = Instant::now() + poll_for;
+        let mut seen = None;
+        let mut looks = 0u32;
+        while !poll_for.is_zero() {
+            let now = self.updates.load(Ordering::Acquire);
+            if seen != Some(now) {
+                seen = Some(now);
+                if let Some(r) = self.try_recv(peer, comm_id, channel, at, buf)? {
+                    return Ok(r);
                 }
-                // A clock read costs about as much as a look: look 64 times per read.
-                for _ in 0..64 {
-                    if self.updates.load(Ordering::Acquire) != now {
-                        continue 'poll;
-                    }
-                    std::hint::spin_loop();
-                }
+            }
+            // A clock read costs about as much as a look: look 64 times per read.
+            looks = looks.wrapping_add(1);
+            if looks.is_multiple_of(64) {
                 let t = Instant::now();
                 if t >= until || t >= deadline {
                     break;
                 }
             }
+            std::hint::spin_loop();
         }
         self.recv(peer, comm_id, channel, at, buf, deadline)
     }

@@ -6,8 +6,8 @@
 //! step parity: the rank's latest `arrive` step of that parity, the fingerprint of its
 //! operation, and up to 32 bytes of inline payload (as Open MPI's fastboxes: a tiny
 //! all_reduce costs each peer one line fetch, not one for the arrival and one for the data),
-//! and a line with its `done` step counter. A collective moves through the slots in chunks; each chunk is one
-//! *step*, on slot and result area `step % 2`:
+//! and a line with its `done` step counter. A collective moves through the slots in chunks;
+//! each chunk is one *step*, on slot and result area `step % 2`:
 //!
 //! 1. every rank copies its chunk into its slot and publishes `arrive = step`;
 //! 2. once every rank has arrived, small operations are reduced by every rank from all slots
