@@ -333,7 +333,7 @@ pub const YIELD_US: Setting = Setting {
     kind: Kind::Count { min: 0, max: 10_000_000 },
     default: "",
     default_doc: "automatic: `0` when every rank of the machine has a CPU, `2000` when they outnumber their CPUs",
-    doc: "how long a shared-memory wait then polls with `sched_yield` (a peer sharing the CPU runs at once) before it sleeps, in µs",
+    doc: "how long a shared-memory wait, or a receive over TCP, then polls with `sched_yield` (a peer sharing the CPU runs at once) before it sleeps, in µs",
     origin: Origin::User,
 };
 /// `OXCCL_LAUNCHER`.

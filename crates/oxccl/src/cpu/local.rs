@@ -37,7 +37,7 @@ pub fn named_world(cfg: &ResolvedConfig, n: usize, name: &'static str) -> Result
     let crowd = wait::crowd(n, cpus);
     // Receivers look for their frames before they sleep, as over TCP.
     let policy = wait::WaitPolicy::for_host(n, cpus, cfg.cpu.spin, cfg.cpu.yield_for);
-    let hub = MemoryHub::polling(n, receive_poll(&policy));
+    let hub = MemoryHub::polling(n, receive_poll(&policy), policy.yield_for);
     let profile = Arc::new(match &cfg.cpu.tune_file {
         Some(path) => Profile::load(path)?,
         None => Profile::default(),

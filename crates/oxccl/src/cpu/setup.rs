@@ -297,7 +297,7 @@ fn build(
     // Every rank builds TCP links when any rank needs them, so the address exchange matches.
     let anyone_remote = opts.transport == TransportChoice::Tcp || !single_host;
     if anyone_remote && n > 1 {
-        let tcp_opts = TcpOptions { poll_for: receive_poll(&policy), ..opts.tcp.clone() };
+        let tcp_opts = TcpOptions { poll_for: receive_poll(&policy), yield_for: policy.yield_for, ..opts.tcp.clone() };
         let tcp: Arc<dyn Link> =
             Arc::new(TcpLinks::establish(rank, n, &remote, rdv, prefix, secret, &tcp_opts, Arc::clone(&mailbox))?);
         for &p in &remote {

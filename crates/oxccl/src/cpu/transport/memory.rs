@@ -12,19 +12,21 @@ use crate::error::Error;
 #[derive(Debug)]
 pub struct MemoryHub {
     endpoints: Vec<Mailbox>,
-    /// How long a receiver looks for its frame before it sleeps (see
-    /// [`Mailbox::recv_polling`]).
+    /// How long a receiver looks for its frame, spinning and then yielding, before it sleeps
+    /// (see [`Mailbox::recv_polling`]).
     poll_for: Duration,
+    yield_for: Duration,
 }
 
 impl MemoryHub {
     /// A hub for `n` endpoints (take each with [`MemoryHub::endpoint`]) whose receivers
-    /// look for their frame for up to `poll_for` before they sleep: where every rank's
-    /// thread has a CPU, a frame comes within microseconds, and each sleep costs two thread
-    /// wake-ups (see [`Mailbox::recv_polling`]). Zero (sleep at once) where the threads
-    /// outnumber the CPUs.
-    pub fn polling(n: usize, poll_for: Duration) -> Arc<MemoryHub> {
-        Arc::new(MemoryHub { endpoints: (0..n).map(|_| Mailbox::new()).collect(), poll_for })
+    /// look for their frame for up to `poll_for`, then for up to `yield_for` yielding their
+    /// CPU between looks, before they sleep: where every rank's thread has a CPU, a frame
+    /// comes within microseconds, and each sleep costs two thread wake-ups (see
+    /// [`Mailbox::recv_polling`]); where the threads outnumber the CPUs, no spin, and a
+    /// yield lets a sender run.
+    pub fn polling(n: usize, poll_for: Duration, yield_for: Duration) -> Arc<MemoryHub> {
+        Arc::new(MemoryHub { endpoints: (0..n).map(|_| Mailbox::new()).collect(), poll_for, yield_for })
     }
 
     /// The transport of endpoint `rank`.
@@ -80,7 +82,16 @@ impl Transport for MemoryTransport {
         deadline: Instant,
     ) -> Result<Received, TransportError> {
         self.mailbox(peer)?;
-        self.mailbox(self.rank)?.recv_polling(peer, comm_id, channel, at, buf, deadline, self.hub.poll_for)
+        self.mailbox(self.rank)?.recv_polling(
+            peer,
+            comm_id,
+            channel,
+            at,
+            buf,
+            deadline,
+            self.hub.poll_for,
+            self.hub.yield_for,
+        )
     }
 
     fn probe(

@@ -68,8 +68,15 @@ pub trait Link: Send + Sync {
     }
 
     /// How long a receiver waiting for a frame from this link keeps calling [`Link::poll`]
-    /// before it sleeps until the link delivers (zero: it sleeps at once).
+    /// before it yields ([`Link::yield_for`]) or sleeps until the link delivers (zero: it
+    /// goes on at once).
     fn poll_for(&self) -> Duration {
+        Duration::ZERO
+    }
+
+    /// How long a receiver keeps calling [`Link::poll`] after [`Link::poll_for`], yielding
+    /// its CPU between calls, before it sleeps (zero: it does not yield).
+    fn yield_for(&self) -> Duration {
         Duration::ZERO
     }
 
@@ -265,10 +272,13 @@ impl Transport for RoutedTransport {
     ) -> Result<Received, TransportError> {
         self.check_peer(peer)?;
         // Caller-driven progress: on a link that can be polled, the receiver moves the frame
-        // itself instead of waiting for the link's own thread to deliver it and wake us.
+        // itself instead of waiting for the link's own thread to deliver it and wake us:
+        // spinning for the link's poll, then yielding the CPU between looks (where ranks
+        // share CPUs, a peer that has work runs at once), then asleep.
         if let Some(Some(link)) = self.routes.get(peer) {
             let budget = link.poll_for();
-            if !budget.is_zero() {
+            let yields = link.yield_for();
+            if !budget.is_zero() || !yields.is_zero() {
                 let _polling = Polling::start(link.as_ref(), peer);
                 let mut started = None;
                 loop {
@@ -282,10 +292,15 @@ impl Transport for RoutedTransport {
                         Polled::Nothing => {}
                     }
                     let now = Instant::now();
-                    if now.duration_since(*started.get_or_insert(now)) >= budget || now >= deadline {
+                    let waited = now.duration_since(*started.get_or_insert(now));
+                    if waited >= budget + yields || now >= deadline {
                         break;
                     }
-                    std::hint::spin_loop();
+                    if waited >= budget {
+                        std::thread::yield_now();
+                    } else {
+                        std::hint::spin_loop();
+                    }
                 }
             }
         }
@@ -364,6 +379,80 @@ mod tests {
             _: Instant,
         ) -> Result<(), TransportError> {
             Err(TransportError::PeerLost { peer, detail: format!("the connection to rank {peer} closed") })
+        }
+    }
+
+    /// A link whose frames arrive only when a receiver polls it: the third poll moves a
+    /// frame from rank 0 into the mailbox. It counts the polls and the receivers polling.
+    struct PolledOnly {
+        mailbox: Arc<Mailbox>,
+        yield_for: std::time::Duration,
+        polls: std::sync::atomic::AtomicUsize,
+        pollers: std::sync::atomic::AtomicIsize,
+    }
+
+    impl Link for PolledOnly {
+        fn kind(&self) -> LinkKind {
+            LinkKind::Tcp
+        }
+
+        fn send_frame(&self, _: usize, _: FrameKind, _: &Header, _: &[u8], _: Instant) -> Result<(), TransportError> {
+            Ok(())
+        }
+
+        fn poll(&self, _: &mut Want<'_>) -> Result<Polled, TransportError> {
+            use std::sync::atomic::Ordering::SeqCst;
+            assert_eq!(self.pollers.load(SeqCst), 1, "a poll outside start_polling/stop_polling");
+            if self.polls.fetch_add(1, SeqCst) == 2 {
+                self.mailbox.deliver(0, header(7), b"polled".to_vec());
+                return Ok(Polled::Moved);
+            }
+            Ok(Polled::Nothing)
+        }
+
+        fn yield_for(&self) -> std::time::Duration {
+            self.yield_for
+        }
+
+        fn start_polling(&self, _: usize) {
+            self.pollers.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+
+        fn stop_polling(&self, _: usize) {
+            self.pollers.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    /// A receiver whose link has no spin but a yield phase (ranks that outnumber their
+    /// CPUs) reads the link itself between yields: the frame that only a poll brings
+    /// arrives. Without the phase it sleeps until the link's own thread delivers, which this
+    /// one never does.
+    #[test]
+    fn a_yielding_receiver_polls_its_link_itself() {
+        use std::sync::atomic::Ordering::SeqCst;
+        use std::time::Duration;
+        for (yield_for, polled) in [(Duration::from_secs(5), true), (Duration::ZERO, false)] {
+            let mailbox = Arc::new(Mailbox::new());
+            let link = Arc::new(PolledOnly {
+                mailbox: Arc::clone(&mailbox),
+                yield_for,
+                polls: Default::default(),
+                pollers: Default::default(),
+            });
+            let dyn_link: Arc<dyn Link> = Arc::clone(&link) as Arc<dyn Link>;
+            let t = RoutedTransport::new(1, mailbox, vec![Some(dyn_link), None]).expect("routes");
+            let mut buf = [0u8; 6];
+            let deadline = Instant::now() + Duration::from_millis(300);
+            let got = t.recv(0, 7, Channel::Collective, None, &mut buf, deadline);
+            if polled {
+                assert_eq!(got.map(|r| r.len).ok(), Some(6));
+                assert_eq!(&buf, b"polled");
+                assert_eq!(link.polls.load(SeqCst), 3);
+            } else {
+                assert!(matches!(got, Err(TransportError::Timeout { peer: 0 })), "{got:?}");
+                assert_eq!(link.polls.load(SeqCst), 0);
+            }
+            assert_eq!(link.pollers.load(SeqCst), 0, "every start_polling is ended");
         }
     }
 

@@ -36,6 +36,8 @@ pub struct TcpLinks {
     addr: SocketAddr,
     pub(super) max_frame: usize,
     poll_for: Duration,
+    /// See [`TcpOptions::yield_for`].
+    yield_for: Duration,
     pub(super) mailbox: Arc<Mailbox>,
     /// Indexed by peer rank.
     conns: Vec<Option<Arc<Conn>>>,
@@ -126,6 +128,7 @@ impl TcpLinks {
             addr,
             max_frame: opts.max_frame,
             poll_for: opts.poll_for,
+            yield_for: opts.yield_for,
             mailbox,
             conns: vec![None; world],
             closing: Arc::new(AtomicBool::new(false)),
@@ -366,6 +369,10 @@ impl Link for TcpLinks {
 
     fn poll_for(&self) -> Duration {
         self.poll_for
+    }
+
+    fn yield_for(&self) -> Duration {
+        self.yield_for
     }
 
     fn start_polling(&self, peer: usize) {

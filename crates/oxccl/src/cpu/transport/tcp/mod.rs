@@ -30,8 +30,10 @@
 //! (`incoming`: every field checked before use; a length field alone never makes it
 //! allocate more than 64 MiB, the payload buffer grows as bytes arrive, up to `max_frame`).
 //! A receiver waiting on a peer first reads that peer's socket itself, without waiting, for
-//! [`TcpOptions::poll_for`] ([`Link::poll`](super::routed::Link::poll)): the frame it waits
-//! for lands straight in its buffer, and no thread has to wake for it. Otherwise (and for
+//! [`TcpOptions::poll_for`] ([`Link::poll`](super::routed::Link::poll)), then, where the
+//! ranks outnumber the CPUs, for [`TcpOptions::yield_for`] with a `sched_yield` between
+//! reads: the frame it waits for lands straight in its buffer, and no thread has to wake
+//! for it. Otherwise (and for
 //! everything that arrives while nobody waits on that peer) the connection's reader thread
 //! reads: it sleeps until the socket has bytes (`readiness`: an epoll instance that stays
 //! disarmed while a receiver reads, so the two do not wake each other; where receivers poll,

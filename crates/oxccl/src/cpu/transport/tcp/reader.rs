@@ -54,7 +54,9 @@ pub(super) fn report_end(me: usize, conn: &Conn, end: End, mailbox: &Mailbox, cl
 /// time slice. Ranks bound to one CPU each otherwise paid two context switches whenever
 /// a peer's frame came between two operations, when the reader is armed: 2 ranks over
 /// loopback TCP, 8-byte recursive-doubling all_reduce 10-12 µs, against 4.1-4.3 as batch.
-/// Where callers do not poll (a crowded host), the reader delivers every frame, promptly.
+/// Where callers do not spin (a crowded host, whose callers read their sockets between
+/// yields), the reader keeps the normal class: it delivers what comes while nobody reads,
+/// promptly.
 pub(super) fn spawn_reader(
     me: usize,
     conn: Arc<Conn>,

@@ -72,6 +72,7 @@ fn opts() -> TcpOptions {
         connect_timeout: Duration::from_secs(10),
         max_frame: 1 << 26,
         poll_for: Duration::ZERO,
+        yield_for: Duration::ZERO,
         lanes: 1,
     }
 }
@@ -159,11 +160,14 @@ fn collectives_over_tcp_match_sequential_references() {
 }
 
 /// The same with receivers that read their sockets themselves (payloads land in place),
-/// briefly (most waits end in the reader threads) and for long (most end in the caller).
+/// briefly (most waits end in the reader threads) and for long (most end in the caller),
+/// spinning or yielding.
 #[test]
 fn collectives_match_references_with_polling_receivers() {
     collectives_match_references(&polling(Duration::from_micros(50)), 2..=3);
     collectives_match_references(&polling(Duration::from_secs(1)), 2..=4);
+    // As on a host whose ranks outnumber its CPUs: no spin, reads between yields.
+    collectives_match_references(&TcpOptions { yield_for: Duration::from_secs(1), ..opts() }, 2..=4);
 }
 
 fn collectives_match_references(opts: &TcpOptions, worlds: std::ops::RangeInclusive<usize>) {
