@@ -56,6 +56,12 @@ impl fmt::Debug for TcpLinks {
     }
 }
 
+/// Whether the reader threads run in the background ([`spawn_reader`]'s `in_background`):
+/// where the callers read their sockets themselves first, spinning or yielding.
+pub(super) fn readers_in_background(opts: &TcpOptions) -> bool {
+    !(opts.poll_for.is_zero() && opts.yield_for.is_zero())
+}
+
 impl TcpLinks {
     /// Connects rank `rank` of a world of `world` to each rank in `peers` (the module docs
     /// describe how): listens on [`select_address`]'s address, publishes `host:port` under
@@ -158,7 +164,7 @@ impl TcpLinks {
                 Arc::clone(&links.mailbox),
                 links.max_frame,
                 Arc::clone(&links.closing),
-                !links.poll_for.is_zero(),
+                readers_in_background(opts),
             )
             .map_err(|e| Error::io("starting a TCP reader thread", &e))?;
             links.readers.push(reader);

@@ -48,15 +48,16 @@ pub(super) fn report_end(me: usize, conn: &Conn, end: End, mailbox: &Mailbox, cl
 /// (a payload already begun is read to its end before it lets go), and ends with the stream.
 ///
 /// With `in_background` (the callers read their sockets themselves first: the
-/// [`TcpOptions::poll_for`](super::TcpOptions::poll_for) of an uncrowded host), the thread
+/// [`TcpOptions::poll_for`](super::TcpOptions::poll_for) of an uncrowded host, or the
+/// [`TcpOptions::yield_for`](super::TcpOptions::yield_for) of a crowded one), the thread
 /// runs as `SCHED_BATCH`: woken by bytes, it does not preempt the rank's running thread,
 /// and runs once that thread sleeps (in a wait that outlasted its poll) or at its next
 /// time slice. Ranks bound to one CPU each otherwise paid two context switches whenever
 /// a peer's frame came between two operations, when the reader is armed: 2 ranks over
 /// loopback TCP, 8-byte recursive-doubling all_reduce 10-12 µs, against 4.1-4.3 as batch.
-/// Where callers do not spin (a crowded host, whose callers read their sockets between
-/// yields), the reader keeps the normal class: it delivers what comes while nobody reads,
-/// promptly.
+/// On a crowded host the frames of the next round come while the rank still finishes
+/// this one: 4 ranks on 2 CPUs, 8-byte recursive doubling 58 µs with readers of the normal
+/// class, 28 as batch; 8 ranks, all_gather 161 -> 105.
 pub(super) fn spawn_reader(
     me: usize,
     conn: Arc<Conn>,

@@ -1005,4 +1005,9 @@ fn a_background_reader_thread_runs_as_sched_batch() {
     assert_eq!(policy, libc::SCHED_BATCH);
     // SAFETY: as above.
     assert_eq!(unsafe { libc::sched_getscheduler(0) }, libc::SCHED_OTHER);
+    // Callers poll where they spin (a CPU per rank) and where they yield (crowded); only
+    // callers that sleep at once leave every frame to the readers.
+    assert!(super::links::readers_in_background(&polling(Duration::from_micros(50))));
+    assert!(super::links::readers_in_background(&TcpOptions { yield_for: Duration::from_millis(2), ..opts() }));
+    assert!(!super::links::readers_in_background(&opts()));
 }
