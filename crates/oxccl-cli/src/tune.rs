@@ -10,18 +10,17 @@
 //!   bandwidth (50 such messages streamed one way, as in a tree's rounds), the one-way
 //!   latency (half an 8-byte ping-pong's round trip) and the
 //!   overhead `o` (rank 0 streams 8-byte messages to rank 1, which answers once at the end:
-//!   the sender's time per message); for TCP also the crowded wait (8-byte exchanges with
-//!   every thread of both ranks pinned to one CPU);
-//! - the step of the shared-memory collectives (a barrier in shared memory, every rank),
-//!   and the same step crowded: in a third world whose waits yield (as on a host whose
-//!   ranks outnumber its CPUs), ranks 0 and 1 pin every thread of theirs to one CPU;
+//!   the sender's time per message);
+//! - the step of the shared-memory collectives (a barrier in shared memory, every rank);
+//! - crowded, in two more worlds whose waits yield (as on a host whose ranks outnumber its
+//!   CPUs; one on TCP only), ranks 0 and 1 pinning every thread of theirs to one CPU: each
+//!   link's wait (8-byte exchanges) and the step of the shared-memory collectives;
 //! - on rank 0 alone: one core's copy and reduction speed (8 MiB buffers, past the caches,
 //!   and buffers of a quarter of the per-core cache, within it),
 //!   the in-process transport of the `local` backend (two threads), the switch cost (two
 //!   threads on one CPU handing it to each other with `sched_yield`, as ranks that
-//!   outnumber the CPUs do, twice of which are a crowded shared-memory message's wait) and
-//!   the in-process transport's crowded wait (the same, each thread sleeping on a condition
-//!   variable until the other wakes it, as its callers do).
+//!   outnumber the CPUs do) and the in-process transport's crowded wait (8-byte exchanges
+//!   between two threads of a `local` world on one CPU whose waits yield).
 //!
 //! Run it across hosts (under `oxccl run --nnodes 2 ...`, with rank 1 on another host) to
 //! price TCP over the real network; `--ranks N` measures this host.
@@ -222,16 +221,22 @@ fn unpin(saved: &[(libc::pid_t, libc::cpu_set_t)]) {
 
 /// The `wait` of `comm`'s links: ranks 0 and 1 pin every thread of theirs to `cpu` (one
 /// CPU for both, as on a host whose ranks outnumber its CPUs) and time 8-byte exchanges.
-/// The cost model prices such an exchange at one round's wait plus both messages'
-/// overhead and wait on one CPU, `t = 2o + 3w`, so `w = (t − 2o) / 3`. Meaningful on rank 0.
-fn crowded_wait(comm: &Communicator, cpu: usize, overhead: f64) -> oxccl::Result<f64> {
+/// `comm` must wait as such a host's ranks do (no spin, polls between yields): a receiver
+/// that spins holds the CPU its peer needs for the whole spin (50 µs over TCP), which a
+/// crowded host's ranks never do (measured so on a 2-CPU VM: 60 µs per exchange against 6).
+/// The cost model prices such an exchange at one exchanging round (two waits: each rank
+/// runs once its partner has) plus both messages' work on one CPU, `t = 4w`. Meaningful on
+/// rank 0. `threads`: each rank is a thread of this process (the `local` backend), which
+/// pins only itself; else a rank pins every thread of its process (its links' threads too).
+fn crowded_wait(comm: &Communicator, cpu: usize, threads: bool) -> oxccl::Result<f64> {
     if comm.rank() > 1 {
         return Ok(0.0);
     }
-    let saved = pin_process(cpu);
+    let saved =
+        if threads { pin_thread(0, cpu).map(|old| vec![(0, old)]).unwrap_or_default() } else { pin_process(cpu) };
     let t = exchange(comm, 8, 1000);
     unpin(&saved);
-    Ok(((t? - 2.0 * overhead) / 3.0).max(1e-9))
+    Ok((t? / 4.0).max(1e-9))
 }
 
 /// Seconds per step of `native`'s shared-memory collectives (a barrier, every rank), the
@@ -260,30 +265,16 @@ fn crowded_step(crowded: &Communicator, cpu: usize) -> oxccl::Result<Option<f64>
     t.map(Some)
 }
 
-/// How a thread waits for its turn in [`turn_cost`].
-#[derive(Clone, Copy)]
-enum Waiting {
-    /// Polls with `sched_yield`, as ranks that outnumber their CPUs do on shared memory.
-    Yield,
-    /// Sleeps on a condition variable until the other thread wakes it, as a TCP link's
-    /// reader thread and a caller waiting in its mailbox do.
-    Sleep,
-}
-
 /// Seconds per turn when two threads pinned to one CPU pass a turn back and forth, each
-/// waiting for its own as `how` says: the cost of a switch (`Yield`) or of a wake-up with
-/// its switch (`Sleep`). `None` where the threads cannot be pinned.
-fn turn_cost(how: Waiting) -> Option<f64> {
-    use std::sync::{Condvar, Mutex};
+/// polling for its own with `sched_yield` between looks, as ranks that outnumber their CPUs
+/// do: the cost of a switch. `None` where the threads cannot be pinned.
+fn turn_cost() -> Option<f64> {
+    use std::sync::Mutex;
     const ROUNDS: usize = 20_000;
     const GONE: usize = usize::MAX;
     let cpu = *oxccl::tuning::allowed_cpus().first()?;
     let turn = Mutex::new(0usize);
-    let changed = Condvar::new();
-    let set = |v: usize| {
-        *turn.lock().unwrap_or_else(|p| p.into_inner()) = v;
-        changed.notify_all();
-    };
+    let set = |v: usize| *turn.lock().unwrap_or_else(|p| p.into_inner()) = v;
     // Waits until the turn is `want` (true) or the other side gave up (false).
     let wait_for = |want: usize| -> bool {
         let mut t = turn.lock().unwrap_or_else(|p| p.into_inner());
@@ -291,14 +282,11 @@ fn turn_cost(how: Waiting) -> Option<f64> {
             match *t {
                 GONE => return false,
                 now if now == want => return true,
-                _ => match how {
-                    Waiting::Sleep => t = changed.wait(t).unwrap_or_else(|p| p.into_inner()),
-                    Waiting::Yield => {
-                        drop(t);
-                        std::thread::yield_now();
-                        t = turn.lock().unwrap_or_else(|p| p.into_inner());
-                    }
-                },
+                _ => {
+                    drop(t);
+                    std::thread::yield_now();
+                    t = turn.lock().unwrap_or_else(|p| p.into_inner());
+                }
             }
         }
     };
@@ -387,6 +375,14 @@ fn memory_link(cache: usize) -> oxccl::Result<LinkCost> {
     costs?.into_iter().next().unwrap_or_else(|| Err(oxccl::Error::Internal("no rank 0".into())))
 }
 
+/// The in-process transport's crowded wait: [`crowded_wait`] between the two threads of a
+/// `local` world whose waits are `crowded`'s (no spin, polls between yields).
+fn memory_wait(crowded: &Config) -> oxccl::Result<f64> {
+    let cpu = oxccl::tuning::allowed_cpus().first().copied().unwrap_or(0);
+    let waits = oxccl::local::run_with(crowded, 2, |comm| crowded_wait(&comm, cpu, true))?;
+    waits.into_iter().next().unwrap_or_else(|| Err(oxccl::Error::Internal("no rank 0".into())))
+}
+
 /// Measures this rank's part; rank 0 returns the profile.
 ///
 /// # Errors
@@ -422,16 +418,21 @@ pub fn run_rank(backend_cfg: Config) -> Result<Option<Profile>, String> {
     // Rank 0's first CPU, for the crowded TCP exchanges and steps.
     let mut cpu = [oxccl::tuning::allowed_cpus().first().copied().unwrap_or(0) as u64];
     shm.broadcast(&mut cpu[..], 0).map_err(e("broadcast"))?;
-    net.wait = crowded_wait(&tcp, cpu[0] as usize, net.overhead).map_err(e("crowded TCP ping-pong"))?;
-    shm.barrier().map_err(e("barrier"))?;
     // Waits as on an oversubscribed host: no spin, yields, then sleep.
     let yields = oxccl::tuning::YIELD_CROWDED.as_micros().to_string();
-    let crowded = backend_cfg
+    let crowded_cfg = backend_cfg.clone().set("OXCCL_SPIN_US", "0").and_then(|c| c.set("OXCCL_YIELD_US", &yields));
+    let crowded_cfg = crowded_cfg.map_err(|err| format!("the crowded world's settings: {err}"))?;
+    let crowded_tcp = crowded_cfg
         .clone()
-        .set("OXCCL_SPIN_US", "0")
-        .and_then(|c| c.set("OXCCL_YIELD_US", &yields))
-        .and_then(|c| c.init())
-        .map_err(|err| format!("joining the crowded world: {err}"))?;
+        .transport(TransportChoice::Tcp)
+        .init()
+        .map_err(|err| format!("joining the crowded TCP world: {err}"))?;
+    net.wait = crowded_wait(&crowded_tcp, cpu[0] as usize, false).map_err(e("crowded TCP exchange"))?;
+    drop(crowded_tcp);
+    shm.barrier().map_err(e("barrier"))?;
+    let crowded = crowded_cfg.init().map_err(|err| format!("joining the crowded world: {err}"))?;
+    ring.wait = crowded_wait(&crowded, cpu[0] as usize, false).map_err(e("crowded shared-memory exchange"))?;
+    crowded.barrier().map_err(e("barrier"))?;
     let crowded_step = crowded_step(&crowded, cpu[0] as usize)
         .map_err(e("crowded shared-memory barrier"))?
         // Without shared-memory collectives, what the reference machine adds to its step.
@@ -444,11 +445,8 @@ pub fn run_rank(backend_cfg: Config) -> Result<Option<Profile>, String> {
         // Three buffers (two sources, a destination) that fit the cache together.
         let (cached_copy, cached_reduce) = local_speeds(cache / 4).map_err(e("local speeds"))?;
         let mut memory = memory_link(cache).map_err(e("in-process ping-pong"))?;
-        let switch = turn_cost(Waiting::Yield).unwrap_or(Profile::default().switch);
-        // A crowded in-process message wakes its caller; a shared-memory one meets waits
-        // that yield: a switch at each end.
-        memory.wait = turn_cost(Waiting::Sleep).unwrap_or(Profile::default().memory.wait);
-        ring.wait = 2.0 * switch;
+        let switch = turn_cost().unwrap_or(Profile::default().switch);
+        memory.wait = memory_wait(&crowded_cfg).map_err(e("crowded in-process exchange"))?;
         profile = Some(Profile {
             shm: ring,
             tcp: net,

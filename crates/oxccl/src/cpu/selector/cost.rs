@@ -51,14 +51,18 @@
 //!   times `o`.
 //! - **Crowded hosts.** When the ranks outnumber the CPUs they take turns, and an
 //!   exchanging algorithm costs at least all of the job's work shared by the CPUs: every
-//!   message's `o` plus the wake-ups `w` it takes (the link's `wait`: a TCP message wakes
-//!   the connection's reader thread, then the caller; an in-process one the caller; a
-//!   shared-memory one, whose waits yield, costs switches), every byte sent at the link's
-//!   bandwidth for that message size, every byte combined and copied; plus one `w` per
-//!   round on the critical path (a rank sleeps until its partner's message comes). Fewer
-//!   messages win small sizes (8 ranks on 2 CPUs over TCP: a binomial tree's 14 against
-//!   recursive doubling's 24, 107 against 148 µs measured) and fewer bytes, and messages
-//!   that fit the cache, win large ones (the ring's `m/n` pieces).
+//!   message's `w` (the link's `wait`: all the CPU time a message takes when ranks share
+//!   CPUs, its sender's and its receiver's system calls and the switches between ranks whose
+//!   waits yield), every byte sent at the link's bandwidth for that message size, every
+//!   byte combined and copied; plus the turns of the critical path, in place of its
+//!   latencies α (measured between ranks that spin, each on a CPU of its own): `2w` per
+//!   exchanging round (it ends once both partners ran after each other's send), `w` per
+//!   one-way round.
+//!   `oxccl tune` measures `w` as a quarter of an 8-byte exchange between two ranks on one
+//!   CPU (one exchanging round and two messages' work). Fewer messages and one-way rounds
+//!   win small sizes (4 ranks on 2 CPUs over TCP: a binomial tree 20 µs, recursive
+//!   doubling 28; 8 ranks: 43 against 166) and fewer bytes, and messages that fit the cache,
+//!   win large ones (the ring's `m/n` pieces).
 //! - **One-way operations.** Broadcast, reduce, gather and scatter over point-to-point
 //!   never wait for a reply, so back-to-back calls overlap: they cost the busiest rank's
 //!   messages (`⌈lg n⌉` for a tree's root, `n−1` for linear) times `o + 3mκ` (copied into
@@ -153,25 +157,34 @@ impl Plan {
     }
 
     /// Seconds for `n` ranks: the critical path, bounded below by each rank's share of the
-    /// messages' overhead and, on crowded hosts, by the whole job's work shared by the CPUs.
+    /// messages' overhead; on crowded hosts, the critical path's turns and the whole job's
+    /// work shared by the CPUs.
     fn price(&self, n: f64, c: &Costs<'_>) -> f64 {
         let (link, prof) = (c.link, c.profile);
         let send = |s: f64| link.transfer(s, prof.cache);
         let one_way = |s: f64| link.transfer_oneway(s, prof.cache);
         let (g, k) = (prof.reduce_time(self.working), prof.copy_time(self.working));
-        let round =
-            |&(s, oneway): &(f64, bool)| if oneway { link.alpha_oneway() + one_way(s) } else { link.alpha + send(s) };
-        let critical: f64 = self.rounds.iter().map(round).sum::<f64>() + self.reduced.0 * g + self.copied.0 * k;
+        let bytes = |&(s, oneway): &(f64, bool)| if oneway { one_way(s) } else { send(s) };
+        let latency = |&(_, oneway): &(f64, bool)| if oneway { link.alpha_oneway() } else { link.alpha };
+        let local = self.reduced.0 * g + self.copied.0 * k;
+        let streamed: f64 = self.rounds.iter().map(bytes).sum::<f64>() + local;
         let messages: f64 = self.total.iter().map(|t| t.0).sum();
         if c.crowd <= 1.0 {
+            let critical = streamed + self.rounds.iter().map(latency).sum::<f64>();
             return critical.max(messages / n * link.overhead);
         }
+        // Crowded, the latency α (measured between ranks that spin, each on its CPU) gives
+        // way to the turns below.
+        let critical = streamed;
         let cpus = n / c.crowd;
-        let work = messages * (link.overhead + link.wait)
+        let work = messages * link.wait
             + self.total.iter().map(|&(count, s)| count * send(s)).sum::<f64>()
             + self.reduced.1 * g
             + self.copied.1 * k;
-        critical.max(self.rounds.len() as f64 * link.wait + work / cpus)
+        // An exchanging round ends once both partners ran after each other's send; a
+        // one-way round once the receiver ran after the send.
+        let turns: f64 = self.rounds.iter().map(|&(_, oneway)| if oneway { 1.0 } else { 2.0 }).sum();
+        critical.max(turns * link.wait + work / cpus)
     }
 }
 
@@ -183,7 +196,8 @@ fn plan(op: OpKind, algo: Algorithm, n: usize, m: f64) -> Option<Plan> {
     let p = 1usize << (usize::BITS - 1 - n.leading_zeros());
     let pf = p as f64;
     let l = pf.log2();
-    // The ranks beyond the power of two fold into a partner and get the result back.
+    // The ranks beyond the power of two fold into a partner and get the result back: two
+    // one-way rounds.
     let (e, extra) = if p == n { (0.0, 0.0) } else { (1.0, nf - pf) };
     let lgn = lg_ceil(n);
     // Recursive halving's steps: m/2, m/4, ... among p ranks.
@@ -199,11 +213,11 @@ fn plan(op: OpKind, algo: Algorithm, n: usize, m: f64) -> Option<Plan> {
             plan.rounds(2.0 * (nf - 1.0), m / nf, nf).reduce((nf - 1.0) / nf * m, (nf - 1.0) * m)
         }
         (O::AllReduce, A::RecursiveDoubling) => {
-            plan.rounds(l, m, pf).rounds(2.0 * e, m, extra).reduce((l + e) * m, (pf * l / 2.0 + extra) * m)
+            plan.rounds(l, m, pf).oneway_rounds(2.0 * e, m, extra).reduce((l + e) * m, (pf * l / 2.0 + extra) * m)
         }
         (O::AllReduce, A::Rabenseifner) => {
             // Reduce-scatter by halving, all-gather by doubling: the same sizes twice.
-            let plan = halving(halving(plan, l), l).rounds(2.0 * e, m, extra);
+            let plan = halving(halving(plan, l), l).oneway_rounds(2.0 * e, m, extra);
             plan.reduce(((pf - 1.0) / pf + e) * m, (pf - 1.0 + extra) * m)
         }
         (O::AllReduce, A::BinomialTree) => {
@@ -224,8 +238,8 @@ fn plan(op: OpKind, algo: Algorithm, n: usize, m: f64) -> Option<Plan> {
         }
         (O::ReduceScatter, A::Ring) => plan.rounds(nf - 1.0, m / nf, nf).reduce((nf - 1.0) / nf * m, (nf - 1.0) * m),
         (O::ReduceScatter, A::RecursiveHalving) => halving(plan, l)
-            .rounds(e, m, extra)
-            .rounds(e, m / nf, extra)
+            .oneway_rounds(e, m, extra)
+            .oneway_rounds(e, m / nf, extra)
             .reduce(((pf - 1.0) / pf + e) * m, (pf - 1.0 + extra) * m),
         (O::AllToAll | O::AllToAllV, A::Pairwise) => plan.rounds(nf - 1.0, m / nf, nf),
         (O::AllGatherV, A::Ring) => plan.rounds(nf - 1.0, m / nf, nf),

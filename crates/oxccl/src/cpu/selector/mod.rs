@@ -379,16 +379,17 @@ mod tests {
         assert_ne!(two(4.7, 2 << 20), Algorithm::BinomialTree);
         // Symmetric operations keep the rendezvous: every rank waits for all anyway.
         assert_eq!(at(LinkKind::Shm, 4, 2.0, OpKind::AllReduce, 8, native), Algorithm::SharedMemory);
-        // The work bound: with a costly per-message overhead and 8 ranks taking turns on 2
-        // CPUs, a binomial tree's 2(n - 1) messages beat recursive doubling's n lg n, which
-        // wins on latency when every rank has a CPU.
-        let busy = Arc::new(Profile { tcp: LinkCost { overhead: 10e-6, ..prof.tcp }, ..Profile::default() });
+        // The work bound: with a costly crowded message and 8 ranks taking turns on 2 CPUs,
+        // a binomial tree's 2(n - 1) messages beat recursive doubling's n lg n, which wins
+        // on latency when every rank has a CPU.
+        let busy = Arc::new(Profile { tcp: LinkCost { wait: 10e-6, ..prof.tcp }, ..Profile::default() });
         let tcp8 = |crowd| Selector::new(Arc::clone(&busy), LinkKind::Tcp, 8, crowd);
         assert_eq!(tcp8(1.0).explain(OpKind::AllReduce, 8, None).algorithm, Algorithm::RecursiveDoubling);
         assert_eq!(tcp8(4.0).explain(OpKind::AllReduce, 8, None).algorithm, Algorithm::BinomialTree);
-        // With the measured costs of the reference machine, 8 ranks on 2 CPUs over TCP:
-        // every message wakes two sleeping threads, so the binomial tree's 14 messages beat
-        // recursive doubling's 24 (measured 107 against 148 us at 8 B); at 2 MiB the ring's
+        // With the measured costs of the reference machine, 8 ranks on 2 CPUs over TCP: the
+        // binomial tree's 14 messages and one-way rounds beat recursive doubling's 24
+        // messages (measured there 107 against 148 us at 8 B, when receivers slept; on a
+        // Xeon VM whose receivers yield, 43-54 against 166); at 2 MiB the ring's
         // 256 KiB pieces fit the cache where Rabenseifner's 1 MiB ones stream from memory
         // (measured 9.2 against 11.0 ms).
         let tcp =

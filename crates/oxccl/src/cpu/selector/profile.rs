@@ -20,7 +20,7 @@
 //! shm.gbps = 1.5            # their bandwidth in exchanges larger than the cache, GB/s
 //! shm.cached_gbps = 1.5     # ... and in exchanges that fit it
 //! shm.overhead_us = 0.6     # the sender's time per message when messages stream one way
-//! shm.wait_us = 1.6         # what a message adds in wake-ups when ranks share CPUs
+//! shm.wait_us = 1.6         # the CPU time a message takes when ranks share CPUs
 //! tcp.alpha_us = 15
 //! tcp.gbps = 1.5
 //! tcp.cached_gbps = 2.2
@@ -71,9 +71,10 @@ pub struct LinkCost {
     pub oneway_bandwidth: f64,
     /// CPU time per message of a one-way stream, in seconds.
     pub overhead: f64,
-    /// What a message adds, in wake-ups and switches, when the ranks outnumber the CPUs,
-    /// in seconds: its receiver (a TCP connection's reader thread, then the caller; a
-    /// caller of the in-process transport) sleeps and must be woken and switched in.
+    /// The CPU time a message takes in all when the ranks outnumber the CPUs, in seconds:
+    /// its sender's and receiver's system calls, and the switches between ranks whose waits
+    /// yield (a quarter of an 8-byte exchange between two ranks on one CPU, see
+    /// the selector's cost model).
     pub wait: f64,
 }
 
@@ -139,7 +140,8 @@ pub struct Profile {
 impl Default for Profile {
     /// The values `oxccl tune --ranks 2` measured on the reference machine (a 2-core VM,
     /// 2026-11-25; the middle of three runs). A machine unlike it is better served by its
-    /// own profile.
+    /// own profile. The links' crowded waits are that machine's 8-byte exchange on one CPU
+    /// (`2o + 3w` in the model of its day) as the model prices it now (`4w`).
     fn default() -> Self {
         Profile {
             shm: LinkCost {
@@ -149,7 +151,7 @@ impl Default for Profile {
                 cached_bandwidth: 8.4e9,
                 oneway_bandwidth: 8.4e9,
                 overhead: 0.55e-6,
-                wait: 1.95e-6,
+                wait: 1.74e-6,
             },
             tcp: LinkCost {
                 alpha: 15.0e-6,
@@ -158,7 +160,7 @@ impl Default for Profile {
                 cached_bandwidth: 2.5e9,
                 oneway_bandwidth: 2.5e9,
                 overhead: 2.7e-6,
-                wait: 4.3e-6,
+                wait: 4.58e-6,
             },
             memory: LinkCost {
                 alpha: 4.3e-6,
@@ -167,7 +169,7 @@ impl Default for Profile {
                 cached_bandwidth: 10.0e9,
                 oneway_bandwidth: 10.0e9,
                 overhead: 0.46e-6,
-                wait: 1.25e-6,
+                wait: 1.17e-6,
             },
             native_step: 0.17e-6,
             // What gives the 3.6 µs per step measured with 4 ranks on its 2 cores.
