@@ -5,6 +5,8 @@ same parameters. Run under torchrun:
     python -m torch.distributed.run --nproc-per-node 2 python/examples/fsdp2_train.py
 """
 
+import gc
+
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
@@ -32,8 +34,15 @@ def train(backend, steps=10):
         loss.backward()
         opt.step()
     full = torch.cat([p.full_tensor().detach().flatten() for p in model.parameters()])
+    last = loss.item()
+    # Free the sharded model (its parameters, gradients and the collectives' handles) while
+    # the interpreter runs: left to the garbage collection at exit, a group's worker thread
+    # (gloo's) may release a Python object after finalization began, and Python ends that
+    # thread in a way C++ cannot unwind (`terminate called without an active exception`).
+    del model, opt, loss, x
+    gc.collect()
     dist.destroy_process_group()
-    return full, loss.item()
+    return full, last
 
 
 def main():
