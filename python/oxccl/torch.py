@@ -441,7 +441,16 @@ class _Bootstrap:
 
     def __init__(self, store, rank, world_size, timeout):
         self._store, self.rank, self.world_size = store, rank, world_size
-        key = "oxccl/secret"
+        # Every creation of a group on this store gets keys of its own: torch gives a group
+        # created again (init_process_group after destroy_process_group, while something
+        # still holds the old group and with it the store) the same store prefix, where the
+        # old group's keys remain, and a rank reading them would join the old group's
+        # segments or take its secret. Each rank counts itself in once per creation, and no
+        # rank counts itself into the next before every rank counted into this one (the
+        # group's set-up needs them all).
+        generation = (store.add("oxccl/creations", 1) - 1) // world_size
+        self._ns = f"oxccl/{generation}/"
+        key = f"{self._ns}secret"
         if rank == 0:
             store.set(key, secrets.token_hex(16))
         self._secret = store.get(key).decode()
@@ -451,12 +460,14 @@ class _Bootstrap:
         """A raw communicator of the group whose ranks meet under ``prefix`` in the store."""
         store = self._store
 
+        ns = self._ns
+
         def put(k, v):
-            store.set(f"oxccl/{prefix}{k}", v)
+            store.set(f"{ns}{prefix}{k}", v)
 
         def get(k, seconds):
-            store.wait([f"oxccl/{prefix}{k}"], timedelta(seconds=seconds))
-            return store.get(f"oxccl/{prefix}{k}")
+            store.wait([f"{ns}{prefix}{k}"], timedelta(seconds=seconds))
+            return store.get(f"{ns}{prefix}{k}")
 
         return _init_store(self.rank, self.world_size, put, get, self._secret, {**self._opts, **options})
 

@@ -143,5 +143,22 @@ def ddp():
     print("ddp ok", diff)
 
 
+def reinit():
+    # The default group created three times while every earlier one is still held (as a
+    # model or a device mesh keeps its group): each must meet its own ranks, not the keys an
+    # earlier one left in the store (before: a missing shared-memory segment, or a hang).
+    held = []
+    for round_ in range(3):
+        dist.init_process_group("oxccl")
+        me, n = dist.get_rank(), dist.get_world_size()
+        held.append(dist.group.WORLD._get_backend(torch.device("cpu")))
+        t = inputs(n, 10, torch.float32, salt=round_)
+        got = t[me].clone()
+        dist.all_reduce(got)
+        same(got, torch.stack(t).sum(0), f"all_reduce after {round_} re-creations")
+        dist.destroy_process_group()
+    print("reinit ok")
+
+
 if __name__ == "__main__":
     globals()[sys.argv[1]]()
