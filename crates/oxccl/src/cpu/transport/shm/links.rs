@@ -517,6 +517,7 @@ fn progress_loop(shared: &Shared, me: usize, inbox: &Inbox, stop: &AtomicBool) {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::backend::Backend;
     use crate::bootstrap::MemoryRendezvous;
     use crate::cpu::engine::{CpuBackend, WORLD_COMM_ID};
     use crate::cpu::transport::routed::RoutedTransport;
@@ -555,6 +556,23 @@ pub(crate) mod tests {
         settings: &[(&str, &str)],
         f: impl Fn(Communicator) + Sync,
     ) {
+        backend_world(n, ring_bytes, wait, settings, |b| {
+            if let Some(slot) = native_slot {
+                b.enable_shared_memory(slot, wait).unwrap();
+            }
+            f(Communicator::from_backend(Arc::new(b)));
+        })
+    }
+
+    /// The ranks' backends of a world over shared-memory links, before anything is set up
+    /// on them.
+    fn backend_world(
+        n: usize,
+        ring_bytes: usize,
+        wait: WaitPolicy,
+        settings: &[(&str, &str)],
+        f: impl Fn(CpuBackend) + Sync,
+    ) {
         let rdv = MemoryRendezvous::default();
         let cfg = settings
             .iter()
@@ -573,14 +591,40 @@ pub(crate) mod tests {
                     let routes = (0..n).map(|p| (p != r).then(|| Arc::clone(&links))).collect();
                     let t = Arc::new(RoutedTransport::new(r, mb, routes).unwrap());
                     let ranks: Arc<[usize]> = (0..n).collect();
-                    let b = CpuBackend::new("shm-test", t, WORLD_COMM_ID, ranks, r, cfg).unwrap();
-                    if let Some(slot) = native_slot {
-                        b.enable_shared_memory(slot, wait).unwrap();
-                    }
-                    f(Communicator::from_backend(Arc::new(b)));
+                    f(CpuBackend::new("shm-test", t, WORLD_COMM_ID, ranks, r, cfg).unwrap());
                 });
             }
         });
+    }
+
+    /// The shared-memory collectives' segments of this process that stay in /dev/shm for
+    /// half a second (a set-up running beside in another test unlinks its own at once).
+    fn lasting_collective_segments() -> Vec<String> {
+        let prefix = format!("oxccl-coll-{}-", std::process::id());
+        let list = || -> Vec<String> {
+            let names = std::fs::read_dir("/dev/shm").into_iter().flatten().flatten();
+            names.filter_map(|e| e.file_name().into_string().ok()).filter(|n| n.starts_with(&prefix)).collect()
+        };
+        let first = list();
+        std::thread::sleep(Duration::from_millis(500));
+        let later = list();
+        first.into_iter().filter(|n| later.contains(n)).collect()
+    }
+
+    #[test]
+    fn a_shared_memory_set_up_that_fails_leaves_no_segment() {
+        // Rank 0 creates the collectives' segment; rank 1 never joins, so sending it the
+        // segment's name times out. The name must not stay in /dev/shm.
+        let wait = WaitPolicy::for_host(2, super::super::wait::allowed_cpus().len(), None, None);
+        backend_world(2, 1 << 16, wait, &[("OXCCL_TIMEOUT", "300ms")], |b| {
+            if b.rank() == 0 {
+                let r = b.enable_shared_memory(16 * 1024, wait);
+                assert!(matches!(r, Err(Error::Timeout { .. })), "{r:?}");
+            } else {
+                std::thread::sleep(Duration::from_millis(600));
+            }
+        });
+        assert_eq!(lasting_collective_segments(), Vec::<String>::new());
     }
 
     #[test]

@@ -6,9 +6,13 @@
 //! The space is reserved up front (`posix_fallocate`), so a /dev/shm that is too small (a
 //! classic container pitfall: Docker's default is 64 MiB) is an error that says so instead
 //! of a SIGBUS in the middle of a collective.
+//!
+//! A creator killed outright (SIGKILL) while its peers were still to map the segment leaves
+//! the name behind; every creator first removes such orphans ([`unique_name`]).
 
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use crate::error::{Error, Result};
 
@@ -158,8 +162,45 @@ impl Drop for Segment {
     }
 }
 
-/// A name for a new segment that no other job on this host uses.
+/// How old a segment of a dead creator must be before another creator removes its name: an
+/// orphan is never mapped again by anyone, but a creator in another PID namespace sharing
+/// /dev/shm (a container) looks dead from here, and its peers may be about to open its name
+/// (they do within the set-up, seconds).
+const ORPHAN_AGE: Duration = Duration::from_secs(600);
+
+/// Removes from `dir` the segment names (`oxccl-<kind>-<pid>-<n>`) whose creating process no
+/// longer exists and that are older than `min_age`; returns how many it removed. Names it
+/// cannot read or remove are left alone.
+fn remove_orphans_in(dir: &Path, min_age: Duration) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    let creator = |name: &str| -> Option<libc::pid_t> {
+        let mut parts = name.strip_prefix("oxccl-")?.split('-');
+        let (_kind, pid, n) = (parts.next()?, parts.next()?, parts.next()?);
+        (parts.next().is_none() && n.bytes().all(|b| b.is_ascii_digit())).then_some(())?;
+        pid.parse().ok()
+    };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(creator) else { continue };
+        // SAFETY: signal 0 only checks that the process exists; nothing is sent.
+        let dead =
+            unsafe { libc::kill(pid, 0) } != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        let old = entry.metadata().and_then(|m| m.modified()).is_ok_and(|t| t.elapsed().is_ok_and(|a| a >= min_age));
+        if dead && old && std::fs::remove_file(entry.path()).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
+/// A name for a new segment that no other job on this host uses. Removes the names of
+/// orphaned segments first (see [`ORPHAN_AGE`]).
 pub fn unique_name(kind: &str) -> Result<String> {
+    let orphans = remove_orphans_in(Path::new(SHM_DIR), ORPHAN_AGE);
+    if orphans > 0 {
+        tracing::info!("removed {orphans} shared-memory segment(s) of ended processes from {SHM_DIR}");
+    }
     let mut r = [0u8; 8];
     getrandom::getrandom(&mut r).map_err(|e| Error::Io {
         context: "naming a shared-memory segment".into(),
@@ -172,6 +213,39 @@ pub fn unique_name(kind: &str) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_left_by_ended_creators_are_removed_once_old() {
+        let dir = std::env::temp_dir().join(format!("oxccl-orphans-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // A process that has ended: its pid, just reaped.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let gone = child.id();
+        child.wait().unwrap();
+        let me = std::process::id();
+        let an_hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
+        let make = |name: &str, old: bool| {
+            let f = std::fs::File::create(dir.join(name)).unwrap();
+            if old {
+                f.set_modified(an_hour_ago).unwrap();
+            }
+        };
+        make(&format!("oxccl-coll-{gone}-123"), true); // an orphan
+        make(&format!("oxccl-links-{gone}-456"), false); // too young: its peers may still open it
+        make(&format!("oxccl-coll-{me}-789"), true); // its creator runs
+        make(&format!("oxccl-coll-{gone}-x1"), true); // not a segment name of ours
+        make("other-file", true);
+        assert_eq!(remove_orphans_in(&dir, Duration::from_secs(600)), 1);
+        let mut left: Vec<String> =
+            std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        left.sort();
+        let mut want =
+            vec![format!("oxccl-coll-{gone}-x1"), format!("oxccl-coll-{me}-789"), format!("oxccl-links-{gone}-456")];
+        want.push("other-file".into());
+        want.sort();
+        assert_eq!(left, want);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn create_open_unlink() {
