@@ -14,7 +14,7 @@
 //! | all_reduce | ring | `2(n−1)α + 2(n−1)/n·mβ + (n−1)/n·mγ` |
 //! | | recursive_doubling | `(L + 2e)(α + mβ) + (L + e)·mγ` |
 //! | | rabenseifner | `(2L + 2e)α + 2(p−1)/p·mβ + (p−1)/p·mγ + e·m(2β + γ)` |
-//! | | binomial_tree | `2⌈lg n⌉(α₁ + mβ₁) + ⌈lg n⌉·mγ` (one way, see below) |
+//! | | binomial_tree | `2⌊lg n⌋α₁ + 2⌈lg n⌉·mβ₁ + ⌈lg n⌉·mγ` (one way, see below; `⌊lg n⌋` deep, the root's `⌈lg n⌉` messages queue) |
 //! | all_gather (block b) | ring | `(n−1)(α + bβ)` |
 //! | | bruck | `⌈lg n⌉α + (n−1)bβ + n·bκ` (the final rotation) |
 //! | reduce_scatter (input m) | ring | `(n−1)α + (n−1)/n·m(β + γ)` |
@@ -108,13 +108,25 @@ pub struct Costs<'a> {
     pub crowd: f64,
 }
 
+/// How a message on the critical path moves.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Round {
+    /// Both partners send and receive at once: latency `α`, two turns on crowded hosts.
+    Exchange,
+    /// One way (the rank receiving it sends nothing meanwhile): `α₁`, one turn.
+    OneWay,
+    /// One way, queued behind another on the same rank (a binomial tree's root takes its
+    /// children's messages, sent at once, one after the other): its bytes only; its latency
+    /// and turn overlap the message before it.
+    Queued,
+}
+
 /// An exchanging algorithm's messages: the critical path, round by round, and the whole
 /// job's traffic.
 #[derive(Debug, Default)]
 struct Plan {
-    /// The size of each round's message on the critical path, and whether it moves one
-    /// way (the rank receiving it sends nothing meanwhile).
-    rounds: Vec<(f64, bool)>,
+    /// The size of each message on the critical path, and how it moves.
+    rounds: Vec<(f64, Round)>,
     /// Every message the job sends, as (how many, size) groups.
     total: Vec<(f64, f64)>,
     /// Bytes combined on the critical path and in the whole job.
@@ -128,15 +140,22 @@ struct Plan {
 impl Plan {
     /// `count` rounds of `size`-byte messages, `each` of them sent per round in the job.
     fn rounds(mut self, count: f64, size: f64, each: f64) -> Plan {
-        self.rounds.extend(std::iter::repeat_n((size, false), count as usize));
+        self.rounds.extend(std::iter::repeat_n((size, Round::Exchange), count as usize));
         self.total.push((count * each, size));
         self
     }
 
     /// Rounds as [`Plan::rounds`] whose messages move one way.
     fn oneway_rounds(mut self, count: f64, size: f64, each: f64) -> Plan {
-        self.rounds.extend(std::iter::repeat_n((size, true), count as usize));
+        self.rounds.extend(std::iter::repeat_n((size, Round::OneWay), count as usize));
         self.total.push((count * each, size));
+        self
+    }
+
+    /// `count` messages of `size` on the critical path that queue behind others
+    /// ([`Round::Queued`]); the job's traffic counts them elsewhere.
+    fn queued(mut self, count: f64, size: f64) -> Plan {
+        self.rounds.extend(std::iter::repeat_n((size, Round::Queued), count as usize));
         self
     }
 
@@ -164,8 +183,12 @@ impl Plan {
         let send = |s: f64| link.transfer(s, prof.cache);
         let one_way = |s: f64| link.transfer_oneway(s, prof.cache);
         let (g, k) = (prof.reduce_time(self.working), prof.copy_time(self.working));
-        let bytes = |&(s, oneway): &(f64, bool)| if oneway { one_way(s) } else { send(s) };
-        let latency = |&(_, oneway): &(f64, bool)| if oneway { link.alpha_oneway() } else { link.alpha };
+        let bytes = |&(s, how): &(f64, Round)| if how == Round::Exchange { send(s) } else { one_way(s) };
+        let latency = |&(_, how): &(f64, Round)| match how {
+            Round::Exchange => link.alpha,
+            Round::OneWay => link.alpha_oneway(),
+            Round::Queued => 0.0,
+        };
         let local = self.reduced.0 * g + self.copied.0 * k;
         let streamed: f64 = self.rounds.iter().map(bytes).sum::<f64>() + local;
         let messages: f64 = self.total.iter().map(|t| t.0).sum();
@@ -183,7 +206,15 @@ impl Plan {
             + self.copied.1 * k;
         // An exchanging round ends once both partners ran after each other's send; a
         // one-way round once the receiver ran after the send.
-        let turns: f64 = self.rounds.iter().map(|&(_, oneway)| if oneway { 1.0 } else { 2.0 }).sum();
+        let turns: f64 = self
+            .rounds
+            .iter()
+            .map(|&(_, how)| match how {
+                Round::Exchange => 2.0,
+                Round::OneWay => 1.0,
+                Round::Queued => 0.0,
+            })
+            .sum();
         critical.max(turns * link.wait + work / cpus)
     }
 }
@@ -221,8 +252,14 @@ fn plan(op: OpKind, algo: Algorithm, n: usize, m: f64) -> Option<Plan> {
             plan.reduce(((pf - 1.0) / pf + e) * m, (pf - 1.0 + extra) * m)
         }
         (O::AllReduce, A::BinomialTree) => {
-            // Each round a rank either sends or receives: one way.
-            plan.oneway_rounds(2.0 * lgn, m, 0.0).also(2.0 * (nf - 1.0), m).reduce(lgn * m, (nf - 1.0) * m)
+            // Each round a rank either sends or receives: one way. The tree is `⌊lg n⌋` deep
+            // (the longest chain of ranks waiting for a child), but the root takes and sends
+            // `⌈lg n⌉` messages: at 3 ranks both leaves send at once.
+            let depth = nf.log2().floor();
+            plan.oneway_rounds(2.0 * depth, m, 0.0)
+                .queued(2.0 * (lgn - depth), m)
+                .also(2.0 * (nf - 1.0), m)
+                .reduce(lgn * m, (nf - 1.0) * m)
         }
         (O::AllGather, A::Ring) => plan.rounds(nf - 1.0, m, nf),
         (O::AllGather, A::Bruck) => {
@@ -381,5 +418,31 @@ mod tests {
         assert_eq!(lg_ceil(1), 0.0);
         assert_eq!(lg_ceil(5), 3.0);
         assert_eq!(lg_ceil(8), 3.0);
+    }
+
+    #[test]
+    fn a_binomial_trees_latency_is_its_depth_and_its_roots_messages_queue() {
+        let prof = Profile { tcp: link(10.0, 1.0), ..Profile::default() };
+        let t = |n, m, crowd| {
+            let costs = Costs { link: &prof.tcp, profile: &prof, slot: 1 << 20, crowd };
+            predict(OpKind::AllReduce, Algorithm::BinomialTree, n, m, &costs).unwrap()
+        };
+        let close = |x: f64, y: f64| (x - y).abs() < 1e-9 * y.max(1e-6);
+        // 3 ranks: both leaves send at once, one hop up and one down; 5: two each way; 4
+        // and 8: lg n each way.
+        for (n, hops) in [(3, 2.0), (4, 4.0), (5, 4.0), (7, 4.0), (8, 6.0)] {
+            assert!(close(t(n, 0, 1.0), hops * 10e-6), "{n} ranks: {}", t(n, 0, 1.0));
+        }
+        // The root still takes and sends ⌈lg n⌉ buffers one after the other, each with its
+        // bytes (1 MB at 1 GB/s: 1 ms, far above the latency).
+        let m = 1_000_000;
+        assert!(t(3, m, 1.0) > 4e-3 && t(5, m, 1.0) > 6e-3, "{} {}", t(3, m, 1.0), t(5, m, 1.0));
+        // Crowded, a hop is one turn (a wait each): 3 ranks take two turns, recursive
+        // doubling four (an exchange and the fold's two one-way rounds).
+        let wait = LinkCost { wait: 5e-6, ..prof.tcp };
+        let crowded = Costs { link: &wait, profile: &prof, slot: 1 << 20, crowd: 1.5 };
+        let tree = predict(OpKind::AllReduce, Algorithm::BinomialTree, 3, 0, &crowded).unwrap();
+        let rd = predict(OpKind::AllReduce, Algorithm::RecursiveDoubling, 3, 0, &crowded).unwrap();
+        assert!(close(rd - tree, 2.0 * 5e-6), "tree {tree}, recursive doubling {rd}");
     }
 }
