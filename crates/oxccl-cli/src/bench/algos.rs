@@ -19,7 +19,7 @@ use super::ops::{self, BenchOp, OpArgs, Place};
 use super::{out, timed, Plan};
 
 /// Interleaved rounds per size.
-pub const ROUNDS: usize = 3;
+pub const ROUNDS: usize = 5;
 
 /// One size's results: (candidate, best µs) with `None` for a refused candidate, and the
 /// algorithm auto ran.
