@@ -17,10 +17,9 @@
 //!   link's wait (8-byte exchanges) and the step of the shared-memory collectives;
 //! - on rank 0 alone: one core's copy and reduction speed (8 MiB buffers, past the caches,
 //!   and buffers of a quarter of the per-core cache, within it),
-//!   the in-process transport of the `local` backend (two threads), the switch cost (two
-//!   threads on one CPU handing it to each other with `sched_yield`, as ranks that
-//!   outnumber the CPUs do) and the in-process transport's crowded wait (8-byte exchanges
-//!   between two threads of a `local` world on one CPU whose waits yield).
+//!   the in-process transport of the `local` backend (two threads) and its crowded wait
+//!   (8-byte exchanges between two threads of a `local` world on one CPU whose waits
+//!   yield).
 //!
 //! Noise only adds time, so each is the best of several rounds, and a link's quantities
 //! are measured in [`PASSES`] passes over all of them, each keeping its best pass: a slow
@@ -200,11 +199,6 @@ fn l2_cache() -> Option<usize> {
     None
 }
 
-/// Pins the calling thread to `cpu`; false where the kernel refuses.
-fn pin_to(cpu: usize) -> bool {
-    pin_thread(0, cpu).is_some()
-}
-
 /// Pins thread `tid` (0: the calling thread) to `cpu` and returns its previous CPU set;
 /// `None` where the kernel refuses.
 fn pin_thread(tid: libc::pid_t, cpu: usize) -> Option<libc::cpu_set_t> {
@@ -288,68 +282,6 @@ fn crowded_step(crowded: &Communicator, cpu: usize) -> oxccl::Result<Option<f64>
     let t = native.barrier().and_then(|()| step_time(&native, 2000));
     unpin(&saved);
     t.map(Some)
-}
-
-/// Seconds per turn when two threads pinned to one CPU pass a turn back and forth, each
-/// polling for its own with `sched_yield` between looks, as ranks that outnumber their CPUs
-/// do: the cost of a switch. `None` where the threads cannot be pinned.
-fn turn_cost() -> Option<f64> {
-    use std::sync::Mutex;
-    const ROUNDS: usize = 20_000;
-    const GONE: usize = usize::MAX;
-    let cpu = *oxccl::tuning::allowed_cpus().first()?;
-    let turn = Mutex::new(0usize);
-    let set = |v: usize| *turn.lock().unwrap_or_else(|p| p.into_inner()) = v;
-    // Waits until the turn is `want` (true) or the other side gave up (false).
-    let wait_for = |want: usize| -> bool {
-        let mut t = turn.lock().unwrap_or_else(|p| p.into_inner());
-        loop {
-            match *t {
-                GONE => return false,
-                now if now == want => return true,
-                _ => {
-                    drop(t);
-                    std::thread::yield_now();
-                    t = turn.lock().unwrap_or_else(|p| p.into_inner());
-                }
-            }
-        }
-    };
-    // Both sides run on threads of their own, so the caller's affinity is left alone.
-    std::thread::scope(|s| {
-        let other = s.spawn(|| {
-            if !pin_to(cpu) {
-                set(GONE);
-                return;
-            }
-            for i in 0..ROUNDS {
-                if !wait_for(2 * i + 1) {
-                    return;
-                }
-                set(2 * i + 2);
-            }
-        });
-        let timer = s.spawn(|| {
-            if !pin_to(cpu) {
-                set(GONE);
-                return None;
-            }
-            let t = Instant::now();
-            for i in 0..ROUNDS {
-                set(2 * i + 1);
-                if !wait_for(2 * i + 2) {
-                    return None;
-                }
-            }
-            Some(t.elapsed().as_secs_f64() / (2 * ROUNDS) as f64)
-        });
-        let took = timer.join().ok().flatten();
-        if took.is_none() {
-            set(GONE);
-        }
-        let _ = other.join();
-        took
-    })
 }
 
 /// Seconds per call of `f`, the best of five rounds of `iters` calls.
@@ -470,7 +402,6 @@ pub fn run_rank(backend_cfg: Config) -> Result<Option<Profile>, String> {
         // Three buffers (two sources, a destination) that fit the cache together.
         let (cached_copy, cached_reduce) = local_speeds(cache / 4).map_err(e("local speeds"))?;
         let mut memory = memory_link(cache).map_err(e("in-process ping-pong"))?;
-        let switch = turn_cost().unwrap_or(Profile::default().switch);
         memory.wait = memory_wait(&crowded_cfg).map_err(e("crowded in-process exchange"))?;
         profile = Some(Profile {
             shm: ring,
@@ -478,7 +409,6 @@ pub fn run_rank(backend_cfg: Config) -> Result<Option<Profile>, String> {
             memory,
             native_step: step,
             crowded_step,
-            switch,
             cache: cache as f64,
             copy,
             cached_copy,

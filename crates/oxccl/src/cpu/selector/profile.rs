@@ -1,8 +1,7 @@
 //! The measured machine costs the selector's model reads: latency α, bandwidth and
 //! per-message overhead and crowded wait per transport, the step cost of the shared-memory
-//! collectives (a CPU per rank, and two ranks on one CPU), the cost of switching a CPU between
-//! two ranks, and the local copy and
-//! reduction throughputs. `oxccl tune` measures them and writes a profile file;
+//! collectives (a CPU per rank, and two ranks on one CPU), and the local copy and reduction
+//! throughputs. `oxccl tune` measures them and writes a profile file;
 //! `OXCCL_TUNE_FILE` loads one. Without one, [`Profile::default`] holds the values `oxccl
 //! tune` measured on the project's reference machine (2-core VM, see [`Profile::default`]).
 //!
@@ -35,7 +34,6 @@
 //! memory.wait_us = 1.2
 //! native.step_us = 0.23     # one step of the shared-memory collectives
 //! native.crowded_step_us = 1.2  # ... with two ranks on one CPU
-//! switch_us = 0.78          # handing a CPU from one waiting rank to another
 //! cache_kib = 512           # the largest message that moves at a link's cached bandwidth
 //! copy.gbps = 11            # one core's memcpy past the cache
 //! copy.cached_gbps = 40     # ... and within it
@@ -117,10 +115,6 @@ pub struct Profile {
     /// The same step with two ranks on one CPU (waits that yield, as on oversubscribed
     /// hosts), in seconds: both ranks must be switched in before a step completes.
     pub crowded_step: f64,
-    /// Handing a CPU from one waiting rank to another (a yield that lets the other run),
-    /// in seconds: what every step costs per rank that must be scheduled in when the
-    /// ranks outnumber the CPUs.
-    pub switch: f64,
     /// The largest message, in bytes, that moves at a link's cached bandwidth (the per-core
     /// L2 cache where `oxccl tune` can read it).
     pub cache: f64,
@@ -174,7 +168,6 @@ impl Default for Profile {
             native_step: 0.17e-6,
             // What gives the 3.6 µs per step measured with 4 ranks on its 2 cores.
             crowded_step: 1.89e-6,
-            switch: 0.97e-6,
             cache: 512.0 * 1024.0,
             copy: 11.4e9,
             cached_copy: 53.7e9,
@@ -185,7 +178,10 @@ impl Default for Profile {
     }
 }
 
-const KEYS: [&str; 29] = [
+/// A key of older profiles, accepted and passed over (see [`Profile::parse`]).
+const RETIRED_SWITCH: &str = "switch_us";
+
+const KEYS: [&str; 28] = [
     "shm.alpha_us",
     "shm.oneway_alpha_us",
     "shm.gbps",
@@ -209,7 +205,6 @@ const KEYS: [&str; 29] = [
     "memory.wait_us",
     "native.step_us",
     "native.crowded_step_us",
-    "switch_us",
     "cache_kib",
     "copy.gbps",
     "copy.cached_gbps",
@@ -291,7 +286,9 @@ impl Profile {
     }
 
     /// Parses the `key = value` form (see the module documentation); keys left out keep
-    /// their defaults.
+    /// their defaults. `switch_us`, which older versions wrote (the cost of handing a CPU
+    /// from one waiting rank to another), is accepted and passed over, so their profiles
+    /// still load.
     ///
     /// # Errors
     /// A message naming the line and what is wrong with it.
@@ -338,7 +335,9 @@ impl Profile {
                 "memory.wait_us" => p.memory.wait = us,
                 "native.step_us" => p.native_step = us,
                 "native.crowded_step_us" => p.crowded_step = us,
-                "switch_us" => p.switch = us,
+                // Written by versions that priced crowded steps from it: those are now
+                // measured (`native.crowded_step_us`, each link's `wait_us`).
+                RETIRED_SWITCH => {}
                 "cache_kib" => p.cache = v * 1024.0,
                 "copy.gbps" => p.copy = gbps,
                 "copy.cached_gbps" => p.cached_copy = gbps,
@@ -397,7 +396,6 @@ impl Profile {
             us(self.memory.wait),
             us(self.native_step),
             us(self.crowded_step),
-            us(self.switch),
             self.cache / 1024.0,
             gbps(self.copy),
             gbps(self.cached_copy),
@@ -446,13 +444,12 @@ mod tests {
             },
             native_step: 0.75e-6,
             crowded_step: 2.5e-6,
-            switch: 4e-6,
             cache: 1024.0 * 1024.0,
             ..Profile::default()
         };
         let back = Profile::parse(&p.to_text("measured\nby a test")).unwrap();
         assert!((back.tcp.alpha - 31e-6).abs() < 1e-12 && (back.tcp.bandwidth - 1.25e9).abs() < 1.0);
-        assert!((back.tcp.overhead - 3e-6).abs() < 1e-12 && (back.switch - 4e-6).abs() < 1e-12);
+        assert!((back.tcp.overhead - 3e-6).abs() < 1e-12);
         assert!((back.native_step - 0.75e-6).abs() < 1e-12 && (back.crowded_step - 2.5e-6).abs() < 1e-12);
         assert!((back.tcp.cached_bandwidth - 2.5e9).abs() < 1.0 && (back.tcp.wait - 6e-6).abs() < 1e-12);
         assert!((back.tcp.oneway_bandwidth - 7.5e9).abs() < 1.0 && (back.tcp.oneway_alpha - 12e-6).abs() < 1e-12);
@@ -467,6 +464,10 @@ mod tests {
         let both = Profile::parse("tcp.cached_gbps = 3\ntcp.gbps = 1\n").unwrap();
         assert_eq!((both.tcp.cached_bandwidth, both.tcp.bandwidth), (3e9, 1e9));
         assert_eq!(partial.shm, Profile::default().shm);
+        // An older profile's retired key loads and changes nothing; it is written no more.
+        let old = Profile::parse("switch_us = 0.78\ntcp.alpha_us = 40\n").unwrap();
+        assert_eq!(old, lat);
+        assert!(!p.to_text("").contains("switch"));
     }
 
     #[test]
