@@ -119,12 +119,21 @@ pub struct ShmCollectives {
 }
 
 /// Words of a rank's line in the peers' area: its process id, the address of its probe
-/// word, whether it may read every peer (1) or not (2), and the buffer a single-copy step
-/// of parity b reads from (`PEER_BUF + 8 b`).
+/// word, whether it may read every peer (1) or not (2), the buffer a single-copy step of
+/// parity b reads from (`PEER_BUF + 8 b`), and for a single-copy broadcast of parity b:
+/// where it splits (`PEER_SPLIT + 8 b`, the root's), that a peer's buffer is ready for the
+/// root's writes (`PEER_READY + 8 b`, the step), and whether the root's writes succeeded
+/// (`PEER_STATUS + 8 b`, the root's: the step, or the step with [`WRITE_FAILED`]).
 const PEER_PID: usize = 0;
 const PEER_PROBE: usize = 8;
 const PEER_OK: usize = 16;
 const PEER_BUF: usize = 24;
+const PEER_SPLIT: usize = 40;
+const PEER_READY: usize = 56;
+const PEER_STATUS: usize = 72;
+
+/// Marks a root's `PEER_STATUS` word when a write into a peer failed.
+const WRITE_FAILED: u64 = 1 << 63;
 
 /// The word rank `rank` of process `pid` publishes for its peers' probe (see `establish`).
 fn probe_value(pid: u64, rank: usize) -> u64 {
@@ -207,16 +216,17 @@ impl ShmCollectives {
                 (*h).store(MAGIC, Ordering::Release);
             }
         }
-        // What the peers read to learn whether they may read this process: a word that lives
-        // until every rank has looked (the step below).
+        // What the peers read (and write back unchanged) to learn whether they may read and
+        // write this process: a word that lives until every rank has looked (the step
+        // below). Atomic: others' writes land in it while we hold it.
         let pid = std::process::id();
-        let probe_word = probe_value(u64::from(pid), me);
+        let probe_word = AtomicU64::new(probe_value(u64::from(pid), me));
         let mine = |at: usize| {
             // SAFETY: our line of the peers' area lies inside the control area.
             unsafe { &*(seg.ptr().add(peers_at + LINE * me + at) as *const AtomicU64) }
         };
         mine(PEER_PID).store(u64::from(pid), Ordering::Relaxed);
-        mine(PEER_PROBE).store(&probe_word as *const u64 as u64, Ordering::Relaxed);
+        mine(PEER_PROBE).store(probe_word.as_ptr() as u64, Ordering::Relaxed);
         let r = barrier::dissemination::run(ctx);
         if me == 0 {
             seg.unlink();
@@ -238,7 +248,7 @@ impl ShmCollectives {
             single_copy: false,
         };
         if n > 1 {
-            // Every rank says whether it may read every other one; all must. (A step every
+            // Every rank says whether it may read and write every other one; all must. (A step every
             // rank takes, whatever it was asked, so that their steps stay in line.)
             let ok = single_copy
                 && (0..n).filter(|&p| p != me).all(|p| {
@@ -462,6 +472,26 @@ impl ShmCollectives {
             self.check_untaken(ctx, (step % 2) as usize)?;
         }
         Ok(())
+    }
+
+    /// Waits until `done` holds, where `rank` is the one to make it so: its failures end the
+    /// wait, and with `deadline` the operation's deadline does.
+    fn wait_for(&self, ctx: &Ctx, rank: usize, deadline: bool, done: impl FnMut() -> bool) -> Result<()> {
+        futex::wait_until(self.doorbell(), self.sleepers(), &self.wait, done, CHECK_EVERY, || {
+            let t = ctx.ranks[rank];
+            if let Err(e) = ctx.transport.probe(t, ctx.comm_id, Channel::Collective, Some(Stage::of_seq(ctx.fp.seq))) {
+                return Err(ctx.map_err(e));
+            }
+            if deadline && Instant::now() >= ctx.clock.deadline() {
+                return Err(Error::Timeout {
+                    op: ctx.fp.op,
+                    seq: ctx.fp.seq,
+                    peer: Some(rank),
+                    waited: ctx.clock.started().elapsed(),
+                });
+            }
+            Ok(())
+        })
     }
 
     /// Starts a step: records our fingerprint, returns the step number and slot index.

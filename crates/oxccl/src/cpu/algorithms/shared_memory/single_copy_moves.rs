@@ -8,10 +8,21 @@
 //! Cost: two synchronizations and `n − 1` reads (`process_vm_readv`: a system call and the
 //! peer's pages pinned, about 1–2 µs, then memory speed) per rank; the slots' chunked
 //! copies stay cheaper below [`SINGLE_COPY_FROM`] per read.
+//!
+//! A broadcast's root has nothing to read: in place, from [`ROOT_SHARE_FROM`] up, it writes
+//! the last `1/n` of the buffer into every peer (`process_vm_writev`) while they read the
+//! rest, so the root's core copies too. Every rank then copies `(n − 1)/n` of the buffer:
+//! 2 processes on a 2-CPU Xeon VM, 16 MiB, 2.5 ms read by the peer alone against 1.3 ms
+//! split (4 MiB: 364 against 174 µs; 1 MiB: 85 against 44). Writing into a peer is safe
+//! only while the peer cannot return: the root writes into a peer only once it said its
+//! buffer is ready (after it passed the arrivals, where it could still fail and leave), and
+//! a ready peer returns only after the root's `done`, however long that takes (but not if
+//! the root fails or the operation is aborted), then fails if the root reports that its
+//! writes failed.
 
 use std::sync::atomic::Ordering;
 
-use super::{Phase, ShmCollectives, PEER_BUF};
+use super::{futex, Phase, ShmCollectives, PEER_BUF, PEER_READY, PEER_SPLIT, PEER_STATUS, WRITE_FAILED};
 use crate::backend::{RawBuf, RawBufMut};
 use crate::cpu::algorithms::Ctx;
 use crate::cpu::transport::shm::{copy, single_copy};
@@ -19,6 +30,22 @@ use crate::error::{Error, Result};
 
 /// The smallest read, in bytes, that goes through single copy.
 const SINGLE_COPY_FROM: usize = 8 << 10;
+
+/// The smallest part of a broadcast, in bytes, that its root writes into every peer itself
+/// (below, the peers read everything: the root's part would not pay for the peers' wait
+/// for its `done`).
+const ROOT_SHARE_FROM: usize = 64 << 10;
+
+/// Where a broadcast of `bytes` to `n` ranks splits: the peers read `..head`, the root
+/// writes `head..` into each of them. Its part is `1/n` of the buffer, in whole pages.
+fn broadcast_head(bytes: usize, n: usize) -> usize {
+    let share = bytes / n.max(1) / 4096 * 4096;
+    if share >= ROOT_SHARE_FROM {
+        bytes - share
+    } else {
+        bytes
+    }
+}
 
 impl ShmCollectives {
     /// Whether a move that reads `per_peer` bytes from each peer reads them directly.
@@ -28,9 +55,16 @@ impl ShmCollectives {
 
     /// Publishes `src` as this rank's source for `step` and arrives.
     fn publish(&self, ctx: &Ctx, src: *const u8) -> u64 {
+        self.publish_split(ctx, src, 0)
+    }
+
+    /// [`ShmCollectives::publish`] with a broadcast's split (the root's word, see
+    /// [`broadcast_head`]).
+    fn publish_split(&self, ctx: &Ctx, src: *const u8, split: u64) -> u64 {
         let (step, b) = self.begin(ctx);
         // Read by the peers after they see our arrival (release in `post`).
         self.peer_word(self.me, PEER_BUF + 8 * b).store(src as u64, Ordering::Relaxed);
+        self.peer_word(self.me, PEER_SPLIT + 8 * b).store(split, Ordering::Relaxed);
         self.post(Phase::Arrive, step);
         step
     }
@@ -47,7 +81,22 @@ impl ShmCollectives {
             .map_err(|e| Error::io(format!("reading rank {rank}'s buffer (process {pid}) by cross-memory attach"), &e))
     }
 
-    /// broadcast from `root` by single-copy reads of the root's buffer.
+    /// Writes `len` bytes from `src` into `rank`'s published buffer of `step`, at offset `at`.
+    ///
+    /// # Safety
+    /// `src` must be valid for reads of `len` bytes, and nobody may access that part of the
+    /// peer's buffer meanwhile.
+    unsafe fn write_to(&self, rank: usize, step: u64, at: usize, src: *const u8, len: usize) -> Result<()> {
+        let dst = self.peer_word(rank, PEER_BUF + 8 * (step % 2) as usize).load(Ordering::Relaxed);
+        let pid = self.peer_pid(rank);
+        // SAFETY: forwarded from this function's contract.
+        unsafe { single_copy::write(pid, dst + at as u64, src, len) }.map_err(|e| {
+            Error::io(format!("writing into rank {rank}'s buffer (process {pid}) by cross-memory attach"), &e)
+        })
+    }
+
+    /// broadcast from `root` by single-copy reads of the root's buffer, and for large
+    /// buffers by the root's writes of their last part (see the module documentation).
     ///
     /// # Safety
     /// The buffers must satisfy `Backend::submit`'s contract.
@@ -60,22 +109,67 @@ impl ShmCollectives {
     ) -> Result<()> {
         let bytes = output.bytes();
         let src = input.map_or(output.ptr as *const u8, |i| i.ptr);
-        let step = self.publish(ctx, src);
+        // The root splits where it has nothing to copy itself (its input is its output):
+        // out of place, copying its own output is already its part.
+        let head = if self.me == root && std::ptr::eq(src, output.ptr) { broadcast_head(bytes, self.n) } else { bytes };
+        let step = self.publish_split(ctx, src, head as u64);
         if self.me == root && !std::ptr::eq(src, output.ptr) {
             // SAFETY: distinct buffers of `bytes` (contract).
             unsafe { copy::copy_out(src, output.ptr, bytes, copy::streams(bytes, false)) };
         }
         self.wait_all(ctx, Phase::Arrive, step)?;
-        if self.me != root {
-            // SAFETY: `output` is valid for `bytes` and only this rank writes it (contract).
-            unsafe { self.read_from(root, step, 0, output.ptr, bytes)? };
-        }
-        self.post(Phase::Done, step);
+        // The root's split, the same on every rank (published with its arrival).
+        let b = (step % 2) as usize;
+        let head = (self.peer_word(root, PEER_SPLIT + 8 * b).load(Ordering::Relaxed) as usize).min(bytes);
         if self.me == root {
+            let mut wrote = Ok(());
+            for p in (1..self.n).map(|k| (root + k) % self.n).filter(|_| head < bytes) {
+                let ready = || self.peer_word(p, PEER_READY + 8 * b).load(Ordering::Acquire) == step;
+                // SAFETY: `src` is valid for `bytes` (contract); peer p said its buffer is
+                // ready, and then neither reads nor writes past `head` nor returns until
+                // our `done` (below).
+                wrote = self
+                    .wait_for(ctx, p, true, ready)
+                    .and_then(|()| unsafe { self.write_to(p, step, head, src.add(head), bytes - head) });
+                if wrote.is_err() {
+                    break;
+                }
+            }
+            let status = if wrote.is_ok() { step } else { step | WRITE_FAILED };
+            // Read by the peers after our `done` (release in `post`).
+            self.peer_word(root, PEER_STATUS + 8 * b).store(status, Ordering::Relaxed);
+            self.post(Phase::Done, step);
             // Our buffer is read until every rank is done.
-            self.wait_all(ctx, Phase::Done, step)?;
+            let read = self.wait_all(ctx, Phase::Done, step);
+            return wrote.and(read);
         }
-        Ok(())
+        if head < bytes {
+            // From here on we stay until the root is done with our buffer.
+            self.peer_word(self.me, PEER_READY + 8 * b).store(step, Ordering::Release);
+            futex::ring(self.doorbell(), self.sleepers());
+        }
+        // SAFETY: `output` is valid for `bytes` and only this rank writes its first `head`
+        // (contract); the root writes the rest, if any.
+        let read = unsafe { self.read_from(root, step, 0, output.ptr, head) };
+        self.post(Phase::Done, step);
+        if head < bytes {
+            // No deadline: leaving while the root writes would let its bytes land in memory
+            // our caller has reused. It ends if the root fails or the operation is aborted.
+            let done = || self.counter(root, Phase::Done, step).load(Ordering::Acquire) >= step;
+            self.wait_for(ctx, root, false, done)?;
+            if self.peer_word(root, PEER_STATUS + 8 * b).load(Ordering::Relaxed) != step {
+                read?;
+                return Err(Error::Io {
+                    context: format!(
+                        "rank {root} writing its part of a broadcast of {bytes} bytes into this rank's buffer by \
+                         cross-memory attach"
+                    ),
+                    kind: std::io::ErrorKind::Other,
+                    message: "it failed there, and its own error says why; this rank's buffer is incomplete".into(),
+                });
+            }
+        }
+        read
     }
 
     /// all_gather by single-copy reads: rank p's `input` becomes block p of every output.
@@ -120,5 +214,23 @@ impl ShmCollectives {
         }
         self.post(Phase::Done, step);
         self.wait_all(ctx, Phase::Done, step)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_broadcasts_root_takes_a_page_aligned_nth_from_its_threshold() {
+        // 2 ranks, 1 MiB: the root writes the second half.
+        assert_eq!(broadcast_head(1 << 20, 2), 1 << 19);
+        // 3 ranks: a third, rounded down to pages; the peers read the rest.
+        let bytes = 3 * (100 << 10) + 5;
+        assert_eq!(broadcast_head(bytes, 3), bytes - (100 << 10));
+        // Below 64 KiB per rank (and one rank) the peers read everything.
+        assert_eq!(broadcast_head(128 << 10, 2), 64 << 10);
+        assert_eq!(broadcast_head((128 << 10) - 1, 2), (128 << 10) - 1);
+        assert_eq!(broadcast_head(1 << 20, 17), 1 << 20);
     }
 }

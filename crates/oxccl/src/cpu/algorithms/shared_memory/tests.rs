@@ -324,6 +324,30 @@ fn a_mismatch_between_new_operations_is_an_error() {
 /// (`OXCCL_SHM_SINGLE_COPY=0`) give the same results, against a sequential reference, in
 /// place and out of place, at odd sizes above and below the single-copy threshold.
 #[test]
+fn a_broadcasts_root_writes_its_part_into_every_peer() {
+    // In place from 64 KiB per rank up the root writes the last 1/n into the peers (see
+    // `single_copy_moves`); sizes on both sides of that, odd ones, every root, and three
+    // calls in a row (the words of both parities, and stale ones from two steps before).
+    for n in [2, 3, 4] {
+        world_with_settings(n, 1 << 16, Some(SLOT), &[("OXCCL_SHM_SINGLE_COPY", "1")], |comm| {
+            let sm = comm.with_algorithm(Algorithm::SharedMemory);
+            let r = comm.rank();
+            for count in [8191usize, 16_384 * n + 1, 70_001] {
+                for root in 0..n {
+                    for call in 0..3 {
+                        let want = |i: usize| value(root, i) + call as i64;
+                        let mut b: Vec<i64> = (0..count).map(|i| if r == root { want(i) } else { -1 }).collect();
+                        sm.broadcast(&mut b, root).unwrap();
+                        let bad = b.iter().enumerate().find(|(i, v)| **v != want(*i));
+                        assert!(bad.is_none(), "n={n} count={count} root={root} call={call}: first wrong {bad:?}");
+                    }
+                }
+            }
+        });
+    }
+}
+
+#[test]
 fn moves_agree_with_and_without_single_copy() {
     for single_copy in ["1", "0"] {
         for n in [2, 3] {
