@@ -233,7 +233,7 @@ pub const SHM_SINGLE_COPY: Setting = Setting {
     kind: Kind::Flag,
     default: "1",
     default_doc: "`1`",
-    doc: "`cpu`: broadcast, all_gather and all_to_all of 8 KiB or more per peer read straight from the peers' buffers (Linux cross-memory attach, one copy instead of two) where every rank may read every other and each has a CPU of its own; `0` keeps them in the shared-memory slots",
+    doc: "`cpu`: broadcast, all_gather and all_to_all of 8 KiB or more per peer read straight from the peers' buffers (Linux cross-memory attach, one copy instead of two; the root of an in-place broadcast of 64 KiB or more per rank writes its part into the peers) where every rank may read and write every other and each has a CPU of its own; `0` keeps them in the shared-memory slots",
     origin: Origin::User,
 };
 /// `OXCCL_SHM_RING_BYTES`.
