@@ -34,6 +34,10 @@ use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
 use crate::reduce_op::ReduceOp;
 
+/// How long a receive waits on its peer before it looks at what the others sent
+/// ([`Ctx::recv`]).
+const LOOK_ELSEWHERE: Duration = Duration::from_millis(50);
+
 /// The context of one running collective: who we are, who the peers are, what we run.
 pub struct Ctx<'a> {
     pub(crate) transport: &'a dyn Transport,
@@ -161,14 +165,41 @@ impl Ctx<'_> {
 
     /// Receives the piece at byte `offset` of a `total`-byte message from `peer` into
     /// `buf` (its exact length), checking the frame's fingerprint and length.
+    ///
+    /// A wait longer than [`LOOK_ELSEWHERE`] looks at what the other peers sent meanwhile:
+    /// where they run another collective, `peer` may never send to us (a binomial tree's
+    /// root waits on rank 1, which runs a ring all_gather and sends to rank 2), and only a
+    /// frame from someone else shows the mismatch before the deadline.
     fn recv_piece(&self, peer: usize, buf: &mut [u8], offset: usize, total: usize) -> Result<()> {
         let t = self.transport_rank(peer)?;
-        let got = self.waiting_on(peer, || {
-            let at = Some(Stage::of_seq(self.fp.seq));
-            self.transport.recv(t, self.comm_id, Channel::Collective, at, buf, self.clock.deadline())
-        });
-        let got = got.map_err(|e| self.map_err(e))?;
+        let at = Some(Stage::of_seq(self.fp.seq));
+        let deadline = self.clock.deadline();
+        let got = self.waiting_on(peer, || loop {
+            let until = (Instant::now() + LOOK_ELSEWHERE).min(deadline);
+            match self.transport.recv(t, self.comm_id, Channel::Collective, at, buf, until) {
+                Err(TransportError::Timeout { .. }) if until < deadline => {
+                    if let Some(e) = self.mismatch_elsewhere(peer) {
+                        return Err(e);
+                    }
+                }
+                r => return r.map_err(|e| self.map_err(e)),
+            }
+        })?;
         self.check_piece(peer, got, buf.len(), offset, total)
+    }
+
+    /// A frame of this collective's stage, from a peer other than `waited`, whose
+    /// fingerprint is not ours: that peer runs another collective.
+    fn mismatch_elsewhere(&self, waited: usize) -> Option<Error> {
+        let at = Some(Stage::of_seq(self.fp.seq));
+        (0..self.ranks.len()).filter(|&p| p != waited && p != self.rank).find_map(|p| {
+            match self.transport.probe(self.ranks[p], self.comm_id, Channel::Collective, at) {
+                Ok(Some(got)) if got.header.fingerprint != self.fp => {
+                    Some(Error::Mismatch { peer: p, ours: self.fp, theirs: got.header.fingerprint })
+                }
+                _ => None,
+            }
+        })
     }
 
     /// Runs `wait`, a wait on `peer`, counting its time for the profiler when it is on.
@@ -397,6 +428,29 @@ pub fn split_pair(buf: &mut [u8], read: Range<usize>, write: Range<usize>) -> Re
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_receiver_whose_peer_never_sends_finds_the_mismatch_from_another() {
+        // Rank 0 runs a binomial-tree all_reduce and waits on rank 1; ranks 1 and 2 run a
+        // ring all_gather, where rank 1 sends to rank 2 and only rank 2 sends to rank 0.
+        let t0 = Instant::now();
+        let out = crate::local::run(3, |comm| {
+            let comm = comm.with_timeout(Duration::from_secs(20));
+            if comm.rank() == 0 {
+                let mut x = [1.0f32; 4];
+                comm.with_algorithm(crate::Algorithm::BinomialTree).all_reduce(&mut x, ReduceOp::Sum)
+            } else {
+                let mut all = [0.0f32; 12];
+                comm.with_algorithm(crate::Algorithm::Ring).all_gather(&[1.0f32; 4], &mut all)
+            }
+        })
+        .unwrap();
+        assert!(matches!(out[0], Err(Error::Mismatch { peer: 2, .. })), "rank 0: {:?}", out[0]);
+        for (r, o) in out.iter().enumerate().skip(1) {
+            assert!(matches!(o, Err(Error::Mismatch { .. } | Error::Aborted { .. })), "rank {r}: {o:?}");
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "waited {:?}: the deadline, not the mismatch", t0.elapsed());
+    }
 
     #[test]
     fn blocks_cover_exactly() {
