@@ -188,13 +188,14 @@ impl Ctx<'_> {
         self.check_piece(peer, got, buf.len(), offset, total)
     }
 
-    /// A frame of this collective's stage, from a peer other than `waited`, whose
-    /// fingerprint is not ours: that peer runs another collective.
+    /// A frame of this collective's sequence number, from a peer other than `waited`, whose
+    /// fingerprint is not ours: that peer runs another collective. (A frame of a later one
+    /// is no sign: a rank that only sends, as in a reduce, runs ahead.)
     fn mismatch_elsewhere(&self, waited: usize) -> Option<Error> {
         let at = Some(Stage::of_seq(self.fp.seq));
         (0..self.ranks.len()).filter(|&p| p != waited && p != self.rank).find_map(|p| {
             match self.transport.probe(self.ranks[p], self.comm_id, Channel::Collective, at) {
-                Ok(Some(got)) if got.header.fingerprint != self.fp => {
+                Ok(Some(got)) if got.header.fingerprint.seq == self.fp.seq && got.header.fingerprint != self.fp => {
                     Some(Error::Mismatch { peer: p, ours: self.fp, theirs: got.header.fingerprint })
                 }
                 _ => None,
@@ -450,6 +451,30 @@ mod tests {
             assert!(matches!(o, Err(Error::Mismatch { .. } | Error::Aborted { .. })), "rank {r}: {o:?}");
         }
         assert!(t0.elapsed() < Duration::from_secs(10), "waited {:?}: the deadline, not the mismatch", t0.elapsed());
+    }
+
+    #[test]
+    fn a_peer_ahead_by_whole_operations_is_no_mismatch() {
+        // A binomial-tree reduce to rank 0 on 3 ranks: rank 0 takes rank 1's buffer, then
+        // waits on rank 2, which is slow, while rank 1 (which only sends) already sent its
+        // buffers of the next reduces. Those frames are not this reduce's.
+        let out = crate::local::run(3, |comm| -> Result<Vec<f32>> {
+            let tree = comm.with_algorithm(crate::Algorithm::BinomialTree);
+            let mut got = Vec::new();
+            for i in 0..3 {
+                if comm.rank() == 2 {
+                    std::thread::sleep(LOOK_ELSEWHERE * 3);
+                }
+                let x = [(comm.rank() + 10 * i) as f32; 4];
+                let mut y = [0.0f32; 4];
+                tree.reduce_into(&x[..], (comm.rank() == 0).then_some(&mut y[..]), ReduceOp::Sum, 0)?;
+                got.push(y[0]);
+            }
+            Ok(got)
+        })
+        .unwrap();
+        assert_eq!(out[0].as_ref().unwrap(), &vec![3.0, 33.0, 63.0], "{out:?}");
+        assert!(out.iter().all(|o| o.is_ok()), "{out:?}");
     }
 
     #[test]
