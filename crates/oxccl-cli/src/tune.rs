@@ -284,36 +284,21 @@ fn crowded_step(crowded: &Communicator, cpu: usize) -> oxccl::Result<Option<f64>
     t.map(Some)
 }
 
-/// Seconds per call of `f`, the best of five rounds of `iters` calls.
-fn best_of(iters: usize, mut f: impl FnMut()) -> f64 {
-    (0..5)
-        .map(|_| {
-            let t = Instant::now();
-            for _ in 0..iters {
-                f();
-            }
-            t.elapsed().as_secs_f64() / iters as f64
-        })
-        .fold(f64::MAX, f64::min)
-}
-
 /// One core's copy and reduction speeds over buffers of `len` bytes, bytes per second.
 fn local_speeds(len: usize) -> oxccl::Result<(f64, f64)> {
     let src = vec![1.0f32; len / 4];
     let other = vec![2.0f32; len / 4];
     let mut dst = vec![0.0f32; len / 4];
     let iters = (LOCAL / len).max(1) * 10;
-    let copy = best_of(iters, || dst.copy_from_slice(std::hint::black_box(&src)));
+    // Rounds of `iters` calls each (best_time adds untimed warm-up calls first).
+    let calls = iters * ROUNDS;
+    let copy = best_time(calls, || {
+        dst.copy_from_slice(std::hint::black_box(&src));
+        Ok(())
+    })?;
     let (a, b): (&[u8], &[u8]) = (bytemuck::cast_slice(&src), bytemuck::cast_slice(&other));
-    let mut err = None;
-    let reduce = best_of(iters, || {
-        if let Err(e) = reduce_sources(DType::F32, ReduceOp::Sum, &[a, b], bytemuck::cast_slice_mut(&mut dst)) {
-            err = Some(e);
-        }
-    });
-    if let Some(e) = err {
-        return Err(e);
-    }
+    let reduce =
+        best_time(calls, || reduce_sources(DType::F32, ReduceOp::Sum, &[a, b], bytemuck::cast_slice_mut(&mut dst)))?;
     Ok((len as f64 / copy, len as f64 / reduce))
 }
 

@@ -56,7 +56,7 @@ use crate::cpu::transport::shm::futex;
 use crate::cpu::transport::shm::segment::{unique_name, Segment};
 use crate::cpu::transport::shm::single_copy;
 use crate::cpu::transport::shm::wait::WaitPolicy;
-use crate::cpu::transport::{Channel, Stage};
+use crate::cpu::transport::{Channel, Stage, TransportError};
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, OpKind};
 
@@ -443,12 +443,7 @@ impl ShmCollectives {
                         Ok(_) => {}
                     }
                     if Instant::now() >= ctx.clock.deadline() {
-                        return Err(Error::Timeout {
-                            op: ctx.fp.op,
-                            seq: ctx.fp.seq,
-                            peer: Some(p),
-                            waited: ctx.clock.started().elapsed(),
-                        });
+                        return Err(ctx.map_err(TransportError::Timeout { peer: t }));
                     }
                 }
                 Ok(())
@@ -483,12 +478,7 @@ impl ShmCollectives {
                 return Err(ctx.map_err(e));
             }
             if deadline && Instant::now() >= ctx.clock.deadline() {
-                return Err(Error::Timeout {
-                    op: ctx.fp.op,
-                    seq: ctx.fp.seq,
-                    peer: Some(rank),
-                    waited: ctx.clock.started().elapsed(),
-                });
+                return Err(ctx.map_err(TransportError::Timeout { peer: t }));
             }
             Ok(())
         })

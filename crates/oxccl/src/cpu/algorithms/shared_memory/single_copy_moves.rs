@@ -122,19 +122,16 @@ impl ShmCollectives {
         let b = (step % 2) as usize;
         let head = (self.peer_word(root, PEER_SPLIT + 8 * b).load(Ordering::Relaxed) as usize).min(bytes);
         if self.me == root {
-            let mut wrote = Ok(());
-            for p in (1..self.n).map(|k| (root + k) % self.n).filter(|_| head < bytes) {
+            // The peers to write into: every one, where the root takes a part.
+            let peers = if head < bytes { 1..self.n } else { 0..0 };
+            let wrote = peers.map(|k| (root + k) % self.n).try_for_each(|p| {
                 let ready = || self.peer_word(p, PEER_READY + 8 * b).load(Ordering::Acquire) == step;
+                self.wait_for(ctx, p, true, ready)?;
                 // SAFETY: `src` is valid for `bytes` (contract); peer p said its buffer is
                 // ready, and then neither reads nor writes past `head` nor returns until
                 // our `done` (below).
-                wrote = self
-                    .wait_for(ctx, p, true, ready)
-                    .and_then(|()| unsafe { self.write_to(p, step, head, src.add(head), bytes - head) });
-                if wrote.is_err() {
-                    break;
-                }
-            }
+                unsafe { self.write_to(p, step, head, src.add(head), bytes - head) }
+            });
             let status = if wrote.is_ok() { step } else { step | WRITE_FAILED };
             // Read by the peers after our `done` (release in `post`).
             self.peer_word(root, PEER_STATUS + 8 * b).store(status, Ordering::Relaxed);

@@ -21,25 +21,11 @@ use std::io;
 /// `EFAULT`: the range is not mapped in the peer), or `UnexpectedEof` if the peer's range
 /// ends early.
 pub unsafe fn read(pid: u32, remote: u64, local: *mut u8, len: usize) -> io::Result<()> {
-    let mut done = 0;
-    while done < len {
-        let ours = libc::iovec { iov_base: local.wrapping_add(done).cast(), iov_len: len - done };
-        let theirs = libc::iovec { iov_base: (remote as usize + done) as *mut libc::c_void, iov_len: len - done };
-        // SAFETY: `ours` is valid for writes of `len - done` bytes (contract); the kernel
-        // checks `theirs` against the peer's mappings and fails rather than fault.
-        let got = unsafe { libc::process_vm_readv(pid as libc::pid_t, &ours, 1, &theirs, 1, 0) };
-        match got {
-            n if n > 0 => done += n as usize,
-            0 => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the peer's buffer ended early")),
-            _ => {
-                let e = io::Error::last_os_error();
-                if e.kind() != io::ErrorKind::Interrupted {
-                    return Err(e);
-                }
-            }
-        }
+    // SAFETY: `ours` covers the rest of `local`, valid for writes (contract); the kernel
+    // checks `theirs` against the peer's mappings and fails rather than fault.
+    unsafe {
+        copy_all(remote, local, len, |ours, theirs| libc::process_vm_readv(pid as libc::pid_t, ours, 1, theirs, 1, 0))
     }
-    Ok(())
 }
 
 /// Writes `len` bytes from `local` to address `remote` of process `pid`.
@@ -53,15 +39,32 @@ pub unsafe fn read(pid: u32, remote: u64, local: *mut u8, len: usize) -> io::Res
 /// The system error of `process_vm_writev` (as [`read`]), or `UnexpectedEof` if the peer's
 /// range ends early.
 pub unsafe fn write(pid: u32, remote: u64, local: *const u8, len: usize) -> io::Result<()> {
+    // SAFETY: `ours` covers the rest of `local`, valid for reads (contract; the kernel only
+    // reads it); the kernel checks `theirs` against the peer's mappings and fails rather
+    // than fault.
+    unsafe {
+        copy_all(remote, local.cast_mut(), len, |ours, theirs| {
+            libc::process_vm_writev(pid as libc::pid_t, ours, 1, theirs, 1, 0)
+        })
+    }
+}
+
+/// Runs `call` (a `process_vm_readv` or `process_vm_writev` between the rest of `local` and
+/// the rest of `remote`) until `len` bytes moved, retrying on `EINTR`.
+///
+/// # Safety
+/// As the caller of `call` requires: `local` valid for `len` bytes in its direction.
+unsafe fn copy_all(
+    remote: u64,
+    local: *mut u8,
+    len: usize,
+    call: impl Fn(&libc::iovec, &libc::iovec) -> isize,
+) -> io::Result<()> {
     let mut done = 0;
     while done < len {
-        let ours = libc::iovec { iov_base: local.wrapping_add(done) as *mut libc::c_void, iov_len: len - done };
+        let ours = libc::iovec { iov_base: local.wrapping_add(done).cast(), iov_len: len - done };
         let theirs = libc::iovec { iov_base: (remote as usize + done) as *mut libc::c_void, iov_len: len - done };
-        // SAFETY: `ours` is valid for reads of `len - done` bytes (contract; the kernel only
-        // reads it); the kernel checks `theirs` against the peer's mappings and fails rather
-        // than fault.
-        let put = unsafe { libc::process_vm_writev(pid as libc::pid_t, &ours, 1, &theirs, 1, 0) };
-        match put {
+        match call(&ours, &theirs) {
             n if n > 0 => done += n as usize,
             0 => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the peer's buffer ended early")),
             _ => {
