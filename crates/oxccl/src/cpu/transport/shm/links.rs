@@ -407,10 +407,10 @@ enum Reading {
         buf: [u8; HEADER_LEN],
         have: usize,
     },
+    /// The payload so far (`buf.len()` bytes of `frame.payload_len`).
     Payload {
         frame: FrameHeader,
         buf: Vec<u8>,
-        have: usize,
     },
     /// The stream is unusable (malformed frame or dead peer).
     Dead,
@@ -442,10 +442,10 @@ fn pump(inc: &mut Incoming, max_frame: usize, mailbox: &Mailbox) -> bool {
                     inc.state = match decode_header(buf, max_frame) {
                         Ok(frame) => {
                             // A buffer the mailbox got back from an earlier frame: no fresh
-                            // allocation (and its page faults) per large frame.
-                            let mut buf = mailbox.spare_buffer(frame.payload_len);
-                            buf.resize(frame.payload_len, 0);
-                            Reading::Payload { frame, buf, have: 0 }
+                            // allocation (and its page faults) per frame; filled from the
+                            // ring without zeroing it first.
+                            let buf = mailbox.spare_buffer(frame.payload_len);
+                            Reading::Payload { frame, buf }
                         }
                         Err(e) => {
                             mailbox.lose(inc.rank, &e.to_string());
@@ -455,14 +455,10 @@ fn pump(inc: &mut Incoming, max_frame: usize, mailbox: &Mailbox) -> bool {
                 }
                 n
             }
-            Reading::Payload { buf, have, .. } => {
-                let n = inc.ring.read(&mut buf[*have..]);
-                *have += n;
-                n
-            }
+            Reading::Payload { frame, buf } => inc.ring.read_append(buf, frame.payload_len - buf.len()),
         };
-        if let Reading::Payload { frame, buf, have } = &mut inc.state {
-            if *have == buf.len() {
+        if let Reading::Payload { frame, buf } = &mut inc.state {
+            if buf.len() == frame.payload_len {
                 let (frame, payload) = (*frame, std::mem::take(buf));
                 inc.state = Reading::Header { buf: [0; HEADER_LEN], have: 0 };
                 deliver(mailbox, inc.rank, frame, payload);

@@ -100,7 +100,30 @@ impl Ring {
 
     /// Consumer: copies up to `dst.len()` readable bytes; returns the number read.
     pub fn read(&self, dst: &mut [u8]) -> usize {
-        let n = dst.len().min(self.readable());
+        // SAFETY: `dst` is valid for writes of its whole length.
+        unsafe { self.read_raw(dst.as_mut_ptr(), dst.len()) }
+    }
+
+    /// Consumer: appends up to `want` readable bytes to `dst`, into its spare capacity,
+    /// which is never zeroed first (a payload buffer is about to be filled from the ring
+    /// anyway); returns the number read.
+    pub fn read_append(&self, dst: &mut Vec<u8>, want: usize) -> usize {
+        dst.reserve(want);
+        let spare = &mut dst.spare_capacity_mut()[..want];
+        // SAFETY: `spare` is valid for writes of `want` bytes (reserved above).
+        let n = unsafe { self.read_raw(spare.as_mut_ptr().cast(), want) };
+        // SAFETY: `read_raw` initialized the first `n` bytes after the old length, within
+        // the capacity reserved above.
+        unsafe { dst.set_len(dst.len() + n) };
+        n
+    }
+
+    /// Copies up to `len` readable bytes to `dst`; returns the number read.
+    ///
+    /// # Safety
+    /// `dst` must be valid for writes of `len` bytes and not overlap the ring.
+    unsafe fn read_raw(&self, dst: *mut u8, len: usize) -> usize {
+        let n = len.min(self.readable());
         if n == 0 {
             return 0;
         }
@@ -108,10 +131,11 @@ impl Ring {
         let at = (tail % self.cap as u64) as usize;
         let first = n.min(self.cap - at);
         // SAFETY: the bytes [tail, tail+n) were published by the producer (acquire in
-        // `readable`) and belong to the consumer until `tail` is published below.
+        // `readable`) and belong to the consumer until `tail` is published below; the
+        // caller vouches for `dst`.
         unsafe {
-            super::copy::copy_cached(self.data.add(at), dst.as_mut_ptr(), first);
-            super::copy::copy_cached(self.data, dst.as_mut_ptr().add(first), n - first);
+            super::copy::copy_cached(self.data.add(at), dst, first);
+            super::copy::copy_cached(self.data, dst.add(first), n - first);
         }
         self.tail().store(tail + n as u64, Ordering::Release);
         n
@@ -140,5 +164,35 @@ mod tests {
         assert_eq!(out, src);
         assert_eq!(ring.readable(), 0);
         assert_eq!(ring.writable(), 64);
+    }
+
+    #[test]
+    fn read_append_fills_a_buffer_in_pieces_across_the_wrap_and_takes_no_more_than_asked() {
+        let mut mem = vec![0u64; (Ring::footprint(64) + 63) / 8];
+        // SAFETY: as in the test above.
+        let ring = unsafe { Ring::at(mem.as_mut_ptr().cast(), 64) };
+        let src: Vec<u8> = (0..300u32).map(|i| (i * 13 % 251) as u8).collect();
+        // A payload of 250 bytes into a buffer that already holds old contents elsewhere
+        // (a recycled one, cleared): only what the ring gave ends up in it.
+        let mut buf = Vec::with_capacity(8);
+        buf.extend_from_slice(&[0xAA; 8]);
+        buf.clear();
+        let mut sent = 0;
+        while buf.len() < 250 {
+            sent += ring.write(&src[sent..]);
+            let want = (250 - buf.len()).min(23);
+            let n = ring.read_append(&mut buf, want);
+            assert!(n <= want);
+        }
+        assert_eq!(buf, src[..250]);
+        // The rest stays in the ring for the next frame.
+        assert_eq!(ring.readable(), sent - 250);
+        let mut rest = Vec::new();
+        while rest.len() < 50 {
+            sent += ring.write(&src[sent..]);
+            let want = 50 - rest.len();
+            ring.read_append(&mut rest, want);
+        }
+        assert_eq!(rest, src[250..]);
     }
 }
