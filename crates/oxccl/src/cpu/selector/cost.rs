@@ -67,21 +67,30 @@
 //!   never wait for a reply, so back-to-back calls overlap: they cost the busiest rank's
 //!   messages (`⌈lg n⌉` for a tree's root, `n−1` for linear) times `o + 3mκ` (copied into
 //!   the link, out into the mailbox and into the caller's buffer, from one core to
-//!   another: `κ` past the cache; `o + mβ` above a chunk, which streams), or the work
-//!   bound, not rounds of `α`.
+//!   another: `κ` past the cache; `o + mβ` above a chunk, which streams), not rounds of
+//!   `α`. On crowded hosts the busiest CPU runs the busiest rank and `c − 1` average ones
+//!   beside it (`busiest + (c − 1)·total/n` messages), and every message's bytes cost `β`
+//!   whatever their size: the copies of its two ends no longer overlap, and run cold
+//!   after another rank's turn. Measured on an AMD VM (2 CPUs, β = 0.26 ns per byte), the
+//!   busiest rank's messages grew by 0.33-0.42 ns per byte at 3, 4 and 8 ranks against
+//!   the 0.12 of `3κ`, and the crossover with the shared-memory collectives is at 2-4 KiB
+//!   (3, 4 ranks) and 4-16 KiB (8), not the 16 KiB so predicted; priced so, at 1-2, 2-4
+//!   and 4-8 KiB.
 //! - **Crowded rendezvous.** A shared-memory step waits for every rank: when `c > 1` the
-//!   ranks must also be switched in and out on every CPU, `σ + 2(⌈c⌉ − 1)(σ₂ − σ)` per
-//!   step (`σ₂`: the step `oxccl tune` measures with two ranks on one CPU, whose turns
-//!   take `σ₂ − σ`; `⌈c⌉`: the ranks on the busiest CPU). Across several CPUs the turns of
-//!   each are not in step with the others', and about half of them find their rank still
-//!   waiting for another CPU's: twice the turns. Fitted on a Xeon VM with σ = 0.38 and
-//!   σ₂ = 1.18 µs: 3, 4 and 8 ranks on 2 cores predicted 2.0, 2.0 and 5.2 µs per step,
-//!   measured 1.4-1.6, 1.9 and 5-9. The switch cost alone does not predict it: the same
-//!   0.65-0.78 µs per switch gave 3.6 µs per step at 4 ranks on an AMD VM. This makes the
-//!   tree and linear algorithms win the small
-//!   rooted operations on such hosts, as measured (a rank that names another root is
-//!   still caught: the shared-memory collectives keep a tally of point-to-point frames, see
-//!   `algorithms/shared_memory`).
+//!   ranks must also be switched in and out, `σ + 2(c − 1)(σ₂ − σ)` per step (`σ₂`: the
+//!   step `oxccl tune` measures with two ranks on one CPU, whose turns take `σ₂ − σ`).
+//!   Across several CPUs the turns of each are not in step with the others', and about
+//!   half of them find their rank still waiting for another CPU's: twice the turns. With
+//!   3 ranks on 2 CPUs one CPU runs a single rank, which needs no switch: `c` = 1.5, not
+//!   the busiest CPU's 2. Fitted on a Xeon VM with σ = 0.38 and σ₂ = 1.18 µs: 3, 4 and 8
+//!   ranks on 2 cores predicted 1.2, 2.0 and 5.2 µs per step, measured 1.4-1.6, 1.9 and
+//!   5-9; on an AMD VM with σ = 0.21 and σ₂ = 2.03 µs, 2.0, 3.9 and 11.1 against 2.3-3.1,
+//!   4.3-4.6 and 9-11 (a broadcast's step; priced with the busiest CPU's ranks, 3 ranks
+//!   came out at 3.9). The switch cost alone does not predict it: the same 0.65-0.78 µs
+//!   per switch gave 3.6 µs per step at 4 ranks on the AMD VM. This makes the tree and
+//!   linear algorithms win the small rooted operations on such hosts, as measured (a rank
+//!   that names another root is still caught: the shared-memory collectives keep a tally
+//!   of point-to-point frames, see `algorithms/shared_memory`).
 
 use super::profile::{LinkCost, Profile};
 use crate::algorithm::Algorithm;
@@ -286,11 +295,11 @@ fn plan(op: OpKind, algo: Algorithm, n: usize, m: f64) -> Option<Plan> {
 }
 
 /// Seconds per step of the shared-memory collectives with `crowd` ranks per CPU: the
-/// measured step `σ`, and above one rank per CPU `2(⌈c⌉ − 1)(σ₂ − σ)` more, `σ₂` measured
+/// measured step `σ`, and above one rank per CPU `2(c − 1)(σ₂ − σ)` more, `σ₂` measured
 /// with two ranks on one CPU (see the module documentation).
 fn step_cost(prof: &Profile, crowd: f64) -> f64 {
     let extra = (prof.crowded_step - prof.native_step).max(0.0);
-    prof.native_step + 2.0 * (crowd.ceil() - 1.0).max(0.0) * extra
+    prof.native_step + 2.0 * (crowd - 1.0).max(0.0) * extra
 }
 
 /// Predicted seconds for `algo` running `op` on `bytes` (see the module documentation) over
@@ -323,9 +332,10 @@ pub fn predict(op: OpKind, algo: Algorithm, n: usize, bytes: usize, costs: &Cost
     // one core to another: at the copy rate past the cache whatever the size (measured on
     // 4 ranks, a tree's broadcast grows by 0.3 ns per byte).
     let one_way = |busiest: f64, total: f64, size: f64, extra: f64| {
-        let per_byte = if size <= slot { 3.0 / prof.copy } else { b };
+        let per_byte = if size <= slot && crowd <= 1.0 { 3.0 / prof.copy } else { b };
         let per = link.overhead + size * (per_byte + extra);
-        (busiest * per).max(total / nf * per * crowd)
+        // The busiest CPU runs the busiest rank and `c − 1` average ones beside it.
+        (busiest + (crowd - 1.0) * total / nf) * per
     };
     let lgn = lg_ceil(n);
     use Algorithm as A;
@@ -444,5 +454,39 @@ mod tests {
         let tree = predict(OpKind::AllReduce, Algorithm::BinomialTree, 3, 0, &crowded).unwrap();
         let rd = predict(OpKind::AllReduce, Algorithm::RecursiveDoubling, 3, 0, &crowded).unwrap();
         assert!(close(rd - tree, 2.0 * 5e-6), "tree {tree}, recursive doubling {rd}");
+    }
+
+    #[test]
+    fn a_crowded_rooted_operation_loads_the_busiest_cpu_and_pays_the_links_rate() {
+        // The link's rate (1 GB/s: 1 ns per byte) far below the copies' (3 copies at 30
+        // GB/s: 0.1 ns per byte), so the two prices tell apart.
+        let shm = LinkCost { overhead: 1e-6, ..link(1.0, 1.0) };
+        let prof = Profile { shm, copy: 30e9, ..Profile::default() };
+        let t = |op, algo, n, m, crowd| {
+            let costs = Costs { link: &prof.shm, profile: &prof, slot: 1 << 20, crowd };
+            predict(op, algo, n, m, &costs).unwrap()
+        };
+        let close = |x: f64, y: f64| (x - y).abs() < 1e-9 * y;
+        let m = 4096;
+        // A CPU per rank: the root's two messages, each copied three times.
+        let per = 1e-6 + m as f64 * 3.0 / 30e9;
+        assert!(close(t(OpKind::Broadcast, Algorithm::BinomialTree, 4, m, 1.0), 2.0 * per));
+        // 4 ranks on 2 CPUs: the root's CPU also runs an average rank (3 messages in all,
+        // 3/4 each), and a message's bytes cost the link's rate.
+        let per = 1e-6 + m as f64 * 1e-9;
+        assert!(close(t(OpKind::Broadcast, Algorithm::BinomialTree, 4, m, 2.0), 2.75 * per));
+        // Linear gather on 8 ranks on 2 CPUs: the root's 7 messages and 3 ranks' 7/8.
+        assert!(close(t(OpKind::Gather, Algorithm::Linear, 8, m, 4.0), (7.0 + 3.0 * 7.0 / 8.0) * per));
+    }
+
+    #[test]
+    fn a_crowded_step_takes_the_turns_of_the_average_crowd() {
+        let prof = Profile { native_step: 1e-6, crowded_step: 3e-6, ..Profile::default() };
+        let close = |x: f64, y: f64| (x - y).abs() < 1e-12;
+        // One rank per CPU: the step; 3 ranks on 2 CPUs: one switch pair more (2 µs); 4 on 2:
+        // two; 8 on 2: six.
+        for (crowd, step) in [(1.0, 1e-6), (0.5, 1e-6), (1.5, 3e-6), (2.0, 5e-6), (4.0, 13e-6)] {
+            assert!(close(step_cost(&prof, crowd), step), "crowd {crowd}: {}", step_cost(&prof, crowd));
+        }
     }
 }
