@@ -8,24 +8,32 @@
 //!   reduction costs), their file form (`OXCCL_TUNE_FILE`, written by `oxccl tune`);
 //! - [`cost`]: each algorithm's predicted time.
 //!
-//! Decisions are made per power-of-two size class (the model is evaluated at the class's
-//! upper bound), once per operation and communicator, into a table: a call costs one
-//! lookup. Each table is logged when it is made (`tracing` at debug level, target
-//! `oxccl::cpu::selector`: `OXCCL_LOG=warn,oxccl::cpu::selector=debug`): the algorithm of
-//! every size range, and the costs it came from.
+//! Decisions are made per size class, a quarter of an octave each (the model is evaluated
+//! at the class's upper bound, within 25% of any size in it; powers of two end a class),
+//! once per class, operation and communicator, the first time a call needs them: a call
+//! then costs one lookup. An operation's choices are logged when its first is made
+//! (`tracing` at debug level, target `oxccl::cpu::selector`:
+//! `OXCCL_LOG=warn,oxccl::cpu::selector=debug`): the algorithm of every size range, and the
+//! costs it came from.
+//!
+//! Quarter octaves, not whole ones: a 3-rank gather of 4 KiB moves blocks of 1.3 KiB,
+//! which a class ending at 2 KiB priced half as large again (its crowded crossover with
+//! the shared-memory collectives lies between the two).
 
 pub mod cost;
 pub mod profile;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::Arc;
 
 use crate::algorithm::Algorithm;
 use crate::cpu::transport::LinkKind;
 use crate::fingerprint::OpKind;
 use profile::{LinkCost, Profile};
 
-/// Size classes: class `c` holds sizes in `(2^(c-1), 2^c]` (class 0: 0 and 1 byte).
-const CLASSES: usize = usize::BITS as usize + 1;
+/// Size classes: sizes up to 8 bytes one class each; above, each octave `(2^(k-1), 2^k]` cut
+/// in four equal quarters.
+const CLASSES: usize = 9 + 4 * (usize::BITS as usize - 3);
 
 /// The algorithm choice of one communicator.
 pub struct Selector {
@@ -41,8 +49,12 @@ pub struct Selector {
     /// themselves, when they do (the hierarchical algorithms run their host phases on them).
     host_slot: Option<usize>,
     /// Per operation (index in [`OpKind::ALL`]), without and with the shared-memory
-    /// collectives: the algorithm of each size class.
-    tables: Vec<[OnceLock<Vec<Algorithm>>; 2]>,
+    /// collectives, per size class: the algorithm's tag, 0 ([`Algorithm::Auto`]) until a
+    /// call needed it ([`Selector::slot`]).
+    choices: Box<[AtomicU8]>,
+    /// Per operation, without and with the shared-memory collectives: whether its choices
+    /// were logged.
+    logged: Box<[AtomicBool]>,
 }
 
 /// A decision and what it was made from.
@@ -56,7 +68,24 @@ pub struct Choice {
 }
 
 fn class_of(bytes: usize) -> usize {
-    (usize::BITS - bytes.saturating_sub(1).leading_zeros()) as usize
+    if bytes <= 8 {
+        return bytes;
+    }
+    // 2^(k-1) < bytes <= 2^k, k >= 4: the quarter of that octave.
+    let k = (usize::BITS - (bytes - 1).leading_zeros()) as usize;
+    let base = 1usize << (k - 1);
+    let quarter = (bytes - base).div_ceil(base / 4);
+    9 + 4 * (k - 4) + quarter - 1
+}
+
+/// The largest size of class `c` (the last class: every size up to `usize::MAX`).
+fn class_upper(c: usize) -> usize {
+    if c <= 8 {
+        return c;
+    }
+    let (k, quarter) = ((c - 9) / 4 + 4, (c - 9) % 4 + 1);
+    let base = 1usize << (k - 1).min(usize::BITS as usize - 1);
+    base.saturating_add(quarter * (base / 4))
 }
 
 impl Selector {
@@ -64,8 +93,9 @@ impl Selector {
     /// with at most `crowd` ranks per CPU. Every rank must pass the same values, or their
     /// choices differ.
     pub fn new(profile: Arc<Profile>, link: LinkKind, n: usize, crowd: f64) -> Selector {
-        let tables = OpKind::ALL.iter().map(|_| [OnceLock::new(), OnceLock::new()]).collect();
-        Selector { profile, link, n, crowd, layout: None, host_slot: None, tables }
+        let choices = (0..OpKind::ALL.len() * 2 * CLASSES).map(|_| AtomicU8::new(0)).collect();
+        let logged = (0..OpKind::ALL.len() * 2).map(|_| AtomicBool::new(false)).collect();
+        Selector { profile, link, n, crowd, layout: None, host_slot: None, choices, logged }
     }
 
     /// The same selector for ranks laid out on `layout`'s `(hosts, ranks per host)` (`None`:
@@ -88,7 +118,8 @@ impl Selector {
     /// [`Selector::with_host_collectives`] in place (its decisions so far are forgotten).
     pub fn set_host_collectives(&mut self, slot: Option<usize>) {
         self.host_slot = slot;
-        self.tables.iter_mut().for_each(|t| *t = [OnceLock::new(), OnceLock::new()]);
+        self.choices.iter_mut().for_each(|c| *c.get_mut() = 0);
+        self.logged.iter_mut().for_each(|l| *l.get_mut() = false);
     }
 
     /// `(hosts, ranks per host)` when `hierarchical` can run.
@@ -158,31 +189,35 @@ impl Selector {
         if forced != Algorithm::Auto {
             return forced;
         }
-        let i = OpKind::ALL.iter().position(|&o| o == op).unwrap_or(0);
-        let table = self.tables[i][usize::from(native_slot.is_some())].get_or_init(|| self.table(op, native_slot));
-        table[class_of(bytes).min(CLASSES - 1)]
-    }
-
-    fn table(&self, op: OpKind, native_slot: Option<usize>) -> Vec<Algorithm> {
-        let upper = |c: usize| if c >= usize::BITS as usize { usize::MAX } else { 1usize << c };
-        let table: Vec<Algorithm> = (0..CLASSES).map(|c| self.explain(op, upper(c), native_slot).algorithm).collect();
-        if tracing::enabled!(tracing::Level::DEBUG) {
-            self.log(op, &table, native_slot);
+        let variant = OpKind::ALL.iter().position(|&o| o == op).unwrap_or(0) * 2 + usize::from(native_slot.is_some());
+        let class = class_of(bytes).min(CLASSES - 1);
+        let slot = &self.choices[variant * CLASSES + class];
+        let tag = slot.load(Ordering::Relaxed);
+        if let Some(&known) = Algorithm::ALL.get(usize::from(tag)).filter(|_| tag != 0) {
+            return known;
         }
-        table
+        // Two threads that race here make the same choice.
+        let chosen = self.explain(op, class_upper(class), native_slot).algorithm;
+        slot.store(chosen as u8, Ordering::Relaxed);
+        if tracing::enabled!(tracing::Level::DEBUG) && !self.logged[variant].swap(true, Ordering::Relaxed) {
+            self.log(op, native_slot);
+        }
+        chosen
     }
 
-    fn log(&self, op: OpKind, table: &[Algorithm], native_slot: Option<usize>) {
+    fn log(&self, op: OpKind, native_slot: Option<usize>) {
         // Ranges of equal choice up to 2^47 bytes (larger classes are not worth a line).
-        const SHOWN: usize = 48;
+        let shown = class_of(1 << 47) + 1;
+        let table: Vec<Algorithm> =
+            (0..shown).map(|c| self.explain(op, class_upper(c), native_slot).algorithm).collect();
         let mut ranges = Vec::new();
         let mut from = 0;
-        for c in 1..=SHOWN {
-            if c == SHOWN || table[c] != table[from] {
-                let upto = match (c == SHOWN, from) {
+        for c in 1..=shown {
+            if c == shown || table[c] != table[from] {
+                let upto = match (c == shown, from) {
                     (true, 0) => "every size".to_string(),
-                    (true, f) => format!("above {} B", 1u64 << (f - 1)),
-                    (false, _) => format!("up to {} B", 1u64 << (c - 1)),
+                    (true, f) => format!("above {} B", class_upper(f - 1)),
+                    (false, _) => format!("up to {} B", class_upper(c - 1)),
                 };
                 ranges.push(format!("{upto}: {}", table[from]));
                 from = c;
@@ -231,12 +266,33 @@ mod tests {
         // The table's choice is the model's at the class's upper bound.
         assert_eq!(
             s.choose(OpKind::AllReduce, 3000, Algorithm::Auto, None),
-            s.explain(OpKind::AllReduce, 4096, None).algorithm
+            s.explain(OpKind::AllReduce, 3072, None).algorithm
         );
-        assert_eq!(class_of(0), 0);
-        assert_eq!(class_of(1), 0);
-        assert_eq!(class_of(4096), 12);
-        assert_eq!(class_of(4097), 13);
+    }
+
+    #[test]
+    fn size_classes_are_quarter_octaves_that_powers_of_two_end() {
+        for b in [0, 1, 8] {
+            assert_eq!(class_upper(class_of(b)), b);
+        }
+        // Every size lies in its class, above the class before; powers of two end one.
+        let mut sizes: Vec<usize> = (0..2000).collect();
+        sizes.extend((4..usize::BITS).flat_map(|k| [(1usize << k) - 1, 1 << k, (1 << k) + 1, 3 << (k - 2)]));
+        sizes.push(usize::MAX);
+        for b in sizes {
+            let c = class_of(b);
+            assert!(c < CLASSES, "{b}");
+            assert!(b <= class_upper(c), "{b} in class {c} up to {}", class_upper(c));
+            assert!(c == 0 || b > class_upper(c - 1), "{b} in class {c}, above {}", class_upper(c - 1));
+            // Within 25% of the size the class is priced at.
+            assert!(class_upper(c) as f64 <= b as f64 * 1.25 + 2.0, "{b}: {}", class_upper(c));
+        }
+        for k in 4..usize::BITS {
+            assert_eq!(class_upper(class_of(1 << k)), 1 << k);
+        }
+        assert_eq!(class_upper(CLASSES - 1), usize::MAX);
+        assert_eq!(class_of(1364), class_of(1536));
+        assert_ne!(class_of(1364), class_of(2048));
     }
 
     #[test]
