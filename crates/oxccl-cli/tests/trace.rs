@@ -8,7 +8,8 @@ use oxccl::perf::{Dump, OpRecord, OpState};
 const OXCCL: &str = env!("CARGO_BIN_EXE_oxccl");
 
 fn dir(name: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("oxccl-trace-cli-{name}-{}", std::process::id()));
+    // In the build's scratch directory: emptied and reused by every run.
+    let d = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("trace-cli-{name}"));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d

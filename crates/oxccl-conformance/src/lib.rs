@@ -344,9 +344,18 @@ pub fn run_error_cases(comm: &Communicator, opts: &SuiteOptions) -> Report {
 /// # Errors
 /// Those of [`oxccl::local::run`] (`n == 0`, unusable `OXCCL_*` configuration).
 pub fn run_local(n: usize, opts: &SuiteOptions) -> oxccl::Result<Report> {
-    let reports = oxccl::local::run(n, |comm| run_suite(&comm, opts))?;
+    run_local_in(&oxccl::Config::new(), n, opts)
+}
+
+/// [`run_local`] with a configuration on top of the environment's, every case `opts`
+/// selects (the error cases too).
+///
+/// # Errors
+/// The world could not be created.
+pub fn run_local_in(cfg: &oxccl::Config, n: usize, opts: &SuiteOptions) -> oxccl::Result<Report> {
+    let reports = oxccl::local::run_with(cfg, n, |comm| run_suite(&comm, opts))?;
     let mut report = Report::merge(reports);
-    if let Some(case) = errors::local_thread_exit(n, opts)? {
+    if let Some(case) = errors::local_thread_exit(cfg, n, opts)? {
         report.cases.push(case);
     }
     Ok(report)

@@ -5,7 +5,15 @@
 //! `OXCCL_CONFORMANCE_FILTER` / `OXCCL_CONFORMANCE_SKIP` (comma-separated name patterns),
 //! `OXCCL_CONFORMANCE_QUICK=1` or `OXCCL_CONFORMANCE_SEED` to narrow or vary a run.
 
-use oxccl_conformance::{run_local, Report, SuiteOptions};
+use oxccl_conformance::{run_local_in, Report, SuiteOptions};
+
+/// The error cases fail operations on purpose, and the flight recorder dumps every failure:
+/// into the build's scratch directory, not the system's temporary one.
+fn config() -> oxccl::Config {
+    oxccl::Config::new()
+        .set("OXCCL_FR_DIR", concat!(env!("CARGO_TARGET_TMPDIR"), "/flight-records"))
+        .expect("OXCCL_FR_DIR is a valid setting")
+}
 
 fn check(report: &Report) {
     println!("{}", report.to_string().lines().next().unwrap_or_default());
@@ -25,12 +33,12 @@ fn check(report: &Report) {
 
 fn collectives(n: usize) {
     let opts = SuiteOptions::from_env().skipping(["errors/"]);
-    check(&run_local(n, &opts).unwrap());
+    check(&run_local_in(&config(), n, &opts).unwrap());
 }
 
 fn errors(n: usize) {
     let opts = SuiteOptions::from_env().only(["errors/"]);
-    check(&run_local(n, &opts).unwrap());
+    check(&run_local_in(&config(), n, &opts).unwrap());
 }
 
 macro_rules! worlds {

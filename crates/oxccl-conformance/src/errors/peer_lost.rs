@@ -56,11 +56,11 @@ pub(super) fn peer_lost_dropped(slot: &mut Option<Communicator>, cx: &ECx) -> Lo
 
 /// Local backend only: rank 1's thread returns (dropping its communicator) while the others
 /// wait in a scatter from root 1; they must get [`Error::PeerLost`] naming rank 1 promptly.
-/// Returns `None` when the case is not selected.
+/// Returns `None` when the case is not selected. `cfg`: the world's configuration.
 ///
 /// # Errors
-/// Those of [`oxccl::local::run`].
-pub fn local_thread_exit(n: usize, opts: &SuiteOptions) -> oxccl::Result<Option<CaseReport>> {
+/// Those of [`oxccl::local::run_with`].
+pub fn local_thread_exit(cfg: &oxccl::Config, n: usize, opts: &SuiteOptions) -> oxccl::Result<Option<CaseReport>> {
     if !opts.selects(THREAD_EXIT_CASE) {
         return Ok(None);
     }
@@ -70,7 +70,7 @@ pub fn local_thread_exit(n: usize, opts: &SuiteOptions) -> oxccl::Result<Option<
         case.status = Status::Skipped("needs at least 2 ranks".into());
         return Ok(Some(case));
     }
-    let results = oxccl::local::run(n, |comm| -> Verdict {
+    let results = oxccl::local::run_with(cfg, n, |comm| -> Verdict {
         let me = comm.rank();
         if me == 1 {
             return Ok(());

@@ -334,6 +334,10 @@ impl World {
                 .env("LOCAL_WORLD_SIZE", spec.n.to_string())
                 .env("OXCCL_SECRET", secret.text())
                 .env("OXCCL_TIMEOUT", &spec.oxccl_timeout)
+                // The flight recorder dumps on every failed operation, and many cases fail on
+                // purpose: into the build's scratch directory, not the system's temporary one
+                // (a run left about a thousand files there). A case may name its own.
+                .env("OXCCL_FR_DIR", concat!(env!("CARGO_TARGET_TMPDIR"), "/flight-records"))
                 .env("RUST_BACKTRACE", "1");
             match spec.launch {
                 Launch::Oxccl => cmd.env("OXCCL_STORE_ADDR", &addr).env("OXCCL_LAUNCHER", "oxccl"),

@@ -79,7 +79,8 @@ fn the_format_follows_the_extension() {
 }
 
 fn scratch(name: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("oxccl-plot-test-{}", std::process::id()));
+    // One directory for every run, its files overwritten: not one more per run.
+    let d = std::env::temp_dir().join("oxccl-plot-test");
     std::fs::create_dir_all(&d).unwrap();
     d.join(name)
 }
