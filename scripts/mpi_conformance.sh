@@ -33,6 +33,15 @@ if mpirun --version 2>&1 | grep -q "Open MPI"; then
 fi
 export OXCCL_BACKEND=mpi
 fail=0
+# The suite's error cases fail operations on purpose and the flight recorder dumps every
+# failure, one file per rank: into a directory of this run, removed at the end, not /tmp
+# (about a thousand files per run piled up there).
+OXCCL_FR_DIR=$(mktemp -d)
+export OXCCL_FR_DIR
+trap 'rm -rf "$OXCCL_FR_DIR"' EXIT
+if [ "${#MPIRUN[@]}" -gt 1 ]; then
+    MPIRUN+=(-x OXCCL_FR_DIR)
+fi
 
 for np in 2 3 4; do
     export OXCCL_CONFORMANCE_QUICK=0
