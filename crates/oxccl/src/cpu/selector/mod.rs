@@ -50,7 +50,7 @@ pub struct Selector {
     host_slot: Option<usize>,
     /// Per operation (index in [`OpKind::ALL`]), without and with the shared-memory
     /// collectives, per size class: the algorithm's tag, 0 ([`Algorithm::Auto`]) until a
-    /// call needed it ([`Selector::slot`]).
+    /// call needed it ([`Selector::choose`]).
     choices: Box<[AtomicU8]>,
     /// Per operation, without and with the shared-memory collectives: whether its choices
     /// were logged.
