@@ -325,12 +325,13 @@ pub fn predict(op: OpKind, algo: Algorithm, n: usize, bytes: usize, costs: &Cost
     let s = step_cost(prof, costs.crowd);
     let chunks = |per_step: f64| (m / per_step.max(64.0)).ceil().max(1.0);
     // A one-way operation: the busiest rank handles `busiest` messages of `size` bytes
-    // (`extra`: per-byte work besides the copies), `total` in all, taking turns on crowded
-    // CPUs. A message up to a chunk is copied into the link and out without waiting; a
-    // larger one streams at the link's bandwidth.
-    // Three copies (into the link, out into the mailbox's buffer, into the caller's), from
-    // one core to another: at the copy rate past the cache whatever the size (measured on
-    // 4 ranks, a tree's broadcast grows by 0.3 ns per byte).
+    // (`extra`: per-byte work besides the copies), `total` in all. With a CPU per rank, a
+    // message up to a chunk is copied into the link and out without waiting: three copies
+    // (into the link, out into the mailbox's buffer, into the caller's), from one core to
+    // another, at the copy rate past the cache whatever the size (measured on 4 ranks, a
+    // tree's broadcast grows by 0.3 ns per byte); a larger one streams at the link's
+    // bandwidth. On crowded hosts every message's bytes cost the link's bandwidth (see the
+    // module documentation).
     let one_way = |busiest: f64, total: f64, size: f64, extra: f64| {
         let per_byte = if size <= slot && crowd <= 1.0 { 3.0 / prof.copy } else { b };
         let per = link.overhead + size * (per_byte + extra);

@@ -78,13 +78,13 @@ fn class_of(bytes: usize) -> usize {
     9 + 4 * (k - 4) + quarter - 1
 }
 
-/// The largest size of class `c` (the last class: every size up to `usize::MAX`).
+/// The largest size of class `c < CLASSES` (the last class: every size up to `usize::MAX`).
 fn class_upper(c: usize) -> usize {
     if c <= 8 {
         return c;
     }
     let (k, quarter) = ((c - 9) / 4 + 4, (c - 9) % 4 + 1);
-    let base = 1usize << (k - 1).min(usize::BITS as usize - 1);
+    let base = 1usize << (k - 1);
     base.saturating_add(quarter * (base / 4))
 }
 
