@@ -24,6 +24,7 @@
 #                gloo's all_gather on CUDA tensors at 64 MiB
 #   cpu16        issue 10 on 16 cores: the cpu backend (host buffers) beside Open MPI's C
 #                API (scripts/peers/ompi_bench.c), 2 and 16 ranks, 20 and 2000 iterations
+#                (scripts/cpu16_check.sh is the whole check of issue 10 on that machine)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 OUT="${OUT:-$PWD/gpu-check-out}"

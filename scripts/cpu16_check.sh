@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Issue 10 on a many-core machine (the GPU machine's 16 cores; see ../shared/GPU.md): the cpu
+# backend with host buffers beside Open MPI's C API, and the algorithm selector's sweep, ranks
+# up to the core count. Run ON that machine from the repository root, with the binaries that
+# `scripts/cpu16_check.sh --build` puts in gpu-bin/ here (carry ["gpu-bin"]). Every step has a
+# time limit so that the whole check ends within 8 minutes (6 on 2026-11-27); results go to a few files under
+# $OUT: machine.txt, tune.txt, compare.txt (the tables), compare.jsonl, sweep.txt (the device
+# tool brings back at most 8 files).
+#
+#   scripts/cpu16_check.sh --build       here: build gpu-bin/oxccl and gpu-bin/ompi_bench
+#   scripts/cpu16_check.sh [STEP...]     there (default: all steps, in this order):
+#     tune     oxccl tune into tune.txt, the profile (OXCCL_TUNE_FILE) every later step's auto uses
+#     steady   all_reduce, 2 and 16 ranks, 8 B to 16 MiB, iterations adapted to the size
+#     first    the same with 20 iterations (5 warm-up): the first operations after start-up
+#     busy     16 ranks, small sizes, quiet and with one busy-looping process beside them
+#     ops      all_gather, reduce_scatter, broadcast, all_to_all at 16 MiB, 2, 4 and 16 ranks
+#     sweep    oxccl bench --algo all, every rooted and symmetric op, 3, 8 and 16 ranks (shm)
+#     worlds   all_reduce at 4 and 8 ranks beside Open MPI
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+if [ "${1:-}" = --build ]; then
+  set -e
+  cargo build --release -p oxccl-cli
+  mkdir -p gpu-bin
+  cp "${CARGO_TARGET_DIR:-target}/release/oxccl" gpu-bin/
+  strip gpu-bin/oxccl 2>/dev/null || true
+  mpicc -O2 -o gpu-bin/ompi_bench scripts/peers/ompi_bench.c
+  du -ch gpu-bin/* | tail -n 1
+  exit 0
+fi
+OUT="${OUT:-$PWD/gpu-check-out}"
+mkdir -p "$OUT"
+BIN="${GPU_BIN:-$PWD/gpu-bin}"
+for b in oxccl ompi_bench; do
+  [ -x "$BIN/$b" ] || { echo "missing $BIN/$b: run scripts/cpu16_check.sh --build here first and carry gpu-bin"; exit 2; }
+done
+want="${*:-tune steady first busy ops sweep worlds}"
+wanted() { [[ " $want " == *" $1 "* ]]; }
+step() { echo; echo "== $* ($(date +%T))"; }
+LOG="$OUT/compare.txt"
+TMPD=$(mktemp -d)
+trap 'rm -rf "$TMPD"' EXIT
+n=0
+# compare LIMIT ARGS...: one compare.py run, its tables appended to compare.txt and printed.
+compare() {
+  local limit=$1; shift
+  n=$((n + 1))
+  echo "## compare.py $*" >> "$LOG"
+  timeout "$limit" python3 scripts/peers/compare.py --peers oxccl,ompi-c --oxccl "$BIN/oxccl" \
+    --ompi-bench "$BIN/ompi_bench" --mpirun "$(command -v mpirun)" --timeout 60 \
+    --json "$TMPD/compare-$n.jsonl" "$@" 2>&1 | tee -a "$LOG" | grep -v "^#  \|^  \["
+  echo "exit ${PIPESTATUS[0]}" | tee -a "$LOG"
+  cat "$TMPD/compare-$n.jsonl" >> "$OUT/compare.jsonl" 2>/dev/null
+}
+{ nproc; lscpu | grep -E "Model name|^CPU\(s\)|Thread|NUMA node\(s\)"; mpirun --version | head -n 1; } > "$OUT/machine.txt" 2>&1
+cat "$OUT/machine.txt"
+if wanted tune; then
+  step tune
+  timeout 60 "$BIN/oxccl" tune --ranks 2 -o "$OUT/tune.txt" && cat "$OUT/tune.txt"
+fi
+[ -s "$OUT/tune.txt" ] && export OXCCL_TUNE_FILE="$OUT/tune.txt"
+if wanted steady; then
+  step "all_reduce, 2 and 16 ranks, steady state"
+  compare 110 --ops all_reduce --ranks 2,16 --sizes 8,1K,32K,1M,16M --reps 3
+fi
+if wanted first; then
+  step "all_reduce, 2 and 16 ranks, 20 iterations after 5 warm-up (start-up)"
+  compare 80 --ops all_reduce --ranks 2,16 --sizes 8,1K,32K,1M,16M --reps 3 --iters 20
+fi
+if wanted busy; then
+  step "16 ranks with one busy process beside them"
+  compare 60 --ops all_reduce --ranks 16 --sizes 8,1K,32K --reps 3 --busy 1
+fi
+if wanted ops; then
+  step "other ops at 16 MiB"
+  compare 80 --ops all_gather,reduce_scatter,broadcast,all_to_all --ranks 2,4,16 --sizes 16M --reps 2
+fi
+if wanted sweep; then
+  step "selector sweep (shm)"
+  for r in 3 8 16; do
+    echo "## sweep $r ranks ($(date +%T))" >> "$OUT/sweep.txt"
+    timeout $((r < 16 ? 50 : 70)) "$BIN/oxccl" bench all_reduce all_gather reduce_scatter broadcast reduce gather scatter \
+      --ranks "$r" -b 8 -e 4M -f 8 --algo all 2>&1 | grep -v "^\[rank" >> "$OUT/sweep.txt"
+    echo "exit ${PIPESTATUS[0]}" >> "$OUT/sweep.txt"
+  done
+  grep -E "^## |^# [a-z_]+ on|^exit" "$OUT/sweep.txt"
+fi
+if wanted worlds; then
+  step "all_reduce, 4 and 8 ranks"
+  compare 60 --ops all_reduce --ranks 4,8 --sizes 8,32K,1M,16M --reps 2
+fi
+step done
