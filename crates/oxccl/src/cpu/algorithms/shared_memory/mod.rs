@@ -66,6 +66,8 @@ mod moves;
 mod reductions;
 mod single_copy_moves;
 
+use single_copy_moves::Move;
+
 const MAGIC: u64 = u64::from_le_bytes(*b"OXSHMCL1");
 /// Chunks up to this size are reduced by every rank (one synchronization per chunk).
 const DIRECT: usize = 16 * 1024;
@@ -552,16 +554,17 @@ impl ShmCollectives {
                     self.post(Phase::Arrive, step);
                     self.wait_all(ctx, Phase::Arrive, step)
                 }
-                Op::Broadcast { input, output, root } if self.reads_directly(output.bytes()) => {
+                Op::Broadcast { input, output, root } if self.reads_directly(Move::Broadcast, output.bytes()) => {
                     self.broadcast_single_copy(ctx, *input, *output, *root)
                 }
                 Op::Broadcast { input, output, root } => self.broadcast(ctx, *input, *output, *root),
-                Op::AllGather { input, output } if self.reads_directly(input.bytes()) => {
+                Op::AllGather { input, output } if self.reads_directly(Move::AllGather, input.bytes()) => {
                     self.all_gather_single_copy(ctx, *input, *output)
                 }
                 Op::AllGather { input, output } => self.all_gather(ctx, *input, *output),
                 Op::AllToAll { input, output }
-                    if self.reads_directly(output.bytes() / self.n) && !std::ptr::eq(input.ptr, output.ptr) =>
+                    if self.reads_directly(Move::AllToAll, output.bytes() / self.n)
+                        && !std::ptr::eq(input.ptr, output.ptr) =>
                 {
                     self.all_to_all_single_copy(ctx, *input, *output)
                 }

@@ -7,7 +7,9 @@
 //!
 //! Cost: two synchronizations and `n − 1` reads (`process_vm_readv`: a system call and the
 //! peer's pages pinned, about 1–2 µs, then memory speed) per rank; the slots' chunked
-//! copies stay cheaper below [`SINGLE_COPY_FROM`] per read.
+//! copies stay cheaper below [`SINGLE_COPY_FROM`] per read, and below more where several
+//! ranks read the same source at once ([`reads_directly`]: a broadcast reads directly only
+//! between two ranks).
 //!
 //! A broadcast's root has nothing to read: in place, from [`ROOT_SHARE_FROM`] up, it writes
 //! the last `1/n` of the buffer into every peer (`process_vm_writev`) while they read the
@@ -47,10 +49,44 @@ fn broadcast_head(bytes: usize, n: usize) -> usize {
     }
 }
 
+/// The moves that may read the peers' buffers directly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Move {
+    Broadcast,
+    AllGather,
+    AllToAll,
+}
+
+/// Whether `mv` among `n` ranks, each reading `per_peer` bytes from every peer it reads,
+/// reads them by single copy (where the host allows it) rather than through the slots.
+/// The kernel's reads of the same pages by several processes at once slow each other down
+/// (each pins the pages it reads), so the threshold depends on how many ranks read each
+/// source. Measured on a 16-core Xeon VM (slots against single copy, µs, in place):
+/// - all_to_all, where each rank reads its own part of every source: from
+///   [`SINGLE_COPY_FROM`] per peer (16 ranks, 8 KiB blocks: out of place 61 against 46;
+///   128 KiB: 1443 against 522).
+/// - all_gather, where the `n − 1` peers read every block: from `n − 1` times that (8 KiB
+///   blocks: 4 ranks 5.4 against 9.6, 16 ranks 24 against 49-128; 16 KiB blocks on 8 ranks
+///   15 against 35; 128 KiB blocks: 4 ranks 76 against 40, 16 ranks 996 against 553).
+/// - broadcast, where every peer reads the root's buffer: between two ranks only (there
+///   the root also writes a part, see the module documentation). From 3 ranks up the slots
+///   were as fast or faster at every size from 8 KiB to 8 MiB in place (3 ranks: 8 KiB 3.0
+///   against 6.4, 2 MiB 243 against 456 even with the reads spread over the peers; 16
+///   ranks: 32 KiB 8 against 85, 2 MiB 517 against 3260, where 15 peers read the root
+///   at about 10 GB/s in all).
+pub(super) fn reads_directly(mv: Move, n: usize, per_peer: usize) -> bool {
+    match mv {
+        Move::AllToAll => per_peer >= SINGLE_COPY_FROM,
+        Move::AllGather => per_peer >= SINGLE_COPY_FROM * n.saturating_sub(1).max(1),
+        Move::Broadcast => n == 2 && per_peer >= SINGLE_COPY_FROM,
+    }
+}
+
 impl ShmCollectives {
-    /// Whether a move that reads `per_peer` bytes from each peer reads them directly.
-    pub(super) fn reads_directly(&self, per_peer: usize) -> bool {
-        self.single_copy && per_peer >= SINGLE_COPY_FROM
+    /// Whether `mv`, reading `per_peer` bytes from each peer, reads them directly (see
+    /// [`reads_directly`]).
+    pub(super) fn reads_directly(&self, mv: Move, per_peer: usize) -> bool {
+        self.single_copy && reads_directly(mv, self.n, per_peer)
     }
 
     /// Publishes `src` as this rank's source for `step` and arrives.
@@ -217,6 +253,25 @@ impl ShmCollectives {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_more_ranks_read_a_source_the_larger_a_direct_read_must_be() {
+        use Move::*;
+        // all_to_all: every rank reads its own part of each source.
+        assert!(!reads_directly(AllToAll, 16, SINGLE_COPY_FROM - 1));
+        assert!(reads_directly(AllToAll, 16, SINGLE_COPY_FROM));
+        // all_gather: n − 1 readers of every block.
+        assert!(reads_directly(AllGather, 2, SINGLE_COPY_FROM));
+        assert!(!reads_directly(AllGather, 4, SINGLE_COPY_FROM));
+        assert!(!reads_directly(AllGather, 16, 15 * SINGLE_COPY_FROM - 1));
+        assert!(reads_directly(AllGather, 16, 15 * SINGLE_COPY_FROM));
+        assert!(!reads_directly(AllGather, 1, SINGLE_COPY_FROM - 1));
+        // broadcast: two ranks only, whatever the size.
+        assert!(reads_directly(Broadcast, 2, SINGLE_COPY_FROM));
+        assert!(!reads_directly(Broadcast, 2, SINGLE_COPY_FROM - 1));
+        assert!(!reads_directly(Broadcast, 3, 1 << 30));
+        assert!(!reads_directly(Broadcast, 16, 1 << 24));
+    }
 
     #[test]
     fn a_broadcasts_root_takes_a_page_aligned_nth_from_its_threshold() {
