@@ -355,7 +355,9 @@ pub fn predict(op: OpKind, algo: Algorithm, n: usize, bytes: usize, costs: &Cost
         (O::AllToAll, A::SharedMemory) => chunks(slot) * s + 2.0 * (nf - 1.0) / nf * m * k,
         (O::Gather, A::Linear) => one_way(nf - 1.0, nf - 1.0, m, 0.0),
         (O::Scatter, A::Linear) => one_way(nf - 1.0, nf - 1.0, m, 0.0),
-        (O::Gather | O::Scatter, A::SharedMemory) => chunks(slot) * s + nf * m * k,
+        (O::Gather, A::SharedMemory) => chunks(slot) * s + nf * m * k,
+        // The root fills its slot with a chunk for each peer: chunks of `1/n` of a slot.
+        (O::Scatter, A::SharedMemory) => chunks(slot / nf) * s + nf * m * k,
         (O::Barrier, A::SharedMemory) => s,
         _ => return None,
     };
@@ -478,6 +480,19 @@ mod tests {
         assert!(close(t(OpKind::Broadcast, Algorithm::BinomialTree, 4, m, 2.0), 2.75 * per));
         // Linear gather on 8 ranks on 2 CPUs: the root's 7 messages and 3 ranks' 7/8.
         assert!(close(t(OpKind::Gather, Algorithm::Linear, 8, m, 4.0), (7.0 + 3.0 * 7.0 / 8.0) * per));
+    }
+
+    #[test]
+    fn a_shared_memory_scatter_takes_a_step_per_nth_of_a_slot() {
+        // Copies free, a step 1 µs: the price counts the steps. Gather moves a slot per
+        // step; scatter's root fills its slot with a chunk for each of the n ranks.
+        let prof = Profile { native_step: 1e-6, cached_copy: f64::INFINITY, ..Profile::default() };
+        let costs = Costs { link: &prof.shm, profile: &prof, slot: 64 << 10, crowd: 1.0 };
+        let t = |op, n, m| predict(op, Algorithm::SharedMemory, n, m, &costs).unwrap();
+        let close = |x: f64, y: f64| (x - y).abs() < 1e-12;
+        assert!(close(t(OpKind::Gather, 4, 256 << 10), 4e-6));
+        assert!(close(t(OpKind::Scatter, 4, 256 << 10), 16e-6));
+        assert!(close(t(OpKind::Scatter, 3, 100), 1e-6), "at least one step");
     }
 
     #[test]
