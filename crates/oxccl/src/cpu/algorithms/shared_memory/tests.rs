@@ -325,9 +325,10 @@ fn a_mismatch_between_new_operations_is_an_error() {
 /// place and out of place, at odd sizes above and below the single-copy threshold.
 #[test]
 fn a_broadcasts_root_writes_its_part_into_every_peer() {
-    // In place from 64 KiB per rank up the root writes the last 1/n into the peers (see
-    // `single_copy_moves`); sizes on both sides of that, odd ones, every root, and three
-    // calls in a row (the words of both parities, and stale ones from two steps before).
+    // Between two ranks, in place from 64 KiB per rank up, the root writes the last half
+    // into the peer (see `single_copy_moves`; from three ranks up a broadcast goes through
+    // the slots, checked here too); sizes on both sides of that, odd ones, every root, and
+    // three calls in a row (the words of both parities, and stale ones from two steps before).
     for n in [2, 3, 4] {
         world_with_settings(n, 1 << 16, Some(SLOT), &[("OXCCL_SHM_SINGLE_COPY", "1")], |comm| {
             let sm = comm.with_algorithm(Algorithm::SharedMemory);
