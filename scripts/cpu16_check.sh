@@ -4,8 +4,8 @@
 # up to the core count. Run ON that machine from the repository root, with the binaries that
 # `scripts/cpu16_check.sh --build` puts in gpu-bin/ here (carry ["gpu-bin"]). Every step has a
 # time limit so that the whole check ends within 8 minutes (6 on 2026-11-27); results go to a few files under
-# $OUT: machine.txt, tune.txt, compare.txt (the tables), compare.jsonl, sweep.txt (the device
-# tool brings back at most 8 files).
+# $OUT: machine.txt, tune.txt, compare.txt (the tables), compare.jsonl, sweep.txt and
+# sweep-tcp.txt (the device tool brings back at most 8 files).
 #
 #   scripts/cpu16_check.sh --build       here: build gpu-bin/oxccl and gpu-bin/ompi_bench
 #   scripts/cpu16_check.sh [STEP...]     there (default: all steps, in this order):
@@ -16,6 +16,8 @@
 #     ops      all_gather, reduce_scatter, broadcast, all_to_all at 16 MiB, 2, 4 and 16 ranks
 #     sweep    oxccl bench --algo all, every rooted and symmetric op, 3, 8 and 16 ranks (shm)
 #     worlds   all_reduce at 4 and 8 ranks beside Open MPI
+#   and, only when named (about 2 more minutes):
+#     tcp      the selector's sweep over TCP (OXCCL_TRANSPORT=tcp), 3 and 8 ranks, into sweep-tcp.txt
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 if [ "${1:-}" = --build ]; then
@@ -88,5 +90,15 @@ fi
 if wanted worlds; then
   step "all_reduce, 4 and 8 ranks"
   compare 60 --ops all_reduce --ranks 4,8 --sizes 8,32K,1M,16M --reps 2
+fi
+if wanted tcp; then
+  step "selector sweep (TCP)"
+  for r in 3 8; do
+    echo "## sweep tcp $r ranks ($(date +%T))" >> "$OUT/sweep-tcp.txt"
+    OXCCL_TRANSPORT=tcp timeout 60 "$BIN/oxccl" bench all_reduce all_gather reduce_scatter broadcast reduce gather \
+      scatter --ranks "$r" -b 8 -e 4M -f 8 --algo all 2>&1 | grep -v "^\[rank" >> "$OUT/sweep-tcp.txt"
+    echo "exit ${PIPESTATUS[0]}" >> "$OUT/sweep-tcp.txt"
+  done
+  grep -E "^## |^# [a-z_]+ on|^exit" "$OUT/sweep-tcp.txt"
 fi
 step done
