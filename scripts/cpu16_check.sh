@@ -3,11 +3,12 @@
 # backend with host buffers beside Open MPI's C API, and the algorithm selector's sweep, ranks
 # up to the core count. Run ON that machine from the repository root, with the binaries that
 # `scripts/cpu16_check.sh --build` puts in gpu-bin/ here (carry ["gpu-bin"]). Every step has a
-# time limit so that the whole check ends within 8 minutes (6 on 2026-11-27); results go to a few files under
-# $OUT: machine.txt, tune.txt, compare.txt (the tables), compare.jsonl, sweep.txt and
-# sweep-tcp.txt (the device tool brings back at most 8 files).
+# time limit so that the whole check ends within 8 minutes (6 on 2026-11-27). Results go to a
+# few files under $OUT: machine.txt, tune.txt, compare.txt (the tables), compare.jsonl,
+# sweep.txt and sweep-tcp.txt (the device tool brings back at most 8 files). The exit status
+# is non-zero when a comparison with Open MPI failed.
 #
-#   scripts/cpu16_check.sh --build       here: build gpu-bin/oxccl and gpu-bin/ompi_bench
+#   scripts/cpu16_check.sh --build       here: scripts/gpu_build.sh --mpi (gpu-bin/oxccl, ompi_bench...)
 #   scripts/cpu16_check.sh [STEP...]     there (default: all steps, in this order):
 #     tune     oxccl tune into tune.txt, the profile (OXCCL_TUNE_FILE) every later step's auto uses
 #     steady   all_reduce, 2 and 16 ranks, 8 B to 16 MiB, iterations adapted to the size
@@ -21,14 +22,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 if [ "${1:-}" = --build ]; then
-  set -e
-  cargo build --release -p oxccl-cli
-  mkdir -p gpu-bin
-  cp "${CARGO_TARGET_DIR:-target}/release/oxccl" gpu-bin/
-  strip gpu-bin/oxccl 2>/dev/null || true
-  mpicc -O2 -o gpu-bin/ompi_bench scripts/peers/ompi_bench.c
-  du -ch gpu-bin/* | tail -n 1
-  exit 0
+  # The GPU checks' one build: oxccl and Open MPI's C benchmark among its binaries.
+  exec scripts/gpu_build.sh --mpi
 fi
 OUT="${OUT:-$PWD/gpu-check-out}"
 mkdir -p "$OUT"
@@ -40,6 +35,7 @@ want="${*:-tune steady first busy ops sweep worlds}"
 wanted() { [[ " $want " == *" $1 "* ]]; }
 step() { echo; echo "== $* ($(date +%T))"; }
 LOG="$OUT/compare.txt"
+failed=0
 TMPD=$(mktemp -d)
 trap 'rm -rf "$TMPD"' EXIT
 n=0
@@ -51,7 +47,9 @@ compare() {
   timeout "$limit" python3 scripts/peers/compare.py --peers oxccl,ompi-c --oxccl "$BIN/oxccl" \
     --ompi-bench "$BIN/ompi_bench" --mpirun "$(command -v mpirun)" --timeout 60 \
     --json "$TMPD/compare-$n.jsonl" "$@" 2>&1 | tee -a "$LOG" | grep -v "^#  \|^  \["
-  echo "exit ${PIPESTATUS[0]}" | tee -a "$LOG"
+  local rc=${PIPESTATUS[0]}
+  echo "exit $rc" | tee -a "$LOG"
+  [ "$rc" = 0 ] || failed=1
   cat "$TMPD/compare-$n.jsonl" >> "$OUT/compare.jsonl" 2>/dev/null
 }
 { nproc; lscpu | grep -E "Model name|^CPU\(s\)|Thread|NUMA node\(s\)"; mpirun --version | head -n 1; } > "$OUT/machine.txt" 2>&1
@@ -102,3 +100,5 @@ if wanted tcp; then
   grep -E "^## |^# [a-z_]+ on|^exit" "$OUT/sweep-tcp.txt"
 fi
 step done
+# Non-zero when a comparison failed (the sweeps record their own exit status).
+exit $failed

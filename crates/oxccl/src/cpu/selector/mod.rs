@@ -192,8 +192,7 @@ impl Selector {
         let variant = OpKind::ALL.iter().position(|&o| o == op).unwrap_or(0) * 2 + usize::from(native_slot.is_some());
         let class = class_of(bytes).min(CLASSES - 1);
         let slot = &self.choices[variant * CLASSES + class];
-        let tag = slot.load(Ordering::Relaxed);
-        if let Some(&known) = Algorithm::ALL.get(usize::from(tag)).filter(|_| tag != 0) {
+        if let Some(known) = Algorithm::from_tag(slot.load(Ordering::Relaxed)).filter(|&a| a != Algorithm::Auto) {
             return known;
         }
         // Two threads that race here make the same choice.
