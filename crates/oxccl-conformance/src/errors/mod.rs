@@ -234,7 +234,14 @@ pub fn run_error_cases(comm: &Communicator, opts: &SuiteOptions) -> Report {
 
 /// Runs one case; the outer `Err` means the suite's own communicator failed.
 fn run_one(case: &ErrorCase, parent: &Communicator, opts: &SuiteOptions) -> Result<Verdict, String> {
-    let mut slot = Some(fresh_communicator(parent)?);
+    let made = fresh_communicator(parent);
+    // Every rank holds its communicator before any rank runs the case. A case aborts or
+    // drops it at once on some ranks; a rank still creating it would take that for a failed
+    // creation (NCCL's non-blocking init reports a peer's abort as its own error) and stop
+    // the suite. Every rank syncs, whether its split succeeded or not, so none waits alone.
+    let synced = parent.barrier();
+    let mut slot = Some(made?);
+    synced.map_err(|e| format!("the barrier after creating the case's communicator failed: {e}"))?;
     let ecx = ECx { cx: Cx { seed: opts.seed, key: inputs::case_key(case.name), opts }, parent };
     let local = catch_unwind(AssertUnwindSafe(|| (case.run)(&mut slot, &ecx))).unwrap_or_else(|_| {
         if let Some(c) = &slot {
