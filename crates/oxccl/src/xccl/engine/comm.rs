@@ -181,11 +181,13 @@ impl Comm {
     }
 
     /// Splits the communicator (`ncclCommSplit`, non-blocking): ranks with the same `color`
-    /// form a new communicator ordered by `key`; [`NCCL_SPLIT_NOCOLOR`] gets `None`.
+    /// form a new communicator ordered by `key`; [`NCCL_SPLIT_NOCOLOR`] gets `None`. Returns
+    /// once the split is done on this communicator's side; the new one may still be
+    /// initializing (wait for it with [`Comm::wait_ready`]).
     ///
     /// # Errors
     /// The library lacks `ncclCommSplit` (an internal error: callers check first); NCCL's
-    /// error; the wait's errors.
+    /// error; the wait's errors. Each is a failure of this communicator.
     pub(crate) fn split(&self, color: c_int, key: c_int, guard: &Guard<'_>) -> Result<Option<Comm>> {
         let split = self
             .lib
@@ -204,15 +206,8 @@ impl Comm {
             *relock(&child.raw) = Some(Handle(new));
         }
         // The split is collective over the parent: its progress shows on the parent (and on
-        // the child, which NCCL may hand out before it is ready).
-        let settled = self.settle("ncclCommSplit", result, guard).and_then(|()| {
-            if new.is_null() {
-                Ok(())
-            } else {
-                child.wait_ready("ncclCommSplit", guard)
-            }
-        });
-        if let Err(e) = settled {
+        // the child, which NCCL may hand out before it is ready: the caller waits for that).
+        if let Err(e) = self.settle("ncclCommSplit", result, guard) {
             child.abort(&format!("splitting the NCCL communicator failed: {e}"));
             return Err(e);
         }

@@ -777,6 +777,12 @@ impl Backend for Engine {
             let guard = Guard { deadline: Instant::now() + timeout, watch: &|| i.watch(), late: &late };
             let child = i.comm.split(nccl_color, nccl_key, &guard).map_err(|e| i.fail(e))?;
             drop(order);
+            // The new communicator's own creation: its failure (a peer that aborted it at
+            // once, say) is the new communicator's, not this one's, which stays usable.
+            // Dropping the child on the way out aborts it.
+            if let Some(c) = &child {
+                c.wait_ready("ncclCommSplit", &guard)?;
+            }
             return match (child, child_host) {
                 (Some(comm), Some(host)) => {
                     let p = parts(host);

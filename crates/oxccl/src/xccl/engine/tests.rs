@@ -356,6 +356,41 @@ fn split_with_and_without_ncclcommsplit() {
     }
 }
 
+/// A rank still waiting for its new communicator when a peer aborts it gets an error from
+/// its split, and the parent stays usable on every rank: the failure is the child's.
+#[test]
+fn a_child_aborted_while_a_rank_creates_it_leaves_the_parent_usable() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let release = Arc::new(AtomicBool::new(false));
+    // Ranks 0 and 1 both hold the new communicator before rank 1 aborts it.
+    let both = std::sync::Barrier::new(2);
+    let w = world(3);
+    let out = w.run(|c, g| {
+        let me = c.rank();
+        if me == 2 {
+            crate::xccl::double::nccl::hold_polls(Arc::clone(&release));
+        }
+        let made = c.split(Some(0), me as i64);
+        match (me, &made) {
+            (2, Err(_)) => {}
+            (2, Ok(_)) => panic!("rank 2's split succeeded although rank 1 aborted the new communicator"),
+            (_, Ok(Some(child))) => {
+                both.wait();
+                if me == 1 {
+                    child.abort("rank 1 gives up on the new communicator");
+                    release.store(true, Ordering::SeqCst);
+                }
+            }
+            (_, other) => panic!("rank {me}'s split: {other:?}"),
+        }
+        let mut buf = g.copy_from_host(&[me as i64 + 1]).unwrap();
+        c.all_reduce(&mut buf, ReduceOp::Sum).map(|()| buf.to_vec().unwrap()[0])
+    });
+    for (rank, r) in out.iter().enumerate() {
+        assert_eq!(r.as_ref().ok(), Some(&6), "rank {rank}: the parent's all_reduce gave {r:?}");
+    }
+}
+
 #[test]
 fn async_work_and_the_caller_stream() {
     let w = world(3);

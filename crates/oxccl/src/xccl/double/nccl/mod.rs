@@ -36,7 +36,7 @@ use crate::xccl::library::table::{GetVersionFn, Table};
 use crate::xccl::library::types::{NcclComm, NcclResult, NcclUniqueId, NCCL_UNIQUE_ID_BYTES};
 
 #[allow(unused_imports)] // Fault injection for the engine's tests (and ours).
-pub(crate) use comm::{hang_next, kill, HangGuard};
+pub(crate) use comm::{hang_next, hold_polls, kill, HangGuard};
 
 /// What the double's library looks like.
 #[derive(Debug, Clone, PartialEq, Eq)]
