@@ -654,9 +654,8 @@ pub(super) unsafe extern "C" fn nccl_comm_finalize(comm: NcclComm) -> NcclResult
 
 std::thread_local! {
     /// Set by [`hold_polls`]: while it is false, this thread's `ncclCommGetAsyncError` calls
-    /// answer `ncclInProgress` for communicators still initializing at the first of them.
-    static HELD: std::cell::RefCell<Option<(Arc<AtomicBool>, HashSet<usize>)>> =
-        const { std::cell::RefCell::new(None) };
+    /// answer `ncclInProgress` for communicators still initializing.
+    static HELD: std::cell::RefCell<Option<Arc<AtomicBool>>> = const { std::cell::RefCell::new(None) };
 }
 
 /// Fault injection: until `release` is set, the calling thread sees every communicator whose
@@ -664,23 +663,15 @@ std::thread_local! {
 /// while the other ranks go on with it. Holds for the thread until [`hold_polls`] is called
 /// again.
 pub(crate) fn hold_polls(release: Arc<AtomicBool>) {
-    HELD.with(|h| *h.borrow_mut() = Some((release, HashSet::new())));
+    HELD.with(|h| *h.borrow_mut() = Some(release));
 }
 
-/// Whether a hold of [`hold_polls`] makes this thread's poll of `comm` answer `ncclInProgress`:
-/// `comm` was initializing when first polled under the hold, and the hold is not released.
-fn held(comm: NcclComm, shared: &Shared) -> bool {
-    HELD.with(|h| {
-        let mut h = h.borrow_mut();
-        let Some((release, initializing)) = h.as_mut() else { return false };
-        if release.load(Ordering::SeqCst) {
-            return false;
-        }
-        if relock(&shared.st).member.is_none() {
-            initializing.insert(comm.addr());
-        }
-        initializing.contains(&comm.addr())
-    })
+/// Whether a hold of [`hold_polls`] makes this thread's poll of `shared` answer
+/// `ncclInProgress`: the hold is not released, and this rank has not yet learned its place
+/// in the communicator (a held poll does not look, so it stays unlearned until the release).
+fn held(shared: &Shared) -> bool {
+    HELD.with(|h| h.borrow().as_ref().is_some_and(|release| !release.load(Ordering::SeqCst)))
+        && relock(&shared.st).member.is_none()
 }
 
 /// `ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError)`:
@@ -697,7 +688,7 @@ pub(super) unsafe extern "C" fn nccl_comm_get_async_error(comm: NcclComm, async_
         }
         match lookup(comm, CALL) {
             Ok(shared) => {
-                let status = if held(comm, &shared) { NcclResult::IN_PROGRESS } else { shared.async_error() };
+                let status = if held(&shared) { NcclResult::IN_PROGRESS } else { shared.async_error() };
                 // SAFETY: non-null and writable (our caller's contract).
                 unsafe { async_error.write(status) };
                 NcclResult::SUCCESS
