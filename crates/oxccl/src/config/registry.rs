@@ -233,7 +233,7 @@ pub const SHM_SINGLE_COPY: Setting = Setting {
     kind: Kind::Flag,
     default: "1",
     default_doc: "`1`",
-    doc: "`cpu`: large moves read straight from the peers' buffers (Linux cross-memory attach, one copy instead of two) where every rank may read and write every other and each has a CPU of its own: all_to_all from 8 KiB per peer, all_gather from 8 KiB times the other ranks per block, broadcast from 8 KiB between two ranks (the root of an in-place one of 128 KiB or more writes half into the peer); `0` keeps them in the shared-memory slots",
+    doc: "`cpu`: large moves read straight from the peers' buffers (Linux cross-memory attach, one copy instead of two) where every rank may read and write every other and each has a CPU of its own: all_to_all from 8 KiB per peer, all_gather from 8 KiB times the other ranks per block, broadcast from 8 KiB between two ranks (the root of an in-place one of 128 KiB or more writes half into the peer), scatter from 64 KiB per block (from 5 ranks up where the root's input is 1 MiB or more); `0` keeps them in the shared-memory slots",
     origin: Origin::User,
 };
 /// `OXCCL_SHM_RING_BYTES`.

@@ -40,6 +40,8 @@
 //! - this file: the segment, the control lines, the step protocol ([`ShmCollectives::in_steps`]);
 //! - `all_reduce.rs`: the one-step and the pipelined all_reduce;
 //! - `moves.rs`: broadcast, all_gather, all_to_all, gather, scatter;
+//! - `single_copy_moves.rs`: the large broadcast, all_gather, all_to_all and scatter by
+//!   single-copy reads of the peers' buffers;
 //! - `reductions.rs`: reduce, reduce_scatter;
 //! - `blocks.rs`: reduce_scatter and all_gather in place over uneven blocks, the phases
 //!   inside each host of the hierarchical all_reduce;
@@ -570,6 +572,9 @@ impl ShmCollectives {
                 }
                 Op::AllToAll { input, output } => self.all_to_all(ctx, *input, *output),
                 Op::Gather { input, output, root } => self.gather(ctx, *input, *output, *root),
+                Op::Scatter { input, output, root } if self.reads_directly(Move::Scatter, output.bytes()) => {
+                    self.scatter_single_copy(ctx, *input, *output, *root)
+                }
                 Op::Scatter { input, output, root } => self.scatter(ctx, *input, *output, *root),
                 Op::Reduce { input, output, op, root } => self.reduce(ctx, *input, *output, *op, *root),
                 Op::ReduceScatter { input, output, op } => self.reduce_scatter(ctx, *input, *output, *op),

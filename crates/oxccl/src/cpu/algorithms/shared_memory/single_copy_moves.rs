@@ -1,5 +1,5 @@
-//! Large moves by single-copy reads: broadcast, all_gather and all_to_all where every rank
-//! may read the others' memory ([`single_copy`]). Each rank publishes the address of its
+//! Large moves by single-copy reads: broadcast, all_gather, all_to_all and scatter where
+//! every rank may read the others' memory ([`single_copy`]). Each rank publishes the address of its
 //! source with its arrival; after every rank arrived, each reads what it needs straight
 //! from the peers' buffers into its output (one copy per byte, by the kernel, where the
 //! slots take two), then publishes `done`. A rank whose buffer others read returns only
@@ -33,6 +33,10 @@ use crate::error::{Error, Result};
 /// The smallest read, in bytes, that goes through single copy.
 const SINGLE_COPY_FROM: usize = 8 << 10;
 
+/// The smallest block, in bytes, that a scatter's peers read from the root directly (see
+/// [`reads_directly`]).
+const SCATTER_FROM: usize = 64 << 10;
+
 /// The smallest part of a broadcast, in bytes, that its root writes into every peer itself
 /// (below, the peers read everything: the root's part would not pay for the peers' wait
 /// for its `done`).
@@ -55,6 +59,7 @@ pub(super) enum Move {
     Broadcast,
     AllGather,
     AllToAll,
+    Scatter,
 }
 
 /// Whether `mv` among `n` ranks, each reading `per_peer` bytes from every peer it reads,
@@ -68,6 +73,17 @@ pub(super) enum Move {
 /// - all_gather, where the `n − 1` peers read every block: from `n − 1` times that (8 KiB
 ///   blocks: 4 ranks 5.4 against 9.6, 16 ranks 24 against 49-128; 16 KiB blocks on 8 ranks
 ///   15 against 35; 128 KiB blocks: 4 ranks 76 against 40, 16 ranks 996 against 553).
+/// - scatter, where the `n − 1` peers each read their own block of the root's input: from
+///   [`SCATTER_FROM`] per block, and from 5 ranks up only where the root's input reaches
+///   1 MiB. Many readers of small blocks queue behind each other (16 ranks, 1 KiB blocks:
+///   16 µs against 5 through the slots; 8 ranks, 8 KiB: 12 against 9), probably on the
+///   root's page-table locks, which the kernel takes for every page it pins (one lock per
+///   2 MiB of the root's address space; not measured). Where they pay, the root's core no longer copies every block into its
+///   slot while the peers wait: out of place, slots / linear sends / single copy, 3 ranks
+///   87 KiB blocks 27 / 17 / 14 µs; 8 ranks 256 KiB 193 / 155 / 102; 16 ranks 64 KiB 107 /
+///   71 / 57, 512 KiB 1036 / 900 / 227. Below, the single copy lost: 3 ranks 22 KiB blocks
+///   7.0 / 8.0 / 8.1; 16 ranks 32 KiB 46 / 37 / 60. One point at the threshold lost too
+///   (8 ranks, 128 KiB: 89 / 71 / 105, where 256 KiB took 102): one run, kept in.
 /// - broadcast, where every peer reads the root's buffer: between two ranks only (there
 ///   the root also writes a part, see the module documentation). From 3 ranks up the slots
 ///   were as fast or faster at every size from 8 KiB to 8 MiB in place (3 ranks: 8 KiB 3.0
@@ -77,6 +93,7 @@ pub(super) enum Move {
 pub(super) fn reads_directly(mv: Move, n: usize, per_peer: usize) -> bool {
     match mv {
         Move::AllToAll => per_peer >= SINGLE_COPY_FROM,
+        Move::Scatter => per_peer >= SCATTER_FROM && (n <= 4 || n * per_peer >= 1 << 20),
         Move::AllGather => per_peer >= SINGLE_COPY_FROM * n.saturating_sub(1).max(1),
         Move::Broadcast => n == 2 && per_peer >= SINGLE_COPY_FROM,
     }
@@ -248,6 +265,41 @@ impl ShmCollectives {
         self.post(Phase::Done, step);
         self.wait_all(ctx, Phase::Done, step)
     }
+
+    /// scatter from `root` by single-copy reads: each peer reads block p of the root's
+    /// `input` into its `output`, in parallel, where the slots have the root copy every
+    /// block in first. Only the root's buffer is read, so only the root waits for the
+    /// others' `done`.
+    ///
+    /// # Safety
+    /// The buffers must satisfy `Backend::submit`'s contract.
+    pub(super) unsafe fn scatter_single_copy(
+        &self,
+        ctx: &Ctx,
+        input: Option<RawBuf>,
+        output: RawBufMut,
+        root: usize,
+    ) -> Result<()> {
+        let (me, bytes) = (self.me, output.bytes());
+        let src = input.filter(|_| me == root);
+        let step = self.publish(ctx, src.map_or(std::ptr::null(), |s| s.ptr));
+        if let Some(src) = src {
+            // SAFETY: the root's input holds n blocks of `bytes` and is distinct from its
+            // output (two borrows, contract).
+            unsafe { copy::copy_out(src.ptr.add(me * bytes), output.ptr, bytes, copy::streams(bytes, false)) };
+        }
+        self.wait_all(ctx, Phase::Arrive, step)?;
+        if me == root {
+            self.post(Phase::Done, step);
+            // Our input is read until every rank is done.
+            return self.wait_all(ctx, Phase::Done, step);
+        }
+        // SAFETY: `output` is valid for `bytes` and only this rank writes it (contract); the
+        // root published its input, n blocks of `bytes`, and keeps it until our `done`.
+        let read = unsafe { self.read_from(root, step, me * bytes, output.ptr, bytes) };
+        self.post(Phase::Done, step);
+        read
+    }
 }
 
 #[cfg(test)]
@@ -260,6 +312,15 @@ mod tests {
         // all_to_all: every rank reads its own part of each source.
         assert!(!reads_directly(AllToAll, 16, SINGLE_COPY_FROM - 1));
         assert!(reads_directly(AllToAll, 16, SINGLE_COPY_FROM));
+        // scatter: every peer reads its own block of the root's input, from 5 ranks up
+        // only where that input is 1 MiB or more.
+        assert!(!reads_directly(Scatter, 3, SCATTER_FROM - 1));
+        assert!(reads_directly(Scatter, 3, SCATTER_FROM));
+        assert!(reads_directly(Scatter, 4, SCATTER_FROM));
+        assert!(!reads_directly(Scatter, 8, SCATTER_FROM));
+        assert!(reads_directly(Scatter, 8, 128 << 10));
+        assert!(reads_directly(Scatter, 16, SCATTER_FROM));
+        assert!(!reads_directly(Scatter, 32, SCATTER_FROM - 1));
         // all_gather: n − 1 readers of every block.
         assert!(reads_directly(AllGather, 2, SINGLE_COPY_FROM));
         assert!(!reads_directly(AllGather, 4, SINGLE_COPY_FROM));

@@ -366,6 +366,12 @@ fn moves_agree_with_and_without_single_copy() {
                         let mut out = vec![-1i64; count];
                         sm.broadcast_into((r == root).then_some(&src[..]), &mut out, root).unwrap();
                         assert_eq!(out, src, "{}", ctx("broadcast out of place", count));
+                        // scatter: each rank reads its own block of the root's input.
+                        let all: Vec<i64> = (0..n * count).map(|i| value(root, i)).collect();
+                        let mut part = vec![-1i64; count];
+                        sm.scatter((r == root).then_some(&all[..]), &mut part, root).unwrap();
+                        let bad = part.iter().enumerate().find(|(i, v)| **v != value(root, r * count + i));
+                        assert!(bad.is_none(), "{}: first wrong {bad:?}", ctx("scatter", count));
                     }
                     let mine: Vec<i64> = (0..count).map(|i| value(r, i)).collect();
                     let want: Vec<i64> = (0..n).flat_map(|p| (0..count).map(move |i| value(p, i))).collect();
