@@ -5,8 +5,9 @@
 # `scripts/cpu16_check.sh --build` puts in gpu-bin/ here (carry ["gpu-bin"]). Every step has a
 # time limit so that the whole check ends within 8 minutes (6 on 2026-11-27). Results go to a
 # few files under $OUT: machine.txt, tune.txt, compare.txt (the tables), compare.jsonl,
-# sweep.txt and sweep-tcp.txt (the device tool brings back at most 8 files). The exit status
-# is non-zero when a comparison with Open MPI failed.
+# sweep.txt, sweep-tcp.txt and scatter.txt (the device tool brings back at most 8 files, so
+# a log of the run written there makes 8). The exit status is non-zero when a comparison with
+# Open MPI failed.
 #
 #   scripts/cpu16_check.sh --build       here: scripts/gpu_build.sh --mpi (gpu-bin/oxccl, ompi_bench...)
 #   scripts/cpu16_check.sh [STEP...]     there (default: all steps, in this order):
@@ -17,8 +18,10 @@
 #     ops      all_gather, reduce_scatter, broadcast, all_to_all at 16 MiB, 2, 4 and 16 ranks
 #     sweep    oxccl bench --algo all, every rooted and symmetric op, 3, 8 and 16 ranks (shm)
 #     worlds   all_reduce at 4 and 8 ranks beside Open MPI
-#   and, only when named (about 2 more minutes):
+#   and, only when named (about 2 more minutes each):
 #     tcp      the selector's sweep over TCP (OXCCL_TRANSPORT=tcp), 3 and 8 ranks, into sweep-tcp.txt
+#     scatter  scatter's algorithms at 3, 8 and 16 ranks, 8 KiB to 8 MiB by factors of 2, with
+#              single copy on and off (OXCCL_SHM_SINGLE_COPY), into scatter.txt
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 if [ "${1:-}" = --build ]; then
@@ -98,6 +101,18 @@ if wanted tcp; then
     echo "exit ${PIPESTATUS[0]}" >> "$OUT/sweep-tcp.txt"
   done
   grep -E "^## |^# [a-z_]+ on|^exit" "$OUT/sweep-tcp.txt"
+fi
+if wanted scatter; then
+  step "scatter with and without single copy"
+  for r in 3 8 16; do
+    for sc in 1 0; do
+      echo "## scatter $r ranks, OXCCL_SHM_SINGLE_COPY=$sc ($(date +%T))" >> "$OUT/scatter.txt"
+      OXCCL_SHM_SINGLE_COPY=$sc timeout 45 "$BIN/oxccl" bench scatter --ranks "$r" -b 8K -e 8M -f 2 --algo all 2>&1 \
+        | grep -v "^\[rank" >> "$OUT/scatter.txt"
+      echo "exit ${PIPESTATUS[0]}" >> "$OUT/scatter.txt"
+    done
+  done
+  grep -E "^## |^exit" "$OUT/scatter.txt"
 fi
 step done
 # Non-zero when a comparison failed (the sweeps record their own exit status).

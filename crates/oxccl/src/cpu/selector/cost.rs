@@ -357,6 +357,10 @@ pub fn predict(op: OpKind, algo: Algorithm, n: usize, bytes: usize, costs: &Cost
         (O::Scatter, A::Linear) => one_way(nf - 1.0, nf - 1.0, m, 0.0),
         (O::Gather, A::SharedMemory) => chunks(slot) * s + nf * m * k,
         // The root fills its slot with a chunk for each peer: chunks of `1/n` of a slot.
+        // Known gap (16-core Xeon, one rank per core): this prices the slots at about a
+        // third of what they take and linear at 3-4 times, so the slots win where linear
+        // sends are 7-27% faster (8 ranks, 32 KiB to 1 MiB; 16 ranks, 256-512 KiB). Fitted
+        // there, the root copies into its slot at about 9.5 GB/s and into the links at 15.
         (O::Scatter, A::SharedMemory) => chunks(slot / nf) * s + nf * m * k,
         (O::Barrier, A::SharedMemory) => s,
         _ => return None,
