@@ -243,6 +243,12 @@ fn extras(v: &mut Vec<Case>, n: usize, opts: &SuiteOptions) {
             let per_rank = LARGE / c.world_size() + 1;
             collective::all_gather::<i32>(c, cx, Algorithm::Auto, Form::OutOfPlace, &[per_rank])
         }));
+        // Up to 4 ranks, blocks past the `cpu` backend's single-copy scatter threshold (each
+        // rank reads its block of the root's input from the root's process).
+        v.push(case("large/scatter/i32/auto".into(), move |c, cx| {
+            let per_rank = LARGE / c.world_size() + 1;
+            collective::scatter::<i32>(c, cx, Algorithm::Auto, &[per_rank])
+        }));
     }
     p2p::cases(v, n, opts);
     groups::cases(v, n, opts);
