@@ -1,6 +1,6 @@
 //! Large moves by single-copy reads: broadcast, all_gather, all_to_all and scatter where
-//! every rank may read the others' memory ([`single_copy`]). Each rank publishes the address of its
-//! source with its arrival; after every rank arrived, each reads what it needs straight
+//! every rank may read the others' memory ([`single_copy`]). Each rank publishes the
+//! address of its source with its arrival; after every rank arrived, each reads what it needs straight
 //! from the peers' buffers into its output (one copy per byte, by the kernel, where the
 //! slots take two), then publishes `done`. A rank whose buffer others read returns only
 //! when they all are done with it.
@@ -78,12 +78,13 @@ pub(super) enum Move {
 ///   1 MiB. Many readers of small blocks queue behind each other (16 ranks, 1 KiB blocks:
 ///   16 µs against 5 through the slots; 8 ranks, 8 KiB: 12 against 9), probably on the
 ///   root's page-table locks, which the kernel takes for every page it pins (one lock per
-///   2 MiB of the root's address space; not measured). Where they pay, the root's core no longer copies every block into its
-///   slot while the peers wait: out of place, slots / linear sends / single copy, 3 ranks
-///   87 KiB blocks 27 / 17 / 14 µs; 8 ranks 256 KiB 193 / 155 / 102; 16 ranks 64 KiB 107 /
-///   71 / 57, 512 KiB 1036 / 900 / 227. Below, the single copy lost: 3 ranks 22 KiB blocks
-///   7.0 / 8.0 / 8.1; 16 ranks 32 KiB 46 / 37 / 60. One point at the threshold lost too
-///   (8 ranks, 128 KiB: 89 / 71 / 105, where 256 KiB took 102): one run, kept in.
+///   2 MiB of the root's address space; not measured). Where they pay, the root's core no
+///   longer copies every block into its slot while the peers wait. Out of place, slots /
+///   linear sends / single copy: 3 ranks, 87 KiB blocks, 27 / 17 / 14 µs; 8 ranks, 256 KiB,
+///   193 / 155 / 102; 16 ranks, 64 KiB, 107 / 71 / 57; 16 ranks, 512 KiB, 1036 / 900 / 227.
+///   Below, the single copy lost: 3 ranks, 22 KiB, 7.0 / 8.0 / 8.1; 16 ranks, 32 KiB, 46 /
+///   37 / 60. At 8 ranks, 128 KiB, it ties the slots (87-105 against 89 in two runs), both
+///   behind linear sends (69-71).
 /// - broadcast, where every peer reads the root's buffer: between two ranks only (there
 ///   the root also writes a part, see the module documentation). From 3 ranks up the slots
 ///   were as fast or faster at every size from 8 KiB to 8 MiB in place (3 ranks: 8 KiB 3.0
