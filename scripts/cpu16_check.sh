@@ -38,6 +38,8 @@ want="${*:-tune steady first busy ops sweep worlds}"
 wanted() { [[ " $want " == *" $1 "* ]]; }
 step() { echo; echo "== $* ($(date +%T))"; }
 LOG="$OUT/compare.txt"
+# The operations of the selector's sweeps.
+SWEEP_OPS="all_reduce all_gather reduce_scatter broadcast reduce gather scatter"
 failed=0
 TMPD=$(mktemp -d)
 trap 'rm -rf "$TMPD"' EXIT
@@ -54,6 +56,17 @@ compare() {
   echo "exit $rc" | tee -a "$LOG"
   [ "$rc" = 0 ] || failed=1
   cat "$TMPD/compare-$n.jsonl" >> "$OUT/compare.jsonl" 2>/dev/null
+}
+# bench_into FILE LIMIT TITLE [NAME=VALUE...] -- ARGS...: one `oxccl bench ARGS --algo all`
+# (with those settings) appended to FILE under "## TITLE", then its exit status.
+bench_into() {
+  local file="$OUT/$1" limit=$2 title=$3 vars=()
+  shift 3
+  while [ "$1" != -- ]; do vars+=("$1"); shift; done
+  shift
+  echo "## $title ($(date +%T))" >> "$file"
+  env "${vars[@]}" timeout "$limit" "$BIN/oxccl" bench "$@" --algo all 2>&1 | grep -v "^\[rank" >> "$file"
+  echo "exit ${PIPESTATUS[0]}" >> "$file"
 }
 { nproc; lscpu | grep -E "Model name|^CPU\(s\)|Thread|NUMA node\(s\)"; mpirun --version | head -n 1; } > "$OUT/machine.txt" 2>&1
 cat "$OUT/machine.txt"
@@ -81,10 +94,7 @@ fi
 if wanted sweep; then
   step "selector sweep (shm)"
   for r in 3 8 16; do
-    echo "## sweep $r ranks ($(date +%T))" >> "$OUT/sweep.txt"
-    timeout $((r < 16 ? 50 : 70)) "$BIN/oxccl" bench all_reduce all_gather reduce_scatter broadcast reduce gather scatter \
-      --ranks "$r" -b 8 -e 4M -f 8 --algo all 2>&1 | grep -v "^\[rank" >> "$OUT/sweep.txt"
-    echo "exit ${PIPESTATUS[0]}" >> "$OUT/sweep.txt"
+    bench_into sweep.txt $((r < 16 ? 50 : 70)) "sweep $r ranks" -- $SWEEP_OPS --ranks "$r" -b 8 -e 4M -f 8
   done
   grep -E "^## |^# [a-z_]+ on|^exit" "$OUT/sweep.txt"
 fi
@@ -95,10 +105,7 @@ fi
 if wanted tcp; then
   step "selector sweep (TCP)"
   for r in 3 8; do
-    echo "## sweep tcp $r ranks ($(date +%T))" >> "$OUT/sweep-tcp.txt"
-    OXCCL_TRANSPORT=tcp timeout 60 "$BIN/oxccl" bench all_reduce all_gather reduce_scatter broadcast reduce gather \
-      scatter --ranks "$r" -b 8 -e 4M -f 8 --algo all 2>&1 | grep -v "^\[rank" >> "$OUT/sweep-tcp.txt"
-    echo "exit ${PIPESTATUS[0]}" >> "$OUT/sweep-tcp.txt"
+    bench_into sweep-tcp.txt 60 "sweep tcp $r ranks" OXCCL_TRANSPORT=tcp -- $SWEEP_OPS --ranks "$r" -b 8 -e 4M -f 8
   done
   grep -E "^## |^# [a-z_]+ on|^exit" "$OUT/sweep-tcp.txt"
 fi
@@ -106,10 +113,8 @@ if wanted scatter; then
   step "scatter with and without single copy"
   for r in 3 8 16; do
     for sc in 1 0; do
-      echo "## scatter $r ranks, OXCCL_SHM_SINGLE_COPY=$sc ($(date +%T))" >> "$OUT/scatter.txt"
-      OXCCL_SHM_SINGLE_COPY=$sc timeout 45 "$BIN/oxccl" bench scatter --ranks "$r" -b 8K -e 8M -f 2 --algo all 2>&1 \
-        | grep -v "^\[rank" >> "$OUT/scatter.txt"
-      echo "exit ${PIPESTATUS[0]}" >> "$OUT/scatter.txt"
+      bench_into scatter.txt 45 "scatter $r ranks, OXCCL_SHM_SINGLE_COPY=$sc" OXCCL_SHM_SINGLE_COPY=$sc -- \
+        scatter --ranks "$r" -b 8K -e 8M -f 2
     done
   done
   grep -E "^## |^exit" "$OUT/scatter.txt"
