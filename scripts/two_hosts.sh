@@ -58,6 +58,8 @@ SECRET=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
 PORT=$((29000 + TAG % 1000))
 
 # start_world NAME PROGRAM ARGS... : 4 ranks, 0-1 on host A, 2-3 on host B, outputs in $WORK.
+# The flight recorder dumps on every failed operation, and the conformance suite's error
+# cases fail on purpose (about 270 files a run): into $WORK, not the system's /tmp.
 start_world() {
   local name=$1; shift
   PIDS=()
@@ -65,7 +67,7 @@ start_world() {
     local ns=$NS_A; [ $rank -ge 2 ] && ns=$NS_B
     ip netns exec "$ns" env RANK=$rank WORLD_SIZE=4 LOCAL_RANK=$((rank % 2)) LOCAL_WORLD_SIZE=2 \
       MASTER_ADDR="$ADDR_A" MASTER_PORT=$PORT OXCCL_SECRET="$SECRET" \
-      OXCCL_TIMEOUT="${OXCCL_TIMEOUT:-60s}" "${EXTRA_ENV[@]}" "$@" >"$WORK/$name.$rank.log" 2>&1 &
+      OXCCL_TIMEOUT="${OXCCL_TIMEOUT:-60s}" OXCCL_FR_DIR="$WORK/flight-records" "${EXTRA_ENV[@]}" "$@" >"$WORK/$name.$rank.log" 2>&1 &
     PIDS+=($!)
   done
 }
