@@ -16,7 +16,9 @@
 //!   CPUs; one on TCP only), ranks 0 and 1 pinning every thread of theirs to one CPU: each
 //!   link's wait (8-byte exchanges) and the step of the shared-memory collectives;
 //! - on rank 0 alone: one core's copy and reduction speed (8 MiB buffers, past the caches,
-//!   and buffers of a quarter of the per-core cache, within it),
+//!   and buffers of a quarter of the per-core cache, within it), what a TCP message costs
+//!   more when nothing comes back on its connection (8-byte messages over loopback, one way
+//!   against a ping-pong: TCP's separate acknowledgement),
 //!   the in-process transport of the `local` backend (two threads) and its crowded wait
 //!   (8-byte exchanges between two threads of a `local` world on one CPU whose waits
 //!   yield).
@@ -172,6 +174,7 @@ fn link(comm: &Communicator, cache: usize) -> oxccl::Result<LinkCost> {
         cached_bandwidth,
         oneway_bandwidth,
         overhead: overhead.max(1e-9),
+        ack: 0.0,
         wait: 0.0,
     })
 }
@@ -302,6 +305,46 @@ fn local_speeds(len: usize) -> oxccl::Result<(f64, f64)> {
     Ok((len as f64 / copy, len as f64 / reduce))
 }
 
+/// Seconds a TCP message costs more when its connection carries nothing back ([`LinkCost::ack`]).
+///
+/// On one thread, over a loopback connection: 8-byte messages written at one end and read at
+/// the other, one way, against the same written and read in turn in both directions (a
+/// ping-pong, where each message carries the acknowledgement of the one before it): the
+/// difference per message, each side the best of [`ROUNDS`] rounds. Read one way, the
+/// kernel acknowledges what was read with a segment of its own (about every message or every
+/// other one: 1.5-2 segments per message on a 2-CPU VM, against 1 in the ping-pong). Over
+/// loopback the reading thread does both ends' work for that segment; between hosts it is
+/// split between them, so this prices the network path at the host's cost.
+///
+/// # Errors
+/// [`oxccl::Error::Io`] when the loopback connection cannot be set up or used.
+fn tcp_ack() -> oxccl::Result<f64> {
+    use std::io::{Read, Write};
+    let io = |e: std::io::Error| oxccl::Error::io("a TCP connection over loopback", &e);
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(io)?;
+    let mut a = std::net::TcpStream::connect(listener.local_addr().map_err(io)?).map_err(io)?;
+    let (mut b, _) = listener.accept().map_err(io)?;
+    a.set_nodelay(true).map_err(io)?;
+    b.set_nodelay(true).map_err(io)?;
+    const MSGS: usize = 2000;
+    let (msg, mut got) = ([7u8; 8], [0u8; 8]);
+    // Calls of MSGS messages each.
+    let one_way = best_time(ROUNDS * 2, || {
+        for _ in 0..MSGS {
+            a.write_all(&msg).and_then(|()| b.read_exact(&mut got)).map_err(io)?;
+        }
+        Ok(())
+    })?;
+    let ping_pong = best_time(ROUNDS * 2, || {
+        for _ in 0..MSGS / 2 {
+            a.write_all(&msg).and_then(|()| b.read_exact(&mut got)).map_err(io)?;
+            b.write_all(&msg).and_then(|()| a.read_exact(&mut got)).map_err(io)?;
+        }
+        Ok(())
+    })?;
+    Ok(((one_way - ping_pong) / MSGS as f64).max(1e-9))
+}
+
 /// The in-process transport's costs (two threads of the `local` backend), measured on the
 /// host's CPUs: rank 0 is bound to one CPU (`--bind-to auto`), where the two threads would
 /// take turns and measure a crowded world (8-byte exchange 3-3.9 µs; the local backend's
@@ -386,6 +429,7 @@ pub fn run_rank(backend_cfg: Config) -> Result<Option<Profile>, String> {
         let (copy, reduce) = local_speeds(LOCAL).map_err(e("local speeds"))?;
         // Three buffers (two sources, a destination) that fit the cache together.
         let (cached_copy, cached_reduce) = local_speeds(cache / 4).map_err(e("local speeds"))?;
+        net.ack = tcp_ack().map_err(e("TCP acknowledgements"))?;
         let mut memory = memory_link(cache).map_err(e("in-process ping-pong"))?;
         memory.wait = memory_wait(&crowded_cfg).map_err(e("crowded in-process exchange"))?;
         profile = Some(Profile {

@@ -32,16 +32,24 @@ fn tune_writes_a_whole_profile_that_loads() {
         assert!(said >= cpus, "the header says {said} CPUs, this test may use {cpus}:\n{text}");
     }
     // Every value is measured and written, the crowded step among them.
-    for key in
-        ["shm.alpha_us", "tcp.gbps", "tcp.oneway_gbps", "tcp.oneway_alpha_us", "native.crowded_step_us", "reduce.gbps"]
-    {
+    for key in [
+        "shm.alpha_us",
+        "tcp.gbps",
+        "tcp.oneway_gbps",
+        "tcp.oneway_alpha_us",
+        "tcp.ack_us",
+        "native.crowded_step_us",
+        "reduce.gbps",
+    ] {
         assert!(text.lines().any(|l| l.starts_with(&format!("{key} = "))), "{key} missing:\n{text}");
     }
     let p = Profile::parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
     let defaults = Profile::default();
     assert_ne!(p.crowded_step, defaults.crowded_step, "measured, not the default:\n{text}");
     assert_ne!(p.native_step, defaults.native_step, "measured, not the default:\n{text}");
-    for (name, v) in [("crowded step", p.crowded_step), ("step", p.native_step), ("shm alpha", p.shm.alpha)] {
+    for (name, v) in
+        [("crowded step", p.crowded_step), ("step", p.native_step), ("shm alpha", p.shm.alpha), ("tcp ack", p.tcp.ack)]
+    {
         assert!(v > 0.0 && v < 0.1, "{name} = {v} s:\n{text}");
     }
     assert!(!dir.join("oxccl").exists(), "-o writes no host cache");
