@@ -27,4 +27,7 @@ fi
 "$VENV/bin/python" -m pip install -q "$ROOT/python"
 # From outside the checkout, so `import oxccl` is the installed package, not python/oxccl.
 cd /tmp
+# The error cases' flight-recorder dumps go beside the build, not into /tmp (unless the
+# caller chose a place).
+export OXCCL_FR_DIR=${OXCCL_FR_DIR:-${CARGO_TARGET_DIR:-$ROOT/target}/flight-records}
 "$VENV/bin/python" -m pytest -q "$ROOT/python/tests" "$@"

@@ -27,7 +27,9 @@ def run(n, scenario, timeout=60, env=None, script="worker.py"):
     port = _free_port()
     procs = []
     for r in range(n):
-        e = {k: v for k, v in os.environ.items() if not k.startswith("OXCCL_")}
+        # The caller's settings stay out, except where failed cases dump their flight
+        # recorders (scripts/python_tests.sh keeps them out of /tmp).
+        e = {k: v for k, v in os.environ.items() if not k.startswith("OXCCL_") or k == "OXCCL_FR_DIR"}
         e.update(RANK=str(r), WORLD_SIZE=str(n), LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(n),
                  MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OXCCL_SECRET="python-tests",
                  OXCCL_TIMEOUT="20s", PYTHONUNBUFFERED="1")
