@@ -111,14 +111,15 @@ if wanted tcp; then
   # TCP segments per call (the whole host's OutSegs), 3 ranks, 60 B, ring against Bruck:
   # the ring's connections carry nothing back and cost a separate acknowledgement each
   # (the cost model's `ack`). On the 2-CPU VM: 12.0 against 9.4, the bench's own included.
+  segs() { awk '/^Tcp:/ { if (seen) print $12; seen = 1 }' /proc/net/snmp; }
+  iters=5000 warmup=100
+  calls=$((2 * (iters + warmup))) # out of place and in place
   for algo in ring bruck; do
-    segs() { awk '/^Tcp:/ { if (seen) print $12; seen = 1 }' /proc/net/snmp; }
     before=$(segs)
     line=$(OXCCL_TRANSPORT=tcp OXCCL_ALGO=all_gather:$algo timeout 30 "$BIN/oxccl" bench all_gather --ranks 3 \
-      -b 60 -e 60 -n 5000 -w 100 -c 0 2>&1 | grep -v "^#" | tail -n 1)
-    after=$(segs)
-    # Out of place and in place, each 5000 calls and 100 warm-up calls.
-    echo "segments per call, all_gather 60 B on 3 ranks, $algo: $(( (after - before) / 10200 )).$(( (after - before) % 10200 * 10 / 10200 )) | $line" |
+      -b 60 -e 60 -n "$iters" -w "$warmup" -c 0 2>&1 | grep -v "^#" | tail -n 1)
+    tenths=$(( ($(segs) - before) * 10 / calls ))
+    echo "segments per call, all_gather 60 B on 3 ranks, $algo: $((tenths / 10)).$((tenths % 10)) | $line" |
       tee -a "$OUT/sweep-tcp.txt"
   done
   grep -E "^## |^# [a-z_]+ on|^exit" "$OUT/sweep-tcp.txt"

@@ -153,9 +153,9 @@ struct Plan {
     reduced: (f64, f64),
     /// Bytes copied locally on the critical path and in the whole job.
     copied: (f64, f64),
-    /// Messages on the critical path and in the whole job whose connection carries nothing
-    /// back within the operation: each costs the link's `ack`.
-    acked: (f64, f64),
+    /// Messages each rank sends, all on its critical path, whose connection carries
+    /// nothing back within the operation: each costs the link's `ack`.
+    acked: f64,
     /// The buffer the local work runs over (in the cache or not).
     working: f64,
 }
@@ -198,10 +198,10 @@ impl Plan {
         self
     }
 
-    /// `critical` messages on the critical path and `total` in the job travel one way on
-    /// their connection (see [`one_way_connection`]).
-    fn acked(mut self, critical: f64, total: f64) -> Plan {
-        self.acked = (critical, total);
+    /// `each` of every rank's messages travel one way on their connection (see
+    /// [`one_way_connection`]).
+    fn acked(mut self, each: f64) -> Plan {
+        self.acked = each;
         self
     }
 
@@ -219,7 +219,7 @@ impl Plan {
             Round::OneWay => link.alpha_oneway(),
             Round::Queued => 0.0,
         };
-        let local = self.reduced.0 * g + self.copied.0 * k + self.acked.0 * link.ack;
+        let local = self.reduced.0 * g + self.copied.0 * k + self.acked * link.ack;
         let streamed: f64 = self.rounds.iter().map(bytes).sum::<f64>() + local;
         let messages: f64 = self.total.iter().map(|t| t.0).sum();
         if c.crowd <= 1.0 {
@@ -234,7 +234,7 @@ impl Plan {
             + self.total.iter().map(|&(count, s)| count * send(s)).sum::<f64>()
             + self.reduced.1 * g
             + self.copied.1 * k
-            + self.acked.1 * link.ack;
+            + self.acked * n * link.ack;
         // An exchanging round ends once both partners ran after each other's send; a
         // one-way round once the receiver ran after the send.
         let turns: f64 = self
@@ -286,7 +286,7 @@ fn plan(op: OpKind, algo: Algorithm, n: usize, m: f64) -> Option<Plan> {
         (O::AllReduce, A::Ring) => plan
             .rounds(2.0 * (nf - 1.0), m / nf, nf)
             .reduce((nf - 1.0) / nf * m, (nf - 1.0) * m)
-            .acked(ring_acked * 2.0 * (nf - 1.0), ring_acked * 2.0 * (nf - 1.0) * nf),
+            .acked(ring_acked * 2.0 * (nf - 1.0)),
         (O::AllReduce, A::RecursiveDoubling) => {
             plan.rounds(l, m, pf).oneway_rounds(2.0 * e, m, extra).reduce((l + e) * m, (pf * l / 2.0 + extra) * m)
         }
@@ -305,9 +305,7 @@ fn plan(op: OpKind, algo: Algorithm, n: usize, m: f64) -> Option<Plan> {
                 .also(2.0 * (nf - 1.0), m)
                 .reduce(lgn * m, (nf - 1.0) * m)
         }
-        (O::AllGather, A::Ring) => {
-            plan.rounds(nf - 1.0, m, nf).acked(ring_acked * (nf - 1.0), ring_acked * (nf - 1.0) * nf)
-        }
+        (O::AllGather, A::Ring) => plan.rounds(nf - 1.0, m, nf).acked(ring_acked * (nf - 1.0)),
         (O::AllGather, A::Bruck) => {
             // Round i sends the 2^i blocks gathered so far (the last, what is missing).
             let mut plan = plan;
@@ -319,23 +317,20 @@ fn plan(op: OpKind, algo: Algorithm, n: usize, m: f64) -> Option<Plan> {
                 acked += f64::from(u8::from(one_way_connection(n, have as usize, &doubling)));
                 have += k;
             }
-            plan.copy(nf * m, nf * nf * m).acked(acked, acked * nf)
+            plan.copy(nf * m, nf * nf * m).acked(acked)
         }
-        (O::ReduceScatter, A::Ring) => plan
-            .rounds(nf - 1.0, m / nf, nf)
-            .reduce((nf - 1.0) / nf * m, (nf - 1.0) * m)
-            .acked(ring_acked * (nf - 1.0), ring_acked * (nf - 1.0) * nf),
+        (O::ReduceScatter, A::Ring) => {
+            plan.rounds(nf - 1.0, m / nf, nf).reduce((nf - 1.0) / nf * m, (nf - 1.0) * m).acked(ring_acked * (nf - 1.0))
+        }
         (O::ReduceScatter, A::RecursiveHalving) => halving(plan, l)
             .oneway_rounds(e, m, extra)
             .oneway_rounds(e, m / nf, extra)
             .reduce(((pf - 1.0) / pf + e) * m, (pf - 1.0 + extra) * m),
         (O::AllToAll | O::AllToAllV, A::Pairwise) => plan.rounds(nf - 1.0, m / nf, nf),
-        (O::AllGatherV, A::Ring) => {
-            plan.rounds(nf - 1.0, m / nf, nf).acked(ring_acked * (nf - 1.0), ring_acked * (nf - 1.0) * nf)
-        }
+        (O::AllGatherV, A::Ring) => plan.rounds(nf - 1.0, m / nf, nf).acked(ring_acked * (nf - 1.0)),
         (O::Barrier, A::Dissemination) => {
             let acked = doubling.iter().filter(|&&d| one_way_connection(n, d, &doubling)).count() as f64;
-            plan.rounds(lgn, 0.0, nf).acked(acked, acked * nf)
+            plan.rounds(lgn, 0.0, nf).acked(acked)
         }
         _ => return None,
     })

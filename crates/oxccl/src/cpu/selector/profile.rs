@@ -1,7 +1,7 @@
 //! The measured machine costs the selector's model reads: latency α, bandwidth and
-//! per-message overhead and crowded wait per transport, TCP's acknowledgement, the step cost of the shared-memory
-//! collectives (a CPU per rank, and two ranks on one CPU), and the local copy and reduction
-//! throughputs. `oxccl tune` measures them and writes a profile file;
+//! per-message overhead and crowded wait per transport, TCP's acknowledgement, the step
+//! cost of the shared-memory collectives (a CPU per rank, and two ranks on one CPU), and the
+//! local copy and reduction throughputs. `oxccl tune` measures them and writes a profile file;
 //! `OXCCL_TUNE_FILE` loads one. Without one, [`Profile::default`] holds the values `oxccl
 //! tune` measured on the project's reference machine (2-core VM, see [`Profile::default`]).
 //!
@@ -318,14 +318,15 @@ impl Profile {
                 line.split_once('=').ok_or_else(|| format!("line {}: `{line}` is not `key = value`", i + 1))?;
             let (key, value) = (key.trim(), value.trim());
             // An acknowledgement may cost nothing; every other value is a time or a rate.
-            let zero_ok = key == "tcp.ack_us";
-            let v: f64 =
-                value.parse().ok().filter(|v: &f64| v.is_finite() && (*v > 0.0 || (zero_ok && *v == 0.0))).ok_or_else(
-                    || {
-                        let what = if zero_ok { "a number of 0 or more" } else { "a positive number" };
-                        format!("line {}: {key} = `{value}` is not {what}", i + 1)
-                    },
-                )?;
+            let (in_range, what): (fn(f64) -> bool, _) = match key {
+                "tcp.ack_us" => (|v| v >= 0.0, "a number of 0 or more"),
+                _ => (|v| v > 0.0, "a positive number"),
+            };
+            let v: f64 = value
+                .parse()
+                .ok()
+                .filter(|&v: &f64| v.is_finite() && in_range(v))
+                .ok_or_else(|| format!("line {}: {key} = `{value}` is not {what}", i + 1))?;
             let us = v * 1e-6;
             let gbps = v * 1e9;
             match key {

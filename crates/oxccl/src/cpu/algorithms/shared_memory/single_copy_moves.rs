@@ -1,8 +1,8 @@
 //! Large moves by single-copy reads: broadcast, all_gather, all_to_all and scatter where
 //! every rank may read the others' memory ([`single_copy`]). Each rank publishes the
-//! address of its source with its arrival; after every rank arrived, each reads what it needs straight
-//! from the peers' buffers into its output (one copy per byte, by the kernel, where the
-//! slots take two), then publishes `done`. A rank whose buffer others read returns only
+//! address of its source with its arrival; after every rank arrived, each reads what it
+//! needs straight from the peers' buffers into its output (one copy per byte, by the
+//! kernel, where the slots take two), then publishes `done`. A rank whose buffer others read returns only
 //! when they all are done with it.
 //!
 //! Cost: two synchronizations and `n − 1` reads (`process_vm_readv`: a system call and the
