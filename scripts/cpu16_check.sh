@@ -10,6 +10,8 @@
 # Open MPI failed.
 #
 #   scripts/cpu16_check.sh --build       here: scripts/gpu_build.sh --mpi (gpu-bin/oxccl, ompi_bench...)
+#   scripts/cpu16_check.sh --build --exp REF   the same, and the oxccl of git REF (an experiment's
+#                                        branch) as gpu-bin/oxccl-exp, for the `ab` step
 #   scripts/cpu16_check.sh [STEP...]     there (default: all steps, in this order):
 #     tune     oxccl tune into tune.txt, the profile (OXCCL_TUNE_FILE) every later step's auto uses
 #     steady   all_reduce, 2 and 16 ranks, 8 B to 16 MiB, iterations adapted to the size
@@ -23,9 +25,26 @@
 #              and the TCP segments per call of a 3-rank all_gather with the ring and with Bruck
 #     scatter  scatter's algorithms at 3, 8 and 16 ranks, 8 KiB to 8 MiB by factors of 2, with
 #              single copy on and off (OXCCL_SHM_SINGLE_COPY), into scatter.txt
+#     ab       gpu-bin/oxccl against gpu-bin/oxccl-exp: 2-rank all_reduce of 8 and 64 B in
+#              alternating runs, then the experiment beside Open MPI, into compare.txt (1 minute)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 if [ "${1:-}" = --build ]; then
+  if [ "${2:-}" = --exp ]; then
+    # The experiment first, in a worktree of REF sharing this target directory (its
+    # dependencies are built once); the build of this tree below then replaces its binary.
+    ref="${3:?--exp needs a git ref}"
+    target="${CARGO_TARGET_DIR:-$PWD/target}"
+    wt=$(mktemp -d)
+    git worktree add -q --detach "$wt" "$ref" || exit 2
+    (cd "$wt" && CARGO_TARGET_DIR="$target" cargo build --release -p oxccl-cli)
+    rc=$?
+    git worktree remove --force "$wt"
+    [ "$rc" = 0 ] || exit "$rc"
+    mkdir -p gpu-bin
+    cp "$target/release/oxccl" gpu-bin/oxccl-exp && strip gpu-bin/oxccl-exp 2>/dev/null
+    echo "gpu-bin/oxccl-exp: oxccl at $(git rev-parse --short "$ref") ($ref)"
+  fi
   # The GPU checks' one build: oxccl and Open MPI's C benchmark among its binaries.
   exec scripts/gpu_build.sh --mpi
 fi
@@ -50,7 +69,7 @@ compare() {
   local limit=$1; shift
   n=$((n + 1))
   echo "## compare.py $*" >> "$LOG"
-  timeout "$limit" python3 scripts/peers/compare.py --peers oxccl,ompi-c --oxccl "$BIN/oxccl" \
+  timeout "$limit" python3 scripts/peers/compare.py --peers oxccl,ompi-c --oxccl "${OXCCL_UNDER_TEST:-$BIN/oxccl}" \
     --ompi-bench "$BIN/ompi_bench" --mpirun "$(command -v mpirun)" --timeout 60 \
     --json "$TMPD/compare-$n.jsonl" "$@" 2>&1 | tee -a "$LOG" | grep -v "^#  \|^  \["
   local rc=${PIPESTATUS[0]}
@@ -133,6 +152,27 @@ if wanted scatter; then
     done
   done
   grep -E "^## |^exit" "$OUT/scatter.txt"
+fi
+if wanted ab; then
+  step "A/B: gpu-bin/oxccl against gpu-bin/oxccl-exp, 2-rank all_reduce"
+  if [ -x "$BIN/oxccl-exp" ]; then
+    # Alternating runs, the order swapped every pair (a drift of the machine falls on both);
+    # each line is the bench's row: out-of-place then in-place time.
+    for size in 8 64; do
+      for pair in 1 2 3 4 5 6; do
+        order="oxccl oxccl-exp"
+        [ $((pair % 2)) = 0 ] && order="oxccl-exp oxccl"
+        for b in $order; do
+          row=$(timeout 30 "$BIN/$b" bench all_reduce --ranks 2 -b "$size" -e "$size" -n 200000 -w 1000 -c 0 2>&1 |
+            grep -v "^#" | tail -n 1)
+          echo "ab $size B pair $pair $b: $row" | tee -a "$LOG"
+        done
+      done
+    done
+    OXCCL_UNDER_TEST="$BIN/oxccl-exp" compare 60 --ops all_reduce --ranks 2 --sizes 8,64 --reps 5
+  else
+    echo "no $BIN/oxccl-exp: build it with scripts/cpu16_check.sh --build --exp REF" | tee -a "$LOG"
+  fi
 fi
 step done
 # Non-zero when a comparison failed (the sweeps record their own exit status).
