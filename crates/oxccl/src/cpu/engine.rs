@@ -5,16 +5,15 @@
 //! peers so that they fail fast instead of waiting for their deadlines.
 
 use crate::sync::relock;
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
-use std::thread::JoinHandle;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::algorithms::hosts::HostGroups;
 use super::algorithms::shared_memory::ShmCollectives;
 use super::algorithms::{all_gather, Clock, Ctx};
 use super::dispatch;
+use super::executor::Executor;
 use super::point_to_point::P2pCtx;
 use super::selector::profile::Profile;
 use super::selector::Selector;
@@ -52,8 +51,8 @@ struct Inner {
     ranks: Arc<[usize]>,
     rank: usize,
     cfg: ResolvedConfig,
-    exec: Mutex<ExecState>,
-    exec_cv: Condvar,
+    /// One operation at a time, in order; the worker's queue of asynchronous ones.
+    exec: Executor<Job>,
     state: Mutex<CommState>,
     /// Whether `state.poisoned` holds a failure (checked without the lock on every call).
     poisoned: AtomicBool,
@@ -74,16 +73,6 @@ struct Inner {
     native_setup: OnceLock<(usize, WaitPolicy)>,
     /// Time waited for each peer, for the profiler (off unless it turns it on).
     waits: Arc<PeerWaits>,
-}
-
-#[derive(Default)]
-struct ExecState {
-    queue: VecDeque<Job>,
-    busy: bool,
-    shutdown: bool,
-    worker: Option<JoinHandle<()>>,
-    /// Threads blocked in `acquire` (so releasing wakes nobody when there is nobody).
-    waiting: usize,
 }
 
 #[derive(Default)]
@@ -162,8 +151,7 @@ impl CpuBackend {
                 ranks,
                 rank,
                 cfg,
-                exec: Mutex::new(ExecState::default()),
-                exec_cv: Condvar::new(),
+                exec: Executor::new(),
                 state: Mutex::new(CommState::default()),
                 poisoned: AtomicBool::new(false),
                 seq: AtomicU64::new(0),
@@ -237,11 +225,19 @@ impl Inner {
         opts.timeout_or(self.cfg.timeout)
     }
 
+    /// Fails with the communicator's failure once it is poisoned.
+    #[inline]
     fn check_poisoned(&self) -> Result<()> {
         // Every call looks; only a poisoned communicator takes the lock.
-        if !self.poisoned.load(Ordering::Acquire) {
-            return Ok(());
+        if self.poisoned.load(Ordering::Acquire) {
+            return self.poisoned_error();
         }
+        Ok(())
+    }
+
+    /// The failure that poisoned the communicator: the lock is taken only then.
+    #[cold]
+    fn poisoned_error(&self) -> Result<()> {
         relock(&self.state).poisoned.check()
     }
 
@@ -488,56 +484,16 @@ impl Inner {
         result
     }
 
-    /// Waits until no operation runs or is queued, then marks the executor busy.
-    fn acquire(&self) -> MutexGuard<'_, ExecState> {
-        let mut ex = relock(&self.exec);
-        while ex.busy || !ex.queue.is_empty() {
-            ex.waiting += 1;
-            ex = self.exec_cv.wait(ex).unwrap_or_else(|p| p.into_inner());
-            ex.waiting -= 1;
-        }
-        ex.busy = true;
-        ex
-    }
-
-    fn release_exec(&self) {
-        let mut ex = relock(&self.exec);
-        ex.busy = false;
-        // Notifying costs a system call even with no waiter: only when someone waits.
-        let wake = ex.waiting > 0 || ex.worker.is_some();
-        drop(ex);
-        if wake {
-            self.exec_cv.notify_all();
-        }
-    }
-
     /// Runs `f` on this thread once every earlier operation has finished.
     fn run_inline<R>(&self, f: impl FnOnce() -> R) -> R {
-        drop(self.acquire());
-        let r = f();
-        self.release_exec();
-        r
+        self.exec.run_inline(f)
     }
 
     fn worker_loop(self: Arc<Self>) {
-        let mut ex = relock(&self.exec);
-        loop {
-            if !ex.busy {
-                if let Some(job) = ex.queue.pop_front() {
-                    ex.busy = true;
-                    drop(ex);
-                    let r = self.execute(&job.op, &job.opts);
-                    job.slot.complete(r);
-                    ex = relock(&self.exec);
-                    ex.busy = false;
-                    self.exec_cv.notify_all();
-                    continue;
-                }
-                if ex.shutdown {
-                    return;
-                }
-            }
-            ex = self.exec_cv.wait(ex).unwrap_or_else(|p| p.into_inner());
+        while let Some(job) = self.exec.next_job() {
+            let r = self.execute(&job.op, &job.opts);
+            job.slot.complete(r);
+            self.exec.finish_job();
         }
     }
 
@@ -608,18 +564,13 @@ impl Backend for CpuBackend {
             }
             Mode::Async => {
                 let slot = Arc::new(Slot::default());
-                let mut ex = relock(&self.inner.exec);
-                if ex.worker.is_none() {
+                self.inner.exec.push(Job { op, opts: *opts, slot: Arc::clone(&slot) }, || {
                     let inner = Arc::clone(&self.inner);
-                    let handle = std::thread::Builder::new()
+                    std::thread::Builder::new()
                         .name(format!("oxccl-{}-r{}", self.inner.name, self.inner.rank))
                         .spawn(move || inner.worker_loop())
-                        .map_err(|e| Error::io("starting the communicator's worker thread", &e))?;
-                    ex.worker = Some(handle);
-                }
-                ex.queue.push_back(Job { op, opts: *opts, slot: Arc::clone(&slot) });
-                drop(ex);
-                self.inner.exec_cv.notify_all();
+                        .map_err(|e| Error::io("starting the communicator's worker thread", &e))
+                })?;
                 Ok(slot)
             }
         }
@@ -699,13 +650,7 @@ impl Backend for CpuBackend {
 
 impl Drop for CpuBackend {
     fn drop(&mut self) {
-        let worker = {
-            let mut ex = relock(&self.inner.exec);
-            ex.shutdown = true;
-            ex.worker.take()
-        };
-        self.inner.exec_cv.notify_all();
-        if let Some(w) = worker {
+        if let Some(w) = self.inner.exec.shut_down() {
             // The worker drains its queue (every operation has a deadline) and exits; a
             // panic inside it has already been reported through the operation's slot.
             let _ = w.join();

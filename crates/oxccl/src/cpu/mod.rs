@@ -8,11 +8,13 @@
 //! - [`selector`]: which algorithm runs a given call.
 //! - [`dispatch`]: from a type-erased operation to algorithm calls.
 //! - [`engine`]: ordered execution, async work, poisoning, split.
+//! - `executor`: one operation at a time, in order (blocking calls inline, async ones on a worker).
 //! - `staged`: device buffers of large all_reduce and broadcast, pipelined through host memory.
 
 pub mod algorithms;
 pub mod dispatch;
 pub mod engine;
+mod executor;
 pub mod factory;
 pub mod local;
 pub mod point_to_point;
