@@ -32,12 +32,14 @@ cd "$(dirname "$0")/.." || exit 2
 if [ "${1:-}" = --build ]; then
   if [ "${2:-}" = --exp ]; then
     # The experiment first, in a worktree of REF sharing this target directory (its
-    # dependencies are built once); the build of this tree below then replaces its binary.
+    # dependencies are built once), with the features gpu_build.sh --mpi gives this tree's
+    # oxccl (the A/B compares the change, not the build); the build below then replaces
+    # the binary.
     ref="${3:?--exp needs a git ref}"
     target="${CARGO_TARGET_DIR:-$PWD/target}"
     wt=$(mktemp -d)
     git worktree add -q --detach "$wt" "$ref" || exit 2
-    (cd "$wt" && CARGO_TARGET_DIR="$target" cargo build --release -p oxccl-cli)
+    (cd "$wt" && CARGO_TARGET_DIR="$target" cargo build --release -p oxccl-cli --features oxccl-cli/mpi)
     rc=$?
     git worktree remove --force "$wt"
     [ "$rc" = 0 ] || exit "$rc"
@@ -57,6 +59,8 @@ done
 want="${*:-tune steady first busy ops sweep worlds}"
 wanted() { [[ " $want " == *" $1 "* ]]; }
 step() { echo; echo "== $* ($(date +%T))"; }
+# The last row of an `oxccl bench` table on stdin (the comment lines start with #).
+last_row() { grep -v "^#" | tail -n 1; }
 LOG="$OUT/compare.txt"
 # The operations of the selector's sweeps.
 SWEEP_OPS="all_reduce all_gather reduce_scatter broadcast reduce gather scatter"
@@ -136,7 +140,7 @@ if wanted tcp; then
   for algo in ring bruck; do
     before=$(segs)
     line=$(OXCCL_TRANSPORT=tcp OXCCL_ALGO=all_gather:$algo timeout 30 "$BIN/oxccl" bench all_gather --ranks 3 \
-      -b 60 -e 60 -n "$iters" -w "$warmup" -c 0 2>&1 | grep -v "^#" | tail -n 1)
+      -b 60 -e 60 -n "$iters" -w "$warmup" -c 0 2>&1 | last_row)
     tenths=$(( ($(segs) - before) * 10 / calls ))
     echo "segments per call, all_gather 60 B on 3 ranks, $algo: $((tenths / 10)).$((tenths % 10)) | $line" |
       tee -a "$OUT/sweep-tcp.txt"
@@ -164,7 +168,7 @@ if wanted ab; then
         [ $((pair % 2)) = 0 ] && order="oxccl-exp oxccl"
         for b in $order; do
           row=$(timeout 30 "$BIN/$b" bench all_reduce --ranks 2 -b "$size" -e "$size" -n 200000 -w 1000 -c 0 2>&1 |
-            grep -v "^#" | tail -n 1)
+            last_row)
           echo "ab $size B pair $pair $b: $row" | tee -a "$LOG"
         done
       done

@@ -192,7 +192,7 @@ impl CpuBackend {
     /// # Errors
     /// Segment errors (e.g. a /dev/shm that is too small) and communication errors.
     pub fn enable_shared_memory(&self, slot_bytes: usize, wait: WaitPolicy) -> Result<()> {
-        self.inner.run_inline(|| self.inner.setup_native(slot_bytes, wait, true))
+        self.inner.exec.run_inline(|| self.inner.setup_native(slot_bytes, wait, true))
     }
 
     /// On a communicator spanning hosts alike (several ranks on each), sets up collectives
@@ -215,7 +215,7 @@ impl CpuBackend {
             return Ok(self);
         }
         inner.selector.set_host_collectives(Some(slot_bytes));
-        self.inner.run_inline(|| self.inner.setup_host_native(slot_bytes, wait))?;
+        self.inner.exec.run_inline(|| self.inner.setup_host_native(slot_bytes, wait))?;
         Ok(self)
     }
 }
@@ -484,11 +484,6 @@ impl Inner {
         result
     }
 
-    /// Runs `f` on this thread once every earlier operation has finished.
-    fn run_inline<R>(&self, f: impl FnOnce() -> R) -> R {
-        self.exec.run_inline(f)
-    }
-
     fn worker_loop(self: Arc<Self>) {
         while let Some(job) = self.exec.next_job() {
             let r = self.execute(&job.op, &job.opts);
@@ -559,7 +554,7 @@ impl Backend for CpuBackend {
         self.inner.check_poisoned()?;
         match mode {
             Mode::Blocking => {
-                let r = self.inner.run_inline(|| self.inner.execute(&op, opts));
+                let r = self.inner.exec.run_inline(|| self.inner.execute(&op, opts));
                 Ok(Slot::done(r))
             }
             Mode::Async => {
@@ -589,7 +584,7 @@ impl Backend for CpuBackend {
 
     unsafe fn run_blocking(&self, op: Op, opts: &CallOptions) -> Result<Completion> {
         self.inner.check_poisoned()?;
-        self.inner.run_inline(|| self.inner.execute(&op, opts))
+        self.inner.exec.run_inline(|| self.inner.execute(&op, opts))
     }
 
     fn probe(&self, peer: usize, tag: u32) -> Result<Option<MessageInfo>> {
@@ -610,7 +605,7 @@ impl Backend for CpuBackend {
 
     fn split(&self, color: Option<u32>, key: i64, opts: &CallOptions) -> Result<Option<Arc<dyn Backend>>> {
         self.inner.check_poisoned()?;
-        let r = self.inner.run_inline(|| self.inner.split(color, key, opts))?;
+        let r = self.inner.exec.run_inline(|| self.inner.split(color, key, opts))?;
         Ok(r.map(|b| Arc::new(b) as Arc<dyn Backend>))
     }
 

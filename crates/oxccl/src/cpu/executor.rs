@@ -12,7 +12,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Condvar, Mutex};
 use std::thread::JoinHandle;
 
 use crate::sync::relock;
@@ -80,19 +80,14 @@ impl<J> Executor<J> {
             if self.state.compare_exchange(s, s | WAITERS, Ordering::AcqRel, Ordering::Relaxed).is_err() {
                 continue;
             }
-            q = self.wait(q);
+            q.waiting += 1;
+            q = self.cv.wait(q).unwrap_or_else(|p| p.into_inner());
+            q.waiting -= 1;
+            // The last waiter to leave clears the bit (under the lock, as every change of it).
+            if q.waiting == 0 {
+                self.state.fetch_and(!WAITERS, Ordering::Relaxed);
+            }
         }
-    }
-
-    /// Blocks on the condition variable; the last waiter to leave clears [`WAITERS`].
-    fn wait<'a>(&self, mut q: MutexGuard<'a, Queue<J>>) -> MutexGuard<'a, Queue<J>> {
-        q.waiting += 1;
-        q = self.cv.wait(q).unwrap_or_else(|p| p.into_inner());
-        q.waiting -= 1;
-        if q.waiting == 0 {
-            self.state.fetch_and(!WAITERS, Ordering::Relaxed);
-        }
-        q
     }
 
     /// Ends the running operation under the lock and wakes the waiting threads.
@@ -125,12 +120,11 @@ impl<J> Executor<J> {
         loop {
             let s = self.state.load(Ordering::Acquire);
             if s & BUSY == 0 && !q.jobs.is_empty() {
-                // QUEUED is set, so no call starts without the lock: the word is ours to set.
+                // QUEUED is set and BUSY clear, so no call starts or finishes without the lock,
+                // which we hold: the word is still `s` (loaded with Acquire), ours to set.
                 let job = q.jobs.pop_front();
                 let queued = if q.jobs.is_empty() { 0 } else { QUEUED };
-                let _ = self
-                    .state
-                    .fetch_update(Ordering::Acquire, Ordering::Relaxed, |s| Some((s & !QUEUED) | queued | BUSY));
+                self.state.store((s & !QUEUED) | queued | BUSY, Ordering::Relaxed);
                 return job;
             }
             if q.jobs.is_empty() && q.shutdown {

@@ -2,8 +2,8 @@
 //! every rank may read the others' memory ([`single_copy`]). Each rank publishes the
 //! address of its source with its arrival; after every rank arrived, each reads what it
 //! needs straight from the peers' buffers into its output (one copy per byte, by the
-//! kernel, where the slots take two), then publishes `done`. A rank whose buffer others read returns only
-//! when they all are done with it.
+//! kernel, where the slots take two), then publishes `done`. A rank whose buffer others
+//! read returns only when they all are done with it.
 //!
 //! Cost: two synchronizations and `n − 1` reads (`process_vm_readv`: a system call and the
 //! peer's pages pinned, about 1–2 µs, then memory speed) per rank; the slots' chunked
