@@ -115,6 +115,51 @@ fn run_all_gather(ctx: &Ctx, buf: &mut [u8], block: usize, algo: Algorithm) -> R
     }
 }
 
+/// Runs collective `op` in a world of one rank, where every collective's result is its
+/// input: a copy where input and output are two buffers, nothing where they are one (the
+/// reduction of one value is that value, for every reduce op: `Avg` divides by 1). No
+/// algorithm runs and nothing is allocated: a group of one (tensor parallelism of 1, a
+/// `split` that leaves a rank alone) costs a call and a copy, as in NCCL.
+///
+/// # Safety
+/// Every buffer in `op` must satisfy the `Backend::submit` contract.
+///
+/// # Errors
+/// None for a collective; a point-to-point batch is refused as in [`run`].
+unsafe fn run_alone(op: &Op) -> Result<()> {
+    // Copies `from` into `to` unless they are the same memory. The front door checked that
+    // a world of one's output has the input's length for every collective.
+    let copy = |from: &RawBuf, to: &RawBufMut| {
+        if !std::ptr::eq(from.ptr, to.ptr) {
+            // SAFETY: both satisfy the submit contract (this function's own), and they do not
+            // overlap: an in-place call passes the same pointer, checked above.
+            unsafe { bytes_mut(to).copy_from_slice(bytes(from)) }
+        }
+    };
+    match op {
+        Op::AllReduce { input, output, .. }
+        | Op::AllGather { input, output }
+        | Op::AllGatherV { input, output, .. }
+        | Op::ReduceScatter { input, output, .. }
+        | Op::AllToAll { input, output }
+        | Op::AllToAllV { input, output, .. } => copy(input, output),
+        // The only rank is the root: the front door requires its output (its input).
+        Op::Reduce { input, output, .. } | Op::Gather { input, output, .. } => {
+            if let Some(o) = output {
+                copy(input, o);
+            }
+        }
+        Op::Broadcast { input, output, .. } | Op::Scatter { input, output, .. } => {
+            if let Some(i) = input {
+                copy(i, output);
+            }
+        }
+        Op::Barrier => {}
+        Op::Batch(_) => return Err(crate::error::Error::invalid("point-to-point batches are not collectives")),
+    }
+    Ok(())
+}
+
 /// Runs collective `op` with `algo` (chosen by the caller and recorded in `ctx`'s fingerprint).
 ///
 /// # Safety
@@ -125,6 +170,10 @@ fn run_all_gather(ctx: &Ctx, buf: &mut [u8], block: usize, algo: Algorithm) -> R
 pub unsafe fn run(ctx: &Ctx, op: &Op, algo: Algorithm) -> Result<()> {
     let n = ctx.size();
     let rank = ctx.rank();
+    if n == 1 {
+        // SAFETY: forwarded from this function's contract.
+        return unsafe { run_alone(op) };
+    }
     // SAFETY: for every `bytes`/`bytes_mut` below, the buffers satisfy the submit contract
     // (this function's own contract), and where input and output alias (in-place forms,
     // recognised by pointer equality) only the output slice is created.
