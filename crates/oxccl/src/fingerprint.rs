@@ -212,3 +212,19 @@ impl fmt::Display for Fingerprint {
         write!(f, ", {})", self.algorithm)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn op_kinds_are_listed_in_tag_order() {
+        // The wire decodes a tag by its index in `ALL`, and the selector indexes its table by
+        // the tag: both need every kind at the index of its tag.
+        for (i, op) in OpKind::ALL.into_iter().enumerate() {
+            assert_eq!(op as usize, i, "{op}");
+            assert_eq!(OpKind::from_tag(op as u8), Some(op));
+        }
+        assert_eq!(OpKind::from_tag(OpKind::ALL.len() as u8), None);
+    }
+}

@@ -74,7 +74,10 @@ fn class_of(bytes: usize) -> usize {
     // 2^(k-1) < bytes <= 2^k, k >= 4: the quarter of that octave.
     let k = (usize::BITS - (bytes - 1).leading_zeros()) as usize;
     let base = 1usize << (k - 1);
-    let quarter = (bytes - base).div_ceil(base / 4);
+    // (bytes - base).div_ceil(base / 4) by shifts: every call looks up its class, and a
+    // division is tens of cycles. Cannot overflow: bytes - base < base <= 2^63.
+    let shift = k - 3;
+    let quarter = (bytes - base + (1 << shift) - 1) >> shift;
     9 + 4 * (k - 4) + quarter - 1
 }
 
@@ -185,16 +188,31 @@ impl Selector {
 
     /// The algorithm for `op` on `bytes`: `forced` when it is not `Auto`, else the model's
     /// choice for the size class of `bytes`.
+    #[inline]
     pub fn choose(&self, op: OpKind, bytes: usize, forced: Algorithm, native_slot: Option<usize>) -> Algorithm {
         if forced != Algorithm::Auto {
             return forced;
         }
-        let variant = OpKind::ALL.iter().position(|&o| o == op).unwrap_or(0) * 2 + usize::from(native_slot.is_some());
+        // `OpKind::ALL` is in tag order: an operation's index in it is its tag.
+        let variant = op as usize * 2 + usize::from(native_slot.is_some());
         let class = class_of(bytes).min(CLASSES - 1);
         let slot = &self.choices[variant * CLASSES + class];
-        if let Some(known) = Algorithm::from_tag(slot.load(Ordering::Relaxed)).filter(|&a| a != Algorithm::Auto) {
-            return known;
+        match Algorithm::from_tag(slot.load(Ordering::Relaxed)) {
+            Some(known) if known != Algorithm::Auto => known,
+            _ => self.choose_first(op, variant, class, slot, native_slot),
         }
+    }
+
+    /// The first choice for an operation and size class: the model's, remembered in `slot`.
+    #[cold]
+    fn choose_first(
+        &self,
+        op: OpKind,
+        variant: usize,
+        class: usize,
+        slot: &AtomicU8,
+        native_slot: Option<usize>,
+    ) -> Algorithm {
         // Two threads that race here make the same choice.
         let chosen = self.explain(op, class_upper(class), native_slot).algorithm;
         slot.store(chosen as u8, Ordering::Relaxed);
