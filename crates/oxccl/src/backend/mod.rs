@@ -140,10 +140,10 @@ pub trait Backend: Send + Sync + 'static {
     ///
     /// # Errors
     /// [`Error::Aborted`] when the communicator is poisoned; the operation's own errors.
-    unsafe fn run_blocking(&self, op: Op, opts: &CallOptions) -> Result<Completion> {
+    unsafe fn run_blocking(&self, op: &Op, opts: &CallOptions) -> Result<Completion> {
         // SAFETY: forwarded from this function's contract; `wait(None)` returns only once
         // the operation has completed.
-        let pending = unsafe { self.submit(op, Mode::Blocking, opts)? };
+        let pending = unsafe { self.submit(op.clone(), Mode::Blocking, opts)? };
         pending.wait(None).unwrap_or_else(|| Err(Error::Internal("a blocking operation returned unfinished".into())))
     }
 

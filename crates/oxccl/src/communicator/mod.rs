@@ -34,7 +34,10 @@ pub use work::{Scope, Work};
 /// issue the same collectives in the same order (as with NCCL and MPI).
 #[derive(Clone)]
 pub struct Communicator {
-    backend: Arc<dyn Backend>,
+    /// The backend, in the decorator that records its operations: a concrete type, so that
+    /// the decorator's part of every call is compiled into the call (one dynamic call, to
+    /// the backend itself, instead of two).
+    backend: Arc<Observed>,
     opts: CallOptions,
     /// The flight recorder the backend (an [`Observed`] decorator) feeds.
     recorder: Arc<FlightRecorder>,
@@ -42,12 +45,19 @@ pub struct Communicator {
     profiler: Option<Arc<Profiler>>,
     /// What the communicator's children (splits, groups) are observed with.
     perf: Arc<PerfSettings>,
+    /// The backend's rank and world size, which never change: asked once, not through two
+    /// dynamic calls on every call's path.
+    rank: usize,
+    world_size: usize,
+    /// Whether the backend takes host buffers (`check_device(Device::Cpu)`, a property of
+    /// the backend): a host call's device check is then one comparison.
+    takes_host: bool,
 }
 
 #[cfg(test)]
 impl Communicator {
     /// The backend behind the front door (tests reach its internals through it).
-    pub(crate) fn backend_for_tests(&self) -> &Arc<dyn Backend> {
+    pub(crate) fn backend_for_tests(&self) -> &Arc<Observed> {
         &self.backend
     }
 }
@@ -89,7 +99,18 @@ impl Communicator {
         let observed = Observed::new(backend, &perf);
         let recorder = Arc::clone(observed.recorder());
         let profiler = observed.profiler().cloned();
-        Communicator { backend: Arc::new(observed), opts: CallOptions::default(), recorder, profiler, perf }
+        let (rank, world_size) = (observed.rank(), observed.world_size());
+        let takes_host = observed.check_device(crate::device::Device::Cpu).is_ok();
+        Communicator {
+            backend: Arc::new(observed),
+            opts: CallOptions::default(),
+            recorder,
+            profiler,
+            perf,
+            rank,
+            world_size,
+            takes_host,
+        }
     }
 
     /// This communicator's flight recorder: its last operations (`OXCCL_FR_SIZE`), their
@@ -116,12 +137,12 @@ impl Communicator {
 
     /// This rank, in `0..world_size()`.
     pub fn rank(&self) -> usize {
-        self.backend.rank()
+        self.rank
     }
 
     /// The number of ranks.
     pub fn world_size(&self) -> usize {
-        self.backend.world_size()
+        self.world_size
     }
 
     /// The algorithm this communicator would run for an operation of kind `op` on `bytes`,
@@ -213,7 +234,7 @@ impl Communicator {
         self.check_devices(&op)?;
         // SAFETY: every caller builds `op` from borrows that outlive this call, and
         // `run_blocking` returns only once the operation has completed.
-        unsafe { self.backend.run_blocking(op, &self.opts) }
+        unsafe { self.backend.run_blocking(&op, &self.opts) }
     }
 
     // ---- blocking collectives

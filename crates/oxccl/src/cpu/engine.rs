@@ -442,7 +442,7 @@ impl Inner {
         } else {
             self.next_seq()?
         };
-        let result = if let Op::Batch(ops) = op {
+        let (failed_seq, e) = if let Op::Batch(ops) = op {
             let started = Instant::now();
             let p = P2pCtx {
                 transport: &*self.transport,
@@ -455,7 +455,10 @@ impl Inner {
                 waits: self.waits.enabled().then_some(&*self.waits),
             };
             // SAFETY: `op` came through `Backend::submit`, whose contract the submitter upholds.
-            unsafe { p.run(ops) }
+            match unsafe { p.run(ops) } {
+                Ok(c) => return Ok(c),
+                Err(e) => (None, e),
+            }
         } else {
             let native_slot = native.and(self.native_setup.get().map(|s| s.0));
             let algo = self.selector.choose(kind, op.message_bytes(), forced, native_slot);
@@ -467,21 +470,32 @@ impl Inner {
                 // SAFETY: as above.
                 _ => unsafe { dispatch::run(&ctx, op, algo) },
             };
-            r.map(|()| Completion::default())
+            // The result is looked at, not moved on: a success is made here, in the caller's
+            // slot (copying the algorithm's 80-byte result, just written, stalled on store
+            // forwarding).
+            match r {
+                Ok(()) => return Ok(Completion::default()),
+                Err(e) => (Some(seq), e),
+            }
         };
+        Err(self.failed(failed_seq, e))
+    }
+
+    /// The error of an operation that failed while it ran (`seq`: its sequence number, `None`
+    /// for a batch), after poisoning the communicator with it.
+    #[cold]
+    fn failed(&self, seq: Option<u64>, e: Error) -> Error {
         // Arguments were checked before the sequence number was taken; an argument error from
         // inside a running operation is a broken invariant, and the ranks are out of step.
-        let result = result.map_err(|e| match e {
+        let e = match e {
             Error::InvalidArgument(m) => Error::Internal(m),
             e => e,
-        });
-        if let Err(e) = &result {
-            // A batch took no sequence number: this rank completed every collective before
-            // the next one.
-            let at = if matches!(op, Op::Batch(_)) { self.next_stage() } else { Stage::Collective(seq) };
-            self.poison(e, at);
-        }
-        result
+        };
+        // A batch took no sequence number: this rank completed every collective before the
+        // next one.
+        let at = seq.map_or_else(|| self.next_stage(), Stage::Collective);
+        self.poison(&e, at);
+        e
     }
 
     fn worker_loop(self: Arc<Self>) {
@@ -582,9 +596,9 @@ impl Backend for CpuBackend {
         Ok(Some(inner.selector.choose(op, bytes, forced, native_slot)))
     }
 
-    unsafe fn run_blocking(&self, op: Op, opts: &CallOptions) -> Result<Completion> {
+    unsafe fn run_blocking(&self, op: &Op, opts: &CallOptions) -> Result<Completion> {
         self.inner.check_poisoned()?;
-        self.inner.exec.run_inline(|| self.inner.execute(&op, opts))
+        self.inner.exec.run_inline(|| self.inner.execute(op, opts))
     }
 
     fn probe(&self, peer: usize, tag: u32) -> Result<Option<MessageInfo>> {

@@ -224,16 +224,29 @@ impl Backend for Observed {
         self.inner.algorithm_for(op, bytes, opts)
     }
 
-    unsafe fn run_blocking(&self, op: Op, opts: &CallOptions) -> Result<Completion> {
-        let profiled = self.profile_start(&op, opts);
-        let seq = self.recorder.begin(&op);
+    #[inline]
+    unsafe fn run_blocking(&self, op: &Op, opts: &CallOptions) -> Result<Completion> {
+        let profiled = self.profile_start(op, opts);
+        let seq = self.recorder.begin(op);
         // SAFETY: forwarded from this function's contract.
-        let r = unsafe { self.inner.run_blocking(op, opts) };
-        if let Some((p, s)) = profiled {
-            s.end(p, r.is_ok());
+        match unsafe { self.inner.run_blocking(op, opts) } {
+            // A success is remade rather than moved on (a copy of the 80-byte result, just
+            // written, stalls on store forwarding).
+            Ok(c) => {
+                if let Some((p, s)) = profiled {
+                    s.end(p, true);
+                }
+                self.recorder.end(seq, None);
+                Ok(c)
+            }
+            Err(e) => {
+                if let Some((p, s)) = profiled {
+                    s.end(p, false);
+                }
+                finish(&self.recorder, &self.dir, seq, Some(&e));
+                Err(e)
+            }
         }
-        finish(&self.recorder, &self.dir, seq, r.as_ref().err());
-        r
     }
 
     fn probe(&self, peer: usize, tag: u32) -> Result<Option<MessageInfo>> {

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::{Dump, OpState};
+use crate::backend::Backend;
 use crate::{Config, Error, ReduceOp};
 
 /// A fresh directory for one test's dumps.

@@ -53,7 +53,7 @@ pub(crate) unsafe fn run_blocking(comm: &dyn Backend, op: Op, timeout: Duration)
 unsafe fn run_forced(comm: &dyn Backend, op: Op, timeout: Duration, algorithm: Algorithm) -> Result<Completion> {
     let opts = CallOptions { timeout: Some(timeout), algorithm, ..CallOptions::default() };
     // SAFETY: forwarded from this function's contract; `run_blocking` returns after completion.
-    unsafe { comm.run_blocking(op, &opts) }
+    unsafe { comm.run_blocking(&op, &opts) }
 }
 
 /// What a send announces to its receiver.
