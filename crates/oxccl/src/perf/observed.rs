@@ -74,6 +74,15 @@ impl Observed {
         };
         Some((p, started))
     }
+
+    /// Records the end of operation `seq` (failed with `error`, if any) for the profiler,
+    /// when it saw the start, and the flight recorder.
+    fn ended(&self, profiled: Option<(&Arc<Profiler>, Started)>, seq: u64, error: Option<&Error>) {
+        if let Some((p, s)) = profiled {
+            s.end(p, error.is_none());
+        }
+        finish(&self.recorder, &self.dir, seq, error);
+    }
 }
 
 /// An operation the profiler saw start.
@@ -211,10 +220,7 @@ impl Backend for Observed {
                 profiled: std::sync::Mutex::new(profiled.map(|(p, s)| (Arc::clone(p), s))),
             })),
             Err(e) => {
-                if let Some((p, s)) = profiled {
-                    s.end(p, false);
-                }
-                finish(&self.recorder, &self.dir, seq, Some(&e));
+                self.ended(profiled, seq, Some(&e));
                 Err(e)
             }
         }
@@ -233,17 +239,11 @@ impl Backend for Observed {
             // A success is remade rather than moved on (a copy of the 80-byte result, just
             // written, stalls on store forwarding).
             Ok(c) => {
-                if let Some((p, s)) = profiled {
-                    s.end(p, true);
-                }
-                self.recorder.end(seq, None);
+                self.ended(profiled, seq, None);
                 Ok(c)
             }
             Err(e) => {
-                if let Some((p, s)) = profiled {
-                    s.end(p, false);
-                }
-                finish(&self.recorder, &self.dir, seq, Some(&e));
+                self.ended(profiled, seq, Some(&e));
                 Err(e)
             }
         }
