@@ -10,8 +10,9 @@
 # Open MPI failed.
 #
 #   scripts/cpu16_check.sh --build       here: scripts/gpu_build.sh --mpi (gpu-bin/oxccl, ompi_bench...)
-#   scripts/cpu16_check.sh --build --exp REF   the same, and the oxccl of git REF (an experiment's
-#                                        branch) as gpu-bin/oxccl-exp, for the `ab` step
+#   scripts/cpu16_check.sh --build --exp REF [--exp REF]...   the same, and the oxccl of each git
+#                                        REF (an experiment's branch) as gpu-bin/oxccl-exp-NAME
+#                                        (NAME: the ref's last path part), for the `ab` step
 #   scripts/cpu16_check.sh [STEP...]     there (default: all steps, in this order):
 #     tune     oxccl tune into tune.txt, the profile (OXCCL_TUNE_FILE) every later step's auto uses
 #     steady   all_reduce, 2 and 16 ranks, 8 B to 16 MiB, iterations adapted to the size
@@ -25,17 +26,22 @@
 #              and the TCP segments per call of a 3-rank all_gather with the ring and with Bruck
 #     scatter  scatter's algorithms at 3, 8 and 16 ranks, 8 KiB to 8 MiB by factors of 2, with
 #              single copy on and off (OXCCL_SHM_SINGLE_COPY), into scatter.txt
-#     ab       gpu-bin/oxccl against gpu-bin/oxccl-exp: 2-rank all_reduce of 8 and 64 B in
-#              alternating runs, then the experiment beside Open MPI, into compare.txt (1 minute)
+#     ab       gpu-bin/oxccl against each gpu-bin/oxccl-exp-NAME in alternating runs: 2-rank
+#              all_reduce of 8 and 64 B (6 pairs), 16-rank broadcast, reduce, gather and
+#              scatter of 64 B (4 B a rank in gather and scatter), 1 KiB and 64 KiB (2 pairs),
+#              then the experiment beside Open MPI,
+#              into compare.txt (about 2 minutes per experiment)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 if [ "${1:-}" = --build ]; then
-  if [ "${2:-}" = --exp ]; then
-    # The experiment first, in a worktree of REF sharing this target directory (its
+  shift
+  while [ "${1:-}" = --exp ]; do
+    # Each experiment first, in a worktree of REF sharing this target directory (its
     # dependencies are built once), with the features gpu_build.sh --mpi gives this tree's
     # oxccl (the A/B compares the change, not the build); the build below then replaces
     # the binary.
-    ref="${3:?--exp needs a git ref}"
+    ref="${2:?--exp needs a git ref}"
+    shift 2
     target="${CARGO_TARGET_DIR:-$PWD/target}"
     wt=$(mktemp -d)
     git worktree add -q --detach "$wt" "$ref" || exit 2
@@ -44,9 +50,10 @@ if [ "${1:-}" = --build ]; then
     git worktree remove --force "$wt"
     [ "$rc" = 0 ] || exit "$rc"
     mkdir -p gpu-bin
-    cp "$target/release/oxccl" gpu-bin/oxccl-exp && strip gpu-bin/oxccl-exp 2>/dev/null
-    echo "gpu-bin/oxccl-exp: oxccl at $(git rev-parse --short "$ref") ($ref)"
-  fi
+    exp="gpu-bin/oxccl-exp-${ref##*/}"
+    cp "$target/release/oxccl" "$exp" && strip "$exp" 2>/dev/null
+    echo "$exp: oxccl at $(git rev-parse --short "$ref") ($ref)"
+  done
   # The GPU checks' one build: oxccl and Open MPI's C benchmark among its binaries.
   exec scripts/gpu_build.sh --mpi
 fi
@@ -158,25 +165,35 @@ if wanted scatter; then
   grep -E "^## |^exit" "$OUT/scatter.txt"
 fi
 if wanted ab; then
-  step "A/B: gpu-bin/oxccl against gpu-bin/oxccl-exp, 2-rank all_reduce"
-  if [ -x "$BIN/oxccl-exp" ]; then
-    # Alternating runs, the order swapped every pair (a drift of the machine falls on both);
-    # each line is the bench's row: out-of-place then in-place time.
-    for size in 8 64; do
-      for pair in 1 2 3 4 5 6; do
-        order="oxccl oxccl-exp"
-        [ $((pair % 2)) = 0 ] && order="oxccl-exp oxccl"
-        for b in $order; do
-          row=$(timeout 30 "$BIN/$b" bench all_reduce --ranks 2 -b "$size" -e "$size" -n 200000 -w 1000 -c 0 2>&1 |
-            last_row)
-          echo "ab $size B pair $pair $b: $row" | tee -a "$LOG"
-        done
+  # ab_pairs PAIRS EXP ARGS...: `oxccl bench ARGS` with gpu-bin/oxccl and EXP in alternating
+  # runs, the order swapped every pair (a drift of the machine falls on both); each line is
+  # the bench's last row: out-of-place then in-place time.
+  ab_pairs() {
+    local pairs=$1 exp=$2 pair b order
+    shift 2
+    for pair in $(seq "$pairs"); do
+      order="$BIN/oxccl $exp"
+      [ $((pair % 2)) = 0 ] && order="$exp $BIN/oxccl"
+      for b in $order; do
+        echo "ab $* pair $pair ${b##*/}: $(timeout 30 "$b" bench "$@" -c 0 2>&1 | last_row)" | tee -a "$LOG"
       done
     done
-    OXCCL_UNDER_TEST="$BIN/oxccl-exp" compare 60 --ops all_reduce --ranks 2 --sizes 8,64 --reps 5
-  else
-    echo "no $BIN/oxccl-exp: build it with scripts/cpu16_check.sh --build --exp REF" | tee -a "$LOG"
-  fi
+  }
+  exps=("$BIN"/oxccl-exp-*)
+  [ -x "${exps[0]}" ] || echo "no $BIN/oxccl-exp-*: build them with scripts/cpu16_check.sh --build --exp REF" | tee -a "$LOG"
+  for exp in "${exps[@]}"; do
+    [ -x "$exp" ] || continue
+    step "A/B: gpu-bin/oxccl against ${exp##*/}"
+    for size in 8 64; do
+      ab_pairs 6 "$exp" all_reduce --ranks 2 -b "$size" -e "$size" -n 200000 -w 1000
+    done
+    for op in broadcast reduce gather scatter; do
+      for size in 64 1K 64K; do
+        ab_pairs 2 "$exp" "$op" --ranks 16 -b "$size" -e "$size" -n 2000 -w 100
+      done
+    done
+    OXCCL_UNDER_TEST="$exp" compare 60 --ops all_reduce --ranks 2 --sizes 8,64 --reps 5
+  done
 fi
 step done
 # Non-zero when a comparison failed (the sweeps record their own exit status).
