@@ -58,6 +58,9 @@ struct Inner {
     poisoned: AtomicBool,
     /// The sequence number of the next collective.
     seq: AtomicU64,
+    /// Tests: the next operation panics (as a bug inside one would).
+    #[cfg(test)]
+    panic_next: AtomicBool,
     /// Collectives in shared memory, when every rank is on this host.
     native: OnceLock<ShmCollectives>,
     /// Collectives in shared memory among the ranks of this rank's host, when the ranks
@@ -155,6 +158,8 @@ impl CpuBackend {
                 state: Mutex::new(CommState::default()),
                 poisoned: AtomicBool::new(false),
                 seq: AtomicU64::new(0),
+                #[cfg(test)]
+                panic_next: AtomicBool::new(false),
                 native: OnceLock::new(),
                 host_native: OnceLock::new(),
                 native_setup: OnceLock::new(),
@@ -403,8 +408,57 @@ impl Inner {
         }
     }
 
+    /// Runs a queued operation on the worker thread, a panic inside it (a bug) included:
+    /// that becomes the operation's [`Error::Internal`] and aborts the communicator on every
+    /// rank, instead of ending the worker with the operation's waiter, the queue and every
+    /// later call left waiting.
+    fn execute_queued(&self, op: &Op, opts: &CallOptions) -> Result<Completion> {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.execute(op, opts))) {
+            Ok(r) => r,
+            Err(payload) => {
+                let what = payload
+                    .downcast_ref::<&str>()
+                    .copied()
+                    .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+                    .unwrap_or("no message");
+                Err(self.panicked(op.kind(), what))
+            }
+        }
+    }
+
+    /// Runs a blocking call's operation on the caller's thread, in its turn. A panic inside
+    /// it (a bug) goes on to the caller, and aborts the communicator on every rank on its
+    /// way (the peers would otherwise wait for this rank until their deadline).
+    fn execute_blocking(&self, op: &Op, opts: &CallOptions) -> Result<Completion> {
+        self.exec.run_inline_or(
+            || self.execute(op, opts),
+            || {
+                self.panicked(op.kind(), "see the panic's own message");
+            },
+        )
+    }
+
+    /// The error of an operation that panicked (`what`: the panic's message), after
+    /// aborting the communicator with it.
+    #[cold]
+    fn panicked(&self, kind: OpKind, what: &str) -> Error {
+        let e = Error::Internal(format!(
+            "{kind} panicked inside oxccl on rank {} ({what}); this is a bug in oxccl, please report it. \
+             The communicator is aborted on every rank",
+            self.rank
+        ));
+        // Like an abort: every wait of every peer on this communicator ends.
+        self.poison(&e, Stage::Setup);
+        self.transport.abort(self.comm_id, &e.to_string());
+        e
+    }
+
     /// Runs one operation on the calling thread.
     fn execute(&self, op: &Op, opts: &CallOptions) -> Result<Completion> {
+        #[cfg(test)]
+        if self.panic_next.swap(false, Ordering::Relaxed) {
+            panic!("injected by a test");
+        }
         let mut on_device = false;
         op.for_each_buffer(|b| on_device |= b.device != Device::Cpu);
         if on_device || self.cfg.cpu.force_staging {
@@ -500,7 +554,7 @@ impl Inner {
 
     fn worker_loop(self: Arc<Self>) {
         while let Some(job) = self.exec.next_job() {
-            let r = self.execute(&job.op, &job.opts);
+            let r = self.execute_queued(&job.op, &job.opts);
             job.slot.complete(r);
             self.exec.finish_job();
         }
@@ -568,7 +622,7 @@ impl Backend for CpuBackend {
         self.inner.check_poisoned()?;
         match mode {
             Mode::Blocking => {
-                let r = self.inner.exec.run_inline(|| self.inner.execute(&op, opts));
+                let r = self.inner.execute_blocking(&op, opts);
                 Ok(Slot::done(r))
             }
             Mode::Async => {
@@ -598,7 +652,7 @@ impl Backend for CpuBackend {
 
     unsafe fn run_blocking(&self, op: &Op, opts: &CallOptions) -> Result<Completion> {
         self.inner.check_poisoned()?;
-        self.inner.exec.run_inline(|| self.inner.execute(op, opts))
+        self.inner.execute_blocking(op, opts)
     }
 
     fn probe(&self, peer: usize, tag: u32) -> Result<Option<MessageInfo>> {
@@ -665,5 +719,74 @@ impl Drop for CpuBackend {
             let _ = w.join();
         }
         self.inner.transport.release(self.inner.comm_id, &self.inner.peers());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::panic::{catch_unwind, AssertUnwindSafe};
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use crate::communicator::Communicator;
+    use crate::error::Error;
+    use crate::reduce_op::ReduceOp;
+
+    /// A world of `n` whose rank `bad`'s next operation panics, as a bug inside would.
+    fn world_with_a_bug(n: usize, bad: usize) -> Vec<Communicator> {
+        let cfg = crate::config::Config::new().resolve().unwrap();
+        let world = crate::cpu::local::world(&cfg, n).unwrap();
+        world[bad].inner.panic_next.store(true, Ordering::Relaxed);
+        world.into_iter().map(|b| Communicator::from_backend(Arc::new(b))).collect()
+    }
+
+    #[test]
+    fn a_blocking_call_that_panics_aborts_the_communicator_on_every_rank() {
+        // The panic reaches its caller; the peers fail at once (not at their 300 s deadline)
+        // and every later call, the panicking rank's included, is refused instead of hanging.
+        for n in [2, 3] {
+            std::thread::scope(|s| {
+                for c in world_with_a_bug(n, 1) {
+                    // Without the abort, the peers would fail at this deadline with a timeout.
+                    let c = c.with_timeout(Duration::from_secs(10));
+                    s.spawn(move || {
+                        let t = Instant::now();
+                        let mut x = [1.0f32; 5];
+                        let r = catch_unwind(AssertUnwindSafe(|| c.all_reduce(&mut x, ReduceOp::Sum)));
+                        match (c.rank(), r) {
+                            (1, r) => assert!(r.is_err(), "rank 1 did not panic: {r:?}"),
+                            (me, Ok(Err(Error::Aborted { reason }))) => {
+                                assert!(reason.contains("panicked inside oxccl"), "rank {me}: {reason}")
+                            }
+                            (me, other) => panic!("rank {me} of {n}: {other:?}"),
+                        }
+                        assert!(t.elapsed() < Duration::from_secs(5), "rank {}: {:?}", c.rank(), t.elapsed());
+                        assert!(c.barrier().is_err(), "rank {} went on after the abort", c.rank());
+                    });
+                }
+            });
+        }
+    }
+
+    #[test]
+    fn a_queued_operation_that_panics_fails_its_work_instead_of_killing_the_worker() {
+        // On the worker thread, the panic becomes the operation's Error::Internal; the peers
+        // are aborted, and the rank's next calls are refused rather than queued forever.
+        std::thread::scope(|s| {
+            for c in world_with_a_bug(3, 2) {
+                s.spawn(move || {
+                    let mut x = [2.0f32; 3];
+                    let r = c.scope(|sc| sc.all_reduce(&mut x, ReduceOp::Sum)?.wait().map(drop));
+                    match (c.rank(), r) {
+                        (2, Err(Error::Internal(m))) => assert!(m.contains("injected by a test"), "{m}"),
+                        (me, Err(Error::Aborted { .. })) if me != 2 => {}
+                        (me, other) => panic!("rank {me}: {other:?}"),
+                    }
+                    let r = c.scope(|sc| sc.barrier()?.wait().map(drop));
+                    assert!(r.is_err(), "rank {}: the barrier after the abort: {r:?}", c.rank());
+                });
+            }
+        });
     }
 }

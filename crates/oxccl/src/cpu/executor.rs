@@ -40,13 +40,18 @@ struct Queue<J> {
     worker: Option<JoinHandle<()>>,
 }
 
-/// A blocking call's turn on the executor: ends it when dropped.
-struct Turn<'a, J> {
+/// A blocking call's turn on the executor: ends it when dropped, after `on_panic` when
+/// dropped by a panic's unwinding.
+struct Turn<'a, J, P: FnMut()> {
     exec: &'a Executor<J>,
+    on_panic: P,
 }
 
-impl<J> Drop for Turn<'_, J> {
+impl<J, P: FnMut()> Drop for Turn<'_, J, P> {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            (self.on_panic)();
+        }
         self.exec.release();
     }
 }
@@ -63,13 +68,18 @@ impl<J> Executor<J> {
     /// Runs `f` on this thread once every earlier operation (running or queued) has finished.
     /// The turn ends when `f` returns or unwinds.
     pub(super) fn run_inline<R>(&self, f: impl FnOnce() -> R) -> R {
+        self.run_inline_or(f, || {})
+    }
+
+    /// [`Executor::run_inline`], calling `on_panic` before the turn ends when `f` unwinds.
+    pub(super) fn run_inline_or<R>(&self, f: impl FnOnce() -> R, on_panic: impl FnMut()) -> R {
         if self.state.compare_exchange(0, BUSY, Ordering::Acquire, Ordering::Relaxed).is_err() {
             self.acquire_slow();
         }
         // Ended by a guard rather than after a `let r = f()`: `f`'s result goes straight to
         // the caller (an operation's result is some 80 bytes, and the copy out of a local,
         // read back right after `f` wrote it, stalled on store forwarding, about 4 ns).
-        let _turn = Turn { exec: self };
+        let _turn = Turn { exec: self, on_panic };
         f()
     }
 
