@@ -271,8 +271,16 @@ mod tests {
         // A panic inside an operation (a bug) reaches its caller; the communicator's next
         // call must still run, not wait forever for the turn of the one that unwound.
         let ex: Arc<Executor<()>> = Arc::new(Executor::new());
-        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ex.run_inline(|| panic!("bug"))));
+        let told = AtomicUsize::new(0);
+        let on_panic = || {
+            told.fetch_add(1, Ordering::SeqCst);
+        };
+        assert_eq!(ex.run_inline_or(|| 5, on_panic), 5);
+        assert_eq!(told.load(Ordering::SeqCst), 0, "on_panic ran without a panic");
+        let panicked =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ex.run_inline_or(|| panic!("bug"), on_panic)));
         assert!(panicked.is_err());
+        assert_eq!(told.load(Ordering::SeqCst), 1, "on_panic did not run once");
         assert_eq!(ex.state.load(Ordering::SeqCst), 0, "the turn outlived the panic");
         let other = Arc::clone(&ex);
         assert_eq!(std::thread::spawn(move || other.run_inline(|| 3)).join().unwrap(), 3);
