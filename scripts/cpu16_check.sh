@@ -36,13 +36,15 @@ cd "$(dirname "$0")/.." || exit 2
 if [ "${1:-}" = --build ]; then
   shift
   while [ "${1:-}" = --exp ]; do
-    # Each experiment first, in a worktree of REF sharing this target directory (its
-    # dependencies are built once), with the features gpu_build.sh --mpi gives this tree's
-    # oxccl (the A/B compares the change, not the build); the build below then replaces
-    # the binary.
+    # Each experiment first, in a worktree of REF, with the features gpu_build.sh --mpi
+    # gives this tree's oxccl (the A/B compares the change, not the build). Its own target
+    # directory: cargo names a workspace member's artifacts without its path, so a build of
+    # the worktree in this tree's target directory overwrote this tree's oxccl, and the
+    # build below, finding it newer than this tree's sources, kept it (gpu-bin/oxccl was
+    # the experiment). The experiments share theirs: each worktree's sources are new.
     ref="${2:?--exp needs a git ref}"
     shift 2
-    target="${CARGO_TARGET_DIR:-$PWD/target}"
+    target="${CARGO_TARGET_DIR:-$PWD/target}/experiments"
     wt=$(mktemp -d)
     git worktree add -q --detach "$wt" "$ref" || exit 2
     (cd "$wt" && CARGO_TARGET_DIR="$target" cargo build --release -p oxccl-cli --features oxccl-cli/mpi)
