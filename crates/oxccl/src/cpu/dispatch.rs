@@ -115,8 +115,8 @@ fn run_all_gather(ctx: &Ctx, buf: &mut [u8], block: usize, algo: Algorithm) -> R
     }
 }
 
-/// Runs collective `op` in a world of one rank, where every collective's result is its
-/// input: a copy where input and output are two buffers, nothing where they are one (the
+/// Runs collective `op` in a world of one rank (the engine's, whichever algorithm was
+/// chosen, shared memory included), where every collective's result is its input: a copy where input and output are two buffers, nothing where they are one (the
 /// reduction of one value is that value, for every reduce op: `Avg` divides by 1). No
 /// algorithm runs and nothing is allocated: a group of one (tensor parallelism of 1, a
 /// `split` that leaves a rank alone) costs a call and a copy, as in NCCL.
@@ -126,7 +126,7 @@ fn run_all_gather(ctx: &Ctx, buf: &mut [u8], block: usize, algo: Algorithm) -> R
 ///
 /// # Errors
 /// None for a collective; a point-to-point batch is refused as in [`run`].
-unsafe fn run_alone(op: &Op) -> Result<()> {
+pub unsafe fn run_alone(op: &Op) -> Result<()> {
     // Copies `from` into `to` unless they are the same memory. The front door checked that
     // a world of one's output has the input's length for every collective.
     let copy = |from: &RawBuf, to: &RawBufMut| {
@@ -170,10 +170,6 @@ unsafe fn run_alone(op: &Op) -> Result<()> {
 pub unsafe fn run(ctx: &Ctx, op: &Op, algo: Algorithm) -> Result<()> {
     let n = ctx.size();
     let rank = ctx.rank();
-    if n == 1 {
-        // SAFETY: forwarded from this function's contract.
-        return unsafe { run_alone(op) };
-    }
     // SAFETY: for every `bytes`/`bytes_mut` below, the buffers satisfy the submit contract
     // (this function's own contract), and where input and output alias (in-place forms,
     // recognised by pointer equality) only the output slice is created.

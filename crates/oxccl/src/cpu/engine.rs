@@ -415,14 +415,7 @@ impl Inner {
     fn execute_queued(&self, op: &Op, opts: &CallOptions) -> Result<Completion> {
         match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.execute(op, opts))) {
             Ok(r) => r,
-            Err(payload) => {
-                let what = payload
-                    .downcast_ref::<&str>()
-                    .copied()
-                    .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
-                    .unwrap_or("no message");
-                Err(self.panicked(op.kind(), what))
-            }
+            Err(payload) => Err(self.panicked(op.kind(), crate::sync::panic_message(&*payload))),
         }
     }
 
@@ -447,10 +440,15 @@ impl Inner {
              The communicator is aborted on every rank",
             self.rank
         ));
-        // Like an abort: every wait of every peer on this communicator ends.
-        self.poison(&e, Stage::Setup);
-        self.transport.abort(self.comm_id, &e.to_string());
+        self.abort(&e, &e.to_string());
         e
+    }
+
+    /// Fails the communicator with `e` whatever its stage: every wait of every peer on it
+    /// ends, with `reason` given to the transport's own waits.
+    fn abort(&self, e: &Error, reason: &str) {
+        self.poison(e, Stage::Setup);
+        self.transport.abort(self.comm_id, reason);
     }
 
     /// Runs one operation on the calling thread.
@@ -518,8 +516,11 @@ impl Inner {
             let algo = self.selector.choose(kind, op.message_bytes(), forced, native_slot);
             let ctx = self.ctx(op.fingerprint(seq, algo), opts);
             let r = match native {
+                // A world of one runs no algorithm, whichever was chosen.
                 // SAFETY: `op` came through `Backend::submit`, whose contract the submitter
                 // upholds.
+                _ if self.ranks.len() == 1 => unsafe { dispatch::run_alone(op) },
+                // SAFETY: as above.
                 Some(n) if algo == Algorithm::SharedMemory => unsafe { n.run(&ctx, op) },
                 // SAFETY: as above.
                 _ => unsafe { dispatch::run(&ctx, op, algo) },
@@ -705,9 +706,7 @@ impl Backend for CpuBackend {
 
     fn abort(&self, reason: &str) {
         let e = Error::Aborted { reason: format!("rank {} called abort: {reason}", self.inner.rank) };
-        // An abort ends every wait of every peer on this communicator, whatever its stage.
-        self.inner.poison(&e, Stage::Setup);
-        self.inner.transport.abort(self.inner.comm_id, reason);
+        self.inner.abort(&e, reason);
     }
 }
 

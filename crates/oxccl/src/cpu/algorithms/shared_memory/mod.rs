@@ -538,13 +538,7 @@ impl ShmCollectives {
             match op {
                 Op::AllReduce { input, output, op } => {
                     let (es, total) = (output.dtype.size(), output.count);
-                    if self.n == 1 {
-                        // The sum (or min, max, average...) of one source is the source.
-                        if !std::ptr::eq(input.ptr, output.ptr) {
-                            copy::copy_cached(input.ptr, output.ptr, total * es);
-                        }
-                        Ok(())
-                    } else if total * es <= DIRECT.min(self.slot) {
+                    if total * es <= DIRECT.min(self.slot) {
                         self.all_reduce_direct(ctx, input.ptr, output.ptr, total, output.dtype, *op)
                     } else {
                         let streaming = copy::streams(output.bytes(), std::ptr::eq(input.ptr, output.ptr));

@@ -240,8 +240,9 @@ impl Stream {
                 }
                 None => {
                     let what = work.describe();
-                    let outcome = catch_unwind(AssertUnwindSafe(|| work.run(&self.wake)))
-                        .unwrap_or_else(|panic| Err(Error::Internal(format!("the job panicked: {}", reason(&*panic)))));
+                    let outcome = catch_unwind(AssertUnwindSafe(|| work.run(&self.wake))).unwrap_or_else(|panic| {
+                        Err(Error::Internal(format!("the job panicked: {}", crate::sync::panic_message(&*panic))))
+                    });
                     outcome.err().map(|e| {
                         let (code, detail) = split(e, LAUNCH_FAILED);
                         Error::Backend {
@@ -258,16 +259,5 @@ impl Stream {
             }
             self.cv.notify_all();
         }
-    }
-}
-
-/// A panic's message, when it has one.
-fn reason(panic: &(dyn std::any::Any + Send)) -> &str {
-    if let Some(s) = panic.downcast_ref::<&str>() {
-        s
-    } else if let Some(s) = panic.downcast_ref::<String>() {
-        s
-    } else {
-        "(no message)"
     }
 }
