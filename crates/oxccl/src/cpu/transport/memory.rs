@@ -72,6 +72,18 @@ impl Transport for MemoryTransport {
         Ok(())
     }
 
+    fn try_recv(
+        &self,
+        peer: usize,
+        comm_id: u64,
+        channel: Channel,
+        at: Option<Stage>,
+        buf: &mut [u8],
+    ) -> Result<Option<Received>, TransportError> {
+        self.mailbox(peer)?;
+        self.mailbox(self.rank)?.try_recv(peer, comm_id, channel, at, buf)
+    }
+
     fn recv(
         &self,
         peer: usize,

@@ -189,6 +189,24 @@ pub trait Transport: Send + Sync + 'static {
         deadline: Instant,
     ) -> Result<Received, TransportError>;
 
+    /// The next frame on `(comm_id, channel)` from `peer` if it is already here, taken as
+    /// [`Transport::recv`] takes it; `None`, having waited for nothing and read no clock,
+    /// when it is not (it may still be in a link on its way: `recv` looks there). The
+    /// default finds nothing.
+    ///
+    /// # Errors
+    /// As for `recv`, except `Timeout`.
+    fn try_recv(
+        &self,
+        _peer: usize,
+        _comm_id: u64,
+        _channel: Channel,
+        _at: Option<Stage>,
+        _buf: &mut [u8],
+    ) -> Result<Option<Received>, TransportError> {
+        Ok(None)
+    }
+
     /// Sends `pieces`' outgoing frames to `to` while receiving its incoming frames from
     /// `from` (each on `header`'s communicator and channel, `at` as for `recv`), both in
     /// order, driving both directions on the caller's thread; `Ok(false)`, having done

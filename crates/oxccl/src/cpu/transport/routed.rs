@@ -307,6 +307,18 @@ impl Transport for RoutedTransport {
         self.mailbox.recv(peer, comm_id, channel, at, buf, deadline)
     }
 
+    fn try_recv(
+        &self,
+        peer: usize,
+        comm_id: u64,
+        channel: Channel,
+        at: Option<Stage>,
+        buf: &mut [u8],
+    ) -> Result<Option<Received>, TransportError> {
+        self.check_peer(peer)?;
+        self.mailbox.try_recv(peer, comm_id, channel, at, buf)
+    }
+
     fn exchange(
         &self,
         to: usize,
