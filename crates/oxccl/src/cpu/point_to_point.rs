@@ -71,14 +71,23 @@ impl P2pCtx<'_> {
                     // SAFETY: the submit contract gives this operation sole use of `buf`.
                     unsafe { std::slice::from_raw_parts_mut(buf.ptr, buf.bytes()) }
                 };
-                let t0 = self.waits.map(|_| PeerWaits::start());
-                let got = self
-                    .transport
-                    .recv(self.peer(*peer)?, self.comm_id, Channel::PointToPoint(*tag), None, dst, self.deadline)
-                    .map_err(|e| map(e, OpKind::Recv, buf.dtype, buf.count))?;
-                if let (Some(w), Some(t0)) = (self.waits, t0) {
-                    w.add_since(*peer, t0);
-                }
+                let (from, channel) = (self.peer(*peer)?, Channel::PointToPoint(*tag));
+                let mapped = |e| map(e, OpKind::Recv, buf.dtype, buf.count);
+                // A message already here is taken without setting up a wait.
+                let got = match self.transport.try_recv(from, self.comm_id, channel, None, dst).map_err(mapped)? {
+                    Some(got) => got,
+                    None => {
+                        let t0 = self.waits.map(|_| PeerWaits::start());
+                        let got = self
+                            .transport
+                            .recv(from, self.comm_id, channel, None, dst, self.deadline)
+                            .map_err(mapped)?;
+                        if let (Some(w), Some(t0)) = (self.waits, t0) {
+                            w.add_since(*peer, t0);
+                        }
+                        got
+                    }
+                };
                 let theirs = got.header.fingerprint;
                 let es = buf.dtype.size();
                 if theirs.dtype != buf.dtype || got.len > dst.len() || got.len % es != 0 {

@@ -9,7 +9,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -27,6 +27,9 @@ pub struct Mailbox {
     /// Counts the updates (frames, notices, aborts, lost peers), so that a receiver that
     /// polls ([`Mailbox::recv_polling`]) takes the lock only when something changed.
     updates: AtomicU64,
+    /// Frames queued, for every communicator and source (written under the lock), so that
+    /// [`Mailbox::try_recv_queued`] finds an empty mailbox without the lock.
+    queued: AtomicUsize,
     /// Payload buffers given back once their frame was copied out, for the links to fill
     /// again ([`Mailbox::spare_buffer`]): a fresh allocation per large frame costs its page
     /// faults every time.
@@ -172,6 +175,8 @@ impl Mailbox {
             }
             let cb = st.comms.entry(header.comm_id).or_default();
             cb.queues.entry(src).or_default().push_back(Frame { header, payload });
+            // Only under the lock: a plain store suffices.
+            self.queued.store(self.queued.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
         });
     }
 
@@ -250,7 +255,10 @@ impl Mailbox {
     /// Forgets `comm_id` (this endpoint released it).
     pub fn forget(&self, comm_id: u64) {
         let mut st = self.lock();
-        st.comms.remove(&comm_id);
+        if let Some(cb) = st.comms.remove(&comm_id) {
+            let dropped: usize = cb.queues.values().map(VecDeque::len).sum();
+            self.queued.store(self.queued.load(Ordering::Relaxed).saturating_sub(dropped), Ordering::Relaxed);
+        }
         st.released.insert(comm_id);
     }
 
@@ -312,7 +320,7 @@ impl Mailbox {
     ) -> Result<Received, TransportError> {
         let mut st = self.lock();
         loop {
-            if let Some(frame) = Self::take(&mut st, comm_id, peer, channel, at)? {
+            if let Some(frame) = self.take(&mut st, comm_id, peer, channel, at)? {
                 // The frame is ours now: copy it out without holding up deliveries.
                 drop(st);
                 return Ok(self.copy_out(frame, buf));
@@ -421,12 +429,34 @@ impl Mailbox {
         at: Option<Stage>,
         buf: &mut [u8],
     ) -> Result<Option<Received>, TransportError> {
-        let frame = Self::take(&mut self.lock(), comm_id, peer, channel, at)?;
+        let frame = self.take(&mut self.lock(), comm_id, peer, channel, at)?;
         Ok(frame.map(|f| self.copy_out(f, buf)))
+    }
+
+    /// [`Mailbox::try_recv`] that answers `None` without the lock while no frame at all is
+    /// queued here, whatever failed meanwhile (the caller's [`Mailbox::recv`] then reports
+    /// it): a receive that looks before it waits costs one load when its frame has not
+    /// arrived.
+    ///
+    /// # Errors
+    /// As [`Mailbox::try_recv`], where some frame is queued.
+    pub fn try_recv_queued(
+        &self,
+        peer: usize,
+        comm_id: u64,
+        channel: Channel,
+        at: Option<Stage>,
+        buf: &mut [u8],
+    ) -> Result<Option<Received>, TransportError> {
+        if self.queued.load(Ordering::Relaxed) == 0 {
+            return Ok(None);
+        }
+        self.try_recv(peer, comm_id, channel, at, buf)
     }
 
     /// Removes the frame [`Mailbox::find`] finds from its queue.
     fn take(
+        &self,
         st: &mut State,
         comm_id: u64,
         peer: usize,
@@ -434,7 +464,12 @@ impl Mailbox {
         at: Option<Stage>,
     ) -> Result<Option<Frame>, TransportError> {
         let Some(pos) = Self::find(st, comm_id, peer, channel, at)? else { return Ok(None) };
-        Ok(st.comms.get_mut(&comm_id).and_then(|c| c.queues.get_mut(&peer)).and_then(|q| q.remove(pos)))
+        let frame = st.comms.get_mut(&comm_id).and_then(|c| c.queues.get_mut(&peer)).and_then(|q| q.remove(pos));
+        if frame.is_some() {
+            // Only under the lock: a plain store suffices.
+            self.queued.store(self.queued.load(Ordering::Relaxed).saturating_sub(1), Ordering::Relaxed);
+        }
+        Ok(frame)
     }
 
     /// Copies a taken frame's payload into `buf` when it fits (the length says whether it
@@ -534,6 +569,39 @@ mod tests {
         assert_eq!(failed_by(mb.probe(2, COMM, Channel::PointToPoint(4), None)), Some(2));
         // Other communicators are untouched.
         assert_eq!(failed_by(mb.probe(2, COMM + 1, Channel::Collective, at(5))), None);
+    }
+
+    #[test]
+    fn a_quick_look_counts_the_frames_queued_for_every_communicator() {
+        let mb = Mailbox::new();
+        let mut buf = [0u8; 2];
+        let quick = |mb: &Mailbox, buf: &mut [u8], src, comm| {
+            mb.try_recv_queued(src, comm, Channel::Collective, Some(Stage::Setup), buf)
+        };
+        assert!(quick(&mb, &mut buf, 1, COMM).unwrap().is_none());
+        mb.deliver(1, header(0), vec![1, 2]);
+        mb.deliver(2, header(1), vec![3, 4]);
+        let mut other = header(0);
+        other.comm_id = COMM + 1;
+        mb.deliver(1, other, vec![5, 6]);
+        assert_eq!(mb.queued.load(Ordering::Relaxed), 3);
+        // Each frame is found where it is, once, in order per source.
+        assert_eq!(quick(&mb, &mut buf, 2, COMM).unwrap().map(|r| (r.len, buf)), Some((2, [3, 4])));
+        assert!(quick(&mb, &mut buf, 2, COMM).unwrap().is_none());
+        assert_eq!(quick(&mb, &mut buf, 1, COMM).unwrap().map(|r| (r.len, buf)), Some((2, [1, 2])));
+        assert_eq!(mb.queued.load(Ordering::Relaxed), 1);
+        // A released communicator's frames no longer count: the look is quick again.
+        mb.forget(COMM + 1);
+        assert_eq!(mb.queued.load(Ordering::Relaxed), 0);
+        // With nothing queued, even an aborted communicator's failure is left to `recv`...
+        mb.abort(COMM, "stop");
+        assert!(quick(&mb, &mut buf, 1, COMM).unwrap().is_none());
+        let far = Instant::now() + Duration::from_secs(10);
+        let waited = mb.recv(1, COMM, Channel::Collective, Some(Stage::Setup), &mut buf, far);
+        assert!(matches!(waited, Err(TransportError::Aborted(_))), "{waited:?}");
+        // ...and with a frame queued elsewhere, the look reports it as `try_recv` does.
+        mb.deliver(2, header(2), vec![7]);
+        assert!(matches!(quick(&mb, &mut buf, 1, COMM), Err(TransportError::Aborted(_))));
     }
 
     #[test]

@@ -81,7 +81,7 @@ impl Transport for MemoryTransport {
         buf: &mut [u8],
     ) -> Result<Option<Received>, TransportError> {
         self.mailbox(peer)?;
-        self.mailbox(self.rank)?.try_recv(peer, comm_id, channel, at, buf)
+        self.mailbox(self.rank)?.try_recv_queued(peer, comm_id, channel, at, buf)
     }
 
     fn recv(

@@ -316,7 +316,7 @@ impl Transport for RoutedTransport {
         buf: &mut [u8],
     ) -> Result<Option<Received>, TransportError> {
         self.check_peer(peer)?;
-        self.mailbox.try_recv(peer, comm_id, channel, at, buf)
+        self.mailbox.try_recv_queued(peer, comm_id, channel, at, buf)
     }
 
     fn exchange(
