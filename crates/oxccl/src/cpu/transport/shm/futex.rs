@@ -108,6 +108,13 @@ pub fn wait_until<E>(
 /// our condition and does not sleep.
 pub fn ring(doorbell: &AtomicU32, sleepers: &AtomicU32) {
     std::sync::atomic::fence(Ordering::SeqCst);
+    ring_fenced(doorbell, sleepers);
+}
+
+/// [`ring`] for a caller that issued the sequentially consistent fence itself, after making
+/// the waiter's condition true and with no store since (a second fence would only drain an
+/// empty store buffer again).
+pub fn ring_fenced(doorbell: &AtomicU32, sleepers: &AtomicU32) {
     if sleepers.load(Ordering::SeqCst) != 0 {
         doorbell.fetch_add(1, Ordering::SeqCst);
         wake_all(doorbell);

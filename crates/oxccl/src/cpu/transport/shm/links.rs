@@ -167,7 +167,9 @@ pub struct ShmLinks {
     /// Local index -> transport rank.
     local: Vec<usize>,
     me: usize,
-    out: Vec<Mutex<()>>,
+    /// Per peer: held while a frame goes out, with the consumer's position in the ring to
+    /// that peer as last read ([`Ring::write_parts`]).
+    out: Vec<Mutex<u64>>,
     /// The incoming rings, read by the progress thread or by a receiving caller.
     inbox: Arc<Inbox>,
     stop: Arc<AtomicBool>,
@@ -286,7 +288,7 @@ impl ShmLinks {
             shared,
             local: local.to_vec(),
             me,
-            out: (0..n).map(|_| Mutex::new(())).collect(),
+            out: (0..n).map(|_| Mutex::new(0)).collect(),
             inbox,
             stop,
             progress: Some(progress),
@@ -327,41 +329,42 @@ impl Link for ShmLinks {
         let p = self.local_index(peer)?;
         let ring = self.shared.ring(self.me, p);
         let hdr = encode_header(kind, header, payload.len());
-        let _guard = crate::sync::relock(&self.out[p]);
-        for part in [&hdr[..], payload] {
-            let mut done = 0;
-            while done < part.len() {
-                let n = ring.write(&part[done..]);
-                done += n;
-                if n > 0 {
-                    // Pairs with the fence in `stop_polling`: we see its poller leave, or
-                    // it sees these bytes.
-                    std::sync::atomic::fence(Ordering::SeqCst);
-                    if self.shared.pollers(p).load(Ordering::SeqCst) == 0 {
-                        futex::ring(self.shared.doorbell(p), self.shared.sleepers(p));
-                    }
-                    continue;
+        let mut tail_seen = crate::sync::relock(&self.out[p]);
+        let parts = [&hdr[..], payload];
+        let total = hdr.len() + payload.len();
+        let mut done = 0;
+        while done < total {
+            // Header and payload together where they fit: one publication, one notice.
+            let n = ring.write_parts(&parts, done, &mut tail_seen);
+            done += n;
+            if n > 0 {
+                // Pairs with the fence in `stop_polling`: we see its poller leave, or it
+                // sees these bytes; and with the progress thread's sleep (`ring_fenced`).
+                std::sync::atomic::fence(Ordering::SeqCst);
+                if self.shared.pollers(p).load(Ordering::SeqCst) == 0 {
+                    futex::ring_fenced(self.shared.doorbell(p), self.shared.sleepers(p));
                 }
-                let space_wait =
-                    WaitPolicy { spin: self.shared.wait.spin.min(SPACE_SPIN), yield_for: self.shared.wait.yield_for };
-                futex::wait_until(
-                    ring.space_bell(),
-                    ring.space_sleepers(),
-                    &space_wait,
-                    // Our peer may be waiting for room in its ring to us: drain ours.
-                    || ring.writable() > 0 || (self.poll_rings() && ring.writable() > 0),
-                    LIVENESS_CHECK,
-                    || {
-                        if !process_alive(self.shared.pid(p).load(Ordering::Acquire)) {
-                            return Err(TransportError::PeerLost { peer, detail: "its process exited".into() });
-                        }
-                        if Instant::now() >= deadline {
-                            return Err(TransportError::Timeout { peer });
-                        }
-                        Ok(())
-                    },
-                )?;
+                continue;
             }
+            let space_wait =
+                WaitPolicy { spin: self.shared.wait.spin.min(SPACE_SPIN), yield_for: self.shared.wait.yield_for };
+            futex::wait_until(
+                ring.space_bell(),
+                ring.space_sleepers(),
+                &space_wait,
+                // Our peer may be waiting for room in its ring to us: drain ours.
+                || ring.writable() > 0 || (self.poll_rings() && ring.writable() > 0),
+                LIVENESS_CHECK,
+                || {
+                    if !process_alive(self.shared.pid(p).load(Ordering::Acquire)) {
+                        return Err(TransportError::PeerLost { peer, detail: "its process exited".into() });
+                    }
+                    if Instant::now() >= deadline {
+                        return Err(TransportError::Timeout { peer });
+                    }
+                    Ok(())
+                },
+            )?;
         }
         Ok(())
     }
