@@ -433,6 +433,13 @@ impl Mailbox {
         Ok(frame.map(|f| self.copy_out(f, buf)))
     }
 
+    /// Whether no frame at all is queued here (any communicator, any source). For the
+    /// frames of one link's peers, exact where the caller holds that link's incoming side
+    /// (which every delivery of them holds); else a hint.
+    pub fn nothing_queued(&self) -> bool {
+        self.queued.load(Ordering::Relaxed) == 0
+    }
+
     /// [`Mailbox::try_recv`] that answers `None` without the lock while no frame at all is
     /// queued here, whatever failed meanwhile (the caller's [`Mailbox::recv`] then reports
     /// it): a receive that looks before it waits costs one load when its frame has not
@@ -448,7 +455,7 @@ impl Mailbox {
         at: Option<Stage>,
         buf: &mut [u8],
     ) -> Result<Option<Received>, TransportError> {
-        if self.queued.load(Ordering::Relaxed) == 0 {
+        if self.nothing_queued() {
             return Ok(None);
         }
         self.try_recv(peer, comm_id, channel, at, buf)

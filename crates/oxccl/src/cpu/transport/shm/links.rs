@@ -39,7 +39,7 @@ use crate::bootstrap::Rendezvous;
 use crate::cpu::transport::frame::{decode_header, encode_header, FrameHeader, FrameKind, HEADER_LEN};
 use crate::cpu::transport::mailbox::Mailbox;
 use crate::cpu::transport::routed::{Link, Polled, Want};
-use crate::cpu::transport::{Header, LinkKind, TransportError};
+use crate::cpu::transport::{Header, LinkKind, Received, TransportError};
 use crate::error::{Error, Result};
 
 /// How often waits check that peers are alive.
@@ -186,6 +186,40 @@ struct Inbox {
 }
 
 impl Inbox {
+    /// The frame `want` waits for, read straight from its sender's ring into `want.buf`,
+    /// when it is next in that ring, whole, and nothing is queued in the mailbox (which
+    /// could hold an earlier frame from the same sender: with the rings' lock held, nothing
+    /// else reaches the mailbox from them, so order holds). Saves the mailbox's lock, a
+    /// payload buffer and a copy per frame; anything else is left to [`Inbox::pump_all`].
+    fn take_direct(&self, incoming: &mut [Incoming], want: &mut Want<'_>) -> Option<Received> {
+        let inc = incoming.iter_mut().find(|i| i.rank == want.peer)?;
+        if !matches!(inc.state, Reading::Header { have: 0, .. }) || !self.mailbox.nothing_queued() {
+            return None;
+        }
+        let ring = inc.ring;
+        let mut hdr = [0u8; HEADER_LEN];
+        if !ring.peek(&mut hdr) {
+            return None;
+        }
+        // A header that does not decode is left to `pump_all`, which reports it.
+        let frame = decode_header(&hdr, self.max_frame).ok()?;
+        let len = frame.payload_len;
+        let wanted = frame.kind == FrameKind::Data
+            && frame.header.comm_id == want.comm_id
+            && frame.header.channel == want.channel
+            && len <= want.buf.len();
+        if !wanted || ring.readable() < HEADER_LEN + len {
+            return None;
+        }
+        ring.skip(HEADER_LEN);
+        let read = ring.read(&mut want.buf[..len]);
+        debug_assert_eq!(read, len, "the whole payload was readable");
+        if ring.space_sleepers().load(Ordering::SeqCst) != 0 {
+            futex::ring(ring.space_bell(), ring.space_sleepers());
+        }
+        Some(Received { header: frame.header, len })
+    }
+
     /// Reads every incoming ring into the mailbox and wakes senders waiting for space;
     /// returns whether anything was consumed.
     fn pump_all(&self, incoming: &mut [Incoming]) -> bool {
@@ -369,8 +403,17 @@ impl Link for ShmLinks {
         Ok(())
     }
 
-    fn poll(&self, _: &mut Want<'_>) -> Result<Polled, TransportError> {
-        Ok(if self.poll_rings() { Polled::Moved } else { Polled::Nothing })
+    fn poll(&self, want: &mut Want<'_>) -> Result<Polled, TransportError> {
+        let mut incoming = match self.inbox.incoming.try_lock() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            // The progress thread is reading the rings: nothing to do here.
+            Err(std::sync::TryLockError::WouldBlock) => return Ok(Polled::Nothing),
+        };
+        if let Some(got) = self.inbox.take_direct(&mut incoming, want) {
+            return Ok(Polled::Took(got));
+        }
+        Ok(if self.inbox.pump_all(&mut incoming) { Polled::Moved } else { Polled::Nothing })
     }
 
     fn poll_for(&self) -> Duration {
@@ -608,6 +651,68 @@ pub(crate) mod tests {
         std::thread::sleep(Duration::from_millis(500));
         let later = list();
         first.into_iter().filter(|n| later.contains(n)).collect()
+    }
+
+    #[test]
+    fn a_polling_receiver_takes_its_frame_from_the_ring_only_when_it_is_next_and_fits() {
+        use crate::cpu::transport::Channel;
+        use crate::fingerprint::{Fingerprint, OpKind};
+        let rdv = MemoryRendezvous::default();
+        let mbs = [Arc::new(Mailbox::new()), Arc::new(Mailbox::new())];
+        let opts = ShmOptions { ring_bytes: 4096, ..ShmOptions::default() };
+        let links: Vec<ShmLinks> = std::thread::scope(|s| {
+            let set_up: Vec<_> = (0..2)
+                .map(|r| {
+                    let (rdv, mb, opts) = (&rdv, Arc::clone(&mbs[r]), &opts);
+                    s.spawn(move || ShmLinks::establish(r, &[0, 1], rdv, "d", opts, mb).unwrap())
+                })
+                .collect();
+            set_up.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let fingerprint = Fingerprint {
+            seq: 0,
+            op: OpKind::Send,
+            dtype: crate::DType::U8,
+            count: 0,
+            root: None,
+            reduce: None,
+            algorithm: Algorithm::Auto,
+        };
+        let far = Instant::now() + Duration::from_secs(20);
+        let send = |tag, payload: &[u8]| {
+            let header = Header { comm_id: 5, channel: Channel::PointToPoint(tag), fingerprint };
+            links[1].send_frame(0, FrameKind::Data, &header, payload, far).unwrap();
+        };
+        let inbox = &links[0].inbox;
+        // Holding the rings' lock keeps rank 0's progress thread from reading them.
+        let mut rings = crate::sync::relock(&inbox.incoming);
+        let mut buf = [0u8; 4];
+        let take = |rings: &mut [Incoming], tag, buf: &mut [u8]| {
+            let mut want =
+                Want { peer: 1, comm_id: 5, channel: Channel::PointToPoint(tag), at: None, buf, deadline: far };
+            inbox.take_direct(rings, &mut want).map(|r| r.len)
+        };
+        let queued =
+            |tag, buf: &mut [u8]| mbs[0].try_recv(1, 5, Channel::PointToPoint(tag), None, buf).unwrap().map(|r| r.len);
+        // Another tag's frame is next in the ring: the wanted one stays where it is.
+        send(1, &[1]);
+        send(2, &[2, 2]);
+        assert_eq!(take(&mut rings, 2, &mut buf), None);
+        assert!(inbox.pump_all(&mut rings));
+        // A frame of the same tag waits in the mailbox: the later one in the ring is not
+        // taken first.
+        send(2, &[3, 3, 3]);
+        assert_eq!(take(&mut rings, 2, &mut buf), None);
+        assert_eq!((queued(1, &mut buf), buf[0]), (Some(1), 1));
+        assert_eq!((queued(2, &mut buf), &buf[..2]), (Some(2), &[2, 2][..]));
+        // Now it is next and nothing is queued: read straight into the buffer.
+        assert_eq!((take(&mut rings, 2, &mut buf), &buf[..3]), (Some(3), &[3, 3, 3][..]));
+        assert_eq!(take(&mut rings, 2, &mut buf), None, "taken once");
+        // Longer than the buffer: left for the mailbox, which reports its length.
+        send(2, &[9; 6]);
+        assert_eq!(take(&mut rings, 2, &mut buf), None);
+        assert!(inbox.pump_all(&mut rings));
+        assert_eq!(queued(2, &mut buf), Some(6));
     }
 
     #[test]

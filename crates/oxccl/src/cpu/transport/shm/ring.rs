@@ -167,17 +167,50 @@ impl Ring {
             return 0;
         }
         let tail = self.tail().load(Ordering::Relaxed);
-        let at = (tail % self.cap as u64) as usize;
+        // SAFETY: `n` bytes are readable (acquire in `readable`); the caller vouches for
+        // `dst`.
+        unsafe { self.copy_from(tail, dst, n) };
+        self.tail().store(tail + n as u64, Ordering::Release);
+        n
+    }
+
+    /// Consumer: copies the next `dst.len()` bytes without consuming them; false (nothing
+    /// copied) when fewer are readable.
+    pub fn peek(&self, dst: &mut [u8]) -> bool {
+        if self.readable() < dst.len() {
+            return false;
+        }
+        let tail = self.tail().load(Ordering::Relaxed);
+        // SAFETY: `dst.len()` bytes are readable (acquire in `readable`); `dst` is valid
+        // for writes of its length.
+        unsafe { self.copy_from(tail, dst.as_mut_ptr(), dst.len()) };
+        true
+    }
+
+    /// Consumer: consumes `n` bytes it has looked at ([`Ring::peek`]); at most what is
+    /// readable.
+    pub fn skip(&self, n: usize) {
+        let n = n.min(self.readable());
+        let tail = self.tail().load(Ordering::Relaxed);
+        self.tail().store(tail + n as u64, Ordering::Release);
+    }
+
+    /// Copies `n` bytes from stream position `pos` (readable ones) to `dst`.
+    ///
+    /// # Safety
+    /// The bytes `[pos, pos+n)` must be readable by this consumer (published by the
+    /// producer and not yet consumed); `dst` must be valid for writes of `n` bytes and not
+    /// overlap the ring.
+    unsafe fn copy_from(&self, pos: u64, dst: *mut u8, n: usize) {
+        let at = (pos % self.cap as u64) as usize;
         let first = n.min(self.cap - at);
-        // SAFETY: the bytes [tail, tail+n) were published by the producer (acquire in
-        // `readable`) and belong to the consumer until `tail` is published below; the
-        // caller vouches for `dst`.
+        // SAFETY: [at, at+first) and [0, n-first) lie in the data area and hold the
+        // readable bytes (contract), which the producer does not touch until `tail` passes
+        // them.
         unsafe {
             super::copy::copy_cached(self.data.add(at), dst, first);
             super::copy::copy_cached(self.data, dst.add(first), n - first);
         }
-        self.tail().store(tail + n as u64, Ordering::Release);
-        n
     }
 }
 
@@ -234,6 +267,28 @@ mod tests {
         assert_eq!(out, whole);
         // Nothing left to write from the end of the parts.
         assert_eq!(ring.write_parts(&[&head, &body], whole.len(), &mut seen), 0);
+    }
+
+    #[test]
+    fn a_peek_across_the_wrap_leaves_the_bytes_until_skipped() {
+        let mut mem = vec![0u64; (Ring::footprint(64) + 63) / 8];
+        // SAFETY: as in the first test.
+        let ring = unsafe { Ring::at(mem.as_mut_ptr().cast(), 64) };
+        // Move the stream position to 50, so the next 20 bytes wrap.
+        assert_eq!(ring.write(&[0; 50]), 50);
+        assert_eq!(ring.read(&mut [0; 50]), 50);
+        let src: Vec<u8> = (1..=20).collect();
+        assert_eq!(ring.write(&src), 20);
+        let mut two = [0u8; 20];
+        assert!(!ring.peek(&mut [0u8; 21]), "more than is readable");
+        assert!(ring.peek(&mut two) && two[..] == src[..]);
+        assert!(ring.peek(&mut two) && two[..] == src[..], "a peek consumes nothing");
+        assert_eq!(ring.readable(), 20);
+        ring.skip(15);
+        let mut rest = [0u8; 5];
+        assert_eq!(ring.read(&mut rest), 5);
+        assert_eq!(rest[..], src[15..]);
+        assert_eq!(ring.writable(), 64);
     }
 
     #[test]
