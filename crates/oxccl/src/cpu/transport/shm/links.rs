@@ -13,7 +13,14 @@
 //! senders skip the progress thread's wake-up: a hand-off then costs no system call and no
 //! thread switch (8-byte send/recv pairs on 2 ranks: 4.0 µs through the progress thread,
 //! 1.1–1.7 µs this way). Whoever holds the incoming rings' lock reads them; a caller that
-//! stops polling reads once more, for frames sent while it still counted as polling.
+//! stops polling reads once more, for frames sent while it still counted as polling. The
+//! frame the caller waits for, when it is next in its sender's ring and the mailbox holds
+//! nothing, goes straight into the caller's buffer ([`Link::poll`]'s `Took`): no mailbox,
+//! no payload buffer (8-byte send/recv pairs on 2 ranks: 0.55 against 0.45 µs).
+//!
+//! A sender writes a frame's header and payload with one publication and one notice, and
+//! reads the receiver's position in the ring only when the space it last saw is too small
+//! ([`Ring::write_parts`]).
 //!
 //! **Senders wait for space the same way.** A sender whose ring is full reads its own
 //! incoming rings while it waits, and spins only [`SPACE_SPIN`] before it sleeps until the
@@ -333,10 +340,16 @@ impl ShmLinks {
     /// whether any frame moved. When the progress thread holds the rings it is reading them:
     /// nothing to do here.
     fn poll_rings(&self) -> bool {
+        self.try_rings().is_some_and(|mut incoming| self.inbox.pump_all(&mut incoming))
+    }
+
+    /// The incoming rings, unless the progress thread is reading them.
+    fn try_rings(&self) -> Option<std::sync::MutexGuard<'_, Vec<Incoming>>> {
         match self.inbox.incoming.try_lock() {
-            Ok(mut incoming) => self.inbox.pump_all(&mut incoming),
-            Err(std::sync::TryLockError::Poisoned(p)) => self.inbox.pump_all(&mut p.into_inner()),
-            Err(std::sync::TryLockError::WouldBlock) => false,
+            Ok(incoming) => Some(incoming),
+            // Every update of the rings' state is a whole step: still consistent.
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
         }
     }
 
@@ -404,12 +417,8 @@ impl Link for ShmLinks {
     }
 
     fn poll(&self, want: &mut Want<'_>) -> Result<Polled, TransportError> {
-        let mut incoming = match self.inbox.incoming.try_lock() {
-            Ok(g) => g,
-            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-            // The progress thread is reading the rings: nothing to do here.
-            Err(std::sync::TryLockError::WouldBlock) => return Ok(Polled::Nothing),
-        };
+        // Where the progress thread is reading the rings, nothing to do here.
+        let Some(mut incoming) = self.try_rings() else { return Ok(Polled::Nothing) };
         if let Some(got) = self.inbox.take_direct(&mut incoming, want) {
             return Ok(Polled::Took(got));
         }
