@@ -195,7 +195,9 @@ pub trait Transport: Send + Sync + 'static {
     /// default finds nothing.
     ///
     /// # Errors
-    /// As for `recv`, except `Timeout`.
+    /// As for `recv`, except `Timeout`; a failure may also be left to the `recv` that
+    /// follows, which reports it (the transports here look without their mailbox's lock
+    /// while it holds no frame at all).
     fn try_recv(
         &self,
         _peer: usize,
