@@ -39,14 +39,15 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::futex;
+use super::inbox::{Inbox, Incoming, Reading};
 use super::ring::Ring;
 use super::segment::{unique_name, Segment};
 use super::wait::WaitPolicy;
 use crate::bootstrap::Rendezvous;
-use crate::cpu::transport::frame::{decode_header, encode_header, FrameHeader, FrameKind, HEADER_LEN};
+use crate::cpu::transport::frame::{encode_header, FrameKind, HEADER_LEN};
 use crate::cpu::transport::mailbox::Mailbox;
 use crate::cpu::transport::routed::{Link, Polled, Want};
-use crate::cpu::transport::{Header, LinkKind, Received, TransportError};
+use crate::cpu::transport::{Header, LinkKind, TransportError};
 use crate::error::{Error, Result};
 
 /// How often waits check that peers are alive.
@@ -181,67 +182,6 @@ pub struct ShmLinks {
     inbox: Arc<Inbox>,
     stop: Arc<AtomicBool>,
     progress: Option<JoinHandle<()>>,
-}
-
-/// The receive side of one rank's links: its incoming rings and where their frames go.
-/// Whoever holds `incoming` reads: the progress thread, or a caller waiting for a frame
-/// ([`Link::poll`]), which then needs no wake-up from the progress thread.
-struct Inbox {
-    incoming: Mutex<Vec<Incoming>>,
-    max_frame: usize,
-    mailbox: Arc<Mailbox>,
-}
-
-impl Inbox {
-    /// The frame `want` waits for, read straight from its sender's ring into `want.buf`,
-    /// when it is next in that ring, whole, and nothing is queued in the mailbox (which
-    /// could hold an earlier frame from the same sender: with the rings' lock held, nothing
-    /// else reaches the mailbox from them, so order holds). Saves the mailbox's lock, a
-    /// payload buffer and a copy per frame; anything else is left to [`Inbox::pump_all`].
-    fn take_direct(&self, incoming: &mut [Incoming], want: &mut Want<'_>) -> Option<Received> {
-        let inc = incoming.iter_mut().find(|i| i.rank == want.peer)?;
-        if !matches!(inc.state, Reading::Header { have: 0, .. }) || !self.mailbox.nothing_queued() {
-            return None;
-        }
-        let ring = inc.ring;
-        let mut hdr = [0u8; HEADER_LEN];
-        if !ring.peek(&mut hdr) {
-            return None;
-        }
-        // A header that does not decode is left to `pump_all`, which reports it.
-        let frame = decode_header(&hdr, self.max_frame).ok()?;
-        let len = frame.payload_len;
-        let wanted = frame.kind == FrameKind::Data
-            && frame.header.comm_id == want.comm_id
-            && frame.header.channel == want.channel
-            && len <= want.buf.len();
-        if !wanted || ring.readable() < HEADER_LEN + len {
-            return None;
-        }
-        ring.skip(HEADER_LEN);
-        let read = ring.read(&mut want.buf[..len]);
-        debug_assert_eq!(read, len, "the whole payload was readable");
-        if ring.space_sleepers().load(Ordering::SeqCst) != 0 {
-            futex::ring(ring.space_bell(), ring.space_sleepers());
-        }
-        Some(Received { header: frame.header, len })
-    }
-
-    /// Reads every incoming ring into the mailbox and wakes senders waiting for space;
-    /// returns whether anything was consumed.
-    fn pump_all(&self, incoming: &mut [Incoming]) -> bool {
-        let mut progressed = false;
-        for inc in incoming {
-            if pump(inc, self.max_frame, &self.mailbox) {
-                progressed = true;
-                let r = inc.ring;
-                if r.space_sleepers().load(Ordering::SeqCst) != 0 {
-                    futex::ring(r.space_bell(), r.space_sleepers());
-                }
-            }
-        }
-        progressed
-    }
 }
 
 impl ShmLinks {
@@ -453,78 +393,6 @@ impl Drop for ShmLinks {
         if let Some(t) = self.progress.take() {
             let _ = t.join();
         }
-    }
-}
-
-/// Where the progress thread is in one incoming ring's stream.
-enum Reading {
-    Header {
-        buf: [u8; HEADER_LEN],
-        have: usize,
-    },
-    /// The payload so far (`buf.len()` bytes of `frame.payload_len`).
-    Payload {
-        frame: FrameHeader,
-        buf: Vec<u8>,
-    },
-    /// The stream is unusable (malformed frame or dead peer).
-    Dead,
-}
-
-struct Incoming {
-    ring: Ring,
-    local: usize,
-    rank: usize,
-    state: Reading,
-}
-
-fn deliver(mailbox: &Mailbox, src: usize, frame: FrameHeader, payload: Vec<u8>) {
-    if let Err(e) = mailbox.accept(src, frame, payload) {
-        mailbox.lose(src, &e.to_string());
-    }
-}
-
-/// Reads what `inc`'s ring holds; returns whether anything was consumed.
-fn pump(inc: &mut Incoming, max_frame: usize, mailbox: &Mailbox) -> bool {
-    let mut any = false;
-    loop {
-        let n = match &mut inc.state {
-            Reading::Dead => return any,
-            Reading::Header { buf, have } => {
-                let n = inc.ring.read(&mut buf[*have..]);
-                *have += n;
-                if *have == HEADER_LEN {
-                    inc.state = match decode_header(buf, max_frame) {
-                        Ok(frame) => {
-                            // A buffer the mailbox got back from an earlier frame: no fresh
-                            // allocation (and its page faults) per frame; filled from the
-                            // ring without zeroing it first.
-                            let buf = mailbox.spare_buffer(frame.payload_len);
-                            Reading::Payload { frame, buf }
-                        }
-                        Err(e) => {
-                            mailbox.lose(inc.rank, &e.to_string());
-                            Reading::Dead
-                        }
-                    };
-                }
-                n
-            }
-            Reading::Payload { frame, buf } => inc.ring.read_append(buf, frame.payload_len - buf.len()),
-        };
-        if let Reading::Payload { frame, buf } = &mut inc.state {
-            if buf.len() == frame.payload_len {
-                let (frame, payload) = (*frame, std::mem::take(buf));
-                inc.state = Reading::Header { buf: [0; HEADER_LEN], have: 0 };
-                deliver(mailbox, inc.rank, frame, payload);
-                any = true;
-                continue;
-            }
-        }
-        if n == 0 {
-            return any;
-        }
-        any = true;
     }
 }
 

@@ -8,7 +8,9 @@
 //!   chooses it.
 //! - [`futex`]: waits on words in shared memory, in the phases of the policy.
 //! - [`ring`]: the single-producer single-consumer byte ring.
-//! - [`links`]: the [`Link`](super::routed::Link) between the ranks of a host.
+//! - [`links`]: the [`Link`](super::routed::Link) between the ranks of a host; its receive
+//!   side, the incoming rings read into the mailbox or a waiting caller's buffer, is
+//!   `inbox`.
 //! - [`single_copy`]: reads straight from another process's memory (cross-memory attach),
 //!   for the collectives' large moves.
 //! - [`copy`]: the collectives' copies (cache-bypassing for large results, and a way
@@ -16,6 +18,7 @@
 
 pub mod copy;
 pub mod futex;
+mod inbox;
 pub mod links;
 pub mod ring;
 pub mod segment;
