@@ -175,8 +175,7 @@ impl Mailbox {
             }
             let cb = st.comms.entry(header.comm_id).or_default();
             cb.queues.entry(src).or_default().push_back(Frame { header, payload });
-            // Only under the lock: a plain store suffices.
-            self.queued.store(self.queued.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+            self.count_queued(|q| q + 1);
         });
     }
 
@@ -257,7 +256,7 @@ impl Mailbox {
         let mut st = self.lock();
         if let Some(cb) = st.comms.remove(&comm_id) {
             let dropped: usize = cb.queues.values().map(VecDeque::len).sum();
-            self.queued.store(self.queued.load(Ordering::Relaxed).saturating_sub(dropped), Ordering::Relaxed);
+            self.count_queued(|q| q.saturating_sub(dropped));
         }
         st.released.insert(comm_id);
     }
@@ -433,6 +432,12 @@ impl Mailbox {
         Ok(frame.map(|f| self.copy_out(f, buf)))
     }
 
+    /// Changes the count of queued frames by `f`; called with the lock held (every writer
+    /// holds it, so a plain store suffices).
+    fn count_queued(&self, f: impl FnOnce(usize) -> usize) {
+        self.queued.store(f(self.queued.load(Ordering::Relaxed)), Ordering::Relaxed);
+    }
+
     /// Whether no frame at all is queued here (any communicator, any source). For the
     /// frames of one link's peers, exact where the caller holds that link's incoming side
     /// (which every delivery of them holds); else a hint.
@@ -473,8 +478,7 @@ impl Mailbox {
         let Some(pos) = Self::find(st, comm_id, peer, channel, at)? else { return Ok(None) };
         let frame = st.comms.get_mut(&comm_id).and_then(|c| c.queues.get_mut(&peer)).and_then(|q| q.remove(pos));
         if frame.is_some() {
-            // Only under the lock: a plain store suffices.
-            self.queued.store(self.queued.load(Ordering::Relaxed).saturating_sub(1), Ordering::Relaxed);
+            self.count_queued(|q| q.saturating_sub(1));
         }
         Ok(frame)
     }

@@ -5,7 +5,7 @@
 //! reads the frame a polling caller waits for straight into its buffer.
 
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 
 use super::futex;
 use super::ring::Ring;
@@ -27,6 +27,16 @@ pub(super) struct Inbox {
 }
 
 impl Inbox {
+    /// The incoming rings, unless someone (the progress thread) is reading them.
+    pub(super) fn try_rings(&self) -> Option<MutexGuard<'_, Vec<Incoming>>> {
+        match self.incoming.try_lock() {
+            Ok(incoming) => Some(incoming),
+            // Every update of the rings' state is a whole step: still consistent.
+            Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        }
+    }
+
     /// The frame `want` waits for, read straight from its sender's ring into `want.buf`,
     /// when it is next in that ring, whole, and nothing is queued in the mailbox (which
     /// could hold an earlier frame from the same sender: with the rings' lock held, nothing

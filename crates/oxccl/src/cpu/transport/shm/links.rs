@@ -280,17 +280,7 @@ impl ShmLinks {
     /// whether any frame moved. When the progress thread holds the rings it is reading them:
     /// nothing to do here.
     fn poll_rings(&self) -> bool {
-        self.try_rings().is_some_and(|mut incoming| self.inbox.pump_all(&mut incoming))
-    }
-
-    /// The incoming rings, unless the progress thread is reading them.
-    fn try_rings(&self) -> Option<std::sync::MutexGuard<'_, Vec<Incoming>>> {
-        match self.inbox.incoming.try_lock() {
-            Ok(incoming) => Some(incoming),
-            // Every update of the rings' state is a whole step: still consistent.
-            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
-            Err(std::sync::TryLockError::WouldBlock) => None,
-        }
+        self.inbox.try_rings().is_some_and(|mut incoming| self.inbox.pump_all(&mut incoming))
     }
 
     fn local_index(&self, peer: usize) -> Result<usize, TransportError> {
@@ -358,7 +348,7 @@ impl Link for ShmLinks {
 
     fn poll(&self, want: &mut Want<'_>) -> Result<Polled, TransportError> {
         // Where the progress thread is reading the rings, nothing to do here.
-        let Some(mut incoming) = self.try_rings() else { return Ok(Polled::Nothing) };
+        let Some(mut incoming) = self.inbox.try_rings() else { return Ok(Polled::Nothing) };
         if let Some(got) = self.inbox.take_direct(&mut incoming, want) {
             return Ok(Polled::Took(got));
         }
