@@ -142,7 +142,8 @@ impl CpuBackend {
         let hosts: Vec<usize> = ranks.iter().map(|&t| transport.host_of(t)).collect();
         let host_groups = super::algorithms::hosts::groups(&hosts, rank).ok();
         let selector = Selector::new(Arc::new(Profile::default()), link, ranks.len(), 1.0)
-            .with_layout(host_groups.as_ref().map(|g| g.layout()));
+            .with_layout(host_groups.as_ref().map(|g| g.layout()))
+            .with_single_copy(cfg.cpu.shm_single_copy);
         let n_ranks = ranks.len();
         Ok(CpuBackend {
             inner: Arc::new(Inner {

@@ -43,7 +43,10 @@
 //! one copy in and one out of the bytes each rank handles (where large moves read the
 //! peers' buffers directly, single copy, they cost about `2σ` and one copy; they are
 //! priced as the slots all the same, which already makes them the cheapest candidate where
-//! they run).
+//! they run, except scatter's, which a linear scatter can beat). Scatter's root alone
+//! fills the slots, so its price follows the root: every peer's block written past the
+//! cache, one peer's read of its last chunk, and with single copy the peers' reads of the
+//! root's input.
 //!
 //! Refinements price what the rounds above leave out (`o`: a link's CPU time per message
 //! when messages stream one way; `c`: the crowd, the host's ranks over its CPUs):
@@ -76,10 +79,12 @@
 //!   win large ones (the ring's `m/n` pieces).
 //! - **One-way operations.** Broadcast, reduce, gather and scatter over point-to-point
 //!   never wait for a reply, so back-to-back calls overlap: they cost the busiest rank's
-//!   messages (`⌈lg n⌉` for a tree's root, `n−1` for linear) times `o + 3mκ` (copied into
-//!   the link, out into the mailbox and into the caller's buffer, from one core to
-//!   another: `κ` past the cache; `o + mβ` above a chunk, which streams), not rounds of
-//!   `α`. On crowded hosts the busiest CPU runs the busiest rank and `c − 1` average ones
+//!   messages (`⌈lg n⌉` for a tree's root, `n−1` for linear) times `o/2 + 3mκ` (half the
+//!   overhead, see `ONE_WAY_SHARE`; copied into the link, out into the mailbox and into
+//!   the caller's buffer, from one core to another: `κ` past the cache; `o/2 + mβ` above a
+//!   chunk, which streams), not rounds of `α`. A linear scatter's root copies each block
+//!   once, and the receivers' copies overlap its next sends: `o/2 + m(κ + κ_c)/2`, its
+//!   input in the cache (`κ_c`) and the link past it. On crowded hosts the busiest CPU runs the busiest rank and `c − 1` average ones
 //!   beside it (`busiest + (c − 1)·total/n` messages), and every message's bytes cost `β`
 //!   whatever their size: the copies of its two ends no longer overlap, and run cold
 //!   after another rank's turn. Measured on an AMD VM (2 CPUs, β = 0.26 ns per byte), the
@@ -105,10 +110,24 @@
 
 use super::profile::{LinkCost, Profile};
 use crate::algorithm::Algorithm;
+use crate::cpu::algorithms::shared_memory;
 use crate::fingerprint::OpKind;
 
 /// The shared-memory collectives reduce messages up to this size in one step.
 const NATIVE_DIRECT: f64 = 16.0 * 1024.0;
+
+/// The part of a link's overhead `o` that the busiest rank of a one-way operation on 3
+/// ranks or more pays per message, on a host with a CPU per rank. `oxccl tune` measures `o`
+/// as the pace of a stream between two ranks, which the receiver's work sets (back-to-back
+/// operations between two ranks are such a stream, and pay it: AMD VM, 2 ranks, 8 B
+/// broadcast by the tree and linear gather and scatter, 0.22-0.25 µs for an `o` of 0.22);
+/// a root that sends to or receives from several peers, each on a CPU of its own, pays
+/// about half of it. 16-core Xeon (`o` = 0.46
+/// µs): a linear scatter's and gather's root 0.16-0.39 µs per message on 3, 8 and 16 ranks,
+/// a binomial tree's broadcast 0.24-0.35 per round on 3. Priced at the whole `o`, the
+/// shared-memory collectives won the small rooted operations on 3 ranks where the tree and
+/// linear sends were 11-52% faster.
+const ONE_WAY_SHARE: f64 = 0.5;
 
 fn lg_ceil(n: usize) -> f64 {
     (usize::BITS - n.saturating_sub(1).leading_zeros()) as f64
@@ -126,6 +145,9 @@ pub struct Costs<'a> {
     pub slot: usize,
     /// Ranks per CPU on the most crowded host (above 1: oversubscribed).
     pub crowd: f64,
+    /// Whether the shared-memory collectives may read large blocks from the peers
+    /// directly (single copy; the engine's setting on a host with a CPU per rank).
+    pub single_copy: bool,
 }
 
 /// How a message on the critical path moves.
@@ -367,19 +389,34 @@ pub fn predict(op: OpKind, algo: Algorithm, n: usize, bytes: usize, costs: &Cost
     let s = step_cost(prof, costs.crowd);
     let chunks = |per_step: f64| (m / per_step.max(64.0)).ceil().max(1.0);
     // A one-way operation: the busiest rank handles `busiest` messages of `size` bytes
-    // (`extra`: per-byte work besides the copies), `total` in all. With a CPU per rank, a
-    // message up to a chunk is copied into the link and out without waiting: three copies
-    // (into the link, out into the mailbox's buffer, into the caller's), from one core to
-    // another, at the copy rate past the cache whatever the size (measured on 4 ranks, a
-    // tree's broadcast grows by 0.3 ns per byte); a larger one streams at the link's
-    // bandwidth. On crowded hosts every message's bytes cost the link's bandwidth (see the
-    // module documentation).
-    let one_way = |busiest: f64, total: f64, size: f64, extra: f64| {
-        let per_byte = if size <= slot && crowd <= 1.0 { 3.0 / prof.copy } else { b };
-        let per = link.overhead + size * (per_byte + extra);
+    // (`copies`: the per-byte cost of its copies with a CPU per rank; `extra`: per-byte work
+    // besides them), `total` in all. With a CPU per rank, a message up to a chunk is copied
+    // into the link and out without waiting, and the busiest rank pays its share of the
+    // link's overhead ([`ONE_WAY_SHARE`]); a larger message streams at the link's
+    // bandwidth. On crowded hosts every message's bytes cost the link's bandwidth and its
+    // whole overhead (see the module documentation).
+    let one_way = |busiest: f64, total: f64, size: f64, copies: f64, extra: f64| {
+        let share = if n > 2 { ONE_WAY_SHARE } else { 1.0 };
+        let (share, per_byte) = match (crowd <= 1.0, size <= slot) {
+            (true, true) => (share, copies),
+            (true, false) => (share, b),
+            (false, _) => (1.0, b),
+        };
+        let per = share * link.overhead + size * (per_byte + extra);
         // The busiest CPU runs the busiest rank and `c − 1` average ones beside it.
         (busiest + (crowd - 1.0) * total / nf) * per
     };
+    // A message that a rank receives to pass on or keep is copied three times (into the
+    // link, out into the mailbox's buffer, into the caller's), from one core to another, at
+    // the copy rate past the cache whatever its size (measured on 4 ranks, a tree's
+    // broadcast grows by 0.3 ns per byte).
+    let relayed = 3.0 / prof.copy;
+    // A linear scatter's root copies each block once, from its input (in the cache: the
+    // caller wrote it) into the link (past it: the receiver read those lines last), half of
+    // the bytes' traffic at each rate; the receivers' copies overlap the root's next sends.
+    // 16-core Xeon, 8 and 16 ranks: 0.063-0.068 ns per byte at the root, so priced 0.062.
+    // Between two ranks, back-to-back scatters are a stream that the receiver's copies pace.
+    let sent_once = if n > 2 { (1.0 / prof.copy + k) / 2.0 } else { relayed };
     let lgn = lg_ceil(n);
     use Algorithm as A;
     use OpKind as O;
@@ -388,22 +425,37 @@ pub fn predict(op: OpKind, algo: Algorithm, n: usize, bytes: usize, costs: &Cost
         (O::AllReduce, A::SharedMemory) => 2.0 * chunks(slot) * s + 2.0 * m * k + (nf - 1.0) / nf * m * g,
         (O::AllGather, A::SharedMemory) => chunks(slot) * s + (1.0 + nf) * m * k,
         (O::ReduceScatter, A::SharedMemory) => chunks(slot) * s + m * k + (nf - 1.0) / nf * m * g,
-        (O::Broadcast, A::BinomialTree) => one_way(lgn, nf - 1.0, m, 0.0),
+        (O::Broadcast, A::BinomialTree) => one_way(lgn, nf - 1.0, m, relayed, 0.0),
         (O::Broadcast, A::SharedMemory) => chunks(slot) * s + 2.0 * m * k,
-        (O::Reduce, A::BinomialTree) => one_way(lgn, nf - 1.0, m, g),
+        (O::Reduce, A::BinomialTree) => one_way(lgn, nf - 1.0, m, relayed, g),
         // The root combines n chunks in one pass: reading n sources costs about n/2
         // two-source reductions.
         (O::Reduce, A::SharedMemory) => chunks(slot) * s + m * k + nf / 2.0 * m * g,
         (O::AllToAll, A::SharedMemory) => chunks(slot) * s + 2.0 * (nf - 1.0) / nf * m * k,
-        (O::Gather, A::Linear) => one_way(nf - 1.0, nf - 1.0, m, 0.0),
-        (O::Scatter, A::Linear) => one_way(nf - 1.0, nf - 1.0, m, 0.0),
+        (O::Gather, A::Linear) => one_way(nf - 1.0, nf - 1.0, m, relayed, 0.0),
+        (O::Scatter, A::Linear) => one_way(nf - 1.0, nf - 1.0, m, sent_once, 0.0),
         (O::Gather, A::SharedMemory) => chunks(slot) * s + nf * m * k,
-        // The root fills its slot with a chunk for each peer: chunks of `1/n` of a slot.
-        // Known gap (16-core Xeon, one rank per core): this prices the slots at about a
-        // third of what they take and linear at 3-4 times, so the slots win where linear
-        // sends are 7-27% faster (8 ranks, 32 KiB to 1 MiB; 16 ranks, 256-512 KiB). Fitted
-        // there, the root copies into its slot at about 9.5 GB/s and into the links at 15.
-        (O::Scatter, A::SharedMemory) => chunks(slot / nf) * s + nf * m * k,
+        // Single copy: every peer reads its block of the root's input at once (see
+        // `scatter_reads_directly`), each at the copy rate past the cache, all of them
+        // together at about twice that. 16-core Xeon, 2 MiB: 3 ranks 51 µs (priced 94), 8
+        // ranks 108 (94), 16 ranks 116 (94); 1 MiB on 8 and 16 ranks: 78 and 94 (47).
+        (O::Scatter, A::SharedMemory)
+            if costs.single_copy && crowd <= 1.0 && shared_memory::scatter_reads_directly(n, bytes) =>
+        {
+            s + (m / prof.copy).max(nf * m / (2.0 * prof.copy))
+        }
+        // The root fills its slot with a chunk for each peer (chunks of `1/n` of a slot),
+        // writing lines that the peers read last, at the copy rate past the cache; then each
+        // peer copies its chunk out (at that rate too). A fill overlaps the copies of the
+        // step before it, so only the last one adds. 16-core Xeon, slots without
+        // single copy: 8 ranks 128 KiB 12.4-14.0 µs (priced 12.7), 1 MiB 85 (91); 16 ranks
+        // 1 MiB 98 (93). Priced with cached copies and no read, the slots won where linear
+        // sends were 15-53% faster (3 ranks 16-128 KiB, 8 ranks 16 KiB-1 MiB, 16 ranks 32
+        // KiB-4 MiB).
+        (O::Scatter, A::SharedMemory) => {
+            let chunk = (slot / nf).max(64.0);
+            chunks(chunk) * s + ((nf - 1.0) * m + m.min(chunk)) / prof.copy + m * k
+        }
         (O::Barrier, A::SharedMemory) => s,
         _ => return None,
     };
@@ -458,7 +510,7 @@ mod tests {
     #[test]
     fn costs_follow_the_textbook_shapes() {
         let prof = Profile { tcp: link(10.0, 1.0), ..Profile::default() };
-        let costs = Costs { link: &prof.tcp, profile: &prof, slot: 1 << 20, crowd: 1.0 };
+        let costs = Costs { link: &prof.tcp, profile: &prof, slot: 1 << 20, crowd: 1.0, single_copy: false };
         let t = |op, a, n, m| predict(op, a, n, m, &costs).unwrap();
         // Latency terms: rounds times alpha at zero bytes.
         let close = |x: f64, y: f64| (x - y).abs() < 1e-12;
@@ -494,7 +546,7 @@ mod tests {
         let plain = Profile { tcp: link(10.0, 1.0), ..Profile::default() };
         let extra = |op, algo, n, crowd| {
             let t = |p: &Profile| {
-                let costs = Costs { link: &p.tcp, profile: p, slot: 1 << 20, crowd };
+                let costs = Costs { link: &p.tcp, profile: p, slot: 1 << 20, crowd, single_copy: false };
                 predict(op, algo, n, 0, &costs).unwrap()
             };
             t(&acked) - t(&plain)
@@ -527,7 +579,7 @@ mod tests {
     fn a_binomial_trees_latency_is_its_depth_and_its_roots_messages_queue() {
         let prof = Profile { tcp: link(10.0, 1.0), ..Profile::default() };
         let t = |n, m, crowd| {
-            let costs = Costs { link: &prof.tcp, profile: &prof, slot: 1 << 20, crowd };
+            let costs = Costs { link: &prof.tcp, profile: &prof, slot: 1 << 20, crowd, single_copy: false };
             predict(OpKind::AllReduce, Algorithm::BinomialTree, n, m, &costs).unwrap()
         };
         let close = |x: f64, y: f64| (x - y).abs() < 1e-9 * y.max(1e-6);
@@ -543,7 +595,7 @@ mod tests {
         // Crowded, a hop is one turn (a wait each): 3 ranks take two turns, recursive
         // doubling four (an exchange and the fold's two one-way rounds).
         let wait = LinkCost { wait: 5e-6, ..prof.tcp };
-        let crowded = Costs { link: &wait, profile: &prof, slot: 1 << 20, crowd: 1.5 };
+        let crowded = Costs { link: &wait, profile: &prof, slot: 1 << 20, crowd: 1.5, single_copy: false };
         let tree = predict(OpKind::AllReduce, Algorithm::BinomialTree, 3, 0, &crowded).unwrap();
         let rd = predict(OpKind::AllReduce, Algorithm::RecursiveDoubling, 3, 0, &crowded).unwrap();
         assert!(close(rd - tree, 2.0 * 5e-6), "tree {tree}, recursive doubling {rd}");
@@ -556,16 +608,17 @@ mod tests {
         let shm = LinkCost { overhead: 1e-6, ..link(1.0, 1.0) };
         let prof = Profile { shm, copy: 30e9, ..Profile::default() };
         let t = |op, algo, n, m, crowd| {
-            let costs = Costs { link: &prof.shm, profile: &prof, slot: 1 << 20, crowd };
+            let costs = Costs { link: &prof.shm, profile: &prof, slot: 1 << 20, crowd, single_copy: false };
             predict(op, algo, n, m, &costs).unwrap()
         };
         let close = |x: f64, y: f64| (x - y).abs() < 1e-9 * y;
         let m = 4096;
-        // A CPU per rank: the root's two messages, each copied three times.
-        let per = 1e-6 + m as f64 * 3.0 / 30e9;
+        // A CPU per rank: the root's two messages, each copied three times, at half the
+        // overhead.
+        let per = 0.5e-6 + m as f64 * 3.0 / 30e9;
         assert!(close(t(OpKind::Broadcast, Algorithm::BinomialTree, 4, m, 1.0), 2.0 * per));
         // 4 ranks on 2 CPUs: the root's CPU also runs an average rank (3 messages in all,
-        // 3/4 each), and a message's bytes cost the link's rate.
+        // 3/4 each), and a message's bytes cost the link's rate and its whole overhead.
         let per = 1e-6 + m as f64 * 1e-9;
         assert!(close(t(OpKind::Broadcast, Algorithm::BinomialTree, 4, m, 2.0), 2.75 * per));
         // Linear gather on 8 ranks on 2 CPUs: the root's 7 messages and 3 ranks' 7/8.
@@ -574,15 +627,76 @@ mod tests {
 
     #[test]
     fn a_shared_memory_scatter_takes_a_step_per_nth_of_a_slot() {
-        // Copies free, a step 1 µs: the price counts the steps. Gather moves a slot per
-        // step; scatter's root fills its slot with a chunk for each of the n ranks.
-        let prof = Profile { native_step: 1e-6, cached_copy: f64::INFINITY, ..Profile::default() };
-        let costs = Costs { link: &prof.shm, profile: &prof, slot: 64 << 10, crowd: 1.0 };
+        // Copies and reads free, a step 1 µs: the price counts the steps. Gather moves a
+        // slot per step; scatter's root fills its slot with a chunk for each of the n ranks.
+        let free = LinkCost { oneway_bandwidth: f64::INFINITY, ..link(1.0, f64::INFINITY) };
+        let prof = Profile {
+            shm: free,
+            native_step: 1e-6,
+            copy: f64::INFINITY,
+            cached_copy: f64::INFINITY,
+            ..Profile::default()
+        };
+        let costs = Costs { link: &prof.shm, profile: &prof, slot: 64 << 10, crowd: 1.0, single_copy: false };
         let t = |op, n, m| predict(op, Algorithm::SharedMemory, n, m, &costs).unwrap();
         let close = |x: f64, y: f64| (x - y).abs() < 1e-12;
         assert!(close(t(OpKind::Gather, 4, 256 << 10), 4e-6));
         assert!(close(t(OpKind::Scatter, 4, 256 << 10), 16e-6));
         assert!(close(t(OpKind::Scatter, 3, 100), 1e-6), "at least one step");
+    }
+
+    #[test]
+    fn a_slot_scatter_follows_its_root_and_single_copy_its_readers() {
+        // Round numbers: a step 1 µs, copies 10 GB/s past the cache and 20 in it; slots of
+        // 256 KiB.
+        let prof =
+            Profile { shm: link(1.0, 5e9), native_step: 1e-6, copy: 10e9, cached_copy: 20e9, ..Profile::default() };
+        let price = |n, m, crowd, single_copy| {
+            let costs = Costs { link: &prof.shm, profile: &prof, slot: 256 << 10, crowd, single_copy };
+            predict(OpKind::Scatter, Algorithm::SharedMemory, n, m, &costs).unwrap()
+        };
+        let close = |x: f64, y: f64| (x - y).abs() < 1e-9 * y;
+        // 8 ranks, 16 KiB blocks, one step (chunks of 32 KiB): the root writes 7 blocks past
+        // the cache, then one peer copies its block out, and the root its own in the cache.
+        let m = 16384.0;
+        let slots = 1e-6 + 8.0 * m / 10e9 + m / 20e9;
+        assert!(close(price(8, 16384, 1.0, true), slots), "{}", price(8, 16384, 1.0, true));
+        // 128 KiB blocks: four steps of 32 KiB, the last read only.
+        let m = 131072.0;
+        let slots = 4e-6 + (7.0 * m + 32768.0) / 10e9 + m / 20e9;
+        assert!(close(price(8, 131072, 1.0, false), slots));
+        // With single copy, from 1 MiB in all on 8 ranks: the readers together at twice the
+        // copy rate, above one reader's time.
+        assert!(close(price(8, 131072, 1.0, true), 1e-6 + 8.0 * m / 20e9));
+        // On 3 ranks from 64 KiB blocks; one reader's time where it is the larger.
+        assert!(close(price(3, 65536, 1.0, true), 1e-6 + 3.0 * 65536.0 / 20e9));
+        assert!(close(price(2, 65536, 1.0, true), 1e-6 + 65536.0 / 10e9));
+        // Not below those sizes, nor on a crowded host (the engine turns single copy off).
+        assert!(close(price(8, 65536, 1.0, true), price(8, 65536, 1.0, false)));
+        assert!(close(price(3, 32768, 1.0, true), price(3, 32768, 1.0, false)));
+        let crowded_step = step_cost(&prof, 1.5) - step_cost(&prof, 1.0);
+        assert!(close(price(3, 65536, 1.5, true), price(3, 65536, 1.0, false) + crowded_step));
+    }
+
+    #[test]
+    fn a_linear_scatters_root_copies_each_block_once_at_half_the_overhead() {
+        let shm = LinkCost { overhead: 1e-6, ..link(1.0, 1.0) };
+        let prof = Profile { shm, copy: 10e9, cached_copy: 30e9, ..Profile::default() };
+        let t = |op, n, m, crowd| {
+            let costs = Costs { link: &prof.shm, profile: &prof, slot: 1 << 20, crowd, single_copy: false };
+            predict(op, Algorithm::Linear, n, m, &costs).unwrap()
+        };
+        let close = |x: f64, y: f64| (x - y).abs() < 1e-9 * y;
+        let m = 8192;
+        // A CPU per rank: 7 messages, each half the overhead and one copy, from the cache
+        // into the link past it.
+        let once = 0.5e-6 + m as f64 * (1.0 / 10e9 + 1.0 / 30e9) / 2.0;
+        assert!(close(t(OpKind::Scatter, 8, m, 1.0), 7.0 * once));
+        // Gather's root takes every block through the mailbox: three copies.
+        assert!(close(t(OpKind::Gather, 8, m, 1.0), 7.0 * (0.5e-6 + m as f64 * 3.0 / 10e9)));
+        // Crowded, both pay the link's rate and the whole overhead (see the crowded test).
+        let crowded = 1e-6 + m as f64 * 1e-9;
+        assert!(close(t(OpKind::Scatter, 8, m, 4.0), (7.0 + 3.0 * 7.0 / 8.0) * crowded));
     }
 
     #[test]

@@ -48,6 +48,9 @@ pub struct Selector {
     /// The slot size of the shared-memory collectives each host's ranks set up among
     /// themselves, when they do (the hierarchical algorithms run their host phases on them).
     host_slot: Option<usize>,
+    /// Whether the shared-memory collectives may read large blocks from the peers directly
+    /// (the engine's setting; the cost model applies it where a CPU runs each rank).
+    single_copy: bool,
     /// Per operation (index in [`OpKind::ALL`]), without and with the shared-memory
     /// collectives, per size class: the algorithm's tag, 0 ([`Algorithm::Auto`]) until a
     /// call needed it ([`Selector::choose`]).
@@ -98,13 +101,20 @@ impl Selector {
     pub fn new(profile: Arc<Profile>, link: LinkKind, n: usize, crowd: f64) -> Selector {
         let choices = (0..OpKind::ALL.len() * 2 * CLASSES).map(|_| AtomicU8::new(0)).collect();
         let logged = (0..OpKind::ALL.len() * 2).map(|_| AtomicBool::new(false)).collect();
-        Selector { profile, link, n, crowd, layout: None, host_slot: None, choices, logged }
+        Selector { profile, link, n, crowd, layout: None, host_slot: None, single_copy: false, choices, logged }
     }
 
     /// The same selector for ranks laid out on `layout`'s `(hosts, ranks per host)` (`None`:
     /// not several hosts with several ranks each, alike): `hierarchical` becomes a candidate.
     pub fn with_layout(mut self, layout: Option<(usize, usize)>) -> Selector {
         self.layout = layout;
+        self
+    }
+
+    /// The same selector for shared-memory collectives that read large blocks from the
+    /// peers directly where they may (`OXCCL_SHM_SINGLE_COPY`; off until this is called).
+    pub fn with_single_copy(mut self, single_copy: bool) -> Selector {
+        self.single_copy = single_copy;
         self
     }
 
@@ -133,7 +143,10 @@ impl Selector {
 
     /// The same communicator priced with other costs and crowding.
     pub fn for_machine(&self, profile: Arc<Profile>, crowd: f64) -> Selector {
-        Selector::new(profile, self.link, self.n, crowd).with_layout(self.layout).with_host_collectives(self.host_slot)
+        Selector::new(profile, self.link, self.n, crowd)
+            .with_layout(self.layout)
+            .with_host_collectives(self.host_slot)
+            .with_single_copy(self.single_copy)
     }
 
     /// The ranks per CPU this selector assumes.
@@ -168,8 +181,13 @@ impl Selector {
     /// priced by the model, cheapest first. `native_slot`: see [`Selector::candidates`].
     pub fn explain(&self, op: OpKind, bytes: usize, native_slot: Option<usize>) -> Choice {
         let link = self.link_cost();
-        let costs =
-            cost::Costs { link: &link, profile: &self.profile, slot: native_slot.unwrap_or(0), crowd: self.crowd };
+        let costs = cost::Costs {
+            link: &link,
+            profile: &self.profile,
+            slot: native_slot.unwrap_or(0),
+            crowd: self.crowd,
+            single_copy: self.single_copy,
+        };
         let mut predictions: Vec<(Algorithm, f64)> = Selector::candidates(op, native_slot)
             .into_iter()
             .filter_map(|a| cost::predict(op, a, self.n, bytes, &costs).map(|t| (a, t)))
@@ -417,7 +435,7 @@ mod tests {
         };
         let native = Some(1 << 20);
         let shm = |n, crowd, op, bytes| {
-            let costs = cost::Costs { link: &prof.shm, profile: &prof, slot: 1 << 20, crowd };
+            let costs = cost::Costs { link: &prof.shm, profile: &prof, slot: 1 << 20, crowd, single_copy: false };
             let p2p = Algorithm::for_op(op)[0];
             (
                 cost::predict(op, p2p, n, bytes, &costs).unwrap(),
@@ -528,6 +546,35 @@ mod tests {
         same.tcp = same.shm;
         let s = Selector::new(Arc::new(same), LinkKind::Tcp, n, 1.0).with_layout(layout);
         assert_ne!(s.choose(OpKind::AllReduce, 64 << 20, Algorithm::Auto, None), Algorithm::Hierarchical);
+    }
+
+    /// What `oxccl tune --ranks 2` wrote on the GPU machine's 16-core Xeon (2026-11-28), the
+    /// links and rates the rooted operations' prices read.
+    const XEON_16: &str = "shm.alpha_us = 1.1529\nshm.oneway_alpha_us = 0.9331\nshm.gbps = 3.5352\n\
+        shm.cached_gbps = 3.9849\nshm.oneway_gbps = 6.0810\nshm.overhead_us = 0.4629\nshm.wait_us = 2.7057\n\
+        native.step_us = 0.4957\nnative.crowded_step_us = 2.2740\ncache_kib = 2048\ncopy.gbps = 11.2582\n\
+        copy.cached_gbps = 28.6861\nreduce.gbps = 7.4577\nreduce.cached_gbps = 18.5698\n";
+
+    #[test]
+    fn the_xeons_profile_picks_its_fastest_scatter_and_small_broadcast() {
+        let prof = Arc::new(Profile::parse(XEON_16).expect("a valid profile"));
+        let at = |n, single_copy, op, bytes| {
+            Selector::new(Arc::clone(&prof), LinkKind::Shm, n, 1.0)
+                .with_single_copy(single_copy)
+                .explain(op, bytes, Some(256 << 10))
+                .algorithm
+        };
+        // Measured there (`oxccl bench scatter --algo all`, µs, linear against the slots or
+        // single copy): 8 ranks, 1 KiB blocks 3.1-3.3 against 2.7; 16 KiB blocks 10.3
+        // against 12.4-15.9; 256 KiB blocks 148-188 against 108 by single copy; 16 ranks,
+        // 64 KiB blocks without single copy, 69 against 98.
+        assert_eq!(at(8, true, OpKind::Scatter, 1 << 10), Algorithm::SharedMemory);
+        assert_eq!(at(8, true, OpKind::Scatter, 16 << 10), Algorithm::Linear);
+        assert_eq!(at(8, true, OpKind::Scatter, 256 << 10), Algorithm::SharedMemory);
+        assert_eq!(at(8, false, OpKind::Scatter, 256 << 10), Algorithm::Linear);
+        assert_eq!(at(16, false, OpKind::Scatter, 64 << 10), Algorithm::Linear);
+        // A 64-byte broadcast on 8 ranks: the slots 0.8-0.9, the tree 1.0-1.2.
+        assert_eq!(at(8, true, OpKind::Broadcast, 64), Algorithm::SharedMemory);
     }
 
     #[test]

@@ -68,6 +68,7 @@ mod moves;
 mod reductions;
 mod single_copy_moves;
 
+pub(crate) use single_copy_moves::scatter_reads_directly;
 use single_copy_moves::Move;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"OXSHMCL1");

@@ -100,6 +100,13 @@ pub(super) fn reads_directly(mv: Move, n: usize, per_peer: usize) -> bool {
     }
 }
 
+/// Whether a scatter among `n` ranks with blocks of `block` bytes has its peers read their
+/// blocks from the root directly where the communicator has single copy (the selector
+/// prices it so).
+pub(crate) fn scatter_reads_directly(n: usize, block: usize) -> bool {
+    reads_directly(Move::Scatter, n, block)
+}
+
 impl ShmCollectives {
     /// Whether `mv`, reading `per_peer` bytes from each peer, reads them directly (see
     /// [`reads_directly`]).
