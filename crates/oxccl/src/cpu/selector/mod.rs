@@ -22,6 +22,8 @@
 
 pub mod cost;
 pub mod profile;
+#[cfg(test)]
+mod replay;
 
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
