@@ -3,11 +3,13 @@
 # backend with host buffers beside Open MPI's C API, and the algorithm selector's sweep, ranks
 # up to the core count. Run ON that machine from the repository root, with the binaries that
 # `scripts/cpu16_check.sh --build` puts in gpu-bin/ here (carry ["gpu-bin"]). Every step has a
-# time limit so that the whole check ends within 8 minutes (6 on 2026-11-27). Results go to a
-# few files under $OUT: machine.txt, tune.txt, compare.txt (the tables), compare.jsonl,
+# time limit so that the whole check ends within 8 minutes (the default steps and tcp took 7
+# on 2026-11-28). Results go to a few files under $OUT: machine.txt, tune.txt, compare.txt (the tables), compare.jsonl,
 # sweep.txt, sweep-tcp.txt and scatter.txt (the device tool brings back at most 8 files, so
 # a log of the run written there makes 8). The exit status is non-zero when a comparison with
-# Open MPI failed.
+# Open MPI failed. The sweeps replay through the cost model here, offline (see
+# crates/oxccl/src/cpu/selector/replay.rs): REPLAY_PROFILE=tune.txt REPLAY_SWEEPS=sweep.txt
+# REPLAY_CPUS=16 cargo test -p oxccl --lib replay -- --ignored --nocapture.
 #
 #   scripts/cpu16_check.sh --build       here: scripts/gpu_build.sh --mpi (gpu-bin/oxccl, ompi_bench...)
 #   scripts/cpu16_check.sh --build --exp REF [--exp REF]...   the same, and the oxccl of each git
@@ -26,6 +28,11 @@
 #              and the TCP segments per call of a 3-rank all_gather with the ring and with Bruck
 #     scatter  scatter's algorithms at 3, 8 and 16 ranks, 8 KiB to 8 MiB by factors of 2, with
 #              single copy on and off (OXCCL_SHM_SINGLE_COPY), into scatter.txt
+#     rooted   two more passes of the sweep's rooted operations (broadcast, reduce, gather,
+#              scatter) at 3 and 8 ranks, into sweep.txt (about 80 s): which misses repeat
+#     fresh    ten fresh 16-rank all_reduce benches of 20 iterations (8 B, 512 B, 32 KiB) and
+#              compare.py's first 20 iterations at 16 ranks, 7 repetitions, into compare.txt
+#              (about 40 s): how often the first operations after start-up are slow
 #     ab       gpu-bin/oxccl against each gpu-bin/oxccl-exp-NAME in alternating runs: 2-rank
 #              all_reduce of 8 and 64 B (6 pairs), 16-rank broadcast, reduce, gather and
 #              scatter of 64 B (4 B a rank in gather and scatter), 1 KiB and 64 KiB (2 pairs),
@@ -165,6 +172,23 @@ if wanted scatter; then
     done
   done
   grep -E "^## |^exit" "$OUT/scatter.txt"
+fi
+if wanted rooted; then
+  step "rooted operations, two more passes"
+  for pass in 1 2; do
+    for r in 3 8; do
+      bench_into sweep.txt 40 "pass $pass sweep $r ranks" -- broadcast reduce gather scatter --ranks "$r" -b 8 -e 4M -f 8
+    done
+  done
+  grep -E "^## pass|^exit" "$OUT/sweep.txt"
+fi
+if wanted fresh; then
+  step "16 ranks, 20 iterations, ten fresh starts"
+  for i in $(seq 10); do
+    timeout 20 "$BIN/oxccl" bench all_reduce --ranks 16 -b 8 -e 32K -f 64 -n 20 -w 5 -c 0 2>&1 | grep -v "^#" |
+      sed "s/^/fresh $i /" | tee -a "$LOG"
+  done
+  compare 90 --ops all_reduce --ranks 16 --sizes 8,1K,32K --reps 7 --iters 20
 fi
 if wanted ab; then
   # ab_pairs PAIRS EXP ARGS...: `oxccl bench ARGS` with gpu-bin/oxccl and EXP in alternating
