@@ -9,7 +9,8 @@
 # brings back at most 8 files, so a log of the run written there makes 8). The exit status
 # is non-zero when a comparison with Open MPI failed. The sweeps replay through the cost
 # model here, offline (see crates/oxccl/src/cpu/selector/replay.rs): REPLAY_PROFILE=tune.txt
-# REPLAY_SWEEPS=sweep.txt REPLAY_CPUS=16 cargo test -p oxccl --lib replay -- --ignored.
+# REPLAY_SWEEPS=sweep.txt REPLAY_CPUS=16 cargo test -p oxccl --lib replay -- --ignored
+# --nocapture (absolute paths: the test runs in crates/oxccl).
 #
 #   scripts/cpu16_check.sh --build       here: scripts/gpu_build.sh --mpi (gpu-bin/oxccl, ompi_bench...)
 #   scripts/cpu16_check.sh --build --exp REF [--exp REF]...   the same, and the oxccl of each git
