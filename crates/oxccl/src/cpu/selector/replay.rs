@@ -11,10 +11,11 @@
 //! run) and prints every miss:
 //!
 //! ```text
-//! REPLAY_PROFILE=tune.txt REPLAY_SWEEPS=sweep3.txt:sweep8.txt REPLAY_CPUS=16 \
+//! REPLAY_PROFILE=$PWD/tune.txt REPLAY_SWEEPS=$PWD/sweep3.txt:$PWD/sweep8.txt REPLAY_CPUS=16 \
 //!     cargo test -p oxccl --lib replay -- --ignored --nocapture
 //! ```
-//! (`REPLAY_LINK=tcp` for sweeps over TCP; a section titled `OXCCL_SHM_SINGLE_COPY=0` is
+//! (absolute paths: the test runs in `crates/oxccl`; no profile: the built-in one;
+//! `REPLAY_LINK=tcp` for sweeps over TCP; a section titled `OXCCL_SHM_SINGLE_COPY=0` is
 //! priced without single copy.)
 
 use super::cost::{predict, Costs};
