@@ -116,6 +116,13 @@ use crate::fingerprint::OpKind;
 /// The shared-memory collectives reduce messages up to this size in one step.
 const NATIVE_DIRECT: f64 = 16.0 * 1024.0;
 
+/// What each peer's single-copy read of a scatter's root costs besides its bytes (fitted on
+/// the 16-core Xeon: the kernel pins the pages it reads, and readers of the same root queue
+/// behind each other, see the shared-memory collectives' `reads_directly`). Without it,
+/// single copy was priced at 47 µs for 1 MiB on 8 and 16 ranks, which took 78 and 94, more
+/// than linear sends (65 and 72).
+const SINGLE_COPY_READER: f64 = 2e-6;
+
 /// The part of a link's overhead `o` that the busiest rank of a one-way operation on 3
 /// ranks or more pays per message, on a host with a CPU per rank. `oxccl tune` measures `o`
 /// as the pace of a stream between two ranks, which the receiver's work sets (back-to-back
@@ -437,12 +444,14 @@ pub fn predict(op: OpKind, algo: Algorithm, n: usize, bytes: usize, costs: &Cost
         (O::Gather, A::SharedMemory) => chunks(slot) * s + nf * m * k,
         // Single copy: every peer reads its block of the root's input at once (see
         // `scatter_reads_directly`), each at the copy rate past the cache, all of them
-        // together at about twice that. 16-core Xeon, 2 MiB: 3 ranks 51 µs (priced 94), 8
-        // ranks 108 (94), 16 ranks 116 (94); 1 MiB on 8 and 16 ranks: 78 and 94 (47).
+        // together at about twice that, and each reader's call costs the root
+        // [`SINGLE_COPY_READER`]. 16-core Xeon, 2 MiB: 3 ranks 51 µs (priced 98), 8 ranks
+        // 108 (108), 16 ranks 116 (124); 1 MiB on 8 and 16 ranks: 78 and 94 (61 and 77,
+        // where linear sends took 65 and 72 and are priced 58 and 64).
         (O::Scatter, A::SharedMemory)
             if costs.single_copy && crowd <= 1.0 && shared_memory::scatter_reads_directly(n, bytes) =>
         {
-            s + (m / prof.copy).max(nf * m / (2.0 * prof.copy))
+            s + (m / prof.copy).max(nf * m / (2.0 * prof.copy)) + (nf - 1.0) * SINGLE_COPY_READER
         }
         // The root fills its slot with a chunk for each peer (chunks of `1/n` of a slot),
         // writing lines that the peers read last, at the copy rate past the cache; then each
@@ -666,11 +675,12 @@ mod tests {
         let slots = 4e-6 + (7.0 * m + 32768.0) / 10e9 + m / 20e9;
         assert!(close(price(8, 131072, 1.0, false), slots));
         // With single copy, from 1 MiB in all on 8 ranks: the readers together at twice the
-        // copy rate, above one reader's time.
-        assert!(close(price(8, 131072, 1.0, true), 1e-6 + 8.0 * m / 20e9));
+        // copy rate, above one reader's time, and each reader's call.
+        let reader = SINGLE_COPY_READER;
+        assert!(close(price(8, 131072, 1.0, true), 1e-6 + 8.0 * m / 20e9 + 7.0 * reader));
         // On 3 ranks from 64 KiB blocks; one reader's time where it is the larger.
-        assert!(close(price(3, 65536, 1.0, true), 1e-6 + 3.0 * 65536.0 / 20e9));
-        assert!(close(price(2, 65536, 1.0, true), 1e-6 + 65536.0 / 10e9));
+        assert!(close(price(3, 65536, 1.0, true), 1e-6 + 3.0 * 65536.0 / 20e9 + 2.0 * reader));
+        assert!(close(price(2, 65536, 1.0, true), 1e-6 + 65536.0 / 10e9 + reader));
         // Not below those sizes, nor on a crowded host (the engine turns single copy off).
         assert!(close(price(8, 65536, 1.0, true), price(8, 65536, 1.0, false)));
         assert!(close(price(3, 32768, 1.0, true), price(3, 32768, 1.0, false)));

@@ -569,12 +569,14 @@ mod tests {
         // Measured there (`oxccl bench scatter --algo all`, µs, linear against the slots or
         // single copy): 8 ranks, 1 KiB blocks 3.1-3.3 against 2.7; 16 KiB blocks 10.3
         // against 12.4-15.9; 256 KiB blocks 148-188 against 108 by single copy; 16 ranks,
-        // 64 KiB blocks without single copy, 69 against 98.
+        // 64 KiB blocks without single copy, 69 against 98; 8 ranks, 128 KiB blocks, 65
+        // against 78 by single copy.
         assert_eq!(at(8, true, OpKind::Scatter, 1 << 10), Algorithm::SharedMemory);
         assert_eq!(at(8, true, OpKind::Scatter, 16 << 10), Algorithm::Linear);
         assert_eq!(at(8, true, OpKind::Scatter, 256 << 10), Algorithm::SharedMemory);
         assert_eq!(at(8, false, OpKind::Scatter, 256 << 10), Algorithm::Linear);
         assert_eq!(at(16, false, OpKind::Scatter, 64 << 10), Algorithm::Linear);
+        assert_eq!(at(8, true, OpKind::Scatter, 128 << 10), Algorithm::Linear);
         // A 64-byte broadcast on 8 ranks: the slots 0.8-0.9, the tree 1.0-1.2.
         assert_eq!(at(8, true, OpKind::Broadcast, 64), Algorithm::SharedMemory);
     }
