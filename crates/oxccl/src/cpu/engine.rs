@@ -320,15 +320,6 @@ impl Inner {
         }
     }
 
-    /// Whether the shared-memory collectives may move large buffers by single-copy reads:
-    /// as the settings say, on hosts with a CPU per rank (where ranks take turns on the
-    /// CPUs, the kernel's copies serialize behind each other and the slots' pipelined
-    /// chunks are faster: 4 ranks on 2 CPUs, broadcast of 1 MiB 290 against 140 µs). The
-    /// same on every rank: the crowd is the job's.
-    fn single_copy(&self) -> bool {
-        self.cfg.cpu.shm_single_copy && self.selector.crowd() <= 1.0
-    }
-
     /// Sets up the shared-memory collectives. Internal: it takes no sequence number the
     /// user would see (its frames carry the reserved sequence number `u64::MAX`). With
     /// `required`, failing to create the segment is an error; otherwise every rank goes on
@@ -337,7 +328,7 @@ impl Inner {
         self.check_poisoned()?;
         let fp = setup_fingerprint(slot_bytes, Algorithm::SharedMemory);
         let ctx = self.ctx(fp, &CallOptions::default());
-        match ShmCollectives::establish(&ctx, slot_bytes, wait, self.single_copy()) {
+        match ShmCollectives::establish(&ctx, slot_bytes, wait, self.selector.single_copy()) {
             Ok(Some(n)) => {
                 let _ = self.native.set(n);
                 let _ = self.native_setup.set((slot_bytes, wait));

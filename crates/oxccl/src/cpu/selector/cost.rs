@@ -45,7 +45,7 @@
 //! priced as the slots all the same, which already makes them the cheapest candidate where
 //! they run, except scatter's, which a linear scatter can beat). Scatter's root alone
 //! fills the slots, so its price follows the root: every peer's block written past the
-//! cache, one peer's read of its last chunk, and with single copy the peers' reads of the
+//! cache, one peer's copy of its last chunk, and with single copy the peers' reads of the
 //! root's input.
 //!
 //! Refinements price what the rounds above leave out (`o`: a link's CPU time per message
@@ -84,8 +84,9 @@
 //!   the caller's buffer, from one core to another: `κ` past the cache; `o/2 + mβ` above a
 //!   chunk, which streams), not rounds of `α`. A linear scatter's root copies each block
 //!   once, and the receivers' copies overlap its next sends: `o/2 + m(κ + κ_c)/2`, its
-//!   input in the cache (`κ_c`) and the link past it. On crowded hosts the busiest CPU runs the busiest rank and `c − 1` average ones
-//!   beside it (`busiest + (c − 1)·total/n` messages), and every message's bytes cost `β`
+//!   input in the cache (`κ_c`) and the link past it. Between two ranks, back-to-back
+//!   operations are a stream that the receiver paces: the whole `o`, three copies. On
+//!   crowded hosts the busiest CPU runs the busiest rank and `c − 1` average ones beside it (`busiest + (c − 1)·total/n` messages), and every message's bytes cost `β`
 //!   whatever their size: the copies of its two ends no longer overlap, and run cold
 //!   after another rank's turn. Measured on an AMD VM (2 CPUs, β = 0.26 ns per byte), the
 //!   busiest rank's messages grew by 0.33-0.42 ns per byte at 3, 4 and 8 ranks against
@@ -129,11 +130,10 @@ const SINGLE_COPY_READER: f64 = 2e-6;
 /// operations between two ranks are such a stream, and pay it: AMD VM, 2 ranks, 8 B
 /// broadcast by the tree and linear gather and scatter, 0.22-0.25 µs for an `o` of 0.22);
 /// a root that sends to or receives from several peers, each on a CPU of its own, pays
-/// about half of it. 16-core Xeon (`o` = 0.46
-/// µs): a linear scatter's and gather's root 0.16-0.39 µs per message on 3, 8 and 16 ranks,
-/// a binomial tree's broadcast 0.24-0.35 per round on 3. Priced at the whole `o`, the
-/// shared-memory collectives won the small rooted operations on 3 ranks where the tree and
-/// linear sends were 11-52% faster.
+/// about half of it. 16-core Xeon (`o` = 0.46 µs): a linear scatter's and gather's root
+/// 0.16-0.39 µs per message on 3, 8 and 16 ranks, a binomial tree's broadcast 0.24-0.35 per
+/// round on 3. Priced at the whole `o`, the shared-memory collectives won the small rooted
+/// operations on 3 ranks where the tree and linear sends were 11-52% faster.
 const ONE_WAY_SHARE: f64 = 0.5;
 
 fn lg_ceil(n: usize) -> f64 {
@@ -402,13 +402,11 @@ pub fn predict(op: OpKind, algo: Algorithm, n: usize, bytes: usize, costs: &Cost
     // link's overhead ([`ONE_WAY_SHARE`]); a larger message streams at the link's
     // bandwidth. On crowded hosts every message's bytes cost the link's bandwidth and its
     // whole overhead (see the module documentation).
+    // Between two ranks, back-to-back one-way operations are a stream between one pair.
+    let several_peers = n > 2;
+    let share = if crowd <= 1.0 && several_peers { ONE_WAY_SHARE } else { 1.0 };
     let one_way = |busiest: f64, total: f64, size: f64, copies: f64, extra: f64| {
-        let share = if n > 2 { ONE_WAY_SHARE } else { 1.0 };
-        let (share, per_byte) = match (crowd <= 1.0, size <= slot) {
-            (true, true) => (share, copies),
-            (true, false) => (share, b),
-            (false, _) => (1.0, b),
-        };
+        let per_byte = if crowd <= 1.0 && size <= slot { copies } else { b };
         let per = share * link.overhead + size * (per_byte + extra);
         // The busiest CPU runs the busiest rank and `c − 1` average ones beside it.
         (busiest + (crowd - 1.0) * total / nf) * per
@@ -422,8 +420,8 @@ pub fn predict(op: OpKind, algo: Algorithm, n: usize, bytes: usize, costs: &Cost
     // caller wrote it) into the link (past it: the receiver read those lines last), half of
     // the bytes' traffic at each rate; the receivers' copies overlap the root's next sends.
     // 16-core Xeon, 8 and 16 ranks: 0.063-0.068 ns per byte at the root, so priced 0.062.
-    // Between two ranks, back-to-back scatters are a stream that the receiver's copies pace.
-    let sent_once = if n > 2 { (1.0 / prof.copy + k) / 2.0 } else { relayed };
+    // Between two ranks the receiver's copies pace the stream.
+    let sent_once = if several_peers { (1.0 / prof.copy + k) / 2.0 } else { relayed };
     let lgn = lg_ceil(n);
     use Algorithm as A;
     use OpKind as O;
@@ -636,16 +634,9 @@ mod tests {
 
     #[test]
     fn a_shared_memory_scatter_takes_a_step_per_nth_of_a_slot() {
-        // Copies and reads free, a step 1 µs: the price counts the steps. Gather moves a
-        // slot per step; scatter's root fills its slot with a chunk for each of the n ranks.
-        let free = LinkCost { oneway_bandwidth: f64::INFINITY, ..link(1.0, f64::INFINITY) };
-        let prof = Profile {
-            shm: free,
-            native_step: 1e-6,
-            copy: f64::INFINITY,
-            cached_copy: f64::INFINITY,
-            ..Profile::default()
-        };
+        // Copies free, a step 1 µs: the price counts the steps. Gather moves a slot per
+        // step; scatter's root fills its slot with a chunk for each of the n ranks.
+        let prof = Profile { native_step: 1e-6, copy: f64::INFINITY, cached_copy: f64::INFINITY, ..Profile::default() };
         let costs = Costs { link: &prof.shm, profile: &prof, slot: 64 << 10, crowd: 1.0, single_copy: false };
         let t = |op, n, m| predict(op, Algorithm::SharedMemory, n, m, &costs).unwrap();
         let close = |x: f64, y: f64| (x - y).abs() < 1e-12;
@@ -658,8 +649,7 @@ mod tests {
     fn a_slot_scatter_follows_its_root_and_single_copy_its_readers() {
         // Round numbers: a step 1 µs, copies 10 GB/s past the cache and 20 in it; slots of
         // 256 KiB.
-        let prof =
-            Profile { shm: link(1.0, 5e9), native_step: 1e-6, copy: 10e9, cached_copy: 20e9, ..Profile::default() };
+        let prof = Profile { native_step: 1e-6, copy: 10e9, cached_copy: 20e9, ..Profile::default() };
         let price = |n, m, crowd, single_copy| {
             let costs = Costs { link: &prof.shm, profile: &prof, slot: 256 << 10, crowd, single_copy };
             predict(OpKind::Scatter, Algorithm::SharedMemory, n, m, &costs).unwrap()

@@ -48,7 +48,7 @@ fn points(text: &str) -> Vec<Point> {
         if let Some(rest) = line.strip_prefix("# ") {
             let w: Vec<&str> = rest.split_whitespace().collect();
             if w.len() > 3 && w[1] == "on" && w[3].starts_with("ranks") {
-                let op = OpKind::ALL.iter().copied().find(|o| o.to_string() == w[0]);
+                let op = OpKind::ALL.into_iter().find(|o| o.name() == w[0]);
                 table = op.zip(w[2].parse().ok());
                 header.clear();
             } else if rest.contains("pick/best") {
@@ -67,7 +67,7 @@ fn points(text: &str) -> Vec<Point> {
             .iter()
             .zip(&fields[2..fields.len() - 1])
             .filter_map(|(name, t)| {
-                let algo = Algorithm::ALL.iter().copied().find(|a| a.to_string() == *name)?;
+                let algo = name.parse::<Algorithm>().ok()?;
                 Some((algo, t.trim_end_matches('*').parse().ok()?))
             })
             .collect();
