@@ -98,16 +98,24 @@ compare() {
   [ "$rc" = 0 ] || failed=1
   cat "$TMPD/compare-$n.jsonl" >> "$OUT/compare.jsonl" 2>/dev/null
 }
+# c2c: the one-way core-to-core latency between CPUs 0 and 1 in ns, "-" without the probe.
+c2c() {
+  [ -x "$BIN/c2c_latency" ] || { echo -; return; }
+  timeout 10 "$BIN/c2c_latency" 2>/dev/null | tail -n 1 | sed -n 's/.*"oneway_ns_median": *\([0-9.]*\).*/\1/p'
+}
 # bench_into FILE LIMIT TITLE [NAME=VALUE...] -- ARGS...: one `oxccl bench ARGS --algo all`
-# (with those settings) appended to FILE under "## TITLE", then its exit status.
+# (with those settings) appended to FILE under "## TITLE", then its exit status and the
+# core-to-core latency before and after it (a change between passes explains a flipped pick).
 bench_into() {
-  local file="$OUT/$1" limit=$2 title=$3 vars=()
+  local file="$OUT/$1" limit=$2 title=$3 vars=() before
   shift 3
   while [ "$1" != -- ]; do vars+=("$1"); shift; done
   shift
   echo "## $title ($(date +%T))" >> "$file"
+  before=$(c2c)
   env "${vars[@]}" timeout "$limit" "$BIN/oxccl" bench "$@" --algo all 2>&1 | grep -v "^\[rank" >> "$file"
   echo "exit ${PIPESTATUS[0]}" >> "$file"
+  echo "# c2c one-way ns, CPUs 0 and 1: $before before, $(c2c) after" >> "$file"
 }
 { nproc; lscpu | grep -E "Model name|^CPU\(s\)|Thread|NUMA node\(s\)"; mpirun --version | head -n 1; } > "$OUT/machine.txt" 2>&1
 cat "$OUT/machine.txt"

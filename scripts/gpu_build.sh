@@ -20,5 +20,8 @@ if [ "${1:-}" = --mpi ]; then
   # Open MPI's C reference of scripts/peers (scripts/gpu_staged_check.sh's `cpu16` step).
   mpicc -O2 -o gpu-bin/ompi_bench scripts/peers/ompi_bench.c
 fi
+# The core-to-core latency between CPUs 0 and 1 (scripts/cpu16_check.sh notes it around each
+# sweep: a host whose placement of CPUs changes moves the selector's crossovers).
+${CC:-cc} -O2 -pthread -o gpu-bin/c2c_latency scripts/peers/c2c_latency.c
 du -ch gpu-bin/* | tail -n 4
 echo "carry limit: 64 MiB in all"
