@@ -65,6 +65,74 @@ fn tiny_all_reduces_back_to_back_read_each_steps_own_box() {
 }
 
 #[test]
+fn tiny_moves_and_reductions_back_to_back_read_each_steps_own_slot() {
+    // One-step operations back to back, around the box's inline size (all_reduce's; the
+    // movers use their slots at every size: carrying their bytes in the box too was tried
+    // and measured no faster). Values and roots change with every call and the operations
+    // alternate, so a slot read at the wrong parity, or one its owner already refilled,
+    // gives a wrong result.
+    use super::INLINE;
+    let per_rank = INLINE / 8;
+    for n in [2usize, 3, 5] {
+        world_with(n, 1 << 16, Some(SLOT), |comm| {
+            let sm = comm.with_algorithm(Algorithm::SharedMemory);
+            let r = comm.rank();
+            let v = |call: usize, q: usize, i: usize| (call * 1_000_003 + q * 7_919 + i * 31) as i64;
+            for count in [1, per_rank - 1, per_rank, per_rank + 1] {
+                for call in 0..60 {
+                    let root = call % n;
+                    let mine: Vec<i64> = (0..count).map(|i| v(call, r, i)).collect();
+                    let mut b = if r == root { mine.clone() } else { vec![0; count] };
+                    sm.broadcast(&mut b, root).unwrap();
+                    assert!(
+                        b.iter().enumerate().all(|(i, x)| *x == v(call, root, i)),
+                        "broadcast n={n} {count} {call}"
+                    );
+                    let mut all = vec![0i64; n * count];
+                    sm.gather(&mine, (r == root).then_some(&mut all), root).unwrap();
+                    if r == root {
+                        let want: Vec<i64> = (0..n * count).map(|j| v(call, j / count, j % count)).collect();
+                        assert_eq!(all, want, "gather n={n} count={count} call={call}");
+                    }
+                    let mut g = vec![0i64; n * count];
+                    sm.all_gather(&mine, &mut g).unwrap();
+                    assert!(g.iter().enumerate().all(|(j, x)| *x == v(call, j / count, j % count)), "all_gather");
+                    let mut out = vec![0i64; count];
+                    sm.reduce_into(&mine, (r == root).then_some(&mut out), ReduceOp::Sum, root).unwrap();
+                    if r == root {
+                        let sum = |i: usize| (0..n).map(|q| v(call, q, i)).sum::<i64>();
+                        assert!(out.iter().enumerate().all(|(i, x)| *x == sum(i)), "reduce n={n} {count} {call}");
+                    }
+                }
+            }
+            // Block operations: n blocks per rank, inline while n blocks fit.
+            for count in [1, 2] {
+                for call in 0..60 {
+                    let root = (call + 1) % n;
+                    let blocks: Vec<i64> = (0..n * count).map(|j| v(call, r, j)).collect();
+                    let mut part = vec![0i64; count];
+                    sm.scatter((r == root).then_some(&blocks), &mut part, root).unwrap();
+                    assert!(part.iter().enumerate().all(|(i, x)| *x == v(call, root, r * count + i)), "scatter");
+                    let mut a2a = vec![0i64; n * count];
+                    sm.all_to_all(&blocks, &mut a2a).unwrap();
+                    assert!(
+                        a2a.iter().enumerate().all(|(j, x)| *x == v(call, j / count, r * count + j % count)),
+                        "a2a"
+                    );
+                    let mut rs = vec![0i64; count];
+                    sm.reduce_scatter(&blocks, &mut rs, ReduceOp::Sum).unwrap();
+                    let sum = |j: usize| (0..n).map(|q| v(call, q, j)).sum::<i64>();
+                    assert!(
+                        rs.iter().enumerate().all(|(i, x)| *x == sum(r * count + i)),
+                        "reduce_scatter n={n} {count}"
+                    );
+                }
+            }
+        });
+    }
+}
+
+#[test]
 fn large_operations_stream_their_results() {
     // Above `STREAM_FROM`, results are written with cache-bypassing stores.
     let count = crate::cpu::transport::shm::copy::STREAM_FROM / 4 + 1001;
