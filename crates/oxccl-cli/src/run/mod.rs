@@ -8,10 +8,11 @@
 //! notice. Signals reach it the same way ([`signals::Catcher`]), and otherwise it sleeps
 //! until its next deadline (the timeout, the end of the grace period): while the ranks run
 //! the launcher takes no CPU time from them (it used to look every 10 ms, a hundred
-//! preemptions a second of ranks that own every core). When one rank dies, the ranks that lose it often exit (with an error code) within
-//! a millisecond; the summary blames the first cause ([`summary::first_cause`]): among the
-//! failures seen together, a rank killed by a signal before those that exited with an error,
-//! then the earliest. The others are listed as consequences.
+//! preemptions a second of ranks that own every core). When one rank dies, the ranks that
+//! lose it often exit (with an error code) within a millisecond; the summary blames the
+//! first cause ([`summary::first_cause`]): among the failures seen together, a rank killed
+//! by a signal before those that exited with an error, then the earliest. The others are
+//! listed as consequences.
 //!
 //! - [`rendezvous`]: the job secret and the store;
 //! - [`spawn`]: each rank's environment and process;
@@ -42,6 +43,9 @@ pub const DEFAULT_GRACE: Duration = Duration::from_secs(3);
 /// watcher could not start); exits, signals and deadlines wake it at once.
 const POLL: Duration = Duration::from_millis(10);
 
+/// How long the launcher waits, once every rank has exited, for their last output.
+const OUTPUT_DRAIN: Duration = Duration::from_secs(2);
+
 /// What wakes the supervision loop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Notice {
@@ -50,9 +54,6 @@ enum Notice {
     /// The launcher caught this signal.
     Signal(i32),
 }
-
-/// How long the launcher waits, once every rank has exited, for their last output.
-const OUTPUT_DRAIN: Duration = Duration::from_secs(2);
 
 /// Everything `oxccl run` needs to start a job on this node.
 #[derive(Debug, Clone)]
@@ -404,27 +405,28 @@ fn next_wake(
     kill_at: Option<Instant>,
 ) -> Option<Instant> {
     let deadline = timeout.filter(|_| !decided).and_then(|t| start.checked_add(t));
-    let failures_seen = procs
-        .iter()
-        .filter(|p| !decided && p.stopped.is_none() && p.end.is_some_and(|e| !e.ok()))
-        .filter_map(|p| p.seen)
-        .min()
-        .map(|first| first + summary::SIMULTANEOUS);
+    // Once a cause is chosen, later failures change nothing.
+    let failures_seen = if decided {
+        None
+    } else {
+        failed_on_their_own(procs).map(|(_, _, seen)| seen).min().map(|first| first + summary::SIMULTANEOUS)
+    };
     let poll = procs.iter().any(|p| !p.watched && p.end.is_none()).then(|| Instant::now() + POLL);
     [deadline, failures_seen, kill_at, poll].into_iter().flatten().min()
+}
+
+/// The ranks that failed without the launcher stopping them, with how they ended and when
+/// their exit was seen.
+fn failed_on_their_own(procs: &[Proc]) -> impl Iterator<Item = (usize, End, Instant)> + '_ {
+    procs.iter().filter(|p| p.stopped.is_none()).filter_map(|p| Some((p.rank, p.end.filter(|e| !e.ok())?, p.seen?)))
 }
 
 /// The rank failure that stops the job, if one is due: the [`summary::first_cause`] of the
 /// ranks that failed on their own, once [`summary::SIMULTANEOUS`] has passed since the first
 /// of them was seen (so that ranks dying together are compared), or at once with `now`.
 fn blame(procs: &[Proc], start: Instant, at: Instant, now: bool) -> Option<Cause> {
-    let failures: Vec<Failure> = procs
-        .iter()
-        .filter(|p| p.stopped.is_none())
-        .filter_map(|p| {
-            let end = p.end.filter(|e| !e.ok())?;
-            Some(Failure { rank: p.rank, end, seen: p.seen?.saturating_duration_since(start) })
-        })
+    let failures: Vec<Failure> = failed_on_their_own(procs)
+        .map(|(rank, end, seen)| Failure { rank, end, seen: seen.saturating_duration_since(start) })
         .collect();
     let first_seen = failures.iter().map(|f| f.seen).min()?;
     if !now && at.saturating_duration_since(start) < first_seen + summary::SIMULTANEOUS {

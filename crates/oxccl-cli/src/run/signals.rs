@@ -31,10 +31,9 @@ impl Catcher {
     ///
     /// # Errors
     /// When the handlers cannot be installed or the thread cannot start.
-    pub fn install(deliver: impl FnMut(i32) -> bool + Send + 'static) -> std::io::Result<Catcher> {
+    pub fn install(mut deliver: impl FnMut(i32) -> bool + Send + 'static) -> std::io::Result<Catcher> {
         let mut signals = Signals::new(FORWARDED.iter().chain(&PASSED))?;
         let handle = signals.handle();
-        let mut deliver = deliver;
         let thread = std::thread::Builder::new().name("oxccl-signals".into()).spawn(move || {
             // `forever` blocks in a read of signal-hook's self-pipe; `close` ends it.
             for sig in signals.forever() {

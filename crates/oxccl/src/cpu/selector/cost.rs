@@ -87,7 +87,8 @@
 //!   once, and the receivers' copies overlap its next sends: `o/2 + m(κ + κ_c)/2`, its
 //!   input in the cache (`κ_c`) and the link past it. Between two ranks, back-to-back
 //!   operations are a stream that the receiver paces: the whole `o`, three copies. On
-//!   crowded hosts the busiest CPU runs the busiest rank and `c − 1` average ones beside it (`busiest + (c − 1)·total/n` messages), and every message's bytes cost `β`
+//!   crowded hosts the busiest CPU runs the busiest rank and `c − 1` average ones beside
+//!   it (`busiest + (c − 1)·total/n` messages), and every message's bytes cost `β`
 //!   whatever their size: the copies of its two ends no longer overlap, and run cold
 //!   after another rank's turn. Measured on an AMD VM (2 CPUs, β = 0.26 ns per byte), the
 //!   busiest rank's messages grew by 0.33-0.42 ns per byte at 3, 4 and 8 ranks against

@@ -560,16 +560,11 @@ mod tests {
         assert_ne!(s.choose(OpKind::AllReduce, 64 << 20, Algorithm::Auto, None), Algorithm::Hierarchical);
     }
 
-    /// What `oxccl tune --ranks 2` wrote on the GPU machine's 16-core Xeon (2026-11-28), the
-    /// links and rates the rooted operations' prices read.
-    const XEON_16: &str = "shm.alpha_us = 1.1529\nshm.oneway_alpha_us = 0.9331\nshm.gbps = 3.5352\n\
-        shm.cached_gbps = 3.9849\nshm.oneway_gbps = 6.0810\nshm.overhead_us = 0.4629\nshm.wait_us = 2.7057\n\
-        native.step_us = 0.4957\nnative.crowded_step_us = 2.2740\ncache_kib = 2048\ncopy.gbps = 11.2582\n\
-        copy.cached_gbps = 28.6861\nreduce.gbps = 7.4577\nreduce.cached_gbps = 18.5698\n";
-
     #[test]
     fn the_xeons_profile_picks_its_fastest_scatter_and_small_broadcast() {
-        let prof = Arc::new(Profile::parse(XEON_16).expect("a valid profile"));
+        // What `oxccl tune --ranks 2` wrote on the GPU machine's 16-core Xeon (2026-11-28),
+        // the profile the replay reads too.
+        let prof = Arc::new(Profile::parse(include_str!("recorded/xeon16.profile")).expect("a valid profile"));
         let at = |n, single_copy, op, bytes| {
             Selector::new(Arc::clone(&prof), LinkKind::Shm, n, 1.0)
                 .with_single_copy(single_copy)
