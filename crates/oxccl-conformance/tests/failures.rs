@@ -136,6 +136,50 @@ fn killed_rank_is_detected_over_tcp() {
     kill_one("tcp");
 }
 
+/// Rank 0 of 3 waits in a receive from any source (it already took rank 2's message) when
+/// rank 1 is killed: the receive ends, naming rank 1, within [`DETECT_WITHIN`] although
+/// `OXCCL_TIMEOUT` is 60 s; rank 2 (in a barrier) fails too.
+fn kill_during_recv_any(transport: &str) {
+    let before = shm_files();
+    let spec = WorldSpec::new(PROBE, 3)
+        .label(format!("kill rank 1 of 3 while rank 0 receives from any source over {transport}"))
+        .args(["recv_any"])
+        .env("OXCCL_TRANSPORT", transport)
+        .oxccl_timeout("60s")
+        .deadline(Duration::from_secs(45));
+    let mut world = World::spawn(&spec);
+    world.wait_for_line(0, "PROBE-READY iter=0 source=2");
+    let killed_at = world.kill(1);
+    let out = world.wait();
+    let d = out.describe();
+    println!("{d}");
+    for r in out.ranks.iter().filter(|r| r.rank != 1) {
+        let Some(e) = probe_error(r) else {
+            panic!("rank {} printed no PROBE-ERROR line (status {})\n{d}", r.rank, r.status);
+        };
+        let names_rank_1 = e.peer == Some(1) || e.error.contains("rank 1");
+        assert!(names_rank_1, "rank {} should fail naming rank 1, got: {}\n{d}", r.rank, e.line);
+        let exited_after = r.exited_at.saturating_duration_since(killed_at);
+        assert!(
+            exited_after <= DETECT_WITHIN,
+            "rank {} exited {exited_after:?} after the kill (limit {DETECT_WITHIN:?})\n{d}",
+            r.rank
+        );
+    }
+    assert!(out.ranks[0].stdout.contains("PROBE-ERROR rank=0 kind=PeerLost peer=1 iter=1"), "{d}");
+    shm_check(&before, &out);
+}
+
+#[test]
+fn killed_sender_ends_a_receive_from_any_source_over_shm() {
+    kill_during_recv_any("shm");
+}
+
+#[test]
+fn killed_sender_ends_a_receive_from_any_source_over_tcp() {
+    kill_during_recv_any("tcp");
+}
+
 /// A killed rank whose parent has not reaped it yet (a zombie: launchers that wait for their
 /// children one by one leave it so until they get to it) must be detected too.
 #[test]

@@ -71,7 +71,9 @@ impl Faulty {
         match self.fault {
             Fault::CorruptOutput(OpKind::Recv) => match op {
                 Op::Batch(ops) => ops.iter().find_map(|p| match p {
-                    P2p::Recv { buf, .. } => Some(Target::FirstRecv { addr: buf.ptr as usize, elem: buf.dtype.size() }),
+                    P2p::Recv { buf, .. } | P2p::RecvAny { buf, .. } => {
+                        Some(Target::FirstRecv { addr: buf.ptr as usize, elem: buf.dtype.size() })
+                    }
                     P2p::Send { .. } => None,
                 }),
                 _ => None,

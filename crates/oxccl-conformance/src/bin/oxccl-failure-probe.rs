@@ -13,6 +13,10 @@
 //! - `hang`: three all_reduces of 64 f32; after the second, rank 1 "hangs in user code": it
 //!   sends itself SIGUSR1 (as an operator would: its flight recorder dumps) and sleeps
 //!   `PROBE_SECONDS` (default 90).
+//! - `recv_any`: rank 0 receives from any source, over and over; rank 2 (and every rank
+//!   above it) sends it one message and then waits in a barrier; rank 1 sends nothing and
+//!   sleeps `PROBE_SECONDS` (a test kills it). Rank 0 prints `PROBE-READY` once it has a
+//!   message, and its next receive must end when rank 1 dies.
 //!
 //! `PROBE_LINGER_MS` (default 0): how long a rank whose call failed waits before it exits.
 //! `PROBE_BACKEND` picks the backend (default `cpu`; `mpi` under mpirun, in a build with the
@@ -36,7 +40,7 @@ use oxccl::bootstrap::auth::Secret;
 use oxccl::bootstrap::store::StoreClient;
 use oxccl::{Communicator, Config, Error, ReduceOp};
 
-const USAGE: &str = "usage: oxccl-failure-probe loop|mismatch|barrier|skip|hang";
+const USAGE: &str = "usage: oxccl-failure-probe loop|mismatch|barrier|skip|hang|recv_any";
 
 /// The variant's name and the rank it names, if any.
 fn describe(e: &Error) -> (&'static str, Option<usize>) {
@@ -161,9 +165,40 @@ fn run_skip_or_hang(comm: &Communicator, hang: bool) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+fn run_recv_any(comm: &Communicator) -> ExitCode {
+    let rank = comm.rank();
+    let t = Instant::now();
+    let mut buf = [0u32; 4];
+    match rank {
+        0 => {
+            for iter in 0.. {
+                let since = Instant::now();
+                match comm.recv_any(&mut buf, 1) {
+                    Ok(info) => println!("PROBE-READY iter={iter} source={}", info.source),
+                    Err(e) => return report_error(rank, &e, iter, since),
+                }
+            }
+            ExitCode::SUCCESS
+        }
+        1 => {
+            std::thread::sleep(Duration::from_secs(env_number("PROBE_SECONDS", 90)));
+            ExitCode::SUCCESS
+        }
+        _ => {
+            if let Err(e) = comm.send(&[rank as u32; 4], 0, 1) {
+                return report_error(rank, &e, 0, t);
+            }
+            match comm.barrier() {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => report_error(rank, &e, 1, t),
+            }
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let scenario = std::env::args().nth(1).unwrap_or_default();
-    if !matches!(scenario.as_str(), "loop" | "mismatch" | "barrier" | "skip" | "hang") {
+    if !matches!(scenario.as_str(), "loop" | "mismatch" | "barrier" | "skip" | "hang" | "recv_any") {
         eprintln!("{USAGE}");
         return ExitCode::from(64);
     }
@@ -186,6 +221,7 @@ fn main() -> ExitCode {
         "mismatch" => run_mismatch(&comm),
         "skip" => run_skip_or_hang(&comm, false),
         "hang" => run_skip_or_hang(&comm, true),
+        "recv_any" => run_recv_any(&comm),
         _ => run_barrier(&comm),
     };
     if code != ExitCode::SUCCESS {

@@ -38,6 +38,8 @@ pub(crate) fn cases(v: &mut Vec<Case>, n: usize, opts: &SuiteOptions) {
     }
     v.push(case("p2p/batch_two_tags_reversed".into(), batch_two_tags_reversed));
     v.push(case("p2p/async_send_recv".into(), async_send_recv));
+    v.push(case("p2p/recv_any".into(), |c, cx| recv_any(c, cx, false)));
+    v.push(case("p2p/recv_any_async".into(), |c, cx| recv_any(c, cx, true)));
 }
 
 const TAG: u32 = 7;
@@ -267,6 +269,65 @@ fn async_send_recv(comm: &Communicator, cx: &Cx) -> Verdict {
     }));
     chk.that(count == 131, || format!("{p}: recv reported {count} elements"));
     chk.bits(&p, "received", &got, &cx.input::<f16>(key, prev, 131, Dist::Bits));
+    chk.finish()
+}
+
+/// Receives from any source: every rank sends the last rank one message on another tag, then
+/// two (of different lengths) on `ANY_TAG`; the last rank takes 2n messages with
+/// `recv_any` and checks that each rank's two came once each, in their order, whole, and
+/// from whom `recv_any` says; then receives the other tag's messages by name (`recv_any` did
+/// not take them). `nccl` and `rccl` refuse it with an argument error.
+fn recv_any(comm: &Communicator, cx: &Cx, in_scope: bool) -> Verdict {
+    const ANY_TAG: u32 = 8;
+    const OTHER_TAG: u32 = 9;
+    let (n, me) = (comm.world_size(), comm.rank());
+    let root = n - 1;
+    let mut chk = Check::new(comm);
+    let msg = |r: usize, k: usize| cx.input::<i32>(cx.sub(k as u64), r, r % 4 + k + 1, Dist::Bits);
+    let p = Point::new(if in_scope { "recv_any (async)" } else { "recv_any" }, comm)
+        .dtype(DType::I32)
+        .note(format!("every rank sends 2 messages to rank {root}"));
+    let mut buf = vec![0i32; 8];
+    if matches!(comm.backend(), "nccl" | "rccl") {
+        let r = comm.recv_any(&mut buf, ANY_TAG);
+        chk.that(matches!(r, Err(oxccl::Error::InvalidArgument(_))), || {
+            format!("{p}: {} should refuse a receive from any source, got {r:?}", comm.backend())
+        });
+        return chk.finish();
+    }
+    for k in 0..3 {
+        let tag = if k == 0 { OTHER_TAG } else { ANY_TAG };
+        call!(chk, p, comm.send(&msg(me, k), root, tag));
+    }
+    if me == root {
+        let mut seen = vec![0usize; n];
+        for _ in 0..2 * n {
+            buf.fill(-1);
+            let info = if in_scope {
+                call!(chk, p, comm.scope(|s| s.recv_any(&mut buf, ANY_TAG)?.wait().map(|(_, info)| info)))
+            } else {
+                call!(chk, p, comm.recv_any(&mut buf, ANY_TAG))
+            };
+            let r = info.source;
+            if r >= n || seen[r] >= 2 {
+                chk.fail(format!("{p}: a message from rank {r} (already {} from it)", seen.get(r).unwrap_or(&0)));
+                continue;
+            }
+            seen[r] += 1;
+            let want = msg(r, seen[r]);
+            chk.that(info.tag == ANY_TAG && info.dtype == DType::I32 && info.count == want.len(), || {
+                format!("{p}: message {} from rank {r} reported as {info:?}, {} elements sent", seen[r], want.len())
+            });
+            let pr = p.clone().count(want.len()).note(format!("message {} from rank {r}", seen[r]));
+            chk.bits(&pr, "received", &buf[..want.len().min(8)], &want);
+        }
+        chk.that(seen.iter().all(|&c| c == 2), || format!("{p}: messages per rank {seen:?}, expected 2 each"));
+        for r in 0..n {
+            let got = call!(chk, p, comm.recv(&mut buf, r, OTHER_TAG));
+            let pr = p.clone().note(format!("tag {OTHER_TAG} from rank {r}, after the receives from any source"));
+            chk.bits(&pr, "received", &buf[..got.min(8)], &msg(r, 0));
+        }
+    }
     chk.finish()
 }
 

@@ -77,7 +77,7 @@ mod tests {
         assert!(slot.wait(Some(Duration::from_millis(1))).is_none());
         let s2 = Arc::clone(&slot);
         let t = std::thread::spawn(move || s2.wait(None));
-        slot.complete(Ok(Completion { received: vec![3] }));
+        slot.complete(Ok(Completion { received: vec![3], sources: vec![1] }));
         slot.complete(Err(Error::Aborted { reason: "late".into() }));
         assert_eq!(t.join().unwrap().unwrap().unwrap().received, vec![3]);
         assert!(slot.peek().unwrap().is_ok());

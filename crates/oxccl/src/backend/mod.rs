@@ -36,8 +36,12 @@ pub use options::{CallOptions, Stream, StreamOrder};
 /// What a completed operation reports.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Completion {
-    /// Element counts received, one per [`P2p::Recv`] of a batch, in order.
+    /// Element counts received, one per receive ([`P2p::Recv`], [`P2p::RecvAny`]) of a
+    /// batch, in order.
     pub received: Vec<usize>,
+    /// The rank each receive took its message from, in the same order (where a backend
+    /// does not report them, empty; every backend that runs [`P2p::RecvAny`] does).
+    pub sources: Vec<usize>,
 }
 
 /// A submitted operation that may still be running.

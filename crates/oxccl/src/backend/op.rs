@@ -86,6 +86,17 @@ pub enum P2p {
         /// Message tag.
         tag: u32,
     },
+    /// Receive the next message with `tag` from whichever rank sent one (like
+    /// `MPI_ANY_SOURCE`); the completion says which ([`Completion::sources`]). Only ever
+    /// alone in its batch.
+    ///
+    /// [`Completion::sources`]: super::Completion::sources
+    RecvAny {
+        /// Where the data goes.
+        buf: RawBufMut,
+        /// Message tag.
+        tag: u32,
+    },
 }
 
 /// One operation, type-erased. Arguments have been checked by the front door: lengths are
@@ -210,7 +221,7 @@ impl Op {
             Op::Barrier => OpKind::Barrier,
             Op::Batch(ops) => match ops.as_slice() {
                 [P2p::Send { .. }] => OpKind::Send,
-                [P2p::Recv { .. }] => OpKind::Recv,
+                [P2p::Recv { .. } | P2p::RecvAny { .. }] => OpKind::Recv,
                 _ => OpKind::Batch,
             },
         }
@@ -268,7 +279,7 @@ impl Op {
             Op::Barrier => {}
             Op::Batch(ops) => ops.iter().for_each(|p| match p {
                 P2p::Send { buf, .. } => f(*buf),
-                P2p::Recv { buf, .. } => f(buf.as_const()),
+                P2p::Recv { buf, .. } | P2p::RecvAny { buf, .. } => f(buf.as_const()),
             }),
         }
     }

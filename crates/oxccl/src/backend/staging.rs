@@ -332,6 +332,10 @@ pub fn stage_with(op: Op, stage: impl Fn(Device) -> bool, copier: Copier) -> Res
                         recv += 1;
                         P2p::Recv { buf: s.output(buf, Some(recv - 1), st, copier)?, peer, tag }
                     }
+                    P2p::RecvAny { buf, tag } => {
+                        recv += 1;
+                        P2p::RecvAny { buf: s.output(buf, Some(recv - 1), st, copier)?, tag }
+                    }
                 });
             }
             Op::Batch(out)

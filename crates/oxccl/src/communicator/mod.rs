@@ -81,6 +81,14 @@ pub(crate) fn raw_mut<B: BufferMut + ?Sized>(b: &mut B) -> RawBufMut {
     b.as_raw_mut()
 }
 
+/// What a completed receive from any source says: its sender and element count.
+pub(crate) fn recv_any_result(c: &Completion, tag: u32, dtype: crate::dtype::DType) -> Result<MessageInfo> {
+    match (c.sources.first(), c.received.first()) {
+        (Some(&source), Some(&count)) => Ok(MessageInfo { source, tag, dtype, count }),
+        _ => Err(Error::Internal("a receive from any source completed without saying its sender".into())),
+    }
+}
+
 impl Communicator {
     /// Wraps a backend (for backend implementers; users get communicators from
     /// [`Config`](crate::Config) or [`local`](crate::local)).
@@ -219,7 +227,7 @@ impl Communicator {
         &self,
         op: Op,
         mode: Mode,
-        finish: impl FnOnce(Completion) -> R + 'a,
+        finish: impl FnOnce(Completion) -> Result<R> + 'a,
     ) -> Result<Work<'a, R>> {
         self.check_opts(op.kind())?;
         self.check_devices(&op)?;
@@ -455,6 +463,24 @@ impl Communicator {
         self.p2p_peer("recv", peer)?;
         let c = self.run(Op::Batch(vec![P2p::Recv { buf: raw_mut(buf), peer, tag }]))?;
         Ok(c.received.first().copied().unwrap_or(0))
+    }
+
+    /// Receives the next message with `tag` from whichever rank sends one (like
+    /// `MPI_ANY_SOURCE`, gloo's `recvFromAny` and `torch.distributed.recv` without `src`)
+    /// into `buf`, and says who sent it and how many elements came. Messages from one
+    /// sender are received in the order they were sent; when several senders have one
+    /// waiting, the senders are served in turn.
+    ///
+    /// # Errors
+    /// [`Error::Mismatch`] when the message has another dtype or does not fit;
+    /// [`Error::PeerLost`] (or [`Error::Aborted`] naming it) when any rank died or failed
+    /// before a message came: it may have been the sender, as under MPI's fault-tolerance
+    /// rules; [`Error::Timeout`] (naming no rank) when nothing came in time;
+    /// [`Error::InvalidArgument`] on `nccl`/`rccl`, which have no receive from any source.
+    pub fn recv_any<B: BufferMut + ?Sized>(&self, buf: &mut B, tag: u32) -> Result<MessageInfo> {
+        let dtype = buf.as_raw_mut().dtype;
+        let c = self.run(Op::Batch(vec![P2p::RecvAny { buf: raw_mut(buf), tag }]))?;
+        recv_any_result(&c, tag, dtype)
     }
 
     /// The first message from `peer` with `tag` not yet received, if one has arrived

@@ -21,8 +21,8 @@
 use std::time::Duration;
 
 use super::work::Work;
-use super::{Buffer, BufferMut, Communicator};
-use crate::backend::{Mode, Op};
+use super::{recv_any_result, Buffer, BufferMut, Communicator};
+use crate::backend::{Completion, MessageInfo, Mode, Op, P2p};
 use crate::error::Result;
 use crate::reduce_op::ReduceOp;
 
@@ -65,13 +65,24 @@ impl<K> OwnedWork<K> {
 impl Communicator {
     /// Submits `op`, built from the boxed buffers `keep` owns; `wait()` gives `keep` back.
     fn start_owned<K: 'static>(&self, keep: Box<K>, build: impl FnOnce(&mut K) -> Result<Op>) -> Result<OwnedWork<K>> {
+        self.start_owned_with(keep, build, |k, _| Ok(k))
+    }
+
+    /// [`start_owned`](Self::start_owned) whose `wait()` returns what `finish` makes of the
+    /// buffers and the completion.
+    fn start_owned_with<K: 'static, R: 'static>(
+        &self,
+        keep: Box<K>,
+        build: impl FnOnce(&mut K) -> Result<Op>,
+        finish: impl FnOnce(K, Completion) -> Result<R> + 'static,
+    ) -> Result<OwnedWork<R>> {
         let mut keep = keep;
         let op = build(&mut keep)?;
         // SAFETY: the buffers in `op` live in `keep`'s heap allocation, which the finisher
         // owns: it is moved out (and its memory may be freed) only by the finisher, which
         // runs after the operation completed; dropping the Work waits for completion before
         // the finisher is dropped; leaking the Work leaks `keep`.
-        let work = unsafe { self.submit(op, Mode::Async, move |_| *keep)? };
+        let work = unsafe { self.submit(op, Mode::Async, move |c| finish(*keep, c))? };
         Ok(OwnedWork { work })
     }
 
@@ -164,6 +175,51 @@ impl Communicator {
     ) -> Result<OwnedWork<(I, O)>> {
         self.start_owned(Box::new((input, output)), |(i, o)| self.op_all_to_all(i.as_raw(), o.as_raw_mut()))
     }
+
+    /// Async [`barrier`](Self::barrier).
+    ///
+    /// # Errors
+    /// Communication errors from [`OwnedWork::wait`].
+    pub fn start_barrier(&self) -> Result<OwnedWork<()>> {
+        self.start_owned(Box::new(()), |_| Ok(Op::Barrier))
+    }
+
+    /// Async [`send`](Self::send) of an owned buffer, handed back by [`OwnedWork::wait`].
+    ///
+    /// # Errors
+    /// Argument errors now; communication errors from [`OwnedWork::wait`].
+    pub fn start_send<B: Buffer + 'static>(&self, buf: B, peer: usize, tag: u32) -> Result<OwnedWork<B>> {
+        self.p2p_peer("send", peer)?;
+        self.start_owned(Box::new(buf), |b| Ok(Op::Batch(vec![P2p::Send { buf: b.as_raw(), peer, tag }])))
+    }
+
+    /// Async [`recv`](Self::recv) into an owned buffer: `wait()` hands it back with the
+    /// element count received.
+    ///
+    /// # Errors
+    /// Argument errors now; communication errors from [`OwnedWork::wait`].
+    pub fn start_recv<B: BufferMut + 'static>(&self, buf: B, peer: usize, tag: u32) -> Result<OwnedWork<(B, usize)>> {
+        self.p2p_peer("recv", peer)?;
+        self.start_owned_with(
+            Box::new(buf),
+            |b| Ok(Op::Batch(vec![P2p::Recv { buf: b.as_raw_mut(), peer, tag }])),
+            |b, c| Ok((b, c.received.first().copied().unwrap_or(0))),
+        )
+    }
+
+    /// Async [`recv_any`](Self::recv_any) into an owned buffer: `wait()` hands it back with
+    /// who sent what came.
+    ///
+    /// # Errors
+    /// Argument errors now; communication errors from [`OwnedWork::wait`].
+    pub fn start_recv_any<B: BufferMut + 'static>(&self, buf: B, tag: u32) -> Result<OwnedWork<(B, MessageInfo)>> {
+        let dtype = buf.as_raw().dtype;
+        self.start_owned_with(
+            Box::new(buf),
+            |b| Ok(Op::Batch(vec![P2p::RecvAny { buf: b.as_raw_mut(), tag }])),
+            move |b, c| Ok((b, recv_any_result(&c, tag, dtype)?)),
+        )
+    }
 }
 
 #[cfg(test)]
@@ -201,6 +257,39 @@ mod tests {
             drop(c.start_all_reduce(vec![0u8; 16], ReduceOp::Max)?);
             // Bad arguments are refused before anything starts.
             let e = c.start_all_gather(vec![0u8; 2], vec![0u8; 5]).map(drop).unwrap_err();
+            assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+            c.barrier()
+        })
+        .unwrap();
+        assert!(out.iter().all(|r| r.is_ok()), "{out:?}");
+    }
+
+    /// Receives posted before the matching sends (as torch's `batch_isend_irecv` posts
+    /// them): each rank starts a receive from every rank and one from any source, then
+    /// sends; nothing waits for anything until all are started.
+    #[test]
+    fn owned_receives_started_before_their_sends_complete() {
+        let out = local::run(3, |c| -> crate::Result<()> {
+            let (r, n) = (c.rank(), c.world_size());
+            let recvs: Vec<_> = (0..n).map(|q| c.start_recv(vec![0u32; 4], q, 1)).collect::<crate::Result<_>>()?;
+            let any = c.start_recv_any(vec![0i64; 2], 2)?;
+            let sends: Vec<_> =
+                (0..n).map(|q| c.start_send(vec![(10 * r + q) as u32; q + 1], q, 1)).collect::<crate::Result<_>>()?;
+            let next = c.start_send(vec![r as i64; 2], (r + 1) % n, 2)?;
+            c.start_barrier()?.wait()?;
+            for (q, w) in recvs.into_iter().enumerate() {
+                let (buf, count) = w.wait()?;
+                assert_eq!(count, r + 1);
+                assert_eq!(buf[..count], vec![(10 * q + r) as u32; r + 1][..]);
+            }
+            let (buf, info) = any.wait()?;
+            let prev = (r + n - 1) % n;
+            assert_eq!((info.source, info.tag, info.count, buf), (prev, 2, 2, vec![prev as i64; 2]));
+            for w in sends {
+                w.wait()?;
+            }
+            next.wait()?;
+            let e = c.start_recv(vec![0u8; 1], n, 0).map(drop).unwrap_err();
             assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
             c.barrier()
         })

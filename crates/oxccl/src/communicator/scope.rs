@@ -5,8 +5,8 @@ use super::work::{Scope, Work};
 use super::Batch;
 #[cfg(doc)]
 use super::Communicator;
-use super::{raw, Buffer, BufferMut};
-use crate::backend::{Completion, Mode, Op, P2p, RawBufMut};
+use super::{raw, recv_any_result, Buffer, BufferMut};
+use crate::backend::{Completion, MessageInfo, Mode, Op, P2p, RawBufMut};
 use crate::error::Result;
 use crate::reduce_op::ReduceOp;
 
@@ -16,7 +16,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     fn start<R: 'scope>(&self, op: Op, finish: impl FnOnce(Completion) -> R + 'scope) -> Result<Work<'scope, R>> {
         // SAFETY: every buffer in `op` is borrowed for 'scope, and the scope waits for every
         // operation it tracks before 'scope ends, whatever happens to the Work.
-        let w = unsafe { self.comm.submit(op, Mode::Async, finish)? };
+        let w = unsafe { self.comm.submit(op, Mode::Async, move |c| Ok(finish(c)))? };
         self.track(w.pending());
         Ok(w)
     }
@@ -278,6 +278,30 @@ impl<'scope, 'env> Scope<'scope, 'env> {
             // SAFETY: the finisher runs after the operation completed.
             (unsafe { back.take() }, c.received.first().copied().unwrap_or(0))
         })
+    }
+
+    /// Async [`Communicator::recv_any`]: `wait()` returns the buffer and who sent what came.
+    ///
+    /// # Errors
+    /// Argument errors now; communication errors from [`Work::wait`].
+    pub fn recv_any<B: BufferMut + ?Sized + 'scope>(
+        &self,
+        buf: &'scope mut B,
+        tag: u32,
+    ) -> Result<Work<'scope, (&'scope mut B, MessageInfo)>> {
+        let (o, back) = lend(buf);
+        let dtype = o.dtype;
+        let op = Op::Batch(vec![P2p::RecvAny { buf: o, tag }]);
+        // SAFETY: as in `start`: the buffer is borrowed for 'scope, which the scope outlasts.
+        let w = unsafe {
+            self.comm.submit(op, Mode::Async, move |c| {
+                let info = recv_any_result(&c, tag, dtype)?;
+                // SAFETY: the finisher runs after the operation completed.
+                Ok((back.take(), info))
+            })?
+        };
+        self.track(w.pending());
+        Ok(w)
     }
 
     /// Async [`Communicator::run_batch`]: `wait()` returns the receive counts.

@@ -66,13 +66,14 @@ use crate::error::{Error, Result};
 #[must_use = "an async operation's errors are only seen through wait()"]
 pub struct Work<'a, R> {
     pending: Arc<dyn Pending>,
-    finish: Option<Box<dyn FnOnce(Completion) -> R + 'a>>,
+    /// Turns the completion into the result (it may find the completion wanting).
+    finish: Option<Box<dyn FnOnce(Completion) -> Result<R> + 'a>>,
     /// Whether completion was already seen (then dropping need not wait again).
     completed: bool,
 }
 
 impl<'a, R> Work<'a, R> {
-    pub(crate) fn new(pending: Arc<dyn Pending>, finish: Box<dyn FnOnce(Completion) -> R + 'a>) -> Self {
+    pub(crate) fn new(pending: Arc<dyn Pending>, finish: Box<dyn FnOnce(Completion) -> Result<R> + 'a>) -> Self {
         Work { pending, finish: Some(finish), completed: false }
     }
 
@@ -86,7 +87,7 @@ impl<'a, R> Work<'a, R> {
         self.completed = r.is_some();
         let completion = r.unwrap_or_else(|| Err(still_running()))?;
         let finish = self.finish.take().ok_or_else(still_running)?;
-        Ok(finish(completion))
+        finish(completion)
     }
 
     /// Waits up to `timeout`; `Ok(true)` when the operation has completed (call

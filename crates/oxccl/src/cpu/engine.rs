@@ -1,8 +1,15 @@
-//! The executor of the CPU backends: one communicator's operations run one at a time, in
+//! The executor of the CPU backends: one communicator's collectives run one at a time, in
 //! submission order, like a CUDA stream. Blocking calls run on the caller's thread when
 //! nothing is queued (no thread hand-off on the latency path); async calls run on a worker
 //! thread started on first use. Any failure poisons the communicator and is reported to the
 //! peers so that they fail fast instead of waiting for their deadlines.
+//!
+//! Point-to-point operations stand apart from that stream, as gloo's and MPI's do (a posted
+//! receive must not hold up the send after it, which its peer may be waiting for: torch's
+//! `batch_isend_irecv` posts receives first). An async batch's sends go out at once, on
+//! the caller's thread (sends are eager: the transport takes the data whatever the peer is
+//! doing); its receives complete on a lane of their own, in the order they were posted,
+//! and a blocking batch takes its turn on that lane.
 
 use crate::sync::relock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -25,7 +32,7 @@ use crate::backend::peer_waits::PeerWaits;
 use crate::backend::poison::Poison;
 use crate::backend::staging;
 use crate::backend::CallOptions;
-use crate::backend::{Backend, Completion, MessageInfo, Mode, Op, Pending};
+use crate::backend::{Backend, Completion, MessageInfo, Mode, Op, P2p, Pending};
 use crate::config::ResolvedConfig;
 use crate::device::Device;
 use crate::dtype::DType;
@@ -53,6 +60,8 @@ struct Inner {
     cfg: ResolvedConfig,
     /// One operation at a time, in order; the worker's queue of asynchronous ones.
     exec: Executor<Job>,
+    /// The point-to-point lane: receives, one at a time, in the order posted.
+    p2p: Executor<Job>,
     state: Mutex<CommState>,
     /// Whether `state.poisoned` holds a failure (checked without the lock on every call).
     poisoned: AtomicBool,
@@ -156,6 +165,7 @@ impl CpuBackend {
                 rank,
                 cfg,
                 exec: Executor::new(),
+                p2p: Executor::new(),
                 state: Mutex::new(CommState::default()),
                 poisoned: AtomicBool::new(false),
                 seq: AtomicU64::new(0),
@@ -553,6 +563,55 @@ impl Inner {
         }
     }
 
+    /// The point-to-point lane's worker: the receives of async batches, in the order posted.
+    fn p2p_loop(self: Arc<Self>) {
+        while let Some(job) = self.p2p.next_job() {
+            let r = self.execute_queued(&job.op, &job.opts);
+            job.slot.complete(r);
+            self.p2p.finish_job();
+        }
+    }
+
+    /// Submits a batch of sends and receives: the sends now, on this thread; the receives
+    /// on the point-to-point lane (waited for here when `mode` is blocking).
+    fn submit_p2p(self: &Arc<Self>, ops: &[P2p], mode: Mode, opts: &CallOptions) -> Result<Arc<dyn Pending>> {
+        let (sends, recvs): (Vec<P2p>, Vec<P2p>) = ops.iter().partition(|p| matches!(p, P2p::Send { .. }));
+        if !sends.is_empty() {
+            self.execute_p2p_now(&Op::Batch(sends), opts)?;
+        }
+        if recvs.is_empty() {
+            return Ok(Slot::done(Ok(Completion::default())));
+        }
+        let op = Op::Batch(recvs);
+        if mode == Mode::Blocking {
+            let r = self.p2p.run_inline_or(
+                || self.execute(&op, opts),
+                || {
+                    self.panicked(op.kind(), "see the panic's own message");
+                },
+            );
+            return Ok(Slot::done(r));
+        }
+        let slot = Arc::new(Slot::default());
+        self.p2p.push(Job { op, opts: *opts, slot: Arc::clone(&slot) }, || {
+            let inner = Arc::clone(self);
+            std::thread::Builder::new()
+                .name(format!("oxccl-{}-p2p-r{}", self.name, self.rank))
+                .spawn(move || inner.p2p_loop())
+                .map_err(|e| Error::io("starting the communicator's point-to-point thread", &e))
+        })?;
+        Ok(slot)
+    }
+
+    /// Runs sends on this thread, outside both lanes (they wait for nothing), a panic
+    /// inside them aborting the communicator on its way to the caller.
+    fn execute_p2p_now(&self, op: &Op, opts: &CallOptions) -> Result<Completion> {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.execute(op, opts))) {
+            Ok(r) => r,
+            Err(payload) => Err(self.panicked(op.kind(), crate::sync::panic_message(&*payload))),
+        }
+    }
+
     fn split(&self, color: Option<u32>, key: i64, opts: &CallOptions) -> Result<Option<CpuBackend>> {
         let seq = self.next_seq()?;
         let n = self.ranks.len();
@@ -613,6 +672,9 @@ impl Backend for CpuBackend {
 
     unsafe fn submit(&self, op: Op, mode: Mode, opts: &CallOptions) -> Result<Arc<dyn Pending>> {
         self.inner.check_poisoned()?;
+        if let Op::Batch(ops) = &op {
+            return self.inner.submit_p2p(ops, mode, opts);
+        }
         match mode {
             Mode::Blocking => {
                 let r = self.inner.execute_blocking(&op, opts);
@@ -645,6 +707,13 @@ impl Backend for CpuBackend {
 
     unsafe fn run_blocking(&self, op: &Op, opts: &CallOptions) -> Result<Completion> {
         self.inner.check_poisoned()?;
+        if let Op::Batch(ops) = op {
+            // The receives' turn comes on the point-to-point lane, after those posted before.
+            let pending = self.inner.submit_p2p(ops, Mode::Blocking, opts)?;
+            return pending
+                .wait(None)
+                .unwrap_or_else(|| Err(Error::Internal("a blocking batch did not complete".into())));
+        }
         self.inner.execute_blocking(op, opts)
     }
 
@@ -704,10 +773,12 @@ impl Backend for CpuBackend {
 
 impl Drop for CpuBackend {
     fn drop(&mut self) {
-        if let Some(w) = self.inner.exec.shut_down() {
-            // The worker drains its queue (every operation has a deadline) and exits; a
-            // panic inside it has already been reported through the operation's slot.
-            let _ = w.join();
+        for lane in [&self.inner.exec, &self.inner.p2p] {
+            if let Some(w) = lane.shut_down() {
+                // The worker drains its queue (every operation has a deadline) and exits; a
+                // panic inside it has already been reported through the operation's slot.
+                let _ = w.join();
+            }
         }
         self.inner.transport.release(self.inner.comm_id, &self.inner.peers());
     }

@@ -7,7 +7,7 @@
 use std::time::Instant;
 
 use super::algorithms::map_transport_error;
-use super::transport::{Channel, Header, Transport};
+use super::transport::{Channel, Header, Received, Transport, TransportError};
 use crate::backend::peer_waits::PeerWaits;
 use crate::backend::{Completion, MessageInfo, P2p};
 use crate::dtype::DType;
@@ -30,6 +30,11 @@ pub struct P2pCtx<'a> {
 impl P2pCtx<'_> {
     fn peer(&self, p: usize) -> Result<usize> {
         self.ranks.get(p).copied().ok_or_else(|| Error::invalid(format!("rank {p} is not in this communicator")))
+    }
+
+    /// [`P2pCtx::peer`] for a transport wait.
+    fn transport_rank(&self, p: usize) -> Result<usize, TransportError> {
+        self.peer(p).map_err(TransportError::Other)
     }
 
     /// Runs a batch: all sends, then all receives in order.
@@ -62,45 +67,79 @@ impl P2pCtx<'_> {
                     .map_err(|e| map(e, OpKind::Send, buf.dtype, buf.count))?;
             }
         }
-        let mut received = Vec::new();
+        let (mut received, mut sources) = (Vec::new(), Vec::new());
         for op in ops {
-            if let P2p::Recv { buf, peer, tag } = op {
-                let dst: &mut [u8] = if buf.count == 0 {
-                    &mut []
-                } else {
-                    // SAFETY: the submit contract gives this operation sole use of `buf`.
-                    unsafe { std::slice::from_raw_parts_mut(buf.ptr, buf.bytes()) }
-                };
-                let (from, channel) = (self.peer(*peer)?, Channel::PointToPoint(*tag));
-                let mapped = |e| map(e, OpKind::Recv, buf.dtype, buf.count);
-                // A message already here is taken without setting up a wait.
-                let got = match self.transport.try_recv(from, self.comm_id, channel, None, dst).map_err(mapped)? {
-                    Some(got) => got,
-                    None => {
-                        let t0 = self.waits.map(|_| PeerWaits::start());
-                        let got = self
-                            .transport
-                            .recv(from, self.comm_id, channel, None, dst, self.deadline)
-                            .map_err(mapped)?;
-                        if let (Some(w), Some(t0)) = (self.waits, t0) {
-                            w.add_since(*peer, t0);
-                        }
-                        got
-                    }
-                };
-                let theirs = got.header.fingerprint;
-                let es = buf.dtype.size();
-                if theirs.dtype != buf.dtype || got.len > dst.len() || got.len % es != 0 {
-                    return Err(Error::Mismatch {
-                        peer: *peer,
-                        ours: Fingerprint::of_p2p(OpKind::Recv, self.seq, buf.dtype, buf.count),
-                        theirs,
-                    });
-                }
-                received.push(got.len / es);
+            let (buf, peer, tag) = match *op {
+                P2p::Send { .. } => continue,
+                P2p::Recv { buf, peer, tag } => (buf, Some(peer), tag),
+                P2p::RecvAny { buf, tag } => (buf, None, tag),
+            };
+            let dst: &mut [u8] = if buf.count == 0 {
+                &mut []
+            } else {
+                // SAFETY: the submit contract gives this operation sole use of `buf`.
+                unsafe { std::slice::from_raw_parts_mut(buf.ptr, buf.bytes()) }
+            };
+            let mapped = |e| map(e, OpKind::Recv, buf.dtype, buf.count);
+            let (from, got) = match peer {
+                Some(peer) => (peer, self.recv_from(peer, tag, dst).map_err(mapped)?),
+                None => self.recv_any(tag, dst).map_err(mapped)?,
+            };
+            let theirs = got.header.fingerprint;
+            let es = buf.dtype.size();
+            if theirs.dtype != buf.dtype || got.len > dst.len() || got.len % es != 0 {
+                return Err(Error::Mismatch {
+                    peer: from,
+                    ours: Fingerprint::of_p2p(OpKind::Recv, self.seq, buf.dtype, buf.count),
+                    theirs,
+                });
             }
+            received.push(got.len / es);
+            sources.push(from);
         }
-        Ok(Completion { received })
+        Ok(Completion { received, sources })
+    }
+
+    /// The next message from `peer` (a communicator rank) with `tag`, into `dst`.
+    fn recv_from(&self, peer: usize, tag: u32, dst: &mut [u8]) -> Result<Received, TransportError> {
+        let (from, channel) = (self.transport_rank(peer)?, Channel::PointToPoint(tag));
+        // A message already here is taken without setting up a wait.
+        if let Some(got) = self.transport.try_recv(from, self.comm_id, channel, None, dst)? {
+            return Ok(got);
+        }
+        let t0 = self.waits.map(|_| PeerWaits::start());
+        let got = self.transport.recv(from, self.comm_id, channel, None, dst, self.deadline)?;
+        if let (Some(w), Some(t0)) = (self.waits, t0) {
+            w.add_since(peer, t0);
+        }
+        Ok(got)
+    }
+
+    /// The next message with `tag` from any rank of the communicator, into `dst`, with its
+    /// sender's communicator rank. The first rank looked at moves on with every operation,
+    /// so that a steady sender does not starve the others.
+    fn recv_any(&self, tag: u32, dst: &mut [u8]) -> Result<(usize, Received), TransportError> {
+        let first = (self.seq % self.ranks.len().max(1) as u64) as usize;
+        let channel = Channel::PointToPoint(tag);
+        let (from, got) = self
+            .transport
+            .recv_any(self.ranks, first, self.comm_id, channel, dst, self.deadline)
+            .map_err(|e| match e {
+                // It waited on every rank: no one rank to name.
+                TransportError::Timeout { .. } => TransportError::Other(Error::Timeout {
+                    op: OpKind::Recv,
+                    seq: self.seq,
+                    peer: None,
+                    waited: self.started.elapsed(),
+                }),
+                e => e,
+            })?;
+        let peer = self.ranks.iter().position(|&r| r == from).ok_or_else(|| {
+            TransportError::Other(Error::Internal(format!(
+                "a message from rank {from}, which is not in this communicator"
+            )))
+        })?;
+        Ok((peer, got))
     }
 
     /// The first unreceived message from `peer` with `tag`, if any.

@@ -84,7 +84,8 @@ impl Cell {
 
 struct RecvSpec {
     buf: RawBufMut,
-    peer: usize,
+    /// The sender; `None` for a receive from any source, until its header is taken.
+    peer: Option<usize>,
     tag: u32,
     got: bool,
 }
@@ -117,6 +118,9 @@ struct Active {
     posted: Posted,
     staged: Staged,
     received: Vec<usize>,
+    /// The sender of each receive (`usize::MAX` for a receive from any source until its
+    /// header is taken).
+    sources: Vec<usize>,
     recv_from: usize,
 }
 
@@ -194,6 +198,31 @@ impl Shared {
 
     fn peers(&self) -> impl Iterator<Item = usize> + '_ {
         (0..self.n).filter(move |&p| p != self.rank)
+    }
+
+    /// The first header with `tag` from any rank (as `MPI_ANY_SOURCE` matches, through the
+    /// headers that announce every message), with its sender, taken from its stash; the
+    /// ranks are looked at from one that moves on with each batch (`seq`), so that a steady
+    /// sender does not starve the others. A rank that left (dropped the communicator after
+    /// its last send) is passed over; `Err(rank)` when nothing matches and every other rank
+    /// has left, so that nothing can come.
+    fn take_any(&self, st: &mut State, tag: u32, seq: u64) -> std::result::Result<Option<(usize, Msg)>, usize> {
+        let first = (seq % self.n as u64) as usize;
+        let (mut left, mut first_left) = (0, None);
+        for p in (0..self.n).map(|i| (first + i) % self.n) {
+            match side::take(&mut st.stash[p], |m| side::is_hdr(m, tag)) {
+                Ok(Some(m)) => return Ok(Some((p, m))),
+                Ok(None) => {}
+                Err(()) => {
+                    left += 1;
+                    first_left.get_or_insert(p);
+                }
+            }
+        }
+        match first_left {
+            Some(p) if self.n > 1 && left == self.n - 1 => Err(p),
+            _ => Ok(None),
+        }
     }
 
     /// Receives every side message that has arrived; notices poison at once.
@@ -288,6 +317,7 @@ impl Shared {
             posted: Posted::default(),
             staged,
             received: Vec::new(),
+            sources: Vec::new(),
             recv_from: 0,
         };
         let r = match op {
@@ -328,11 +358,13 @@ impl Shared {
                     let (copy, req) = unsafe { ops::post_send_buffered(self.comm.0, buf, peer, self.data_tag(tag))? };
                     st.outbox.push(copy, req);
                 }
-                P2p::Recv { buf, peer, tag } => recvs.push(RecvSpec { buf, peer, tag, got: false }),
+                P2p::Recv { buf, peer, tag } => recvs.push(RecvSpec { buf, peer: Some(peer), tag, got: false }),
+                P2p::RecvAny { buf, tag } => recvs.push(RecvSpec { buf, peer: None, tag, got: false }),
             }
         }
         a.recv_from = a.posted.reqs.len();
         a.received = vec![0; recvs.len()];
+        a.sources = recvs.iter().map(|r| r.peer.unwrap_or(usize::MAX)).collect();
         a.stage = if recvs.is_empty() { Stage::Running } else { Stage::Headers };
         a.body = Body::Batch(recvs);
         Ok(())
@@ -352,8 +384,8 @@ impl Shared {
         while let Some(mut a) = queue.pop_front() {
             match self.advance(st, &mut a, may_post) {
                 Ok(true) => {
-                    let received = std::mem::take(&mut a.received);
-                    a.cell.complete(Ok(Completion { received }));
+                    let (received, sources) = (std::mem::take(&mut a.received), std::mem::take(&mut a.sources));
+                    a.cell.complete(Ok(Completion { received, sources }));
                 }
                 Ok(false) => {
                     let now = Instant::now();
@@ -397,7 +429,7 @@ impl Shared {
         match &a.stage {
             Stage::Exchange(got) => (0..self.n).find(|&p| p != self.rank && got[p].is_none()),
             Stage::Headers => match &a.body {
-                Body::Batch(r) => r.iter().find(|r| !r.got).map(|r| r.peer),
+                Body::Batch(r) => r.iter().find(|r| !r.got).and_then(|r| r.peer),
                 _ => None,
             },
             Stage::Running => ops::waiting_on(&a.posted),
@@ -468,11 +500,19 @@ impl Shared {
                             continue;
                         }
                         let tag = r.tag;
-                        let m = match side::take(&mut st.stash[r.peer], |m| side::is_hdr(m, tag)) {
-                            Ok(Some(m)) => m,
-                            Ok(None) => return Ok(false),
-                            Err(()) => return Err(self.lost(r.peer, &a.fp)),
+                        let (peer, m) = match r.peer {
+                            Some(peer) => match side::take(&mut st.stash[peer], |m| side::is_hdr(m, tag)) {
+                                Ok(Some(m)) => (peer, m),
+                                Ok(None) => return Ok(false),
+                                Err(()) => return Err(self.lost(peer, &a.fp)),
+                            },
+                            None => match self.take_any(st, tag, a.fp.seq) {
+                                Ok(Some(found)) => found,
+                                Ok(None) => return Ok(false),
+                                Err(peer) => return Err(self.lost(peer, &a.fp)),
+                            },
                         };
+                        r.peer = Some(peer);
                         let hdr = side::decode_hdr(&m);
                         let dtype = hdr.dtype;
                         let count = usize::try_from(hdr.count).unwrap_or(usize::MAX);
@@ -492,14 +532,15 @@ impl Shared {
                                 count: hdr.count,
                                 ..ours
                             };
-                            return Err(Error::Mismatch { peer: r.peer, ours, theirs });
+                            return Err(Error::Mismatch { peer, ours, theirs });
                         }
                         // SAFETY: the submit contract keeps `r.buf` valid until completion;
                         // count <= its length.
                         unsafe {
-                            ops::post_recv(&mut a.posted, self.comm.0, r.buf, count, r.peer, self.data_tag(r.tag))?
+                            ops::post_recv(&mut a.posted, self.comm.0, r.buf, count, peer, self.data_tag(r.tag))?
                         };
                         a.received[i] = count;
+                        a.sources[i] = peer;
                         r.got = true;
                     }
                     a.stage = Stage::Running;
@@ -584,6 +625,7 @@ impl Shared {
                 posted: Posted::default(),
                 staged: Staged::default(),
                 received: Vec::new(),
+                sources: Vec::new(),
                 recv_from: 0,
             };
             let msg = side::split_msg(&fp, color, key);

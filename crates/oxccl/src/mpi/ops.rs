@@ -91,7 +91,7 @@ pub(crate) fn check_limits(op: &Op) -> Result<()> {
         Op::Barrier => Ok(()),
         Op::Batch(ops) => ops.iter().try_for_each(|p| match p {
             P2p::Send { buf, .. } => chk("send", buf.count),
-            P2p::Recv { buf, .. } => chk("recv", buf.count),
+            P2p::Recv { buf, .. } | P2p::RecvAny { buf, .. } => chk("recv", buf.count),
         }),
     }
 }

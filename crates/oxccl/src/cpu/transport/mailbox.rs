@@ -338,6 +338,90 @@ impl Mailbox {
         }
     }
 
+    /// Takes the next frame on `(comm_id, channel)` from any of `peers` (point-to-point
+    /// traffic), waiting until `deadline`; copies the payload into `buf` when it fits.
+    /// Returns the source with the frame. Sources are looked at from `peers[first]` on, so
+    /// that a caller that rotates `first` serves every sender in turn; frames from one
+    /// source are taken in order.
+    ///
+    /// With nothing queued from any of them the wait ends on: a local abort; a failure
+    /// notice from any of them, or a setup-stage one (the message may have been coming from
+    /// the rank that failed, as `MPI_ANY_SOURCE` receives fail under ULFM); a source that is
+    /// gone; every source other than this endpoint having closed the communicator.
+    ///
+    /// # Errors
+    /// `Timeout` at the deadline (naming `peers[first]`); the others as [`Mailbox::recv`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn recv_any(
+        &self,
+        me: usize,
+        peers: &[usize],
+        first: usize,
+        comm_id: u64,
+        channel: Channel,
+        buf: &mut [u8],
+        deadline: Instant,
+    ) -> Result<(usize, Received), TransportError> {
+        let Some(&named) = peers.get(first % peers.len().max(1)) else {
+            return Err(TransportError::Other(Error::invalid("a receive from any source with no sources")));
+        };
+        let mut st = self.lock();
+        loop {
+            if let Some((src, frame)) = self.take_any(&mut st, me, peers, first, comm_id, channel)? {
+                drop(st);
+                return Ok((src, self.copy_out(frame, buf)));
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(TransportError::Timeout { peer: named });
+            }
+            st.waiting += 1;
+            st = self.arrived.wait_timeout(st, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
+            st.waiting -= 1;
+        }
+    }
+
+    /// The frame [`Mailbox::recv_any`] takes now, if any, with its source; the failure that
+    /// ends its wait when none is queued.
+    fn take_any(
+        &self,
+        st: &mut State,
+        me: usize,
+        peers: &[usize],
+        first: usize,
+        comm_id: u64,
+        channel: Channel,
+    ) -> Result<Option<(usize, Frame)>, TransportError> {
+        let n = peers.len();
+        let lost = peers.iter().find_map(|p| st.lost.get(p).map(|d| (*p, d.clone())));
+        let cb = st.comms.entry(comm_id).or_default();
+        if let Some(reason) = &cb.aborted {
+            return Err(TransportError::Aborted(reason.clone()));
+        }
+        for src in (0..n).map(|i| peers[(first + i) % n]) {
+            let Some(q) = cb.queues.get_mut(&src) else { continue };
+            if let Some(frame) = q.iter().position(|f| f.header.channel == channel).and_then(|pos| q.remove(pos)) {
+                self.count_queued(|q| q.saturating_sub(1));
+                return Ok(Some((src, frame)));
+            }
+        }
+        if let Some(f) = cb.failed.iter().find(|f| f.at == Stage::Setup || peers.contains(&f.src)) {
+            return Err(TransportError::PeerFailed { peer: f.src, error: f.error.clone() });
+        }
+        if let Some((peer, detail)) = lost {
+            return Err(TransportError::PeerLost { peer, detail });
+        }
+        let mut others = peers.iter().copied().filter(|&p| p != me);
+        let some_other = others.clone().next();
+        if let (Some(peer), true) = (some_other, others.all(|p| cb.closed.contains(&p))) {
+            return Err(TransportError::PeerLost {
+                peer,
+                detail: "every rank that could send closed this communicator (dropped it, or its process ended)".into(),
+            });
+        }
+        Ok(None)
+    }
+
     /// Records a wait on `peer` for `comm_id` that does not go through [`Mailbox::recv`] (a
     /// caller sleeping on a socket), for [`Mailbox::waiting_on`]; [`Mailbox::end_wait`]
     /// removes it.
@@ -562,6 +646,82 @@ mod tests {
             Ok(_) => None,
             Err(e) => panic!("unexpected {e:?}"),
         }
+    }
+
+    fn p2p(tag: u32, seq: u64) -> Header {
+        Header { channel: Channel::PointToPoint(tag), ..header(seq) }
+    }
+
+    /// `recv_any` over ranks 0..4 (this endpoint is 0), from `first`, within 20 ms.
+    fn any(mb: &Mailbox, first: usize, tag: u32) -> Result<(usize, u64), TransportError> {
+        let deadline = Instant::now() + Duration::from_millis(20);
+        let mut buf = [0u8; 4];
+        let (src, got) = mb.recv_any(0, &[0, 1, 2, 3], first, COMM, Channel::PointToPoint(tag), &mut buf, deadline)?;
+        Ok((src, got.header.fingerprint.seq))
+    }
+
+    #[test]
+    fn a_receive_from_any_source_serves_senders_in_turn_and_each_in_order() {
+        let mb = Mailbox::new();
+        for seq in 0..2 {
+            for src in [1, 3] {
+                mb.deliver(src, p2p(5, 10 * src as u64 + seq), vec![1]);
+            }
+        }
+        mb.deliver(2, p2p(6, 99), vec![1]);
+        // From rank 2 on: rank 2's frame has another tag, so rank 3 comes first.
+        assert_eq!(any(&mb, 2, 5).unwrap(), (3, 30));
+        assert_eq!(any(&mb, 1, 5).unwrap(), (1, 10));
+        assert_eq!(any(&mb, 3, 5).unwrap(), (3, 31));
+        assert_eq!(any(&mb, 0, 5).unwrap(), (1, 11));
+        assert!(matches!(any(&mb, 0, 5), Err(TransportError::Timeout { peer: 0 })));
+        assert_eq!(any(&mb, 0, 6).unwrap(), (2, 99));
+        assert_eq!(mb.queued.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn a_receive_from_any_source_wakes_for_a_frame_from_another_thread() {
+        let mb = std::sync::Arc::new(Mailbox::new());
+        let sender = {
+            let mb = std::sync::Arc::clone(&mb);
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(5));
+                mb.deliver(2, p2p(5, 7), vec![9]);
+            })
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut buf = [0u8; 1];
+        let (src, got) = mb.recv_any(0, &[0, 1, 2], 0, COMM, Channel::PointToPoint(5), &mut buf, deadline).unwrap();
+        sender.join().unwrap();
+        assert_eq!((src, got.len, buf), (2, 1, [9]));
+    }
+
+    #[test]
+    fn a_receive_from_any_source_ends_when_any_sender_fails_or_is_lost() {
+        // A frame already queued is still taken; then the failure ends the wait.
+        let mb = Mailbox::new();
+        mb.deliver(1, p2p(5, 0), vec![1]);
+        mb.fail(COMM, 3, Stage::Collective(8), Error::invalid("rank 3 broke"));
+        assert_eq!(any(&mb, 0, 5).unwrap(), (1, 0));
+        assert!(matches!(any(&mb, 0, 5), Err(TransportError::PeerFailed { peer: 3, .. })));
+        let mb = Mailbox::new();
+        mb.lose(2, "connection reset");
+        assert!(matches!(any(&mb, 0, 5), Err(TransportError::PeerLost { peer: 2, .. })));
+        let mb = Mailbox::new();
+        mb.abort(COMM, "stop");
+        assert!(matches!(any(&mb, 0, 5), Err(TransportError::Aborted(_))));
+    }
+
+    #[test]
+    fn a_receive_from_any_source_waits_while_one_sender_remains() {
+        let mb = Mailbox::new();
+        mb.close(COMM, 1);
+        mb.close(COMM, 2);
+        // Rank 3 may still send.
+        assert!(matches!(any(&mb, 0, 5), Err(TransportError::Timeout { .. })));
+        mb.close(COMM, 3);
+        // Only this endpoint is left (it cannot send while it waits).
+        assert!(matches!(any(&mb, 0, 5), Err(TransportError::PeerLost { .. })));
     }
 
     #[test]

@@ -106,6 +106,21 @@ impl Transport for MemoryTransport {
         )
     }
 
+    fn recv_any(
+        &self,
+        peers: &[usize],
+        first: usize,
+        comm_id: u64,
+        channel: Channel,
+        buf: &mut [u8],
+        deadline: Instant,
+    ) -> Result<(usize, Received), TransportError> {
+        for &p in peers {
+            self.mailbox(p)?;
+        }
+        self.mailbox(self.rank)?.recv_any(self.rank, peers, first, comm_id, channel, buf, deadline)
+    }
+
     fn probe(
         &self,
         peer: usize,

@@ -189,6 +189,24 @@ pub trait Transport: Send + Sync + 'static {
         deadline: Instant,
     ) -> Result<Received, TransportError>;
 
+    /// Receives the next frame on `(comm_id, channel)` from whichever of `peers` sent one
+    /// first (a receive from any source), as [`Transport::recv`] receives it, and returns
+    /// its source. Sources are looked at from `peers[first]` on (a caller that rotates
+    /// `first` serves every sender in turn); frames from one source keep their order.
+    ///
+    /// # Errors
+    /// `Timeout` at `deadline`; `Aborted`; `PeerFailed` or `PeerLost` when any of `peers`
+    /// failed or is gone and nothing is queued (the message may have been coming from it).
+    fn recv_any(
+        &self,
+        peers: &[usize],
+        first: usize,
+        comm_id: u64,
+        channel: Channel,
+        buf: &mut [u8],
+        deadline: Instant,
+    ) -> Result<(usize, Received), TransportError>;
+
     /// The next frame on `(comm_id, channel)` from `peer` if it is already here, taken as
     /// [`Transport::recv`] takes it; `None`, having waited for nothing and read no clock,
     /// when it is not (it may still be in a link on its way: `recv` looks there). The

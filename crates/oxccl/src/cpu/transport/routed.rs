@@ -319,6 +319,23 @@ impl Transport for RoutedTransport {
         self.mailbox.try_recv_queued(peer, comm_id, channel, at, buf)
     }
 
+    fn recv_any(
+        &self,
+        peers: &[usize],
+        first: usize,
+        comm_id: u64,
+        channel: Channel,
+        buf: &mut [u8],
+        deadline: Instant,
+    ) -> Result<(usize, Received), TransportError> {
+        for &p in peers {
+            self.check_peer(p)?;
+        }
+        // No caller-driven progress here: the frame may come by any link, and every link
+        // delivers by itself (the shared-memory progress thread, the TCP readers).
+        self.mailbox.recv_any(self.rank(), peers, first, comm_id, channel, buf, deadline)
+    }
+
     fn exchange(
         &self,
         to: usize,

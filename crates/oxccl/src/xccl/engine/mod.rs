@@ -646,6 +646,15 @@ impl Backend for Engine {
     unsafe fn submit(&self, op: Op, mode: Mode, opts: &CallOptions) -> Result<Arc<dyn Pending>> {
         let i = &self.inner;
         i.poisoned()?;
+        if let Op::Batch(ops) = &op {
+            if ops.iter().any(|p| matches!(p, crate::backend::P2p::RecvAny { .. })) {
+                return Err(Error::invalid(format!(
+                    "the {} backend receives from a named rank: NCCL has no receive from any source (torch's NCCL \
+                     backend refuses it too); pass the sender's rank, or receive on a host communicator (cpu)",
+                    self.name()
+                )));
+            }
+        }
         let (op, staged) = match self.route(&op)? {
             Route::Device => (op, None),
             // SAFETY: forwarded from our caller.

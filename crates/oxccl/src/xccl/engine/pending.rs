@@ -122,7 +122,7 @@ impl GpuPending {
     fn completed(issued: &Issued) -> Result<Completion> {
         match &issued.error {
             Some(e) => Err(e.clone()),
-            None => Ok(Completion { received: issued.received.clone() }),
+            None => Ok(Completion { received: issued.received.clone(), sources: Vec::new() }),
         }
     }
 }

@@ -120,6 +120,11 @@ impl Inner {
                             recvs.push(Copy { host: buf.ptr, device: d, bytes: buf.bytes() });
                             P2p::Recv { buf: RawBufMut { ptr: d as *mut u8, device: dev, ..buf }, peer, tag }
                         }
+                        P2p::RecvAny { buf, tag } => {
+                            let d = map.find(buf.ptr, buf.bytes()).unwrap_or(0);
+                            recvs.push(Copy { host: buf.ptr, device: d, bytes: buf.bytes() });
+                            P2p::RecvAny { buf: RawBufMut { ptr: d as *mut u8, device: dev, ..buf }, tag }
+                        }
                     })
                     .collect(),
             ),
