@@ -167,16 +167,34 @@ class Communicator:
         """Returns once every rank has entered it."""
         self._c.barrier()
 
-    def send(self, buf, peer, tag=0):
-        """Sends ``buf`` to ``peer`` (returns once it is on its way)."""
+    def send(self, buf, peer, tag=0, async_op=False):
+        """Sends ``buf`` to ``peer`` (returns once it is on its way). With ``async_op=True``
+        returns a :class:`Work` (don't change ``buf`` until it completes)."""
         d, keep = _describe(buf, False, "buf")
+        if async_op:
+            return self._c.start_send(d, peer, tag, keep)
         self._c.send(d, peer, tag)
 
-    def recv(self, buf, peer, tag=0):
+    def recv(self, buf, peer=None, tag=0, async_op=False):
         """Receives a message from ``peer`` with ``tag`` into ``buf``; returns its length in
-        elements (at most ``len(buf)``)."""
+        elements (at most ``len(buf)``). Without ``peer``, from whichever rank sends one
+        first, and returns ``(source, count)``. With ``async_op=True`` returns a
+        :class:`Work` at once, whose ``wait()`` returns ``(source, count)``. Receives
+        complete in the order they were posted; messages from one rank with one tag arrive
+        in the order they were sent."""
         d, keep = _describe(buf, True, "buf")
+        if async_op:
+            if peer is None:
+                return self._c.start_recv_any(d, tag, keep)
+            return self._c.start_recv(d, peer, tag, keep)
+        if peer is None:
+            return self._c.recv_any(d, tag)
         return self._c.recv(d, peer, tag)
+
+    def probe(self, peer, tag=0):
+        """The first message from ``peer`` with ``tag`` not yet received, if one has
+        arrived: ``(dtype name, element count)``; None otherwise. Never blocks."""
+        return self._c.probe(peer, tag)
 
     def split(self, color, key=0):
         """The communicator of the ranks that pass the same ``color`` (None: not a member,

@@ -25,25 +25,56 @@ cannot be loaded, or ``OXCCL_BACKEND`` names a host backend (``cpu``), CUDA tens
 host memory by the cpu communicator instead (copies ordered after the default stream's work,
 pipelined for large ones), with one warning. Point-to-point and barrier always run on the cpu
 communicator: a pair of ranks cannot make a group-wide communicator on its own.
+
+The group is a ``torch.distributed.ProcessGroup`` subclass, so torch's functions call its
+methods and get its works directly (``is_completed()``, ``result()``, ``exception()`` and
+``get_future()`` answer on every operation; a Python ``Backend``'s works reach the caller
+through torch's C++ ``PyWorkHolder``, which answers only ``wait()`` and ``get_future()``). It
+also registers, for ``cpu`` and ``cuda``, a Backend that forwards to it, so that every path
+that looks a group's backend up by device (``_device_types``, ``monitored_barrier``'s check,
+C++ code asking for the device's backend) finds it, in subgroups too.
+
+Point-to-point: ``isend``/``irecv`` start at once and complete independently of the
+collectives (receives complete in the order posted), so ``batch_isend_irecv`` may post
+receives before sends. ``recv``/``irecv`` without ``src`` receive from any rank; torch reads the
+sender from the work's ``_source_rank()``, which a Python backend's works cannot carry through
+torch's C++ layer, so importing this module makes ``torch.distributed.irecv`` return oxccl's
+own work for such a receive on an oxccl group (every other call goes to torch's function
+unchanged).
+
+``monitored_barrier``: rank 0 waits for every rank's check-in until the timeout and names the
+ranks that did not come ("Rank 1 failed to pass monitoredBarrier ...", all of them with
+``wait_all_ranks``); the others wait for rank 0's answer and fail if it reports a failure or
+does not come. Its messages use tags from ``MONITORED_BARRIER_TAG`` up, which user
+point-to-point should not use.
+
+Sparse (COO) tensors: ``all_reduce`` with SUM gathers every rank's indices and values and sums
+duplicates, as gloo does; the result replaces the tensor's contents (coalesced).
 """
 
 import queue
 import secrets
 import threading
+import time
 import warnings
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+import torch.distributed.distributed_c10d as _c10d
+from torch._C._distributed_c10d import Backend as _C10dBackend
 from torch._C._distributed_c10d import _create_work_from_future
 from torch.futures import Future
 
 from . import Communicator, _describe
 from ._oxccl import configured_backend as _configured_backend
 from ._oxccl import init_store as _init_store
-from .errors import BackendUnavailableError, InvalidArgumentError
+from .errors import BackendUnavailableError, InvalidArgumentError, OxcclError
 
 BACKEND = "oxccl"
+
+# The tags of monitored_barrier's messages: this one plus the call's number (mod 2^16).
+MONITORED_BARRIER_TAG = 0xFFFF0000
 
 _OPS = {
     dist.ReduceOp.SUM: "sum",
@@ -139,7 +170,16 @@ class ProcessGroupOxccl(dist.ProcessGroup):
         self._c = comm._c
         self._name = None
         self._desc = "undefined"
+        # The group's backend for each device, as torch's own groups have them.
+        self._device_backend = _DeviceBackend(self)
+        custom = dist.ProcessGroup.BackendType.CUSTOM
+        self._set_default_backend(custom)
+        for device in ("cpu", "cuda"):
+            self._register_backend(torch.device(device), custom, self._device_backend)
         self._completer = _Completer()
+        # Point-to-point completes apart from the collectives (a receive waits for its peer).
+        self._p2p_completer = _Completer()
+        self._monitored = 0
         self._bootstrap = bootstrap
         # CUDA tensors' communicator, once made: (raw communicator or None for staging,
         # its device), and its views ordered after each torch stream met.
@@ -216,6 +256,10 @@ class ProcessGroupOxccl(dist.ProcessGroup):
     # --- collectives ----------------------------------------------------------------
     def allreduce(self, tensors, opts=None):
         op = _op(opts) if opts is not None else "sum"
+        if any(t.is_sparse for t in tensors):
+            for t in tensors:
+                self._sparse_all_reduce(t, op)
+            return _done(tensors)
         if _async(opts) and len(tensors) == 1:
             d, keep = _describe(tensors[0], True, "tensor")
             return self._completer.submit(self._on(tensors[0]).start_all_reduce(d, op, keep), tensors)
@@ -226,6 +270,68 @@ class ProcessGroupOxccl(dist.ProcessGroup):
 
     def allreduce_coalesced(self, tensors, opts=None):
         return self.allreduce(tensors, opts)
+
+    def _sparse_all_reduce(self, t, op):
+        """All-reduce (SUM) of a sparse COO tensor, as gloo does it: every rank's indices
+        and values are gathered (padded to the largest count), summed where they repeat,
+        and the result replaces ``t``'s contents."""
+        if op != "sum":
+            raise InvalidArgumentError(f"all_reduce of a sparse tensor supports SUM only, not {op}")
+        if t.layout != torch.sparse_coo:
+            raise InvalidArgumentError(f"all_reduce of sparse tensors supports the COO layout, not {t.layout}")
+        mine = t.coalesce()
+        indices, values = mine.indices().contiguous(), mine.values().contiguous()
+        n = self.size()
+        nnz = torch.tensor([indices.shape[1]], dtype=torch.int64)
+        counts = torch.empty(n, dtype=torch.int64)
+        self._allgather_flat(nnz, counts)
+        top = int(counts.max())
+        idx = torch.zeros((indices.shape[0], top), dtype=torch.int64)
+        idx[:, : indices.shape[1]] = indices
+        val = torch.zeros((top,) + tuple(values.shape[1:]), dtype=values.dtype)
+        val[: values.shape[0]] = values
+        all_idx = torch.empty((n,) + tuple(idx.shape), dtype=torch.int64)
+        all_val = torch.empty((n,) + tuple(val.shape), dtype=values.dtype)
+        self._allgather_flat(idx, all_idx)
+        self._allgather_flat(val, all_val)
+        parts_i = [all_idx[r][:, : int(counts[r])] for r in range(n)]
+        parts_v = [all_val[r][: int(counts[r])] for r in range(n)]
+        total = torch.sparse_coo_tensor(torch.cat(parts_i, 1), torch.cat(parts_v, 0), t.shape).coalesce()
+        t.copy_(total)
+
+    def _allgather_flat(self, inp, out):
+        """All-gather of contiguous host tensors (``out`` holds every rank's ``inp``)."""
+        i, k1 = _describe(_flat(inp), False, "input")
+        o, k2 = _describe(_flat(out), True, "output")
+        self._c.all_gather(i, o)
+
+    def allgather_coalesced(self, output_lists, input_list, opts=None):
+        """``all_gather_coalesced``: rank r's i-th input lands in ``output_lists[r][i]``.
+        The inputs go as one flat all-gather (one dtype, as gloo requires)."""
+        n = self.size()
+        if len(output_lists) != n:
+            raise InvalidArgumentError(f"all_gather_coalesced: {len(output_lists)} output lists for {n} ranks")
+        dtypes = {t.dtype for t in input_list}
+        if len(dtypes) > 1:
+            raise InvalidArgumentError(f"all_gather_coalesced: the inputs have several dtypes {sorted(map(str, dtypes))}")
+        for r, outs in enumerate(output_lists):
+            if len(outs) != len(input_list) or any(o.numel() != i.numel() for o, i in zip(outs, input_list)):
+                raise InvalidArgumentError(f"all_gather_coalesced: output list {r} does not match the inputs' sizes")
+        if not input_list:
+            return _done(output_lists)
+        real = [torch.view_as_real(t) if t.is_complex() else t for t in input_list]
+        flat = torch.cat([t.reshape(-1) for t in real])
+        out = _empty(n * flat.numel(), flat)
+        i, k1 = _describe(flat, False, "input")
+        o, k2 = _describe(out, True, "output")
+        self._on(flat).all_gather(i, o)
+        for r, outs in enumerate(output_lists):
+            at = r * flat.numel()
+            for o, t in zip(outs, real):
+                block = out[at : at + t.numel()].view_as(t)
+                o.copy_(torch.view_as_complex(block) if o.is_complex() else block)
+                at += t.numel()
+        return _done(output_lists)
 
     def reduce(self, tensors, opts):
         op, root = _op(opts), opts.rootRank
@@ -396,24 +502,49 @@ class ProcessGroupOxccl(dist.ProcessGroup):
     def _end_coalescing(self, device=None):
         return _done([])
 
+    # --- point-to-point: started at once, completed apart from the collectives -------
+    def _p2p(self, tensors, start):
+        """Starts ``start(desc, keep)`` on every tensor; the work completes with them all."""
+        works = []
+        for t in tensors:
+            d, keep = _describe(_flat(t), True, "tensor")
+            works.append(start(d, keep))
+        return works
+
+    def send(self, tensors, dst_rank, tag=0):
+        works = self._p2p(tensors, lambda d, keep: self._c.start_send(d, dst_rank, tag, keep))
+        return self._p2p_completer.submit(works, tensors)
+
+    def recv(self, tensors, src_rank, tag=0):
+        works = self._p2p(tensors, lambda d, keep: self._c.start_recv(d, src_rank, tag, keep))
+        return self._p2p_completer.submit(works, tensors)
+
     def recv_anysource(self, tensors, tag=0):
-        raise InvalidArgumentError("the oxccl backend receives from a named rank; pass src to recv")
+        # The sender cannot travel back through torch's C++ work; `dist.irecv` on an oxccl
+        # group returns `_AnySourceWork` instead (see `_irecv`).
+        return self._p2p_completer.submit(self._start_recv_any(tensors, tag), tensors)
+
+    def _start_recv_any(self, tensors, tag):
+        if len(tensors) != 1:
+            raise InvalidArgumentError(f"a receive from any source takes one tensor, not {len(tensors)}")
+        return self._p2p(tensors, lambda d, keep: self._c.start_recv_any(d, tag, keep))
 
     def barrier(self, opts=None):
         self._c.barrier()
         return _done([])
 
-    def send(self, tensors, dst_rank, tag=0):
-        for t in tensors:
-            d, keep = _describe(_flat(t), False, "tensor")
-            self._c.send(d, dst_rank, tag)
-        return _done(tensors)
-
-    def recv(self, tensors, src_rank, tag=0):
-        for t in tensors:
-            d, keep = _describe(_flat(t), True, "tensor")
-            self._c.recv(d, src_rank, tag)
-        return _done(tensors)
+    def monitored_barrier(self, opts=None, wait_all_ranks=False):
+        """gloo's monitored barrier (see the module text): rank 0 names the ranks that did not
+        check in before the timeout (``opts``: a timedelta, as torch's function passes it, or
+        BarrierOptions, as its C++ layer does)."""
+        timeout = opts if isinstance(opts, timedelta) else getattr(opts, "timeout", None)
+        seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else self._comm.timeout
+        if seconds < 0:
+            seconds = self._comm.timeout
+        tag = MONITORED_BARRIER_TAG + (self._monitored % 0x10000)
+        self._monitored += 1
+        _monitored_barrier(self._c, self.rank(), self.size(), tag, seconds, wait_all_ranks)
+        return _done([])
 
     def abort(self):
         why = "torch.distributed aborted the process group"
@@ -423,8 +554,182 @@ class ProcessGroupOxccl(dist.ProcessGroup):
 
     def shutdown(self):
         """torch's destroy_process_group: the async operations already started complete,
-        and the helper thread that completes them ends."""
+        and the helper threads that complete them end."""
         self._completer.close()
+        self._p2p_completer.close()
+
+
+class _DeviceBackend(_C10dBackend):
+    """The Backend a ProcessGroupOxccl registers for its devices: every operation goes to
+    the group's own method (for torch code that reaches a group's work through the device's
+    backend)."""
+
+    def __init__(self, pg):
+        super().__init__(pg.rank(), pg.size())
+        self._pg = pg
+
+    def getBackendName(self):
+        return BACKEND
+
+
+for _name in ("allreduce", "allreduce_coalesced", "reduce", "broadcast", "allgather", "_allgather_base",
+              "allgather_coalesced", "allgather_into_tensor_coalesced", "reduce_scatter", "_reduce_scatter_base",
+              "reduce_scatter_tensor_coalesced", "alltoall_base", "alltoall", "gather", "scatter", "send", "recv",
+              "recv_anysource", "barrier", "monitored_barrier", "abort", "shutdown"):
+    setattr(_DeviceBackend, _name, lambda self, *a, _n=_name, **k: getattr(self._pg, _n)(*a, **k))
+
+
+def _poll(seconds, ready):
+    """Calls ``ready()`` until it is true or ``seconds`` have passed; whether it became true."""
+    deadline = time.monotonic() + seconds
+    pause = 0.0001
+    while True:
+        if ready():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+        pause = min(pause * 2, 0.01)
+
+
+def _has(c, peer, tag):
+    """Whether ``peer``'s message with ``tag`` has arrived; a rank that is gone has not."""
+    try:
+        return c.probe(peer, tag) is not None
+    except OxcclError:
+        return False
+
+
+def _monitored_barrier(c, rank, n, tag, seconds, wait_all_ranks):
+    """The monitored barrier's protocol on raw communicator ``c``: every rank checks in with
+    rank 0 (a 1-element message), rank 0 waits for them until ``seconds`` have passed (by
+    probing, which fails nothing: a late rank's message stays unread under this call's tag)
+    and answers each rank that came with 1 (every rank passed) or 0 (some did not)."""
+    ms = int(seconds * 1000)
+    if rank != 0:
+        one = torch.ones(1, dtype=torch.int32)
+        answer = torch.zeros(1, dtype=torch.int32)
+        try:
+            d, keep = _describe(one, False, "check-in")
+            c.send(d, 0, tag)
+            came = _poll(seconds, lambda: _has(c, 0, tag))
+            if came:
+                d, keep = _describe(answer, True, "answer")
+                c.recv(d, 0, tag)
+            why = "it did not answer in time" if not came else "it reported ranks that did not arrive"
+        except OxcclError as e:
+            came, why = False, str(e)
+        if not came or int(answer[0]) != 1:
+            raise RuntimeError(
+                f"Rank {rank} successfully reached monitoredBarrier, but received errors while waiting for "
+                f"send/recv from rank 0 ({why}). Please check rank 0 logs for faulty rank.")
+        return
+    start = time.monotonic()
+    arrived, missing, error = set(), [], None
+    for r in range(1, n):
+        left = seconds - (time.monotonic() - start)
+        if left <= 0 and not wait_all_ranks and not _has(c, r, tag):
+            done = ", ".join(map(str, sorted(arrived))) or "none"
+            error = (f"Rank {rank} timed out in monitoredBarrier after {ms} ms. Ranks that arrived: {done}; "
+                     f"rank {r} and the ranks after it were not waited for")
+            break
+        if _poll(max(left, 0.0), lambda: _has(c, r, tag)):
+            arrived.add(r)
+        elif wait_all_ranks:
+            missing.append(r)
+        else:
+            error = f"Rank {r} failed to pass monitoredBarrier in {ms} ms"
+            break
+    if missing:
+        error = f"Ranks {', '.join(map(str, missing))} failed to pass monitoredBarrier in {ms} ms"
+    # Every rank that has checked in by now hears the verdict at once.
+    arrived |= {r for r in range(1, n) if r not in arrived and _has(c, r, tag)}
+    answer = torch.tensor([0 if error else 1], dtype=torch.int32)
+    for r in sorted(arrived):
+        got = torch.zeros(1, dtype=torch.int32)
+        d, keep = _describe(got, True, "check-in")
+        c.recv(d, r, tag)
+        d, keep = _describe(answer, False, "answer")
+        c.send(d, r, tag)
+    if error:
+        raise RuntimeError(error)
+
+
+class _AnySourceWork(dist.Work):
+    """The work ``dist.irecv`` returns for a receive from any source on an oxccl group: it
+    knows its sender once complete (``_source_rank()``, a group rank, as torch expects)."""
+
+    def __init__(self, works, tensors):
+        super().__init__()
+        self._works, self._tensors = works, tensors
+        self._source = None
+        self._error = None
+        self._fut = Future()
+        self._lock = threading.Lock()
+
+    def _finish(self):
+        with self._lock:
+            if self._fut.done():
+                if self._error is not None:
+                    raise self._error
+                return
+            try:
+                for w in self._works:
+                    got = w.wait()
+                    if got is not None:
+                        self._source = got[0]
+            except BaseException as e:
+                self._error = e
+                self._fut.set_exception(e)
+                raise
+            self._fut.set_result(self._tensors)
+
+    def wait(self, timeout=None):
+        self._finish()
+        return True
+
+    def is_completed(self):
+        return self._fut.done() or all(w.is_completed() for w in self._works)
+
+    def is_success(self):
+        return self._fut.done() and self._error is None
+
+    def exception(self):
+        return self._error
+
+    def result(self):
+        self._finish()
+        return self._tensors
+
+    def get_future(self):
+        return self._fut
+
+    def _source_rank(self):
+        self._finish()
+        return self._source
+
+    source_rank = _source_rank
+
+
+def _irecv_for(torch_irecv):
+    """``torch.distributed.irecv`` that, for a receive from any source on an oxccl group,
+    returns an ``_AnySourceWork`` (whose ``_source_rank()`` works); else torch's own."""
+
+    def irecv(tensor, src=None, group=None, tag=0, group_src=None):
+        if src is None and group_src is None and not _c10d._rank_not_in_group(group):
+            pg = _c10d._group_or_default_group(group)
+            try:
+                backend = pg._get_backend(tensor.device)
+            except RuntimeError:
+                backend = None
+            if isinstance(backend, ProcessGroupOxccl):
+                t = torch.view_as_real(tensor) if tensor.is_complex() else tensor
+                return _AnySourceWork(backend._start_recv_any([t], tag), [tensor])
+        return torch_irecv(tensor, src=src, group=group, tag=tag, group_src=group_src)
+
+    irecv.__doc__ = torch_irecv.__doc__
+    irecv._oxccl = True
+    return irecv
 
 
 def _cuda_backend(configured, rocm):
@@ -480,5 +785,10 @@ def _create(store, rank, world_size, timeout):
 
 
 dist.Backend.register_backend(BACKEND, _create, devices=["cpu", "cuda"])
+
+if not getattr(_c10d.irecv, "_oxccl", False):
+    # torch.distributed.recv calls distributed_c10d's irecv: both names are replaced.
+    _c10d.irecv = _irecv_for(_c10d.irecv)
+    dist.irecv = _c10d.irecv
 
 __all__ = ["ProcessGroupOxccl", "BACKEND"]

@@ -188,22 +188,55 @@ fn reduce_op(name: &str) -> PyResult<ReduceOp> {
 
 /// An operation in flight, whatever it hands back (its buffers, dropped when it completes).
 trait InFlight: Send {
-    /// Waits for completion; the operation's error if it failed.
-    fn wait(&mut self) -> oxccl::Result<()>;
+    /// Waits for completion; the operation's error if it failed. A receive says who sent
+    /// its message and how many elements came (`(source, count)`); other operations, `None`.
+    fn wait(&mut self) -> oxccl::Result<Option<(usize, usize)>>;
     /// Whether it has completed (never blocks).
     fn is_completed(&self) -> bool;
 }
 
 impl<K: Send> InFlight for Option<oxccl::OwnedWork<K>> {
-    fn wait(&mut self) -> oxccl::Result<()> {
+    fn wait(&mut self) -> oxccl::Result<Option<(usize, usize)>> {
         match self.take() {
-            Some(w) => w.wait().map(drop),
-            None => Ok(()),
+            Some(w) => w.wait().map(|_| None),
+            None => Ok(None),
         }
     }
 
     fn is_completed(&self) -> bool {
         self.as_ref().is_none_or(|w| w.is_completed())
+    }
+}
+
+/// A receive from any source in flight.
+struct ReceivingAny<B>(Option<oxccl::OwnedWork<(B, oxccl::MessageInfo)>>);
+
+impl<B: Send> InFlight for ReceivingAny<B> {
+    fn wait(&mut self) -> oxccl::Result<Option<(usize, usize)>> {
+        match self.0.take() {
+            Some(w) => w.wait().map(|(_, info)| Some((info.source, info.count))),
+            None => Ok(None),
+        }
+    }
+
+    fn is_completed(&self) -> bool {
+        self.0.as_ref().is_none_or(|w| w.is_completed())
+    }
+}
+
+/// A receive from a named rank in flight (its rank and count are known once it completes).
+struct Receiving<B>(Option<oxccl::OwnedWork<(B, usize)>>, usize);
+
+impl<B: Send> InFlight for Receiving<B> {
+    fn wait(&mut self) -> oxccl::Result<Option<(usize, usize)>> {
+        match self.0.take() {
+            Some(w) => w.wait().map(|(_, count)| Some((self.1, count))),
+            None => Ok(None),
+        }
+    }
+
+    fn is_completed(&self) -> bool {
+        self.0.as_ref().is_none_or(|w| w.is_completed())
     }
 }
 
@@ -217,6 +250,8 @@ struct PyWork {
     work: std::sync::Mutex<Box<dyn InFlight>>,
     keep: std::sync::Mutex<Option<PyObject>>,
     error: std::sync::Mutex<Option<PyErr>>,
+    /// A completed receive's `(source, count)`, for later waits.
+    message: std::sync::Mutex<Option<(usize, usize)>>,
 }
 
 impl PyWork {
@@ -225,6 +260,7 @@ impl PyWork {
             work: std::sync::Mutex::new(work),
             keep: std::sync::Mutex::new(Some(keep)),
             error: std::sync::Mutex::new(None),
+            message: std::sync::Mutex::new(None),
         }
     }
 }
@@ -244,20 +280,29 @@ fn relock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 #[pymethods]
 impl PyWork {
-    /// Waits for the operation (the GIL released); raises its error. Waiting again returns
-    /// at once (or raises the same error again).
-    fn wait(&self, py: Python<'_>) -> PyResult<()> {
+    /// Waits for the operation (the GIL released); raises its error. A receive returns
+    /// `(source, count)`: who sent the message and how many elements came; other
+    /// operations return None. Waiting again returns the same at once (or raises the same
+    /// error again).
+    fn wait(&self, py: Python<'_>) -> PyResult<Option<(usize, usize)>> {
         if let Some(e) = relock(&self.error).as_ref() {
             return Err(e.clone_ref(py));
         }
         let r = py.allow_threads(|| relock(&self.work).wait());
         // The operation has completed: the buffers may go.
         drop(relock(&self.keep).take());
-        r.map_err(|e| {
-            let err = raise(py, e);
-            *relock(&self.error) = Some(err.clone_ref(py));
-            err
-        })
+        match r {
+            Ok(Some(m)) => {
+                *relock(&self.message) = Some(m);
+                Ok(Some(m))
+            }
+            Ok(None) => Ok(*relock(&self.message)),
+            Err(e) => {
+                let err = raise(py, e);
+                *relock(&self.error) = Some(err.clone_ref(py));
+                Err(err)
+            }
+        }
     }
 
     /// Whether the operation has completed (successfully or not); never blocks.
@@ -530,6 +575,52 @@ impl PyCommunicator {
             let mut b = lend::<T>(&buf)?;
             self.run(py, move |c| c.recv(&mut b, peer, tag))
         })
+    }
+
+    /// The first message from `peer` with `tag` not yet received, if one has arrived:
+    /// `(dtype name, element count)`, without receiving it. Never blocks.
+    fn probe(&self, py: Python<'_>, peer: usize, tag: u32) -> PyResult<Option<(String, usize)>> {
+        let info = self.comm.probe(peer, tag).map_err(|e| raise(py, e))?;
+        Ok(info.map(|i| (i.dtype.to_string(), i.count)))
+    }
+
+    /// Receives the next message with `tag` from any rank; returns `(source, count)`.
+    fn recv_any(&self, py: Python<'_>, buf: Desc, tag: u32) -> PyResult<(usize, usize)> {
+        with_dtype!(dtype_of(&buf)?, T => {
+            let mut b = lend::<T>(&buf)?;
+            self.run(py, move |c| c.recv_any(&mut b, tag).map(|i| (i.source, i.count)))
+        })
+    }
+
+    /// Starts a send; the work completes once the data is on its way.
+    fn start_send(&self, py: Python<'_>, buf: Desc, peer: usize, tag: u32, keep: PyObject) -> PyResult<PyWork> {
+        with_dtype!(dtype_of(&buf)?, T => {
+            let b = lend::<T>(&buf)?;
+            started(py, self.comm.start_send(b, peer, tag), keep)
+        })
+    }
+
+    /// Starts a receive from `peer`; waiting returns `(peer, count)`.
+    fn start_recv(&self, py: Python<'_>, buf: Desc, peer: usize, tag: u32, keep: PyObject) -> PyResult<PyWork> {
+        with_dtype!(dtype_of(&buf)?, T => {
+            let b = lend::<T>(&buf)?;
+            let w = self.comm.start_recv(b, peer, tag).map_err(|e| raise(py, e))?;
+            Ok(PyWork::new(Box::new(Receiving(Some(w), peer)), keep))
+        })
+    }
+
+    /// Starts a receive from any rank; waiting returns `(source, count)`.
+    fn start_recv_any(&self, py: Python<'_>, buf: Desc, tag: u32, keep: PyObject) -> PyResult<PyWork> {
+        with_dtype!(dtype_of(&buf)?, T => {
+            let b = lend::<T>(&buf)?;
+            let w = self.comm.start_recv_any(b, tag).map_err(|e| raise(py, e))?;
+            Ok(PyWork::new(Box::new(ReceivingAny(Some(w))), keep))
+        })
+    }
+
+    /// Starts a barrier.
+    fn start_barrier(&self, py: Python<'_>) -> PyResult<PyWork> {
+        started(py, self.comm.start_barrier(), py.None())
     }
 
     /// The sub-communicator of the ranks that pass the same `color` (None: not a member),

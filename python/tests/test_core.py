@@ -20,6 +20,11 @@ def test_async_operations_complete_on_wait(n):
     assert all("async ok" in t for t in check(run(n, "async_ops")))
 
 
+@pytest.mark.parametrize("n", [1, 3])
+def test_receives_posted_early_and_from_any_source(n):
+    assert all("p2p ok" in t for t in check(run(n, "p2p")))
+
+
 @pytest.mark.parametrize("n", [2, 4])
 def test_split_and_new_group(n):
     assert all("groups ok" in t for t in check(run(n, "groups")))

@@ -17,6 +17,11 @@ def test_a_group_created_again_while_the_old_one_is_held_meets_its_own_ranks(n):
     assert all("reinit ok" in t for t in check(run(n, "reinit", timeout=120, script="torch_worker.py")))
 
 
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_point_to_point_and_gloos_extras(n):
+    assert all("p2p ok" in t for t in check(run(n, "p2p", timeout=240, script="torch_worker.py")))
+
+
 def test_ddp_trains_like_gloo():
     assert all("ddp ok" in t for t in check(run(2, "ddp", timeout=240, script="torch_worker.py")))
 

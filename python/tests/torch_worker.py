@@ -7,6 +7,7 @@ import threading
 import torch
 import torch.distributed as dist
 
+import oxccl
 import oxccl.torch  # noqa: F401  (registers the backend)
 
 DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int32, torch.int64, torch.uint8]
@@ -158,6 +159,91 @@ def reinit():
         same(got, torch.stack(t).sum(0), f"all_reduce after {round_} re-creations")
         dist.destroy_process_group()
     print("reinit ok")
+
+
+def p2p():
+    # What gloo users rely on beyond the collectives: receives from any source, receives
+    # posted before the sends they wait for, monitored_barrier naming the absent ranks,
+    # sparse all_reduce, coalesced all_gather, and the group's backend found per device.
+    from datetime import timedelta
+
+    dist.init_process_group("oxccl")
+    n, me = dist.get_world_size(), dist.get_rank()
+    assert dist.group.WORLD._get_backend(torch.device("cpu")).getBackendName() == "oxccl"
+    # Every rank sends rank 0 its rank twice; rank 0 learns the senders from recv/irecv.
+    if me == 0:
+        senders = []
+        for _ in range(n - 1):
+            t = torch.full((3,), -1.0)
+            senders.append(dist.recv(t))
+            same(t, torch.full((3,), float(senders[-1])), "recv from any source")
+            w = dist.irecv(t)
+            w.wait()
+            senders.append(w._source_rank())
+            same(t, torch.full((3,), float(senders[-1])), "irecv from any source")
+        assert sorted(senders) == sorted(list(range(1, n)) * 2), senders
+    else:
+        for _ in range(2):
+            dist.send(torch.full((3,), float(me)), 0)
+    # Receives first, from every rank (itself included), then the sends, with two tags.
+    ops, got = [], []
+    for q in range(n):
+        for tag in (1, 2):
+            t = torch.zeros(q + tag, dtype=torch.int64)
+            got.append((q, tag, t))
+            ops.append(dist.P2POp(dist.irecv, t, q, tag=tag))
+    for q in range(n):
+        for tag in (2, 1):
+            ops.append(dist.P2POp(dist.isend, torch.full((me + tag,), 10 * me + tag), q, tag=tag))
+    for w in dist.batch_isend_irecv(ops):
+        w.wait()
+    for q, tag, t in got:
+        same(t, torch.full((q + tag,), 10 * q + tag), f"batch_isend_irecv from {q} tag {tag}")
+    # all_gather_coalesced: two tensors of different shapes (and complex ones).
+    for dtype in (torch.float32, torch.complex64):
+        a, b = torch.full((2, 2), me + 1, dtype=dtype), torch.full((3,), -me, dtype=dtype)
+        outs = [[torch.empty_like(a), torch.empty_like(b)] for _ in range(n)]
+        dist.all_gather_coalesced(outs, [a, b])
+        for r in range(n):
+            same(outs[r][0], torch.full((2, 2), r + 1, dtype=dtype), f"all_gather_coalesced {dtype} a")
+            same(outs[r][1], torch.full((3,), -r, dtype=dtype), f"all_gather_coalesced {dtype} b")
+    # Sparse all_reduce: rank r sets entries r and r+1 of a 2-row matrix.
+    idx = torch.tensor([[0, 1], [me, (me + 1) % (n + 1)]])
+    sp = torch.sparse_coo_tensor(idx, torch.tensor([1.0, 2.0]), (2, n + 1))
+    dist.all_reduce(sp)
+    want = torch.zeros(2, n + 1)
+    for r in range(n):
+        want[0, r] += 1.0
+        want[1, (r + 1) % (n + 1)] += 2.0
+    assert sp.is_sparse and sp.is_coalesced(), "sparse all_reduce: the result is a coalesced sparse tensor"
+    same(sp.to_dense(), want, "sparse all_reduce")
+    # Bad input is refused with an error that says what is wrong (on every rank alike).
+    for call, words in [(lambda: dist.all_reduce(sp, dist.ReduceOp.MAX), "supports SUM only"),
+                        (lambda: dist.all_gather_coalesced([[torch.empty(3)]] * n, [torch.ones(2)]),
+                         "does not match the inputs' sizes")]:
+        try:
+            call()
+            raise AssertionError(f"no error: {words}")
+        except oxccl.InvalidArgumentError as e:
+            assert words in str(e), e
+    # monitored_barrier: all ranks pass; then the last rank stays away and rank 0 names it.
+    dist.monitored_barrier(timeout=timedelta(seconds=10), wait_all_ranks=True)
+    if n > 1:
+        if me == 0:
+            try:
+                dist.monitored_barrier(timeout=timedelta(seconds=1), wait_all_ranks=True)
+                raise AssertionError("monitored_barrier passed with a rank away")
+            except RuntimeError as e:
+                assert f"Ranks {n - 1} failed to pass monitoredBarrier" in str(e), e
+        elif me != n - 1:
+            try:
+                dist.monitored_barrier(timeout=timedelta(seconds=5))
+                raise AssertionError("monitored_barrier passed with a rank away")
+            except RuntimeError as e:
+                assert "received errors while waiting for send/recv from rank 0" in str(e), e
+        dist.barrier()
+    dist.destroy_process_group()
+    print("p2p ok")
 
 
 if __name__ == "__main__":

@@ -210,6 +210,38 @@ def async_ops(comm):
     print("async ok")
 
 
+def p2p(comm):
+    n, me = comm.world_size, comm.rank
+    # Receives posted before their sends, from every rank (itself included) and from any
+    # source; each wait says who sent what.
+    named = [(q, np.zeros(q + 2, np.int32)) for q in range(n)]
+    works = [comm.recv(buf, q, tag=1, async_op=True) for q, buf in named]
+    anybuf = np.zeros(4, np.float64)
+    wany = comm.recv(anybuf, tag=2, async_op=True)
+    sends = [comm.send(np.full(me + 2, 10 * me + q, np.int32), q, tag=1, async_op=True) for q in range(n)]
+    sends.append(comm.send(np.full(3, me, np.float64), (me + 1) % n, tag=2, async_op=True))
+    for (q, buf), w in zip(named, works):
+        assert w.wait() == (q, q + 2), (q, w.wait())
+        assert list(buf) == [10 * q + me] * (q + 2), (q, buf)
+    prev = (me + n - 1) % n
+    assert wany.wait() == (prev, 3) and list(anybuf[:3]) == [prev] * 3, (wany.wait(), anybuf)
+    for w in sends:
+        assert w.wait() is None
+    # Blocking receive from any source: every rank sends rank 0 one message.
+    comm.send(np.full(2, me, np.int64), 0, tag=3)
+    if me == 0:
+        seen = []
+        for _ in range(n):
+            buf = np.zeros(2, np.int64)
+            src, count = comm.recv(buf, tag=3)
+            assert count == 2 and list(buf) == [src, src], (src, count, buf)
+            seen.append(src)
+        assert sorted(seen) == list(range(n)), seen
+        assert comm.probe(0, 3) is None
+    comm.barrier()
+    print("p2p ok")
+
+
 def groups(comm):
     n, me = comm.world_size, comm.rank
     sub = comm.split(me % 2, key=-me)
