@@ -27,20 +27,21 @@ pipelined for large ones), with one warning. Point-to-point and barrier always r
 communicator: a pair of ranks cannot make a group-wide communicator on its own.
 
 The group is a ``torch.distributed.ProcessGroup`` subclass, so torch's functions call its
-methods and get its works directly (``is_completed()``, ``result()``, ``exception()`` and
-``get_future()`` answer on every operation; a Python ``Backend``'s works reach the caller
-through torch's C++ ``PyWorkHolder``, which answers only ``wait()`` and ``get_future()``). It
+methods and get its works directly (a Python ``Backend``'s works reach the caller through
+torch's C++ ``PyWorkHolder``, which answers only ``wait()`` and ``get_future()``: no
+``is_completed()``, ``result()``, ``exception()`` or sender). It
 also registers, for ``cpu`` and ``cuda``, a Backend that forwards to it, so that every path
 that looks a group's backend up by device (``_device_types``, ``monitored_barrier``'s check,
 C++ code asking for the device's backend) finds it, in subgroups too.
 
+Works: every operation returns a ``torch.distributed.Work`` of this module's own, whose
+``wait()`` raises the operation's error (a work made by torch from a future only waits, so an
+async operation's failure would go unseen) and whose receives know their sender.
+
 Point-to-point: ``isend``/``irecv`` start at once and complete independently of the
 collectives (receives complete in the order posted), so ``batch_isend_irecv`` may post
-receives before sends. ``recv``/``irecv`` without ``src`` receive from any rank; torch reads the
-sender from the work's ``_source_rank()``, which a Python backend's works cannot carry through
-torch's C++ layer, so importing this module makes ``torch.distributed.irecv`` return oxccl's
-own work for such a receive on an oxccl group (every other call goes to torch's function
-unchanged).
+receives before sends. ``recv``/``irecv`` without ``src`` receive from any rank; the work's
+``_source_rank()`` says which.
 
 ``monitored_barrier``: rank 0 waits for every rank's check-in until the timeout and names the
 ranks that did not come ("Rank 1 failed to pass monitoredBarrier ...", all of them with
@@ -61,9 +62,7 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-import torch.distributed.distributed_c10d as _c10d
 from torch._C._distributed_c10d import Backend as _C10dBackend
-from torch._C._distributed_c10d import _create_work_from_future
 from torch.futures import Future
 
 from . import Communicator, _describe
@@ -93,10 +92,60 @@ def _op(opts):
     raise InvalidArgumentError(f"the oxccl backend does not support reduce op {op}; use SUM, PRODUCT, MIN, MAX or AVG")
 
 
+class _Work(dist.Work):
+    """The work of every operation: ``wait()`` raises the operation's error (torch's works
+    made from a future only wait), ``is_completed()``, ``is_success()``, ``exception()``,
+    ``result()`` and ``get_future()`` answer, and a receive knows its sender
+    (``_source_rank()``, a group rank)."""
+
+    def __init__(self, fut, result):
+        super().__init__()
+        self._fut, self._result = fut, result
+        self._error = None
+        self._source = -1
+        self._settled = threading.Event()
+        fut.add_done_callback(lambda _: self._settled.set())
+
+    def _fail(self, e):
+        self._error = e
+        self._fut.set_exception(e)
+
+    def wait(self, timeout=None):
+        seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else None
+        if seconds is not None and seconds > 0 and not self._settled.wait(seconds):
+            raise RuntimeError(f"the oxccl operation did not complete within {seconds} s")
+        self._fut.wait()  # raises the operation's error
+        return True
+
+    def is_completed(self):
+        return self._fut.done()
+
+    def is_success(self):
+        return self._fut.done() and self._error is None
+
+    def exception(self):
+        return self._error
+
+    def result(self):
+        self.wait()
+        return self._result
+
+    def get_future(self):
+        return self._fut
+
+    def _source_rank(self):
+        self.wait()
+        if self._source < 0:
+            raise RuntimeError("this work is not a receive: it has no source rank")
+        return self._source
+
+    source_rank = _source_rank
+
+
 def _done(result):
     fut = Future()
     fut.set_result(result)
-    return _create_work_from_future(fut)
+    return _Work(fut, result)
 
 
 def _async(opts):
@@ -116,13 +165,13 @@ class _Completer:
     def submit(self, work, result):
         """Completes the returned work's future with ``result`` once ``work`` (one operation,
         or a list of them, waited for in order) has completed."""
-        fut = Future()
+        done = _Work(Future(), result)
         with self._lock:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="oxccl-torch-completer", daemon=True)
                 self._thread.start()
-        self._queue.put((work, fut, result))
-        return _create_work_from_future(fut)
+        self._queue.put((work, done))
+        return done
 
     def close(self):
         """Completes what was submitted, then stops the thread and waits for it. A daemon
@@ -139,14 +188,16 @@ class _Completer:
             item = self._queue.get()
             if item is None:
                 return
-            work, fut, result = item
+            work, done = item
             try:
                 for w in work if isinstance(work, list) else (work,):
-                    w.wait()
+                    got = w.wait()
+                    if got is not None:  # a receive: (source, count)
+                        done._source = got[0]
             except BaseException as e:  # the operation's error goes to its waiter
-                fut.set_exception(e)
+                done._fail(e)
             else:
-                fut.set_result(result)
+                done._fut.set_result(done._result)
 
 
 def _empty(n, like):
@@ -520,14 +571,10 @@ class ProcessGroupOxccl(dist.ProcessGroup):
         return self._p2p_completer.submit(works, tensors)
 
     def recv_anysource(self, tensors, tag=0):
-        # The sender cannot travel back through torch's C++ work; `dist.irecv` on an oxccl
-        # group returns `_AnySourceWork` instead (see `_irecv`).
-        return self._p2p_completer.submit(self._start_recv_any(tensors, tag), tensors)
-
-    def _start_recv_any(self, tensors, tag):
         if len(tensors) != 1:
             raise InvalidArgumentError(f"a receive from any source takes one tensor, not {len(tensors)}")
-        return self._p2p(tensors, lambda d, keep: self._c.start_recv_any(d, tag, keep))
+        works = self._p2p(tensors, lambda d, keep: self._c.start_recv_any(d, tag, keep))
+        return self._p2p_completer.submit(works, tensors)
 
     def barrier(self, opts=None):
         self._c.barrier()
@@ -655,83 +702,6 @@ def _monitored_barrier(c, rank, n, tag, seconds, wait_all_ranks):
         raise RuntimeError(error)
 
 
-class _AnySourceWork(dist.Work):
-    """The work ``dist.irecv`` returns for a receive from any source on an oxccl group: it
-    knows its sender once complete (``_source_rank()``, a group rank, as torch expects)."""
-
-    def __init__(self, works, tensors):
-        super().__init__()
-        self._works, self._tensors = works, tensors
-        self._source = None
-        self._error = None
-        self._fut = Future()
-        self._lock = threading.Lock()
-
-    def _finish(self):
-        with self._lock:
-            if self._fut.done():
-                if self._error is not None:
-                    raise self._error
-                return
-            try:
-                for w in self._works:
-                    got = w.wait()
-                    if got is not None:
-                        self._source = got[0]
-            except BaseException as e:
-                self._error = e
-                self._fut.set_exception(e)
-                raise
-            self._fut.set_result(self._tensors)
-
-    def wait(self, timeout=None):
-        self._finish()
-        return True
-
-    def is_completed(self):
-        return self._fut.done() or all(w.is_completed() for w in self._works)
-
-    def is_success(self):
-        return self._fut.done() and self._error is None
-
-    def exception(self):
-        return self._error
-
-    def result(self):
-        self._finish()
-        return self._tensors
-
-    def get_future(self):
-        return self._fut
-
-    def _source_rank(self):
-        self._finish()
-        return self._source
-
-    source_rank = _source_rank
-
-
-def _irecv_for(torch_irecv):
-    """``torch.distributed.irecv`` that, for a receive from any source on an oxccl group,
-    returns an ``_AnySourceWork`` (whose ``_source_rank()`` works); else torch's own."""
-
-    def irecv(tensor, src=None, group=None, tag=0, group_src=None):
-        if src is None and group_src is None and not _c10d._rank_not_in_group(group):
-            pg = _c10d._group_or_default_group(group)
-            try:
-                backend = pg._get_backend(tensor.device)
-            except RuntimeError:
-                backend = None
-            if isinstance(backend, ProcessGroupOxccl):
-                t = torch.view_as_real(tensor) if tensor.is_complex() else tensor
-                return _AnySourceWork(backend._start_recv_any([t], tag), [tensor])
-        return torch_irecv(tensor, src=src, group=group, tag=tag, group_src=group_src)
-
-    irecv.__doc__ = torch_irecv.__doc__
-    irecv._oxccl = True
-    return irecv
-
-
 def _cuda_backend(configured, rocm):
     """The oxccl backend for CUDA tensors given ``OXCCL_BACKEND`` (``configured``) and whether
     torch is a ROCm build: a GPU backend named there, ``None`` (stage through the cpu
@@ -785,10 +755,5 @@ def _create(store, rank, world_size, timeout):
 
 
 dist.Backend.register_backend(BACKEND, _create, devices=["cpu", "cuda"])
-
-if not getattr(_c10d.irecv, "_oxccl", False):
-    # torch.distributed.recv calls distributed_c10d's irecv: both names are replaced.
-    _c10d.irecv = _irecv_for(_c10d.irecv)
-    dist.irecv = _c10d.irecv
 
 __all__ = ["ProcessGroupOxccl", "BACKEND"]

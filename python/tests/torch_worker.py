@@ -242,6 +242,29 @@ def p2p():
             except RuntimeError as e:
                 assert "received errors while waiting for send/recv from rank 0" in str(e), e
         dist.barrier()
+    # Works answer on every operation, and an async operation's failure reaches its waiter:
+    # mismatched calls (rank 0 all_reduce, rank 1 broadcast) fail wait(), exception(),
+    # is_success() and the future alike (the group is unusable afterwards). Two ranks only:
+    # from three on, these two calls wait for each other's data, which never moves, so the
+    # mismatch is found only at the deadline.
+    t = torch.ones(4)
+    w = dist.all_reduce(t, async_op=True)
+    w.wait()
+    assert w.is_completed() and w.is_success() and w.exception() is None and w.result() == [t]
+    assert w.get_future().wait() == [t]
+    if n == 2:
+        w = dist.all_reduce(t, async_op=True) if me == 0 else dist.broadcast(t, 0, async_op=True)
+        try:
+            w.wait()
+            raise AssertionError("an async mismatch passed wait()")
+        except oxccl.MismatchError:
+            pass
+        assert w.is_completed() and not w.is_success() and isinstance(w.exception(), oxccl.MismatchError)
+        try:
+            w.get_future().wait()
+            raise AssertionError("an async mismatch passed the future")
+        except oxccl.MismatchError:
+            pass
     dist.destroy_process_group()
     print("p2p ok")
 
