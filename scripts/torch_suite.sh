@@ -2,7 +2,7 @@
 # PyTorch's own distributed test suite (DistributedTest._DistTestBase, shipped in the torch
 # wheel) on gloo and on oxccl standing in for gloo, side by side from one run.
 #
-#   scripts/torch_suite.sh [-w "2 3 4"] [-k PYTEST_EXPR] [-o OUT_DIR] [--spawn] [--ci]
+#   scripts/torch_suite.sh [-w "2 3 4"] [-k PYTEST_EXPR] [-o OUT_DIR] [--spawn] [--file-init] [--ci]
 #
 # For each world size it runs scripts/torch_suite/suite.py twice under pytest (BACKEND=gloo;
 # the second time with OXCCL_STAND_IN=1, which makes every group torch would make on gloo on
@@ -15,6 +15,9 @@
 # starts them as torch's test_distributed_spawn.py does (a fresh interpreter per rank, about
 # 14 s a test). The whole suite is about 285 tests per world size and backend (2-core VM:
 # gloo 90-170 s, oxccl about the same, per world size).
+#
+# --file-init: the tests that create groups anew meet through a fresh file (INIT_METHOD=file://,
+# as torch's CI also runs the suite; the timeout tests need it), else env:// (the default).
 #
 # --ci: what .ci/run runs (about 2 minutes): world size 3, the tests that once failed on oxccl
 # and a sample of the rest (collectives, groups, point-to-point, barriers, DDP).
@@ -30,12 +33,14 @@ sizes="2 3 4"
 expr=""
 out="${CARGO_TARGET_DIR:-$ROOT/target}/torch-suite"
 start=fork
+file_init=0
 while [ $# -gt 0 ]; do
   case "$1" in
     -w) sizes="$2"; shift 2 ;;
     -k) expr="$2"; shift 2 ;;
     -o) out="$2"; shift 2 ;;
     --spawn) start=spawn; shift ;;
+    --file-init) file_init=1; shift ;;
     --ci)
       sizes="3"
       expr="coalesced or any_source or batch_isend_irecv or monitored_barrier or sparse or get_backend"
@@ -67,7 +72,9 @@ for ws in $sizes; do
     echo "== world size $ws, $backend"
     t0=$(date +%s)
     # pytest's own exit status is the comparison's business, not this loop's.
-    (cd "$tmp" && BACKEND=gloo WORLD_SIZE=$ws TEMP_DIR="$tmp" OXCCL_STAND_IN=$stand_in \
+    init=env://
+    [ "$file_init" = 1 ] && init="file://$tmp/init_file"
+    (cd "$tmp" && INIT_METHOD=$init BACKEND=gloo WORLD_SIZE=$ws TEMP_DIR="$tmp" OXCCL_STAND_IN=$stand_in \
       TORCH_SUITE_START=$start "$PY" -m pytest -q -p no:cacheprovider "$suite" \
       ${expr:+-k "$expr"} --junitxml="$out/ws$ws-$backend.xml" >"$out/ws$ws-$backend.log" 2>&1) || true
     echo "   $(tail -1 "$out/ws$ws-$backend.log") ($(( $(date +%s) - t0 )) s)"

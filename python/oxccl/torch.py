@@ -577,7 +577,11 @@ class ProcessGroupOxccl(dist.ProcessGroup):
         return self._p2p_completer.submit(works, tensors)
 
     def barrier(self, opts=None):
-        self._c.barrier()
+        # A timeout given to this call (BarrierOptions.timeout; torch's "unset" is negative)
+        # overrides the group's.
+        timeout = getattr(opts, "timeout", None)
+        seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else -1.0
+        (self._c.with_timeout(seconds) if seconds > 0 else self._c).barrier()
         return _done([])
 
     def monitored_barrier(self, opts=None, wait_all_ranks=False):

@@ -242,6 +242,19 @@ def p2p():
             except RuntimeError as e:
                 assert "received errors while waiting for send/recv from rank 0" in str(e), e
         dist.barrier()
+    # A barrier's own timeout overrides the group's (30 minutes): rank 0 alone in one.
+    if n > 1:
+        import time
+
+        g = dist.new_group()
+        if me == 0:
+            t0 = time.monotonic()
+            try:
+                dist.barrier(g, timeout=timedelta(seconds=1))
+                raise AssertionError("a barrier that one rank entered passed")
+            except oxccl.TimeoutError:
+                assert time.monotonic() - t0 < 15, time.monotonic() - t0
+        dist.barrier()
     # Works answer on every operation, and an async operation's failure reaches its waiter:
     # mismatched calls (rank 0 all_reduce, rank 1 broadcast) fail wait(), exception(),
     # is_success() and the future alike (the group is unusable afterwards). Two ranks only:
