@@ -71,6 +71,7 @@ for ws in $sizes; do
     tmp=$(mktemp -d)
     echo "== world size $ws, $backend"
     t0=$(date +%s)
+    shm_before=$(ls /dev/shm 2>/dev/null | grep '^oxccl' | sort || true)
     # pytest's own exit status is the comparison's business, not this loop's.
     init=env://
     [ "$file_init" = 1 ] && init="file://$tmp/init_file"
@@ -78,6 +79,14 @@ for ws in $sizes; do
       TORCH_SUITE_START=$start "$PY" -m pytest -q -p no:cacheprovider "$suite" \
       ${expr:+-k "$expr"} --junitxml="$out/ws$ws-$backend.xml" >"$out/ws$ws-$backend.log" 2>&1) || true
     echo "   $(tail -1 "$out/ws$ws-$backend.log") ($(( $(date +%s) - t0 )) s)"
+    # Shared-memory segments that this run's ranks left (torch's harness ends ranks with
+    # os._exit and terminates the others when one fails, which can catch a rank inside a
+    # group's set-up, between creating its segment and unlinking it): named, then removed.
+    left=$(comm -13 <(echo "$shm_before") <(ls /dev/shm 2>/dev/null | grep '^oxccl' | sort) || true)
+    if [ -n "$left" ]; then
+      echo "   note: this run's ranks left in /dev/shm (removed now): $(echo $left)"
+      for f in $left; do rm -f "/dev/shm/$f"; done
+    fi
     rm -rf "$tmp"
   done
 done
