@@ -198,8 +198,14 @@ impl ShmCollectives {
         } else {
             None
         };
-        // An empty name tells the others that creation failed.
-        broadcast::binomial_tree::run(ctx, &mut name, 0)?;
+        // An empty name tells the others that creation failed. Where the name cannot reach
+        // them (a peer is gone), the segment goes: nobody else will map it.
+        if let Err(e) = broadcast::binomial_tree::run(ctx, &mut name, 0) {
+            if let Some(Ok(seg)) = &created {
+                seg.unlink();
+            }
+            return Err(e);
+        }
         let seg = match created {
             Some(seg) => seg?,
             None => {
