@@ -208,35 +208,22 @@ impl<K: Send> InFlight for Option<oxccl::OwnedWork<K>> {
     }
 }
 
-/// A receive from any source in flight.
-struct ReceivingAny<B>(Option<oxccl::OwnedWork<(B, oxccl::MessageInfo)>>);
-
-impl<B: Send> InFlight for ReceivingAny<B> {
-    fn wait(&mut self) -> oxccl::Result<Option<(usize, usize)>> {
-        match self.0.take() {
-            Some(w) => w.wait().map(|(_, info)| Some((info.source, info.count))),
-            None => Ok(None),
-        }
-    }
-
-    fn is_completed(&self) -> bool {
-        self.0.as_ref().is_none_or(|w| w.is_completed())
-    }
+/// A receive in flight, and how its result says who sent how many elements.
+struct Receiving<R> {
+    work: Option<oxccl::OwnedWork<R>>,
+    message: Box<dyn Fn(R) -> (usize, usize) + Send>,
 }
 
-/// A receive from a named rank in flight (its rank and count are known once it completes).
-struct Receiving<B>(Option<oxccl::OwnedWork<(B, usize)>>, usize);
-
-impl<B: Send> InFlight for Receiving<B> {
+impl<R: Send> InFlight for Receiving<R> {
     fn wait(&mut self) -> oxccl::Result<Option<(usize, usize)>> {
-        match self.0.take() {
-            Some(w) => w.wait().map(|(_, count)| Some((self.1, count))),
+        match self.work.take() {
+            Some(w) => w.wait().map(|r| Some((self.message)(r))),
             None => Ok(None),
         }
     }
 
     fn is_completed(&self) -> bool {
-        self.0.as_ref().is_none_or(|w| w.is_completed())
+        self.work.as_ref().is_none_or(|w| w.is_completed())
     }
 }
 
@@ -605,7 +592,8 @@ impl PyCommunicator {
         with_dtype!(dtype_of(&buf)?, T => {
             let b = lend::<T>(&buf)?;
             let w = self.comm.start_recv(b, peer, tag).map_err(|e| raise(py, e))?;
-            Ok(PyWork::new(Box::new(Receiving(Some(w), peer)), keep))
+            let message = Box::new(move |(_, count): (Lent<T>, usize)| (peer, count));
+            Ok(PyWork::new(Box::new(Receiving { work: Some(w), message }), keep))
         })
     }
 
@@ -614,7 +602,8 @@ impl PyCommunicator {
         with_dtype!(dtype_of(&buf)?, T => {
             let b = lend::<T>(&buf)?;
             let w = self.comm.start_recv_any(b, tag).map_err(|e| raise(py, e))?;
-            Ok(PyWork::new(Box::new(ReceivingAny(Some(w))), keep))
+            let message = Box::new(|(_, i): (Lent<T>, oxccl::MessageInfo)| (i.source, i.count));
+            Ok(PyWork::new(Box::new(Receiving { work: Some(w), message }), keep))
         })
     }
 

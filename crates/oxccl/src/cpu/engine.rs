@@ -410,10 +410,10 @@ impl Inner {
         }
     }
 
-    /// Runs a queued operation on the worker thread, a panic inside it (a bug) included:
-    /// that becomes the operation's [`Error::Internal`] and aborts the communicator on every
-    /// rank, instead of ending the worker with the operation's waiter, the queue and every
-    /// later call left waiting.
+    /// Runs a queued operation on a lane's worker thread (or an async batch's sends on the
+    /// caller's), a panic inside it (a bug) included: that becomes the operation's
+    /// [`Error::Internal`] and aborts the communicator on every rank, instead of ending the
+    /// worker with the operation's waiter, the queue and every later call left waiting.
     fn execute_queued(&self, op: &Op, opts: &CallOptions) -> Result<Completion> {
         match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.execute(op, opts))) {
             Ok(r) => r,
@@ -424,8 +424,8 @@ impl Inner {
     /// Runs a blocking call's operation on the caller's thread, in its turn. A panic inside
     /// it (a bug) goes on to the caller, and aborts the communicator on every rank on its
     /// way (the peers would otherwise wait for this rank until their deadline).
-    fn execute_blocking(&self, op: &Op, opts: &CallOptions) -> Result<Completion> {
-        self.exec.run_inline_or(
+    fn execute_blocking(&self, lane: &Executor<Job>, op: &Op, opts: &CallOptions) -> Result<Completion> {
+        lane.run_inline_or(
             || self.execute(op, opts),
             || {
                 self.panicked(op.kind(), "see the panic's own message");
@@ -555,20 +555,13 @@ impl Inner {
         e
     }
 
-    fn worker_loop(self: Arc<Self>) {
-        while let Some(job) = self.exec.next_job() {
+    /// A lane's worker: runs its queued jobs in order (the collectives' lane, `exec`, or the
+    /// point-to-point lane, `p2p`: the receives of async batches).
+    fn worker_loop(&self, lane: &Executor<Job>) {
+        while let Some(job) = lane.next_job() {
             let r = self.execute_queued(&job.op, &job.opts);
             job.slot.complete(r);
-            self.exec.finish_job();
-        }
-    }
-
-    /// The point-to-point lane's worker: the receives of async batches, in the order posted.
-    fn p2p_loop(self: Arc<Self>) {
-        while let Some(job) = self.p2p.next_job() {
-            let r = self.execute_queued(&job.op, &job.opts);
-            job.slot.complete(r);
-            self.p2p.finish_job();
+            lane.finish_job();
         }
     }
 
@@ -577,39 +570,31 @@ impl Inner {
     fn submit_p2p(self: &Arc<Self>, ops: &[P2p], mode: Mode, opts: &CallOptions) -> Result<Arc<dyn Pending>> {
         let (sends, recvs): (Vec<P2p>, Vec<P2p>) = ops.iter().partition(|p| matches!(p, P2p::Send { .. }));
         if !sends.is_empty() {
-            self.execute_p2p_now(&Op::Batch(sends), opts)?;
+            // Outside both lanes: sends wait for nothing.
+            self.execute_queued(&Op::Batch(sends), opts)?;
         }
         if recvs.is_empty() {
             return Ok(Slot::done(Ok(Completion::default())));
         }
         let op = Op::Batch(recvs);
         if mode == Mode::Blocking {
-            let r = self.p2p.run_inline_or(
-                || self.execute(&op, opts),
-                || {
-                    self.panicked(op.kind(), "see the panic's own message");
-                },
-            );
-            return Ok(Slot::done(r));
+            return Ok(Slot::done(self.execute_blocking(&self.p2p, &op, opts)));
         }
-        let slot = Arc::new(Slot::default());
-        self.p2p.push(Job { op, opts: *opts, slot: Arc::clone(&slot) }, || {
-            let inner = Arc::clone(self);
-            std::thread::Builder::new()
-                .name(format!("oxccl-{}-p2p-r{}", self.name, self.rank))
-                .spawn(move || inner.p2p_loop())
-                .map_err(|e| Error::io("starting the communicator's point-to-point thread", &e))
-        })?;
-        Ok(slot)
+        self.queue(|i| &i.p2p, "p2p-", Job { op, opts: *opts, slot: Arc::default() })
     }
 
-    /// Runs sends on this thread, outside both lanes (they wait for nothing), a panic
-    /// inside them aborting the communicator on its way to the caller.
-    fn execute_p2p_now(&self, op: &Op, opts: &CallOptions) -> Result<Completion> {
-        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.execute(op, opts))) {
-            Ok(r) => r,
-            Err(payload) => Err(self.panicked(op.kind(), crate::sync::panic_message(&*payload))),
-        }
+    /// Queues `job` on a lane (`lane` picks it), starting the lane's worker thread
+    /// (`oxccl-{name}-{tag}r{rank}`) on first use; returns the job's slot.
+    fn queue(self: &Arc<Self>, lane: fn(&Inner) -> &Executor<Job>, tag: &str, job: Job) -> Result<Arc<dyn Pending>> {
+        let slot = Arc::clone(&job.slot);
+        lane(self).push(job, || {
+            let inner = Arc::clone(self);
+            std::thread::Builder::new()
+                .name(format!("oxccl-{}-{tag}r{}", self.name, self.rank))
+                .spawn(move || inner.worker_loop(lane(&inner)))
+                .map_err(|e| Error::io("starting the communicator's worker thread", &e))
+        })?;
+        Ok(slot)
     }
 
     fn split(&self, color: Option<u32>, key: i64, opts: &CallOptions) -> Result<Option<CpuBackend>> {
@@ -676,21 +661,8 @@ impl Backend for CpuBackend {
             return self.inner.submit_p2p(ops, mode, opts);
         }
         match mode {
-            Mode::Blocking => {
-                let r = self.inner.execute_blocking(&op, opts);
-                Ok(Slot::done(r))
-            }
-            Mode::Async => {
-                let slot = Arc::new(Slot::default());
-                self.inner.exec.push(Job { op, opts: *opts, slot: Arc::clone(&slot) }, || {
-                    let inner = Arc::clone(&self.inner);
-                    std::thread::Builder::new()
-                        .name(format!("oxccl-{}-r{}", self.inner.name, self.inner.rank))
-                        .spawn(move || inner.worker_loop())
-                        .map_err(|e| Error::io("starting the communicator's worker thread", &e))
-                })?;
-                Ok(slot)
-            }
+            Mode::Blocking => Ok(Slot::done(self.inner.execute_blocking(&self.inner.exec, &op, opts))),
+            Mode::Async => self.inner.queue(|i| &i.exec, "", Job { op, opts: *opts, slot: Arc::default() }),
         }
     }
 
@@ -714,7 +686,7 @@ impl Backend for CpuBackend {
                 .wait(None)
                 .unwrap_or_else(|| Err(Error::Internal("a blocking batch did not complete".into())));
         }
-        self.inner.execute_blocking(op, opts)
+        self.inner.execute_blocking(&self.inner.exec, op, opts)
     }
 
     fn probe(&self, peer: usize, tag: u32) -> Result<Option<MessageInfo>> {
