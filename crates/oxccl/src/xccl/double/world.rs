@@ -59,9 +59,21 @@ pub(crate) struct World {
 struct State {
     /// Collectives in progress, by their index in each rank's call order.
     rounds: HashMap<u64, Round>,
-    /// Messages sent and not yet received, per (source, destination).
-    mail: HashMap<(usize, usize), VecDeque<Vec<u8>>>,
+    /// Receives posted and not yet matched, per (source, destination), oldest first.
+    posted: HashMap<(usize, usize), VecDeque<Posted>>,
+    /// The outcome of each matched receive, by ticket, until its receiver collects it.
+    matched: HashMap<u64, Result<(), String>>,
+    /// Numbers posted receives.
+    next_ticket: u64,
     aborted: Option<String>,
+}
+
+/// A receive waiting for its send: where the message goes and how long it must be.
+#[derive(Debug)]
+struct Posted {
+    ticket: u64,
+    into: usize,
+    len: usize,
 }
 
 #[derive(Debug)]
@@ -158,36 +170,72 @@ impl World {
         }
     }
 
-    /// Queues `bytes` from `src` to `dst` (sends never wait for their receive).
-    pub(crate) fn send(&self, src: usize, dst: usize, bytes: Vec<u8>) {
-        relock(&self.state).mail.entry((src, dst)).or_default().push_back(bytes);
-        self.changed.notify_all();
-    }
-
-    /// Waits for the next message from `src` to `dst` and copies it to `into`.
+    /// Posts a receive of `len` bytes from `src` to `dst` into `into`, and returns its ticket
+    /// for [`wait_recv`](Self::wait_recv). Receives from one source match that source's sends
+    /// in the order both were made, as NCCL's do.
     ///
     /// # Safety
-    /// `into` addresses `len` writable bytes of host memory, unused by others until this
-    /// returns.
+    /// `into` addresses `len` writable bytes of host memory, unused by others until
+    /// [`wait_recv`](Self::wait_recv) has returned for this ticket.
+    pub(crate) unsafe fn post_recv(&self, src: usize, dst: usize, into: usize, len: usize) -> u64 {
+        let mut st = relock(&self.state);
+        let ticket = st.next_ticket;
+        st.next_ticket += 1;
+        st.posted.entry((src, dst)).or_default().push_back(Posted { ticket, into, len });
+        drop(st);
+        self.changed.notify_all();
+        ticket
+    }
+
+    /// Sends `len` bytes at `from` from `src` to `dst`: waits until `dst` has posted the
+    /// matching receive (a send never completes before its receive is posted, as on NCCL),
+    /// then copies the message into it.
+    ///
+    /// # Safety
+    /// `from` addresses `len` readable bytes, unchanged until this returns.
     ///
     /// # Errors
-    /// The abort reason; a message of another length than `len` (NCCL needs equal counts
-    /// on both sides).
-    pub(crate) unsafe fn recv(&self, src: usize, dst: usize, into: usize, len: usize) -> Result<(), String> {
+    /// The abort reason; a receive of another length (both sides fail: NCCL needs equal
+    /// counts).
+    pub(crate) unsafe fn send(&self, src: usize, dst: usize, from: usize, len: usize) -> Result<(), String> {
         let mut st = relock(&self.state);
         loop {
             if let Some(why) = &st.aborted {
                 return Err(format!("the communicator was aborted: {why}"));
             }
-            if let Some(msg) = st.mail.get_mut(&(src, dst)).and_then(VecDeque::pop_front) {
-                if msg.len() != len {
-                    return Err(format!("rank {src} sent {} bytes to rank {dst}, which receives {len}", msg.len()));
-                }
-                if len > 0 {
-                    // SAFETY: `into` is `len` writable bytes (this function's contract).
-                    unsafe { std::ptr::copy_nonoverlapping(msg.as_ptr(), into as *mut u8, len) };
-                }
-                return Ok(());
+            if let Some(p) = st.posted.get_mut(&(src, dst)).and_then(VecDeque::pop_front) {
+                let outcome = if p.len != len {
+                    Err(format!("rank {src} sent {len} bytes to rank {dst}, which receives {}", p.len))
+                } else {
+                    if len > 0 {
+                        // SAFETY: `from` holds `len` readable bytes (this function's contract)
+                        // and the posted receive `len` writable ones (`post_recv`'s), which its
+                        // receiver does not touch before `wait_recv` returns.
+                        unsafe { std::ptr::copy_nonoverlapping(from as *const u8, p.into as *mut u8, len) };
+                    }
+                    Ok(())
+                };
+                st.matched.insert(p.ticket, outcome.clone());
+                drop(st);
+                self.changed.notify_all();
+                return outcome;
+            }
+            st = self.changed.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Waits until the receive with `ticket` has been matched by its send.
+    ///
+    /// # Errors
+    /// The abort reason; the length mismatch its send found.
+    pub(crate) fn wait_recv(&self, ticket: u64) -> Result<(), String> {
+        let mut st = relock(&self.state);
+        loop {
+            if let Some(outcome) = st.matched.remove(&ticket) {
+                return outcome;
+            }
+            if let Some(why) = &st.aborted {
+                return Err(format!("the communicator was aborted: {why}"));
             }
             st = self.changed.wait(st).unwrap_or_else(|p| p.into_inner());
         }
@@ -376,16 +424,29 @@ mod tests {
         assert!(r.expect_err("aborted").contains("aborted: test"));
         assert!(t.join().expect("rank 1").is_err());
         aborter.join().expect("aborter");
-        // Sends are buffered; a receive of another length is refused.
-        let w = World::new(2);
-        w.send(0, 1, vec![1, 2, 3]);
-        w.send(0, 1, vec![4, 5]);
+        // A send waits for its receive; a receive of another length fails on both sides.
+        let w = Arc::new(World::new(2));
+        let w2 = Arc::clone(&w);
+        let sender = std::thread::spawn(move || {
+            let (a, b) = ([1u8, 2, 3], [4u8, 5]);
+            // SAFETY: both arrays outlive the sends.
+            let first = unsafe { w2.send(0, 1, a.as_ptr() as usize, 3) };
+            // SAFETY: as above.
+            let second = unsafe { w2.send(0, 1, b.as_ptr() as usize, 2) };
+            (first, second)
+        });
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        assert!(!sender.is_finished(), "a send completed before its receive was posted");
         let mut got = [0u8; 3];
-        // SAFETY: `got` has 3 bytes.
-        unsafe { w.recv(0, 1, got.as_mut_ptr() as usize, 3) }.expect("recv");
+        // SAFETY: `got` has 3 bytes and outlives the wait.
+        let t = unsafe { w.post_recv(0, 1, got.as_mut_ptr() as usize, 3) };
+        w.wait_recv(t).expect("recv");
         assert_eq!(got, [1, 2, 3]);
         // SAFETY: as above.
-        let e = unsafe { w.recv(0, 1, got.as_mut_ptr() as usize, 3) }.expect_err("length");
+        let t = unsafe { w.post_recv(0, 1, got.as_mut_ptr() as usize, 3) };
+        let e = w.wait_recv(t).expect_err("length");
+        let (first, second) = sender.join().expect("sender");
+        assert!(first.is_ok() && second.is_err());
         assert!(e.contains("sent 2 bytes") && e.contains("receives 3"), "{e}");
     }
 }

@@ -185,32 +185,44 @@ impl Comm {
     /// once the split is done on this communicator's side; the new one may still be
     /// initializing (wait for it with [`Comm::wait_ready`]).
     ///
+    /// On a non-blocking parent NCCL (2.18 on) returns `ncclInProgress` with the new handle
+    /// still null, and its background job writes the handle later. So the handle's slot is
+    /// heap memory that outlives the call, read only once the parent's asynchronous error is
+    /// `ncclSuccess`; when the split fails or its wait ends early, the parent is aborted
+    /// first (NCCL's abort joins the job, so nothing writes the slot afterwards), and a
+    /// handle the job wrote before that is aborted too.
+    ///
     /// # Errors
     /// The library lacks `ncclCommSplit` (an internal error: callers check first); NCCL's
-    /// error; the wait's errors. Each is a failure of this communicator.
+    /// error; the wait's errors. Each is a failure of this communicator, which is aborted.
     pub(crate) fn split(&self, color: c_int, key: c_int, guard: &Guard<'_>) -> Result<Option<Comm>> {
         let split = self
             .lib
             .table
             .comm_split
             .ok_or_else(|| Error::Internal("ncclCommSplit is missing from the loaded library".into()))?;
-        let mut new: NcclComm = std::ptr::null_mut();
+        let slot: *mut NcclComm = Box::into_raw(Box::new(std::ptr::null_mut()));
         let mut config = NcclConfig::with_blocking(false);
         let result = self.with(|c| {
-            // SAFETY: `c` is live (lock held); ncclCommSplit writes the new handle through a
-            // valid pointer and reads a valid `ncclConfig_v21400`.
-            unsafe { split(c, color, key, &mut new, &mut config) }
-        })?;
+            // SAFETY: `c` is live (lock held); ncclCommSplit writes the new handle through
+            // `slot` (now or from its background job: the slot lives until that is over, see
+            // below) and reads a valid `ncclConfig_v21400`.
+            unsafe { split(c, color, key, slot, &mut config) }
+        });
+        // The split is collective over the parent: its progress shows on the parent.
+        let settled = result.and_then(|r| self.settle("ncclCommSplit", r, guard));
+        if let Err(e) = &settled {
+            // Joins NCCL's split job: after this nothing writes the slot.
+            self.abort(&format!("splitting the NCCL communicator failed: {e}"));
+        }
+        // SAFETY: from `Box::into_raw` above, freed once here; NCCL no longer writes it (the
+        // parent settled, or was aborted just above).
+        let new = *unsafe { Box::from_raw(slot) };
         let child = Comm { lib: std::sync::Arc::clone(&self.lib), raw: Mutex::new(None), aborted: Mutex::new(None) };
         if !new.is_null() {
             *relock(&child.raw) = Some(Handle(new));
         }
-        // The split is collective over the parent: its progress shows on the parent (and on
-        // the child, which NCCL may hand out before it is ready: the caller waits for that).
-        if let Err(e) = self.settle("ncclCommSplit", result, guard) {
-            child.abort(&format!("splitting the NCCL communicator failed: {e}"));
-            return Err(e);
-        }
+        settled?;
         Ok((!new.is_null()).then_some(child))
     }
 

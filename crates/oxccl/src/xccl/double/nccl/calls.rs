@@ -10,6 +10,7 @@ use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 
+use super::comm::Hang;
 use super::comm::{lookup, Member, Shared};
 use super::{fail, guard};
 use crate::dtype::DType;
@@ -88,27 +89,38 @@ fn reduction_of(op: NcclRedOp, dtype: DType, comm: NcclComm, call: &str) -> Resu
     }))
 }
 
-/// Which phase of a group an operation runs in: every send of a group is queued before its
-/// collectives, and those before its receives, so no receive waits on a send queued behind
-/// it (sends are buffered and never wait).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum Phase {
-    /// `ncclSend`.
-    Send,
-    /// A collective.
-    Coll,
-    /// `ncclRecv`.
-    Recv,
+/// One `ncclSend` or `ncclRecv`, waiting to become part of a kernel.
+#[derive(Debug, Clone, Copy)]
+struct P2pOp {
+    /// A send (else a receive).
+    send: bool,
+    /// The peer.
+    peer: usize,
+    /// The buffer's address.
+    ptr: usize,
+    /// Its length in bytes.
+    len: usize,
+}
+
+/// What a call of a group becomes at the group's end.
+enum Work {
+    /// A collective's job.
+    Coll(Closure),
+    /// A send or receive: every one of a group on one communicator and stream runs as one
+    /// kernel, so they progress together (NCCL fuses a group into one launch).
+    P2p(P2pOp, Option<Arc<Hang>>, Member),
 }
 
 /// An operation waiting for the end of its group.
 struct Deferred {
-    /// Its phase.
-    phase: Phase,
+    /// Its communicator.
+    shared: Arc<Shared>,
     /// Its stream.
     stream: RawStream,
-    /// What runs there.
-    job: Closure,
+    /// What runs.
+    work: Work,
+    /// The algorithm it uses, for `ncclInProgress` at first use.
+    key: String,
 }
 
 /// The calling thread's group (NCCL's groups are per thread).
@@ -141,13 +153,14 @@ fn enqueue(stream: RawStream, job: Closure, call: &str) -> Result<(), NcclResult
         .map_err(|e| fail(NcclResult::UNHANDLED_CUDA_ERROR, format!("{call}: the stream refused the work: {e}")))
 }
 
-/// Queues `job` now, or at the end of the thread's group.
-fn submit(phase: Phase, stream: RawStream, job: Closure, call: &str) -> Result<(), NcclResult> {
-    let mut job = Some(job);
+/// Queues `d` now, or at the end of the thread's group. Returns `ncclInProgress` when it is
+/// the first use of its algorithm on a non-blocking communicator.
+fn submit(d: Deferred, call: &str) -> Result<NcclResult, NcclResult> {
+    let mut d = Some(d);
     let grouped = with_group(|g| {
         if g.depth > 0 {
-            if let Some(job) = job.take() {
-                g.deferred.push(Deferred { phase, stream, job });
+            if let Some(d) = d.take() {
+                g.deferred.push(d);
             }
             true
         } else {
@@ -155,17 +168,152 @@ fn submit(phase: Phase, stream: RawStream, job: Closure, call: &str) -> Result<(
         }
     })
     .unwrap_or(false);
-    match job {
-        Some(job) if !grouped => enqueue(stream, job, call),
-        _ => Ok(()),
+    match d {
+        Some(d) if !grouped => launch(vec![d], call),
+        _ => Ok(NcclResult::SUCCESS),
     }
+}
+
+/// The kernel of the sends and receives `ops` of one rank: every receive is posted, then
+/// every send waits for its peer's receive and delivers, then the receives are waited for.
+fn p2p_kernel(shared: Arc<Shared>, member: Member, ops: Vec<P2pOp>, hangs: Vec<Arc<Hang>>) -> Closure {
+    Box::new(move || {
+        let failed = |why: String, usage: bool| {
+            let fallback = if usage { NcclResult::INVALID_USAGE } else { NcclResult::INTERNAL_ERROR };
+            let code = member.net.abort_code(member.rank).unwrap_or(fallback);
+            shared.failed(code, &format!("ncclSend/ncclRecv: {why}"))
+        };
+        for h in &hangs {
+            h.wait(&member.net).map_err(|w| failed(w, false))?;
+        }
+        let world = &member.net.world;
+        let tickets: Vec<u64> = ops
+            .iter()
+            .filter(|o| !o.send)
+            // SAFETY: the receive buffer holds `len` bytes until the stream passes this job
+            // (the contract of the ncclRecv that queued it); this job waits for the ticket.
+            .map(|o| unsafe { world.post_recv(o.peer, member.rank, o.ptr, o.len) })
+            .collect();
+        let mut first: Option<(String, bool)> = None;
+        for o in ops.iter().filter(|o| o.send) {
+            // SAFETY: the send buffer holds `len` bytes until the stream passes this job
+            // (the contract of the ncclSend that queued it).
+            if let Err(w) = unsafe { world.send(member.rank, o.peer, o.ptr, o.len) } {
+                first.get_or_insert((w, true));
+            }
+        }
+        for t in tickets {
+            if let Err(w) = world.wait_recv(t) {
+                first.get_or_insert((w, true));
+            }
+        }
+        match first {
+            None => Ok(()),
+            Some((why, usage)) => Err(failed(why, usage)),
+        }
+    })
+}
+
+/// Refuses a kernel whose receive overwrites memory another of its calls reads or writes:
+/// the GPU would run them at the same time (NCCL does not look; the result would be
+/// undefined).
+fn check_aliasing(ops: &[P2pOp], call: &str) -> Result<(), NcclResult> {
+    let overlap = |a: &P2pOp, b: &P2pOp| a.len > 0 && b.len > 0 && a.ptr < b.ptr + b.len && b.ptr < a.ptr + a.len;
+    for (i, r) in ops.iter().enumerate().filter(|(_, o)| !o.send) {
+        if let Some(o) = ops.iter().enumerate().find(|&(j, o)| j != i && overlap(r, o)).map(|(_, o)| o) {
+            return Err(fail(
+                NcclResult::INVALID_USAGE,
+                format!(
+                    "{call}: the receive from rank {} into {:#x}+{} overlaps the {} {} rank {} at {:#x}+{} in the same \
+                     group: the GPU runs them concurrently",
+                    r.peer,
+                    r.ptr,
+                    r.len,
+                    if o.send { "send" } else { "receive" },
+                    if o.send { "to" } else { "from" },
+                    o.peer,
+                    o.ptr,
+                    o.len
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Queues the operations `ds` (a group, or one call): the sends and receives of each
+/// communicator and stream as one kernel (at the place of the first), collectives as they
+/// come. Work of a communicator using an algorithm for the first time is held until it is
+/// polled, and the result is `ncclInProgress` (NCCL 2.22+ connects lazily).
+fn launch(ds: Vec<Deferred>, call: &str) -> Result<NcclResult, NcclResult> {
+    type Kernel = (Arc<Shared>, RawStream, Member, Vec<P2pOp>, Vec<Arc<Hang>>);
+    let mut kernels: Vec<Kernel> = Vec::new();
+    // (communicator, stream, job or kernel index), in order.
+    let mut order: Vec<(Arc<Shared>, RawStream, Result<Closure, usize>, String)> = Vec::new();
+    for d in ds {
+        match d.work {
+            Work::Coll(job) => order.push((d.shared, d.stream, Ok(job), d.key)),
+            Work::P2p(op, hang, member) => {
+                let at = kernels.iter().position(|k| Arc::ptr_eq(&k.0, &d.shared) && k.1 == d.stream);
+                let at = match at {
+                    Some(at) => at,
+                    None => {
+                        kernels.push((Arc::clone(&d.shared), d.stream, member, Vec::new(), Vec::new()));
+                        order.push((Arc::clone(&d.shared), d.stream, Err(kernels.len() - 1), String::new()));
+                        kernels.len() - 1
+                    }
+                };
+                kernels[at].3.push(op);
+                kernels[at].4.extend(hang);
+                if let Some(o) = order.iter_mut().find(|o| o.2.as_ref().err() == Some(&at)) {
+                    o.3.push_str(&d.key);
+                    o.3.push(' ');
+                }
+            }
+        }
+    }
+    for k in &kernels {
+        check_aliasing(&k.3, call)?;
+    }
+    let mut kernels: Vec<Option<Kernel>> = kernels.into_iter().map(Some).collect();
+    // Per communicator: its jobs, and whether it uses something for the first time.
+    let mut per_comm: Vec<(Arc<Shared>, Vec<(RawStream, Closure)>, Vec<String>)> = Vec::new();
+    for (shared, stream, what, key) in order {
+        let job = match what {
+            Ok(job) => job,
+            Err(at) => match kernels[at].take() {
+                Some((sh, _, member, ops, hangs)) => p2p_kernel(sh, member, ops, hangs),
+                None => continue,
+            },
+        };
+        let keys = key.split_whitespace().map(str::to_string);
+        match per_comm.iter_mut().find(|c| Arc::ptr_eq(&c.0, &shared)) {
+            Some(c) => {
+                c.1.push((stream, job));
+                c.2.extend(keys);
+            }
+            None => per_comm.push((shared, vec![(stream, job)], keys.collect())),
+        }
+    }
+    let mut result = NcclResult::SUCCESS;
+    for (shared, jobs, keys) in per_comm {
+        if shared.cold(&keys) {
+            shared.hold(jobs);
+            result = NcclResult::IN_PROGRESS;
+            continue;
+        }
+        for (stream, job) in jobs {
+            enqueue(stream, job, call)?;
+        }
+    }
+    Ok(result)
 }
 
 /// The outcome of an operation's call: inside a group an error is remembered for the
 /// group's end, as NCCL does.
-fn finish(result: Result<(), NcclResult>) -> NcclResult {
+fn finish(result: Result<NcclResult, NcclResult>) -> NcclResult {
     match result {
-        Ok(()) => NcclResult::SUCCESS,
+        Ok(code) => code,
         Err(code) => {
             with_group(|g| {
                 if g.depth > 0 {
@@ -194,11 +342,19 @@ fn prepare(comm: NcclComm, stream: *mut c_void, call: &str) -> Result<(Arc<Share
     if let Some(code) = member.net.abort_code(member.rank) {
         return Err(fail(code, format!("{call}: the communicator was aborted")));
     }
-    let raw = RawStream(stream);
-    if raw == RawStream::DEFAULT {
-        return Err(fail(NcclResult::INVALID_ARGUMENT, format!("{call}: the double needs an explicit stream")));
+    if shared.busy() {
+        return Err(fail(
+            NcclResult::INVALID_USAGE,
+            format!(
+                "{call}: the communicator is busy with a call that returned ncclInProgress; poll \
+                 ncclCommGetAsyncError until it is ncclSuccess first"
+            ),
+        ));
     }
-    if !stream_is_live(raw) {
+    // Stream 0, the legacy default stream (PyTorch's default), is the calling thread's
+    // runtime's.
+    let raw = RawStream(stream);
+    if raw != RawStream::DEFAULT && !stream_is_live(raw) {
         return Err(fail(
             NcclResult::UNHANDLED_CUDA_ERROR,
             format!("{call}: {:#x} is not a live stream of a host runtime", stream.addr()),
@@ -242,11 +398,12 @@ struct Args {
 }
 
 /// Queues a collective.
-fn collective(name: &'static str, comm: NcclComm, stream: *mut c_void, args: Args) -> Result<(), NcclResult> {
+fn collective(name: &'static str, comm: NcclComm, stream: *mut c_void, args: Args) -> Result<NcclResult, NcclResult> {
     let (shared, member) = prepare(comm, stream, name)?;
     let index = shared.next_coll();
     let hang = shared.take_hang();
     let Args { coll, pre_mul, dtype, count, send_len, send, recv } = args;
+    let owner = Arc::clone(&shared);
     let job: Closure = Box::new(move || {
         let failed = |why: String| {
             let code = member.net.abort_code(member.rank).unwrap_or(NcclResult::INTERNAL_ERROR);
@@ -268,7 +425,8 @@ fn collective(name: &'static str, comm: NcclComm, stream: *mut c_void, args: Arg
         // this closure.
         unsafe { member.net.world.collective(member.rank, index, call) }.map_err(failed)
     });
-    submit(Phase::Coll, RawStream(stream), job, name)
+    let d = Deferred { shared: owner, stream: RawStream(stream), work: Work::Coll(job), key: name.into() };
+    submit(d, name)
 }
 
 /// A copy of `len` elements at `send`, each multiplied by the pre-mul-sum's scalar.
@@ -581,46 +739,17 @@ fn p2p(
             need(buff, count > 0, "buffer", call)?;
             let len = count * dtype.size();
             let hang = shared.take_hang();
-            let job: Closure = Box::new(move || {
-                let failed = |why: String, usage: bool| {
-                    let code = member.net.abort_code(member.rank).unwrap_or(if usage {
-                        NcclResult::INVALID_USAGE
-                    } else {
-                        NcclResult::INTERNAL_ERROR
-                    });
-                    shared.failed(code, &format!("{call}: {why}"))
-                };
-                if let Some(h) = &hang {
-                    h.wait(&member.net).map_err(|w| failed(w, false))?;
-                }
-                if sending {
-                    let bytes = if len == 0 {
-                        Vec::new()
-                    } else {
-                        // SAFETY: the send buffer holds `count` elements until the stream
-                        // passes this job (the contract of the ncclSend that queued it).
-                        unsafe { std::slice::from_raw_parts(buff as *const u8, len) }.to_vec()
-                    };
-                    match member.net.world.aborted() {
-                        Some(why) => Err(failed(format!("the communicator was aborted: {why}"), false)),
-                        None => {
-                            member.net.world.send(member.rank, peer, bytes);
-                            Ok(())
-                        }
-                    }
-                } else {
-                    // SAFETY: the receive buffer holds `count` elements until the stream
-                    // passes this job (the contract of the ncclRecv that queued it).
-                    unsafe { member.net.world.recv(peer, member.rank, buff, len) }.map_err(|w| failed(w, true))
-                }
-            });
-            submit(if sending { Phase::Send } else { Phase::Recv }, RawStream(stream), job, call)
+            let op = P2pOp { send: sending, peer, ptr: buff, len };
+            let work = Work::P2p(op, hang, member);
+            let key = format!("p2p:{peer}");
+            submit(Deferred { shared, stream: RawStream(stream), work, key }, call)
         })())
     })
 }
 
 /// `ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int
-/// peer, ncclComm_t comm, cudaStream_t stream)`: buffered (never waits for its receive).
+/// peer, ncclComm_t comm, cudaStream_t stream)`: completes only once the peer's matching
+/// receive runs (NCCL: "blocking for the GPU"); group it with the receives it depends on.
 ///
 /// # Safety
 /// NCCL's: the buffer holds `count` elements until the stream has run the operation.
@@ -637,7 +766,7 @@ pub(super) unsafe extern "C" fn nccl_send(
 
 /// `ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
 /// ncclComm_t comm, cudaStream_t stream)`: the next message from `peer`, which must have the
-/// same size (a mismatch is `ncclInvalidUsage` and breaks the stream).
+/// same size (a mismatch is `ncclInvalidUsage` and breaks both streams).
 ///
 /// # Safety
 /// NCCL's: the buffer holds `count` elements until the stream has run the operation.
@@ -666,9 +795,9 @@ pub(super) unsafe extern "C" fn nccl_group_start() -> NcclResult {
     })
 }
 
-/// `ncclResult_t ncclGroupEnd()`: at the outermost end, queues the group's operations,
-/// sends first, then collectives, then receives (each kind in call order), or, when a call
-/// in the group failed, drops them and reports that error.
+/// `ncclResult_t ncclGroupEnd()`: at the outermost end, queues the group's operations (see
+/// [`launch`]), or, when a call in the group failed, drops them and reports that error.
+/// `ncclInProgress` when a communicator uses an algorithm for the first time.
 ///
 /// # Safety
 /// None needed.
@@ -685,7 +814,7 @@ pub(super) unsafe extern "C" fn nccl_group_end() -> NcclResult {
             }
             Ok(Some((std::mem::take(&mut g.deferred), g.error.take())))
         });
-        let (mut deferred, error) = match taken {
+        let (deferred, error) = match taken {
             None => return fail(NcclResult::INTERNAL_ERROR, format!("{CALL}: the thread is exiting")),
             Some(Err(code)) => return code,
             Some(Ok(None)) => return NcclResult::SUCCESS,
@@ -694,16 +823,7 @@ pub(super) unsafe extern "C" fn nccl_group_end() -> NcclResult {
         if let Some(code) = error {
             return code;
         }
-        deferred.sort_by_key(|d| d.phase);
-        let mut first = NcclResult::SUCCESS;
-        for d in deferred {
-            if let Err(code) = enqueue(d.stream, d.job, CALL) {
-                if first.is_success() {
-                    first = code;
-                }
-            }
-        }
-        first
+        launch(deferred, CALL).unwrap_or_else(|code| code)
     })
 }
 
@@ -845,7 +965,7 @@ pub(super) unsafe extern "C" fn nccl_red_op_create_pre_mul_sum(
             relock(&PRE_MUL).insert((comm.addr(), id), PreMul { dtype, value, at: scalar.addr() });
             // SAFETY: non-null and writable (our caller's contract).
             unsafe { op.write(NcclRedOp(id)) };
-            Ok(())
+            Ok(NcclResult::SUCCESS)
         })())
     })
 }

@@ -15,7 +15,8 @@ use crate::xccl::library::types::{
     NcclComm, NcclCommOpaque, NcclConfig, NcclResult, NcclUniqueId, NCCL_CONFIG_MAGIC, NCCL_CONFIG_UNDEF_INT,
 };
 use crate::xccl::runtime::host::codes::LAUNCH_FAILED;
-use crate::xccl::runtime::host::CurrentDevice;
+use crate::xccl::runtime::host::{enqueue_anywhere, Closure, CurrentDevice};
+use crate::xccl::runtime::RawStream;
 
 /// `NCCL_SPLIT_NOCOLOR`: the color of ranks that get no communicator from a split.
 pub(crate) const NCCL_SPLIT_NOCOLOR: c_int = -1;
@@ -265,6 +266,45 @@ struct CommState {
     hang: Option<Arc<Hang>>,
     /// Live registration handles.
     registered: HashSet<usize>,
+    /// The algorithms (collective names, point-to-point per peer) used so far.
+    warmed: HashSet<String>,
+    /// Work held while a call that returned `ncclInProgress` is "connecting".
+    busy: Option<Busy>,
+    /// A non-blocking split whose new handle is not written yet.
+    pending_split: Option<PendingSplit>,
+}
+
+/// How many polls of `ncclCommGetAsyncError` a first use of an algorithm stays in progress.
+const CONNECT_POLLS: u32 = 2;
+
+/// Work of a first use of an algorithm, held back as NCCL 2.22+ does while it connects in
+/// the background: queued on its streams when the connection is "made" (a later poll).
+struct Busy {
+    /// Polls left before the work is queued.
+    polls: u32,
+    /// The work, with its streams, in call order.
+    held: Vec<(RawStream, Closure)>,
+}
+
+impl std::fmt::Debug for Busy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Busy").field("polls", &self.polls).field("held", &self.held.len()).finish()
+    }
+}
+
+/// A non-blocking `ncclCommSplit` in progress: as NCCL does, the new handle is written into
+/// the caller's slot only when the split's background job finishes (the parent's async
+/// error turns from `ncclInProgress` to `ncclSuccess`); until then the slot holds null.
+#[derive(Debug)]
+struct PendingSplit {
+    /// The caller's `ncclComm_t*`.
+    slot: usize,
+    /// The new communicator (null for `NCCL_SPLIT_NOCOLOR`).
+    handle: usize,
+    /// The ranks of the split meeting.
+    gathering: Arc<Gathering>,
+    /// This rank's slot there (its rank in the parent).
+    rank: usize,
 }
 
 impl Shared {
@@ -307,10 +347,18 @@ impl Shared {
         }
     }
 
-    /// `ncclCommGetAsyncError`'s answer.
+    /// `ncclCommGetAsyncError`'s answer. Polling is what moves the double's background
+    /// work on: a held first use is queued after [`CONNECT_POLLS`] polls, and a finished
+    /// split writes its handle.
     pub(super) fn async_error(&self) -> NcclResult {
         if let Some(e) = relock(&self.st).error {
             return e;
+        }
+        if let Some(code) = self.poll_busy() {
+            return code;
+        }
+        if let Some(code) = self.poll_split() {
+            return code;
         }
         match self.gathering.poll(self.slot) {
             Poll::Pending => NcclResult::IN_PROGRESS,
@@ -319,6 +367,96 @@ impl Shared {
                 Ok(m) => m.net.abort_code(m.rank).unwrap_or(NcclResult::SUCCESS),
                 Err(code) => code,
             },
+        }
+    }
+
+    /// Moves a held first use on; `Some(ncclInProgress)` while it is still held.
+    fn poll_busy(&self) -> Option<NcclResult> {
+        let mut st = relock(&self.st);
+        let busy = st.busy.as_mut()?;
+        busy.polls = busy.polls.saturating_sub(1);
+        if busy.polls > 0 {
+            return Some(NcclResult::IN_PROGRESS);
+        }
+        let held = st.busy.take().map(|b| b.held).unwrap_or_default();
+        drop(st);
+        for (stream, job) in held {
+            if let Err(e) = enqueue_anywhere(stream, job) {
+                relock(&self.st).error.get_or_insert(NcclResult::UNHANDLED_CUDA_ERROR);
+                set_last_error(&format!("the stream refused held work: {e}"));
+                return Some(NcclResult::UNHANDLED_CUDA_ERROR);
+            }
+        }
+        None
+    }
+
+    /// Writes a finished split's handle; `Some(code)` while it runs or when it failed.
+    fn poll_split(&self) -> Option<NcclResult> {
+        let mut st = relock(&self.st);
+        let pending = st.pending_split.as_ref()?;
+        match pending.gathering.poll(pending.rank) {
+            Poll::Pending => Some(NcclResult::IN_PROGRESS),
+            Poll::Aborted(why) => {
+                let p = st.pending_split.take();
+                drop(st);
+                if let Some(p) = p {
+                    drop_pending_split(p);
+                }
+                Some(fail(NcclResult::REMOTE_ERROR, format!("ncclCommSplit: aborted: {why}")))
+            }
+            Poll::Ready(_) => {
+                let p = st.pending_split.take()?;
+                // SAFETY: the caller of the non-blocking ncclCommSplit keeps its slot valid
+                // until the parent's async error is no longer ncclInProgress (NCCL's
+                // contract: the handle is written by the split's background job).
+                unsafe {
+                    std::ptr::with_exposed_provenance_mut::<NcclComm>(p.slot)
+                        .write(std::ptr::with_exposed_provenance_mut(p.handle))
+                };
+                None
+            }
+        }
+    }
+
+    /// Whether the communicator is busy with a call that returned `ncclInProgress`.
+    pub(super) fn busy(&self) -> bool {
+        let st = relock(&self.st);
+        st.busy.is_some() || st.pending_split.is_some()
+    }
+
+    /// Whether any of `keys` is used for the first time on this non-blocking communicator
+    /// (NCCL 2.22+ then connects in the background and the call returns `ncclInProgress`);
+    /// marks them used.
+    pub(super) fn cold(&self, keys: &[String]) -> bool {
+        if self.blocking {
+            return false;
+        }
+        let mut st = relock(&self.st);
+        let mut cold = false;
+        for k in keys {
+            cold |= st.warmed.insert(k.clone());
+        }
+        cold
+    }
+
+    /// Holds `jobs` until the communicator has been polled [`CONNECT_POLLS`] times.
+    pub(super) fn hold(&self, jobs: Vec<(RawStream, Closure)>) {
+        let mut st = relock(&self.st);
+        let busy = st.busy.get_or_insert_with(|| Busy { polls: CONNECT_POLLS, held: Vec::new() });
+        busy.held.extend(jobs);
+    }
+
+    /// Drops what a failed or aborted communicator still holds: held work, a split's
+    /// unwritten handle (its communicator is aborted and freed, as NCCL's abort joins the
+    /// split's job).
+    fn drop_background(&self) {
+        let (busy, split) = {
+            let mut st = relock(&self.st);
+            (st.busy.take(), st.pending_split.take())
+        };
+        drop(busy);
+        if let Some(p) = split {
+            drop_pending_split(p);
         }
     }
 
@@ -565,29 +703,48 @@ pub(super) unsafe extern "C" fn nccl_comm_split(
         if let Some(why) = member.net.world.aborted() {
             gathering.abort(&why);
         }
-        if color == NCCL_SPLIT_NOCOLOR {
+        let handle = (color != NCCL_SPLIT_NOCOLOR).then(|| {
+            new_handle(Shared {
+                gathering: Arc::clone(&gathering),
+                slot: member.rank,
+                device: parent.device,
+                blocking,
+                st: Mutex::new(CommState::default()),
+            })
+        });
+        if !blocking {
+            // As NCCL since 2.18: null now, the handle once the split's job is done.
+            // SAFETY: non-null and writable (our caller's contract).
+            unsafe { newcomm.write(std::ptr::null_mut()) };
+            relock(&parent.st).pending_split = Some(PendingSplit {
+                slot: newcomm.expose_provenance(),
+                handle: handle.map_or(0, |h| h.expose_provenance()),
+                gathering,
+                rank: member.rank,
+            });
+            return NcclResult::IN_PROGRESS;
+        }
+        let Some(handle) = handle else {
             // SAFETY: non-null and writable (our caller's contract).
             unsafe { newcomm.write(std::ptr::null_mut()) };
             return NcclResult::SUCCESS;
-        }
-        let shared = Shared {
-            gathering,
-            slot: member.rank,
-            device: parent.device,
-            blocking,
-            st: Mutex::new(CommState::default()),
         };
-        let handle = new_handle(shared);
         // SAFETY: non-null and writable (our caller's contract).
         unsafe { newcomm.write(handle) };
-        if !blocking {
-            return NcclResult::IN_PROGRESS;
-        }
         match lookup(handle, CALL) {
             Ok(s) => s.wait_ready(CALL),
             Err(code) => code,
         }
     })
+}
+
+/// Frees the communicator of a split that will never be handed out (its parent failed or
+/// was aborted first), ending its gathering.
+fn drop_pending_split(p: PendingSplit) {
+    p.gathering.abort("the parent communicator was aborted during the split");
+    if p.handle != 0 {
+        let _ = release(std::ptr::with_exposed_provenance_mut(p.handle), "ncclCommSplit");
+    }
 }
 
 /// Aborts what `shared` takes part in on behalf of its rank: its communicator, or its
@@ -615,6 +772,7 @@ pub(super) unsafe extern "C" fn nccl_comm_abort(comm: NcclComm) -> NcclResult {
         }
         match release(comm, CALL) {
             Ok(shared) => {
+                shared.drop_background();
                 abort_shared(&shared, &format!("rank {} aborted its communicator", shared.slot));
                 NcclResult::SUCCESS
             }
@@ -632,9 +790,14 @@ pub(super) unsafe extern "C" fn nccl_comm_destroy(comm: NcclComm) -> NcclResult 
     const CALL: &str = "ncclCommDestroy";
     guard(CALL, || {
         if comm.is_null() {
-            NcclResult::SUCCESS
-        } else {
-            release(comm, CALL).err().unwrap_or(NcclResult::SUCCESS)
+            return NcclResult::SUCCESS;
+        }
+        match release(comm, CALL) {
+            Ok(shared) => {
+                shared.drop_background();
+                NcclResult::SUCCESS
+            }
+            Err(code) => code,
         }
     })
 }
@@ -769,6 +932,7 @@ pub(crate) fn hang_next(comm: NcclComm) -> Option<HangGuard> {
 /// handle stays valid (a test destroys it). Whether `comm` was a live communicator.
 pub(crate) fn kill(comm: NcclComm) -> bool {
     let Ok(shared) = lookup(comm, "kill") else { return false };
+    shared.drop_background();
     abort_shared(&shared, &format!("rank {} died", shared.slot));
     relock(&shared.st).error.get_or_insert(NcclResult::SYSTEM_ERROR);
     true

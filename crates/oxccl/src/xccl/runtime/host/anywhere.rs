@@ -28,27 +28,45 @@ pub(super) fn register(stream: &Arc<Stream>) {
     relock(&STREAMS).insert(stream.id, Arc::downgrade(stream));
 }
 
+/// The legacy default stream of each runtime and device, once made.
+type Defaults = HashMap<(u64, u32), Weak<Stream>>;
+static DEFAULTS: LazyLock<Mutex<Defaults>> = LazyLock::new(|| Mutex::new(HashMap::new()));
+
+/// Makes `stream` reachable as `runtime`'s default stream (null) of `device` through
+/// [`enqueue_anywhere`], from threads on which `runtime` made `device` current.
+pub(super) fn register_default(runtime: u64, device: u32, stream: &Arc<Stream>) {
+    relock(&DEFAULTS).insert((runtime, device), Arc::downgrade(stream));
+}
+
+/// Forgets `runtime`'s default streams (its runtime is dropping).
+pub(super) fn unregister_default(runtime: u64) {
+    relock(&DEFAULTS).retain(|&(r, _), _| r != runtime);
+}
+
 /// Forgets the stream numbered `id` (destroyed, or its runtime dropping).
 pub(super) fn unregister(id: usize) {
     relock(&STREAMS).remove(&id);
 }
 
-/// Whether `stream` is a live stream of some runtime (the default stream is not one).
+/// Whether `stream` is a live stream of some runtime (null: whether the calling thread's
+/// runtime has a default stream).
 pub(crate) fn stream_is_live(stream: RawStream) -> bool {
     lookup(stream, "stream_is_live").is_ok()
 }
 
-/// The live stream `raw` stands for.
+/// The live stream `raw` stands for: null is the default stream of the runtime that last
+/// made a device current on the calling thread (as CUDA's legacy stream is the current
+/// context's).
 ///
 /// # Errors
-/// The null default stream (it belongs to no runtime in particular), or an unknown handle.
+/// An unknown handle; null when no live runtime made a device current on this thread, or
+/// its default stream was not made yet.
 fn lookup(raw: RawStream, call: &str) -> Result<Arc<Stream>> {
     if raw == RawStream::DEFAULT {
-        return Err(fail(
-            INVALID_HANDLE,
-            call,
-            "the default stream belongs to no runtime in particular; use a stream from stream_create",
-        ));
+        let runtime = LAST.try_with(|l| l.try_borrow().ok().and_then(|l| l.as_ref().map(|l| l.runtime))).ok().flatten();
+        return runtime
+            .and_then(|r| relock(&DEFAULTS).get(&(r, current::get(r))).and_then(Weak::upgrade))
+            .ok_or_else(|| fail(INVALID_HANDLE, call, "no runtime's default stream is in use on this thread"));
     }
     let id = handle::from_raw(raw.0);
     relock(&STREAMS)

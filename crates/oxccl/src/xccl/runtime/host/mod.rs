@@ -94,8 +94,8 @@ struct Worker {
 struct Streams {
     /// The live streams from `stream_create`, by handle number.
     live: HashMap<usize, Arc<Stream>>,
-    /// The legacy default stream, once used.
-    default: Option<Arc<Stream>>,
+    /// The legacy default stream of each device (CUDA's is per context), once used.
+    default: HashMap<u32, Arc<Stream>>,
     /// Every worker not yet joined: of live streams, of the default stream, and of
     /// destroyed streams still running their last jobs.
     workers: Vec<Worker>,
@@ -240,18 +240,21 @@ impl HostRuntime {
         }
     }
 
-    /// The stream a handle stands for (the default stream, made on first use, for null).
+    /// The stream a handle stands for (for null, the calling thread's current device's
+    /// default stream, made on first use).
     ///
     /// # Errors
     /// An unknown handle; for the default stream, a worker thread that cannot start.
     fn stream(&self, raw: RawStream, call: &str) -> Result<Arc<Stream>> {
         let mut streams = relock(&self.streams);
         if raw == RawStream::DEFAULT {
-            if let Some(s) = &streams.default {
+            let device = self.current_device();
+            if let Some(s) = streams.default.get(&device) {
                 return Ok(Arc::clone(s));
             }
             let (stream, thread) = Stream::spawn(0, None, Arc::clone(&self.wake), call)?;
-            streams.default = Some(Arc::clone(&stream));
+            anywhere::register_default(self.id, device, &stream);
+            streams.default.insert(device, Arc::clone(&stream));
             streams.workers.push(Worker { stream: Arc::clone(&stream), thread });
             return Ok(stream);
         }
@@ -466,7 +469,8 @@ impl Drop for HostRuntime {
                 anywhere::unregister(id);
             }
             streams.live.clear();
-            streams.default = None;
+            streams.default.clear();
+            anywhere::unregister_default(self.id);
             std::mem::take(&mut streams.workers)
         };
         // Streams first, so that a worker whose blocking job the hub wakes next finds its
