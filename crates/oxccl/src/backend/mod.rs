@@ -17,7 +17,6 @@ pub mod op;
 pub mod options;
 pub mod peer_waits;
 pub mod poison;
-pub mod rank_gpu;
 pub mod reduce;
 pub mod staging;
 

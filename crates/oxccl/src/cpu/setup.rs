@@ -94,8 +94,13 @@ impl CpuOptions {
 /// The NIC nearest this rank's GPU, for the TCP transport to listen on (NCCL's choice of a
 /// NIC per GPU: device data staged through host memory then crosses the fewest bridges),
 /// when the choice is open: no `OXCCL_SOCKET_IFNAME`, TCP may carry traffic, more than one
-/// interface could be picked, there is a GPU on the PCI bus, and the GPU runtime says which
-/// one this rank uses ([`crate::backend::rank_gpu`]). `None` otherwise (the default rule).
+/// interface could be picked, there is a GPU on the PCI bus, and this rank uses one of them.
+/// `None` otherwise (the default rule).
+///
+/// The rank's GPU is found in sysfs and procfs ([`crate::topology::rank_gpu`]: PCI order,
+/// `CUDA_VISIBLE_DEVICES` and its AMD kin, `OXCCL_GPU_DEVICE`, else the local rank modulo
+/// the visible GPUs), never by loading a GPU driver: a process that uses only `cpu` has no
+/// `cuInit` behind it (its forked workers are safe) and pays for no driver context.
 fn gpu_nic(cfg: &ResolvedConfig) -> Option<String> {
     use crate::config::TransportChoice;
     let c = &cfg.cpu;
@@ -111,9 +116,11 @@ fn gpu_nic(cfg: &ResolvedConfig) -> Option<String> {
         return None;
     }
     let local_rank = LaunchInfo::from_env().ok()?.local_rank;
-    let bus = crate::backend::rank_gpu::bus_id(cfg, local_rank)?;
+    let sys = crate::topology::Sysfs::default();
+    let visible = crate::topology::rank_gpu::VisibleDevices::from_process();
+    let bus = &crate::topology::rank_gpu::rank_gpu(&sys, &topology.gpus, &visible, cfg.gpu.device, local_rank)?.bus_id;
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-    let (nic, distance) = topology.nic_near_gpu(&bus, &refs)?;
+    let (nic, distance) = topology.nic_near_gpu(bus, &refs)?;
     tracing::info!("TCP transport: {} is the interface nearest this rank's GPU {bus} ({distance})", nic.name);
     Some(nic.name.clone())
 }

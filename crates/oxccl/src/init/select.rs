@@ -79,13 +79,12 @@ fn first_available<T>(cfg: &ResolvedConfig, create: impl Fn(&dyn BackendFactory)
 }
 
 /// Lets the host backends load a GPU runtime when they first meet its device buffers (a
-/// buffer the application made with its own framework, before oxccl loaded the runtime),
-/// and ask which GPU a rank uses (to listen on the NIC nearest it).
+/// buffer the application made with its own framework, before oxccl loaded the runtime).
+/// Nothing here loads a runtime: a process whose buffers all live in host memory never does.
 pub(crate) fn install_staging_loader() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         crate::backend::staging::install_loader(Box::new(crate::xccl::factory::staging_copy));
-        crate::backend::rank_gpu::install_locator(crate::xccl::factory::rank_gpu_bus_id);
     });
 }
 

@@ -4,9 +4,12 @@
 //! that matter to shared memory and pinned memory.
 //!
 //! NCCL reads the same files to build its topology; `oxccl info` prints what is found here,
-//! and the GPU paths use [`Topology::nearest_nic`] to pick a NIC per GPU.
+//! and the `cpu` backend's TCP transport listens on the NIC nearest the rank's GPU
+//! ([`rank_gpu`], [`Topology::nic_near_gpu`]).
 //!
 //! - [`pci`]: GPUs and NICs on the PCI bus, and the PCI distance between two devices;
+//! - [`rank_gpu`]: which of those GPUs a rank uses (`CUDA_VISIBLE_DEVICES` and its AMD
+//!   kin, `OXCCL_GPU_DEVICE`, the local rank), without loading a GPU driver;
 //! - [`gpudirect`]: the peer-memory kernel modules and RDMA devices GPUDirect RDMA needs;
 //! - [`host`]: /dev/shm, the memlock limit, CPUs and NUMA nodes.
 //!
@@ -16,6 +19,7 @@ pub mod gpudirect;
 pub mod host;
 pub mod mps;
 pub mod pci;
+pub mod rank_gpu;
 
 use std::path::{Path, PathBuf};
 

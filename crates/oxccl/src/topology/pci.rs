@@ -63,12 +63,18 @@ pub struct Gpu {
 /// The model name the GPU driver gives for the GPU at `bus_id` (sysfs directory `dir`).
 fn gpu_name(sys: &Sysfs, vendor: GpuVendor, bus_id: &str, dir: &Path) -> Option<String> {
     match vendor {
-        GpuVendor::Nvidia => {
-            let info = sys.read(&sys.path(&format!("/proc/driver/nvidia/gpus/{bus_id}/information")))?;
-            info.lines().find_map(|l| l.strip_prefix("Model:")).map(|m| m.trim().to_string()).filter(|m| !m.is_empty())
-        }
+        GpuVendor::Nvidia => nvidia_information(sys, bus_id, "Model:"),
         GpuVendor::Amd => sys.read(&dir.join("product_name")).filter(|m| !m.is_empty()),
     }
+}
+
+/// The value of the line starting with `key` (`Model:`, `GPU UUID:`) in what the NVIDIA
+/// kernel module says of the GPU at `bus_id` (`/proc/driver/nvidia/gpus/BUS/information`:
+/// a procfs file, read without the CUDA driver), trimmed; `None` when the file or the line
+/// is missing or the value empty.
+pub fn nvidia_information(sys: &Sysfs, bus_id: &str, key: &str) -> Option<String> {
+    let info = sys.read(&sys.path(&format!("/proc/driver/nvidia/gpus/{bus_id}/information")))?;
+    info.lines().find_map(|l| l.strip_prefix(key)).map(|v| v.trim().to_string()).filter(|v| !v.is_empty())
 }
 
 /// A network interface backed by a device.
@@ -215,13 +221,22 @@ pub fn rdma_devices(sys: &Sysfs) -> Vec<String> {
 /// A PCI address in sysfs's form (`0000:3b:00.0`: 4-digit domain, lower case) from any of
 /// the forms drivers print (`00000000:3B:00.0`, `0000:3b:00.0`); `None` when it is not one.
 pub fn normalize_bus_id(id: &str) -> Option<String> {
+    let (domain, bus, dev, func) = parse_bus_id(id)?;
+    Some(format!("{domain:04x}:{bus:02x}:{dev:02x}.{func:x}"))
+}
+
+/// A PCI address as numbers, (domain, bus, device, function), in any of the forms
+/// [`normalize_bus_id`] reads; `None` when it is not one. Ordering these tuples is PCI
+/// order (what `nvidia-smi` and `CUDA_DEVICE_ORDER=PCI_BUS_ID` count in), also where
+/// domains have more than 4 digits and their names do not sort as text.
+pub fn parse_bus_id(id: &str) -> Option<(u32, u8, u8, u8)> {
     let mut parts = id.trim().rsplitn(3, ':');
     let (devfn, bus, domain) = (parts.next()?, parts.next()?, parts.next()?);
     let domain = u32::from_str_radix(domain, 16).ok()?;
     let bus = u8::from_str_radix(bus, 16).ok()?;
     let (dev, func) = devfn.split_once('.')?;
     let (dev, func) = (u8::from_str_radix(dev, 16).ok()?, u8::from_str_radix(func, 16).ok()?);
-    Some(format!("{domain:04x}:{bus:02x}:{dev:02x}.{func:x}"))
+    Some((domain, bus, dev, func))
 }
 
 #[cfg(test)]

@@ -189,3 +189,19 @@ fn pci_addresses_are_compared_in_one_form() {
         assert_eq!(n(bad), None, "{bad}");
     }
 }
+
+#[test]
+fn a_rank_finds_its_gpu_and_nic_in_sysfs() {
+    use super::rank_gpu::{rank_gpu, VisibleDevices};
+    let f = Fake::new("rank-gpu", true);
+    let (sys, t) = (f.sys(), Topology::read(&f.sys()));
+    let all = VisibleDevices::default();
+    // The NVIDIA GPU first (the GPU backends try CUDA, then HIP); its nearest NIC is ib0.
+    let gpu = rank_gpu(&sys, &t.gpus, &all, None, 1).unwrap();
+    assert_eq!(gpu.bus_id, "0000:02:00.0");
+    assert_eq!(t.nic_near_gpu(&gpu.bus_id, &["eth0", "ib0"]).map(|(n, _)| n.name.as_str()), Some("ib0"));
+    // NVIDIA hidden from CUDA, the AMD GPU shown to HIP.
+    let amd = VisibleDevices { cuda: Some(String::new()), hip: Some("0".into()), rocr: None };
+    assert_eq!(rank_gpu(&sys, &t.gpus, &amd, None, 0).map(|g| g.bus_id.as_str()), Some("0000:81:00.0"));
+    assert_eq!(rank_gpu(&sys, &t.gpus, &all, Some(1), 0), None, "one NVIDIA GPU: OXCCL_GPU_DEVICE=1 names none");
+}

@@ -140,22 +140,6 @@ pub(crate) fn staging_copy(kind: DeviceKind) -> std::result::Result<Arc<dyn stag
     Ok(Arc::new(RuntimeCopy::new(rt)))
 }
 
-/// The PCI address of the GPU local rank `local_rank` uses under `cfg` (as the nccl and
-/// rccl backends pick it: `OXCCL_GPU_DEVICE`, else the local rank modulo the devices), from
-/// the CUDA driver, else HIP: what [`crate::backend::rank_gpu::install_locator`] is given at
-/// initialisation. `None` when neither runtime loads or the driver does not say.
-pub(crate) fn rank_gpu_bus_id(cfg: &ResolvedConfig, local_rank: usize) -> Option<String> {
-    [Flavor::Nccl, Flavor::Rccl]
-        .into_iter()
-        .find_map(|flavor| bus_id_on(runtime(flavor).ok()?.as_ref(), cfg, local_rank))
-}
-
-/// [`rank_gpu_bus_id`] through `rt`.
-fn bus_id_on(rt: &dyn DeviceRuntime, cfg: &ResolvedConfig, local_rank: usize) -> Option<String> {
-    let device = GpuFactory::device(cfg, rt, local_rank).ok()?;
-    rt.device_info(device).ok()?.pci_bus_id
-}
-
 impl GpuFactory {
     /// The library, from the configured path or the search.
     fn library(&self, cfg: &ResolvedConfig) -> Result<Arc<Library>> {
@@ -167,18 +151,20 @@ impl GpuFactory {
         Ok(Arc::new(Library::load(self.flavor, &env)?))
     }
 
-    /// The device of rank `rank` (see the module documentation).
+    /// The device of local rank `local_rank` (see the module documentation): the rule of
+    /// [`crate::topology::rank_gpu::ordinal`], which the `cpu` backend also uses to find the
+    /// rank's GPU in sysfs without loading a driver.
     fn device(cfg: &ResolvedConfig, rt: &dyn DeviceRuntime, local_rank: usize) -> Result<u32> {
         let count = rt.device_count()?;
-        match cfg.gpu.device {
-            Some(d) if d >= count => Err(Error::Config(format!(
+        crate::topology::rank_gpu::ordinal(cfg.gpu.device, count, local_rank).ok_or_else(|| match cfg.gpu.device {
+            Some(d) => Error::Config(format!(
                 "OXCCL_GPU_DEVICE={d}, but {} sees {count} device(s) (ordinals 0..{count}); check CUDA_VISIBLE_DEVICES \
                  / HIP_VISIBLE_DEVICES",
                 rt.describe()
-            ))),
-            Some(d) => Ok(d),
-            None => Ok((local_rank % count as usize) as u32),
-        }
+            )),
+            // `runtime` only hands out a runtime that sees a device.
+            None => Error::Internal(format!("{} sees no device", rt.describe())),
+        })
     }
 }
 
@@ -305,20 +291,21 @@ impl BackendFactory for GpuFactory {
 }
 
 #[cfg(test)]
-mod rank_gpu_tests {
+mod device_tests {
     use super::*;
     use crate::xccl::runtime::host::HostRuntime;
 
     #[test]
-    fn a_rank_is_located_on_the_device_the_gpu_backends_give_it() {
+    fn a_rank_gets_its_device_by_oxccl_gpu_device_else_its_local_rank() {
         let rt = HostRuntime::new(2);
         let cfg = crate::config::Config::new().resolve().unwrap();
-        // Local ranks 0..3 on 2 devices: 0, 1, 0, 1 (the double's device d is at bus d+1).
-        let buses: Vec<Option<String>> = (0..4).map(|r| bus_id_on(&rt, &cfg, r)).collect();
-        assert_eq!(buses, ["0000:01:00.0", "0000:02:00.0", "0000:01:00.0", "0000:02:00.0"].map(|b| Some(b.into())));
+        // Local ranks 0..3 on 2 devices: 0, 1, 0, 1.
+        let devices: Vec<u32> = (0..4).map(|r| GpuFactory::device(&cfg, &rt, r).unwrap()).collect();
+        assert_eq!(devices, [0, 1, 0, 1]);
         let pinned = crate::config::Config::new().set("OXCCL_GPU_DEVICE", "1").unwrap().resolve().unwrap();
-        assert_eq!(bus_id_on(&rt, &pinned, 0).as_deref(), Some("0000:02:00.0"));
+        assert_eq!(GpuFactory::device(&pinned, &rt, 0).unwrap(), 1);
         let missing = crate::config::Config::new().set("OXCCL_GPU_DEVICE", "5").unwrap().resolve().unwrap();
-        assert_eq!(bus_id_on(&rt, &missing, 0), None, "a device that does not exist locates nothing");
+        let e = GpuFactory::device(&missing, &rt, 0).unwrap_err();
+        assert!(matches!(&e, Error::Config(m) if m.contains("OXCCL_GPU_DEVICE=5")), "{e}");
     }
 }
