@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run HERE (a machine with Rust, no GPU needed): builds the release binaries the GPU check
 # runs and puts them in gpu-bin/ (git-ignored), which the device tool carries to the GPU
-# machine: `run` with carry ["gpu-bin"] and command `scripts/gpu_check.sh`.
+# machine: `run` with carry ["gpu-bin"] and command `scripts/gpu_check.sh first`, then the same
+# with `scripts/gpu_check.sh second` (two calls of under 6 minutes each: timeout_s 360).
 # `--mpi` builds them with the mpi backend (linked against this machine's Open MPI,
 # libmpi.so.40, which the GPU machine's Open MPI 4.1 also provides), as
 # scripts/gpu_staged_check.sh needs.
