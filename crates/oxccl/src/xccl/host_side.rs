@@ -30,6 +30,8 @@ use crate::sync::relock;
 const ENVELOPE_TAG: u32 = 0x0cc1_0001;
 /// A tag nothing is ever sent on: probing it reports a peer that is gone.
 const LIVENESS_TAG: u32 = 0x0cc1_0002;
+/// The host tag of pulls: a receiver waiting for messages a sender has not issued yet.
+const PULL_TAG: u32 = 0x0cc1_0003;
 
 /// Runs `op` on the host communicator `comm` and waits for it, with `timeout` as deadline.
 ///
@@ -67,17 +69,37 @@ pub(crate) struct Envelope {
     pub(crate) count: usize,
 }
 
-impl Envelope {
+/// What travels on the envelope tag, in the order its sender made them: a message's
+/// envelope, or the mark that the sender issued its messages so far as one NCCL group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Notice {
+    /// A message's envelope.
+    Message(Envelope),
+    /// The messages announced before this mark (and after the previous one) were issued in
+    /// one group: a receiver takes all of them in one group of its own.
+    Flushed,
+}
+
+/// The first word of a [`Notice::Flushed`] (no tag is this large).
+const FLUSHED: u64 = u64::MAX;
+
+impl Notice {
     fn encode(&self) -> [u64; 3] {
-        [u64::from(self.tag), self.dtype as u64, self.count as u64]
+        match self {
+            Notice::Message(e) => [u64::from(e.tag), e.dtype as u64, e.count as u64],
+            Notice::Flushed => [FLUSHED, 0, 0],
+        }
     }
 
-    fn decode(w: [u64; 3], peer: usize) -> Result<Envelope> {
+    fn decode(w: [u64; 3], peer: usize) -> Result<Notice> {
+        if w == [FLUSHED, 0, 0] {
+            return Ok(Notice::Flushed);
+        }
         let bad = || Error::Internal(format!("rank {peer} sent a malformed point-to-point envelope {w:?}"));
         let tag = u32::try_from(w[0]).map_err(|_| bad())?;
         let dtype = u8::try_from(w[1]).ok().and_then(DType::from_tag).ok_or_else(bad)?;
         let count = usize::try_from(w[2]).map_err(|_| bad())?;
-        Ok(Envelope { tag, dtype, count })
+        Ok(Notice::Message(Envelope { tag, dtype, count }))
     }
 }
 
@@ -86,8 +108,10 @@ pub(crate) struct HostSide {
     comm: Arc<dyn Backend>,
     /// Whether collectives are fingerprint-checked.
     check: bool,
-    /// Envelopes received ahead of their receive (by `probe`), per peer, in order.
-    early: Mutex<Vec<VecDeque<Envelope>>>,
+    /// Notices received ahead of their receive (by `peek`), per peer, in order.
+    early: Mutex<Vec<VecDeque<Notice>>>,
+    /// Per peer: whether this rank pulled since the peer's last [`Notice::Flushed`].
+    pulled: Mutex<Vec<bool>>,
 }
 
 impl HostSide {
@@ -95,7 +119,7 @@ impl HostSide {
     /// fingerprints when `check`.
     pub(crate) fn new(comm: Arc<dyn Backend>, check: bool) -> HostSide {
         let n = comm.world_size();
-        HostSide { comm, check, early: Mutex::new(vec![VecDeque::new(); n]) }
+        HostSide { comm, check, early: Mutex::new(vec![VecDeque::new(); n]), pulled: Mutex::new(vec![false; n]) }
     }
 
     /// The host communicator.
@@ -158,11 +182,26 @@ impl HostSide {
     /// # Errors
     /// The host communicator's errors.
     pub(crate) fn announce(&self, sends: &[(usize, Envelope)], timeout: Duration) -> Result<()> {
-        if sends.is_empty() {
+        let notices: Vec<(usize, Notice)> = sends.iter().map(|&(p, e)| (p, Notice::Message(e))).collect();
+        self.post(&notices, timeout)
+    }
+
+    /// Tells each of `peers` that the messages announced to it so far were issued.
+    ///
+    /// # Errors
+    /// The host communicator's errors.
+    pub(crate) fn announce_flushed(&self, peers: &[usize], timeout: Duration) -> Result<()> {
+        let notices: Vec<(usize, Notice)> = peers.iter().map(|&p| (p, Notice::Flushed)).collect();
+        self.post(&notices, timeout)
+    }
+
+    /// Sends `notices` to their peers.
+    fn post(&self, notices: &[(usize, Notice)], timeout: Duration) -> Result<()> {
+        if notices.is_empty() {
             return Ok(());
         }
-        let words: Vec<[u64; 3]> = sends.iter().map(|(_, e)| e.encode()).collect();
-        let ops = sends
+        let words: Vec<[u64; 3]> = notices.iter().map(|(_, n)| n.encode()).collect();
+        let ops = notices
             .iter()
             .zip(&words)
             .map(|(&(peer, _), w)| P2p::Send {
@@ -175,18 +214,18 @@ impl HostSide {
         unsafe { self.run(Op::Batch(ops), timeout) }.map(drop)
     }
 
-    /// The next envelope from `peer` (one that `probe` took in early, or the next to arrive).
+    /// The next notice from `peer` (one that `peek` took in early, or the next to arrive).
     ///
     /// # Errors
     /// The host communicator's errors (a lost peer, a timeout); a malformed envelope.
-    pub(crate) fn next_envelope(&self, peer: usize, timeout: Duration) -> Result<Envelope> {
+    pub(crate) fn next_notice(&self, peer: usize, timeout: Duration) -> Result<Notice> {
         if let Some(e) = relock(&self.early).get_mut(peer).and_then(VecDeque::pop_front) {
             return Ok(e);
         }
-        self.receive_envelope(peer, timeout)
+        self.receive_notice(peer, timeout)
     }
 
-    fn receive_envelope(&self, peer: usize, timeout: Duration) -> Result<Envelope> {
+    fn receive_notice(&self, peer: usize, timeout: Duration) -> Result<Notice> {
         let mut w = [0u64; 3];
         let op = Op::Batch(vec![P2p::Recv {
             buf: RawBufMut { ptr: w.as_mut_ptr().cast(), count: 3, dtype: DType::U64, device: Device::Cpu },
@@ -198,26 +237,78 @@ impl HostSide {
         if done.received.first() != Some(&3) {
             return Err(Error::Internal(format!("rank {peer} sent a truncated point-to-point envelope")));
         }
-        Envelope::decode(w, peer)
+        let notice = Notice::decode(w, peer)?;
+        if notice == Notice::Flushed {
+            if let Some(p) = relock(&self.pulled).get_mut(peer) {
+                *p = false;
+            }
+        }
+        Ok(notice)
     }
 
-    /// The envelope of the next message from `peer`, if it has arrived (without receiving
-    /// the message).
+    /// Asks `peer` to issue the messages it announced (a receiver about to wait for them),
+    /// at most once until its next [`Notice::Flushed`] arrives: a sender whose thread is
+    /// busy elsewhere issues them when asked (see the engine's `progress.rs`).
     ///
     /// # Errors
     /// The host communicator's errors.
-    pub(crate) fn peek(&self, peer: usize, timeout: Duration) -> Result<Option<Envelope>> {
-        if let Some(e) = relock(&self.early).get(peer).and_then(|q| q.front().copied()) {
-            return Ok(Some(e));
+    pub(crate) fn pull(&self, peer: usize, timeout: Duration) -> Result<()> {
+        {
+            let mut pulled = relock(&self.pulled);
+            match pulled.get_mut(peer) {
+                Some(p) if !*p => *p = true,
+                _ => return Ok(()),
+            }
         }
-        if self.comm.probe(peer, ENVELOPE_TAG)?.is_none() {
-            return Ok(None);
+        let none = [0u8; 0];
+        let op = Op::Batch(vec![P2p::Send {
+            buf: RawBuf { ptr: none.as_ptr(), count: 0, dtype: DType::U8, device: Device::Cpu },
+            peer,
+            tag: PULL_TAG,
+        }]);
+        // SAFETY: an empty message reads no memory.
+        unsafe { self.run(op, timeout) }.map(drop)
+    }
+
+    /// Takes every pull `peer` sent that has arrived; whether there was one.
+    ///
+    /// # Errors
+    /// The host communicator's errors.
+    pub(crate) fn take_pulls(&self, peer: usize, timeout: Duration) -> Result<bool> {
+        let mut any = false;
+        while self.comm.probe(peer, PULL_TAG)?.is_some() {
+            let mut none = [0u8; 0];
+            let op = Op::Batch(vec![P2p::Recv {
+                buf: RawBufMut { ptr: none.as_mut_ptr(), count: 0, dtype: DType::U8, device: Device::Cpu },
+                peer,
+                tag: PULL_TAG,
+            }]);
+            // SAFETY: an empty message writes no memory.
+            unsafe { self.run(op, timeout)? };
+            any = true;
         }
-        let e = self.receive_envelope(peer, timeout)?;
-        if let Some(q) = relock(&self.early).get_mut(peer) {
-            q.push_back(e);
+        Ok(any)
+    }
+
+    /// The `k`-th notice (from 0) not yet taken from `peer`, if it has arrived (without
+    /// taking it).
+    ///
+    /// # Errors
+    /// The host communicator's errors.
+    pub(crate) fn peek(&self, peer: usize, k: usize, timeout: Duration) -> Result<Option<Notice>> {
+        loop {
+            let have = relock(&self.early).get(peer).map_or(0, VecDeque::len);
+            if have > k {
+                return Ok(relock(&self.early).get(peer).and_then(|q| q.get(k).copied()));
+            }
+            if self.comm.probe(peer, ENVELOPE_TAG)?.is_none() {
+                return Ok(None);
+            }
+            let e = self.receive_notice(peer, timeout)?;
+            if let Some(q) = relock(&self.early).get_mut(peer) {
+                q.push_back(e);
+            }
         }
-        Ok(Some(e))
     }
 
     /// Fails when the host communicator knows a peer to be gone.
@@ -284,21 +375,33 @@ mod tests {
     #[test]
     fn envelopes_arrive_in_order_and_probe_takes_them_in_early() {
         let s = sides(2, false);
-        let e = |tag, count| Envelope { tag, dtype: DType::I32, count };
-        s[0].announce(&[(1, e(7, 3)), (1, e(9, 0))], T).expect("announce");
-        // Probe sees the first without consuming it; twice the same answer.
+        let e = |tag, count| Notice::Message(Envelope { tag, dtype: DType::I32, count });
+        let env = |tag, count| Envelope { tag, dtype: DType::I32, count };
+        s[0].announce(&[(1, env(7, 3)), (1, env(9, 0))], T).expect("announce");
+        s[0].announce_flushed(&[1], T).expect("flushed");
+        // Peek sees the first without consuming it; twice the same answer.
         let deadline = std::time::Instant::now() + T;
         let seen = loop {
-            if let Some(x) = s[1].peek(0, T).expect("peek") {
+            if let Some(x) = s[1].peek(0, 0, T).expect("peek") {
                 break x;
             }
             assert!(std::time::Instant::now() < deadline, "the envelope never arrived");
             std::thread::yield_now();
         };
         assert_eq!(seen, e(7, 3));
-        assert_eq!(s[1].peek(0, T).expect("peek"), Some(e(7, 3)));
-        assert_eq!(s[1].next_envelope(0, T).expect("next"), e(7, 3));
-        assert_eq!(s[1].next_envelope(0, T).expect("next"), e(9, 0));
+        assert_eq!(s[1].peek(0, 0, T).expect("peek"), Some(e(7, 3)));
+        // Further ahead, once they arrived.
+        let third = loop {
+            if let Some(x) = s[1].peek(0, 2, T).expect("peek") {
+                break x;
+            }
+            assert!(std::time::Instant::now() < deadline, "the mark never arrived");
+            std::thread::yield_now();
+        };
+        assert_eq!(third, Notice::Flushed);
+        assert_eq!(s[1].next_notice(0, T).expect("next"), e(7, 3));
+        assert_eq!(s[1].next_notice(0, T).expect("next"), e(9, 0));
+        assert_eq!(s[1].next_notice(0, T).expect("next"), Notice::Flushed);
         assert!(s[1].liveness().is_ok());
         // A peer that goes away is reported.
         let mut s = s;

@@ -10,8 +10,9 @@
 //! | send, recv, batches | a group of `ncclSend`/`ncclRecv` with the counts the envelopes announced |
 //!
 //! This rank's own block of the grouped forms is a device-to-device copy on the same stream.
-//! In-place all_to_all goes through a temporary device copy of the input (a group of sends and
-//! receives on one buffer would overwrite blocks before they are sent). Zero-length sends and
+//! In-place all_to_all and all_to_all_v (an input that overlaps the output) go through a
+//! temporary device copy of the input: the sends and receives of a group run at once, so
+//! receives would overwrite blocks before they are sent. Zero-length sends and
 //! receives are left out on both sides (the envelopes say so), as NCCL releases before 2.19
 //! did not all accept them.
 
@@ -59,6 +60,12 @@ fn offset(ptr: *const u8, elems: usize, dtype: DType) -> *const u8 {
 /// As [`offset`], for a writable address.
 fn offset_mut(ptr: *mut u8, elems: usize, dtype: DType) -> *mut u8 {
     ptr.wrapping_add(elems * dtype.size())
+}
+
+/// Whether two buffers share memory (empty ones share none).
+fn overlaps(a: &RawBuf, b: &RawBuf) -> bool {
+    let (a0, b0) = (a.ptr as usize, b.ptr as usize);
+    a.bytes() > 0 && b.bytes() > 0 && a0 < b0 + b.bytes() && b0 < a0 + a.bytes()
 }
 
 /// A rank as NCCL's `int`.
@@ -225,7 +232,7 @@ impl Target<'_> {
             Op::AllToAll { input, output } => {
                 let c = input.count / n.max(1);
                 let mut src = input.ptr;
-                if std::ptr::eq(src, output.ptr.cast_const()) && input.count > 0 {
+                if overlaps(input, &output.as_const()) {
                     let copy = temp(input.bytes())? as *mut u8;
                     // SAFETY: `copy` is a fresh device allocation of the input's size.
                     unsafe { self.copy(copy, src, input.count, input.dtype)? };
@@ -245,8 +252,15 @@ impl Target<'_> {
                 }
             }
             Op::AllToAllV { input, send_counts, output, recv_counts } => {
-                // SAFETY: forwarded.
-                unsafe { self.all_to_all_v(input.ptr, send_counts, output.ptr, recv_counts, input.dtype) }
+                let mut src = input.ptr;
+                if overlaps(input, &output.as_const()) {
+                    let copy = temp(input.bytes())? as *mut u8;
+                    // SAFETY: `copy` is a fresh device allocation of the input's size.
+                    unsafe { self.copy(copy, src, input.count, input.dtype)? };
+                    src = copy;
+                }
+                // SAFETY: forwarded; `src` is the input or its copy.
+                unsafe { self.all_to_all_v(src, send_counts, output.ptr, recv_counts, input.dtype) }
             }
             Op::AllGatherV { input, output, counts } => {
                 let d = input.dtype;

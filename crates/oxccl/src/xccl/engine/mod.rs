@@ -34,6 +34,8 @@ mod comm;
 mod issue;
 mod p2p;
 mod pending;
+mod pool;
+mod progress;
 mod stage;
 #[cfg(test)]
 mod tests;
@@ -58,7 +60,7 @@ use crate::sync::relock;
 use crate::xccl::host_side::{run_blocking, HostSide};
 use crate::xccl::library::types::{NcclUniqueId, NCCL_UNIQUE_ID_BYTES};
 use crate::xccl::library::{Library, NcclResult};
-use crate::xccl::runtime::{DeviceRuntime, RawEvent, RawStream, Residence, Vendor};
+use crate::xccl::runtime::{enter, DeviceRuntime, RawEvent, RawStream, Residence, Vendor};
 
 /// Events kept for reuse at most.
 const EVENT_POOL: usize = 64;
@@ -109,12 +111,20 @@ pub(crate) struct Inner {
     comm: Comm,
     /// The engine's own stream.
     stream: RawStream,
+    /// Where buffered sends are copied: never behind a group waiting for its peers.
+    copy_stream: RawStream,
     /// Four bytes of device memory for the barrier.
     scratch: u64,
     /// Recorded on a caller's stream for the engine's stream to wait on (under `order`).
     order_event: RawEvent,
     /// Completion events for reuse.
     events: Mutex<Vec<RawEvent>>,
+    /// Device temporaries for reuse (`pool.rs`).
+    pool: Mutex<pool::Pool>,
+    /// Issues nobody waits for (a buffered send's group), kept until their event fires.
+    retiring: Mutex<Vec<Arc<Issued>>>,
+    /// Whether the progress thread runs (`progress.rs`).
+    progress: Mutex<bool>,
     /// Enqueue order: every NCCL call is made under this lock.
     order: Mutex<Order>,
     poison: Mutex<Poison>,
@@ -189,7 +199,8 @@ impl Engine {
     /// The device cannot be used; NCCL's error; the host communicator's errors; a creation
     /// that does not finish within the timeout (the half-made communicator is aborted).
     pub(crate) fn create(parts: Parts) -> Result<Engine> {
-        parts.rt.set_current(parts.device)?;
+        let rt = Arc::clone(&parts.rt);
+        let _cur = enter(rt.as_ref(), parts.device)?;
         let id = exchange_id(&parts.lib, parts.host.as_ref(), parts.timeout)?;
         let host = HostSide::new(Arc::clone(&parts.host), parts.check);
         let comm = Self::init_comm(&parts, &host, &id)?;
@@ -240,6 +251,14 @@ impl Engine {
     fn assemble(parts: Parts, host: HostSide, comm: Comm) -> Result<Engine> {
         let Parts { name, lib, rt, device, host_buffers, timeout, algorithms, .. } = parts;
         let stream = rt.stream_create(device)?;
+        let copy_stream = match rt.stream_create(device) {
+            Ok(s) => s,
+            Err(e) => {
+                // SAFETY: just created, nothing queued on it.
+                let _ = unsafe { rt.stream_destroy(stream) };
+                return Err(e);
+            }
+        };
         let made = rt.alloc(device, 4).and_then(|scratch| match rt.event_create(device) {
             Ok(ev) => Ok((scratch, ev)),
             Err(e) => {
@@ -251,8 +270,10 @@ impl Engine {
         let (scratch, order_event) = match made {
             Ok(x) => x,
             Err(e) => {
-                // SAFETY: just created, nothing queued on it.
+                // SAFETY: just created, nothing queued on them.
                 let _ = unsafe { rt.stream_destroy(stream) };
+                // SAFETY: as above.
+                let _ = unsafe { rt.stream_destroy(copy_stream) };
                 return Err(e);
             }
         };
@@ -272,9 +293,13 @@ impl Engine {
             host_buffers,
             comm,
             stream,
+            copy_stream,
             scratch,
             order_event,
             events: Mutex::new(Vec::new()),
+            pool: Mutex::new(pool::Pool::default()),
+            retiring: Mutex::new(Vec::new()),
+            progress: Mutex::new(false),
             order: Mutex::new(Order {
                 collectives: 0,
                 p2p: 0,
@@ -336,16 +361,23 @@ impl Inner {
     }
 
     /// Waits (boundedly) until the engine's stream has run what was queued, after an abort
-    /// made every NCCL call on it return.
-    fn drain(&self) {
-        let Ok(ev) = self.event() else { return };
+    /// made every NCCL call on it return. Whether it did (a failed stream counts: it runs
+    /// nothing more).
+    fn drain(&self) -> bool {
+        let Ok(ev) = self.event() else { return false };
+        let mut drained = false;
         if self.rt.event_record(ev, self.stream).is_ok() {
             let until = Instant::now() + DRAIN;
-            while Instant::now() < until && !matches!(self.rt.event_query(ev), Ok(true) | Err(_)) {
+            loop {
+                drained = matches!(self.rt.event_query(ev), Ok(true) | Err(_));
+                if drained || Instant::now() >= until {
+                    break;
+                }
                 std::thread::sleep(Duration::from_micros(200));
             }
         }
         self.give_back_event(ev);
+        drained
     }
 
     /// A completion event (from the pool when it has one).
@@ -370,8 +402,49 @@ impl Inner {
 
     /// `bytes` of device memory until the operation completes.
     fn temp(self: &Arc<Self>, bytes: usize) -> Result<DeviceTemp> {
-        let ptr = self.rt.alloc(self.device, bytes)?;
-        Ok(DeviceTemp { inner: Arc::clone(self), ptr })
+        let (ptr, class) = self.block(bytes)?;
+        Ok(DeviceTemp { inner: Arc::clone(self), ptr, class })
+    }
+
+    /// A block of at least `bytes` (and its size class): from the cache, else allocated.
+    fn block(&self, bytes: usize) -> Result<(u64, usize)> {
+        self.reap();
+        let class = pool::class_of(bytes);
+        if let Some(ptr) = relock(&self.pool).take(class) {
+            return Ok((ptr, class));
+        }
+        Ok((self.rt.alloc(self.device, class)?, class))
+    }
+
+    /// Hands a block back to the cache (freed only when the cache is full).
+    fn give_back_block(&self, ptr: u64, class: usize) {
+        let over = relock(&self.pool).give(class, ptr);
+        if let Some(ptr) = over {
+            // SAFETY: a block of `alloc` on the engine's device, no longer used (see
+            // `DeviceTemp`), freed once.
+            let _ = unsafe { self.rt.free(self.device, ptr) };
+        }
+    }
+
+    /// Keeps `issued` (and its temporaries) until its event fires.
+    fn retire(&self, issued: Arc<Issued>) {
+        relock(&self.retiring).push(issued);
+    }
+
+    /// Lets go of retired issues whose event fired.
+    fn reap(&self) {
+        let done: Vec<Arc<Issued>> = {
+            let mut r = relock(&self.retiring);
+            if r.is_empty() {
+                return;
+            }
+            let (done, left): (Vec<_>, Vec<_>) = std::mem::take(&mut *r)
+                .into_iter()
+                .partition(|i| matches!(self.rt.event_query(i.event.event), Ok(true)));
+            *r = left;
+            done
+        };
+        drop(done);
     }
 
     /// Issues the queued batches (see `p2p.rs`).
@@ -382,8 +455,14 @@ impl Inner {
 
     /// Makes the engine's stream wait for the work queued so far on the caller's stream.
     fn follow(&self, caller: RawStream) -> Result<()> {
+        self.follow_on(caller, self.stream)
+    }
+
+    /// Makes `stream` wait for the work queued so far on the caller's stream (under the
+    /// order lock, which guards the event).
+    fn follow_on(&self, caller: RawStream, stream: RawStream) -> Result<()> {
         self.rt.event_record(self.order_event, caller)?;
-        self.rt.stream_wait_event(self.stream, self.order_event)
+        self.rt.stream_wait_event(stream, self.order_event)
     }
 
     /// The stream an operation with `order` is queued on, ordered after the caller's work.
@@ -420,7 +499,7 @@ impl Inner {
         deadline: Instant,
         after: &mut dyn FnMut(RawStream) -> Result<()>,
     ) -> Result<Arc<PooledEvent>> {
-        self.rt.set_current(self.device)?;
+        let _cur = enter(self.rt.as_ref(), self.device)?;
         let mut callers: Vec<RawStream> = Vec::new();
         let mut on: Vec<RawStream> = Vec::new();
         for o in orders {
@@ -475,7 +554,7 @@ impl Inner {
         deadline: Instant,
         staged: Option<Staged>,
     ) -> Result<Issued> {
-        self.rt.set_current(self.device)?;
+        let _cur = enter(self.rt.as_ref(), self.device)?;
         let stream = self.stream_for(order)?;
         if let Some(st) = &staged {
             // SAFETY: the host ranges stay valid until completion (our contract).
@@ -511,26 +590,40 @@ impl Inner {
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        let _ = self.rt.set_current(self.device);
+        let _cur = enter(self.rt.as_ref(), self.device);
         if relock(&self.poison).is_set() {
             self.comm.abort("the communicator was dropped");
         } else {
             self.comm.destroy(Instant::now() + self.timeout.min(Duration::from_secs(10)));
         }
-        self.drain();
+        let drained = self.drain();
+        let mut blocks = relock(&self.pool).drain();
+        blocks.extend(relock(&self.order).stash.drain(..).flat_map(|q| q.into_iter().map(|m| m.ptr)));
+        if !drained {
+            // Work still queued may use them (a send whose receiver never came): leaking is
+            // the safe choice, and the process is usually ending.
+            tracing::warn!(
+                "the {} stream of rank {} did not drain within {DRAIN:?}; {} device block(s) are not freed",
+                self.name,
+                self.rank,
+                blocks.len()
+            );
+            blocks.clear();
+        }
         // SAFETY: the communicator is gone and the stream drained: nothing uses the stream,
-        // the events or the scratch word any more; each is released once.
+        // the events, the scratch word or the cached blocks any more; each is released once.
         unsafe {
             let _ = self.rt.stream_destroy(self.stream);
+            let _ = self.rt.stream_destroy(self.copy_stream);
             let _ = self.rt.event_destroy(self.order_event);
             for ev in relock(&self.events).drain(..) {
                 let _ = self.rt.event_destroy(ev);
             }
-            let _ = self.rt.free(self.device, self.scratch);
-            for q in relock(&self.order).stash.drain(..) {
-                for m in q {
-                    let _ = self.rt.free(self.device, m.ptr);
-                }
+            if drained {
+                let _ = self.rt.free(self.device, self.scratch);
+            }
+            for b in blocks {
+                let _ = self.rt.free(self.device, b);
             }
         }
     }
@@ -602,15 +695,30 @@ impl Engine {
 
 impl Drop for Engine {
     fn drop(&mut self) {
-        // Nothing is queued here in practice (a `Work` borrows its communicator and flushes
-        // the queue when it is waited for or dropped). Whatever is left is failed, not
-        // issued: issuing could wait for a peer's envelope for a whole timeout. Dropping the
-        // batches also lets go of their device temporaries, which point back at the engine.
-        let left = std::mem::take(&mut relock(&self.inner.order).queue);
+        // Buffered sends left in the queue are issued: their submitters were told they were
+        // sent, and issuing them waits for nothing (the communicator's destruction waits,
+        // boundedly, for them to be received). Whatever else is left is failed, not issued:
+        // issuing could wait for a peer's envelope for a whole timeout. Dropping the batches
+        // also lets go of their device temporaries, which point back at the engine.
+        let i = &self.inner;
+        let mut order = relock(&i.order);
+        let (sends, left): (Vec<Queued>, Vec<Queued>) =
+            std::mem::take(&mut order.queue).into_iter().partition(|q| q.buffered);
         for q in left {
             q.ticket
                 .set(Err(Error::Aborted { reason: "the communicator was dropped before the batch was issued".into() }));
         }
+        if !sends.is_empty() && i.poisoned().is_ok() {
+            order.queue = sends;
+            if let Err(e) = i.flush(&mut order) {
+                tracing::warn!("rank {}: sends buffered before the communicator was dropped were lost: {e}", i.rank);
+            }
+        }
+        drop(order);
+        // The retired issues hold the engine; what they keep is freed with it, after its
+        // stream drained.
+        let retired = std::mem::take(&mut *relock(&i.retiring));
+        drop(retired);
     }
 }
 
@@ -675,19 +783,56 @@ impl Backend for Engine {
             let mut order = relock(&i.order);
             // Under the lock: envelopes go out in the order the sends are queued, also when
             // several threads submit (a receiver matches them in that order).
-            i.host.announce(&p2p::envelopes(&ops), timeout)?;
+            i.host.announce(&p2p::envelopes(&ops, i.rank), timeout)?;
             let seq = order.p2p;
             order.p2p += 1;
+            let _cur = enter(i.rt.as_ref(), i.device)?;
+            // Sends only: buffered, done once copied (see `p2p.rs`); NCCL's own send would
+            // wait for the peer's receive. The copies run on the copy stream, which no group
+            // holds up; the group waits for them.
+            let buffered = ops.iter().all(|p| matches!(p, crate::backend::P2p::Send { .. }));
             if let Some(st) = &staged {
-                i.rt.set_current(i.device)?;
+                let on = if buffered { i.copy_stream } else { i.stream };
                 // SAFETY: the host ranges stay valid until completion (our caller's contract);
-                // the group that uses the temporaries is queued later on the same stream.
-                unsafe { st.copy_in(i, i.stream)? };
+                // the group that uses the temporaries is queued later on the engine's stream
+                // (after these copies, by stream order or by the copy event).
+                unsafe { st.copy_in(i, on)? };
             }
-            order.queue.push(Queued { ops, ticket: Arc::clone(&ticket), deadline, order: opts.stream, staged, seq });
-            if mode == Mode::Blocking {
-                i.flush(&mut order)?;
+            let (ops, keep, mine) = if buffered && staged.is_some() {
+                let event = i.complete_on(i.copy_stream)?;
+                (ops, Vec::new(), Some(Issued { event, received: Vec::new(), temps: Vec::new(), error: None }))
+            } else if buffered {
+                // SAFETY: the buffers stay valid until the copies ran (our caller's contract).
+                let (ops, keep, issued) = unsafe { i.buffer_sends(ops, opts.stream)? };
+                (ops, keep, Some(issued))
+            } else {
+                (ops, Vec::new(), None)
+            };
+            let ready = mine.as_ref().map(|m| Arc::clone(&m.event));
+            let q = Queued {
+                ops,
+                ticket: Arc::clone(&ticket),
+                deadline,
+                order: opts.stream,
+                staged,
+                seq,
+                keep,
+                buffered,
+                ready,
+            };
+            order.queue.push(q);
+            if buffered {
+                i.wake_progress();
             }
+            let ticket = match mine {
+                Some(issued) => Ticket::issued(Ok(issued)),
+                None => {
+                    if mode == Mode::Blocking {
+                        i.flush(&mut order)?;
+                    }
+                    ticket
+                }
+            };
             drop(order);
             return Ok(Arc::new(GpuPending {
                 inner: Arc::clone(i),
@@ -757,7 +902,7 @@ impl Backend for Engine {
             timeout: i.timeout,
             algorithms: i.algorithms.clone(),
         };
-        i.rt.set_current(i.device)?;
+        let _cur = enter(i.rt.as_ref(), i.device)?;
         if i.lib.table.comm_split.is_some() {
             // NCCL's colors are non-negative ints: number the distinct colors densely, the
             // same way on every rank; the key is the rank in the host split, whose order

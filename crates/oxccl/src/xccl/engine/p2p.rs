@@ -1,45 +1,63 @@
-//! Point-to-point on NCCL: envelopes, the queue of batches not yet issued, early messages,
-//! and issuing everything queued together.
+//! Point-to-point on NCCL: envelopes, buffered sends, the queue of batches not yet issued,
+//! early messages, and issuing everything queued together.
 //!
 //! NCCL matches a send with the receive that peer posts in the same order, needs the
-//! receive's exact count, and runs calls on one stream in order, so a receive queued before
-//! the send it depends on (rank 0 `irecv(1); send(1)`, rank 1 the same) would hang both
-//! streams. oxccl's `recv` takes any message up to the buffer's length, matches by tag, and
-//! asynchronous sends and receives may come in any order, so:
+//! receive's exact count, runs calls on one stream in order, and its send completes only
+//! once the peer's receive runs. oxccl's `recv` takes any message up to the buffer's length,
+//! matches by tag, its sends complete without waiting for the receiver (as on every other
+//! backend), and asynchronous sends and receives may come in any order. So:
 //!
 //! - every send posts an envelope (tag, dtype, count) on the host side when it is submitted;
-//! - asynchronous batches wait in a queue; a blocking batch, a collective, a split, a probe
-//!   or a wait on a queued batch flushes the queue, and everything queued is issued as
-//!   **one** NCCL group, which cannot deadlock against itself;
-//! - a receive takes its peer's envelopes in order (the order NCCL delivers in) until one
-//!   has its tag; messages with other tags it passes are received into device temporaries
-//!   (the *stash*, per peer) in the same group, and a later receive or probe for their tag
-//!   finds them there (a device-to-device copy after the group). This is how MPI buffers
-//!   unexpected messages, here on the device.
+//! - a batch of sends only is *buffered*: its payloads are copied to device temporaries on
+//!   the copy stream (which no group holds up), the batch completes when the copies have
+//!   run, and the sends wait in the queue;
+//! - asynchronous batches wait in the queue; a blocking batch with receives, a collective,
+//!   a split, a probe that must see receives settled, or a wait on a queued batch flushes the
+//!   queue, and everything queued is issued as **one** NCCL group, which cannot deadlock
+//!   against itself;
+//! - a flush first tells every peer it sends to that its announced messages are now issued
+//!   (a `Flushed` mark after their envelopes). A receive takes its peer's envelopes in order
+//!   until one has its tag, and then every further message of that issued group, up to the
+//!   mark: messages with other tags are received into device temporaries (the *stash*, per
+//!   peer) in the same group, and a later receive or probe for their tag finds them there (a
+//!   device-to-device copy after the group). So every group of a sender is taken whole by
+//!   one group of each receiver, and no group waits for a later group of its peer, which
+//!   would hold both streams. This is how MPI buffers unexpected messages, here on the
+//!   device;
+//! - a receive that finds nothing issued yet *pulls* the sender (`progress.rs`): a sender
+//!   whose thread is busy elsewhere issues its buffered sends when asked;
+//! - sends to this rank itself go straight to the stash when the queue is flushed (NCCL's
+//!   send to oneself completes only with its receive in the same group).
 //!
-//! The group runs on the communicator's own stream, after the work queued on every caller
-//! stream the batches name; a batch asked to run *on* a caller's stream makes that stream
-//! wait for the group's completion event instead, so later work there still sees the data.
+//! A group runs on the communicator's own stream, after the work queued on every caller
+//! stream the batches name (buffered sends wait for their copies instead); a batch asked to
+//! run *on* a caller's stream makes that stream wait for the group's completion event
+//! instead, so later work there still sees the data.
+//!
+//! What still deadlocks is what deadlocks on NCCL itself: ranks that order their sends and
+//! collectives differently (a send before an all_reduce on one rank, its receive after the
+//! all_reduce on the other) hold each other's streams.
 //!
 //! A message whose dtype differs from the receive's, or that is longer than the buffer, is
 //! a `Mismatch` for that receive (and poisons the communicator, as on the host backends);
-//! the message is still received (into a temporary, dropped) so the sender's calls match. Every send of a batch is issued whatever happens to
-//! its receives: its envelope is already out.
+//! the message is still received (into a temporary, dropped) so the sender's calls match.
+//! Every send of a batch is issued whatever happens to its receives: its envelope is
+//! already out.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
 
 use super::issue::Transfer;
-use super::pending::{DeviceTemp, Issued, Ticket};
+use super::pending::{DeviceTemp, Issued, PooledEvent, Ticket};
 use super::stage::Staged;
 use super::{Inner, Order};
 use crate::backend::{MessageInfo, P2p, StreamOrder};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, OpKind};
-use crate::xccl::host_side::Envelope;
-use crate::xccl::runtime::{CopyKind, RawStream};
+use crate::xccl::host_side::{Envelope, Notice};
+use crate::xccl::runtime::{enter, CopyKind, RawStream};
 
 /// A batch waiting to be issued.
 pub(crate) struct Queued {
@@ -55,6 +73,13 @@ pub(crate) struct Queued {
     pub(crate) staged: Option<Staged>,
     /// Its number among this rank's batches.
     pub(crate) seq: u64,
+    /// Copies of its sends' payloads, when it is a buffered send (kept until its group ran).
+    pub(crate) keep: Vec<DeviceTemp>,
+    /// A buffered send: its submitter's work already completed, and its sends read only
+    /// `keep`, so the group need not follow the caller's stream.
+    pub(crate) buffered: bool,
+    /// A buffered send's copies: the group waits for this event.
+    pub(crate) ready: Option<Arc<PooledEvent>>,
 }
 
 /// A message received ahead of the receive that wants it. Its device memory is a raw
@@ -64,8 +89,10 @@ pub(crate) struct Stashed {
     tag: u32,
     dtype: DType,
     count: usize,
-    /// Device memory holding the message (at least one byte).
+    /// Device memory holding the message (a block of the engine's cache).
     pub(crate) ptr: u64,
+    /// Its block's size class.
+    class: usize,
 }
 
 /// The stash: early messages per peer, oldest first.
@@ -83,6 +110,8 @@ struct Copy {
 struct Settled {
     ticket: Arc<Ticket>,
     order: Option<StreamOrder>,
+    buffered: bool,
+    ready: Option<Arc<PooledEvent>>,
     transfers: Vec<Transfer>,
     copies: Vec<Copy>,
     received: Vec<usize>,
@@ -93,12 +122,15 @@ struct Settled {
     staged: Option<Staged>,
 }
 
-/// The envelopes of a batch's sends, to post before anything else happens.
-pub(crate) fn envelopes(ops: &[P2p]) -> Vec<(usize, Envelope)> {
+/// The envelopes of a batch's sends to other ranks (`me` sends to itself through the
+/// stash, see [`Inner::flush`]), to post before anything else happens.
+pub(crate) fn envelopes(ops: &[P2p], me: usize) -> Vec<(usize, Envelope)> {
     ops.iter()
         .filter_map(|p| match p {
-            P2p::Send { buf, peer, tag } => Some((*peer, Envelope { tag: *tag, dtype: buf.dtype, count: buf.count })),
-            P2p::Recv { .. } | P2p::RecvAny { .. } => None,
+            P2p::Send { buf, peer, tag } if *peer != me => {
+                Some((*peer, Envelope { tag: *tag, dtype: buf.dtype, count: buf.count }))
+            }
+            P2p::Send { .. } | P2p::Recv { .. } | P2p::RecvAny { .. } => None,
         })
         .collect()
 }
@@ -116,10 +148,10 @@ fn unfit(peer: usize, seq: u64, theirs: DType, count: usize, dtype: DType, capac
 impl Inner {
     /// Receives `env` from `peer` into a new stash entry (its transfer joins `transfers`).
     fn stash_next(&self, stash: &mut Stash, transfers: &mut Vec<Transfer>, peer: usize, env: Envelope) -> Result<()> {
-        let ptr = self.rt.alloc(self.device, (env.count * env.dtype.size()).max(1))?;
+        let (ptr, class) = self.block(env.count * env.dtype.size())?;
         transfers.push(Transfer::Recv { ptr: ptr as *mut u8, count: env.count, dtype: env.dtype, peer });
         if let Some(q) = stash.get_mut(peer) {
-            q.push_back(Stashed { tag: env.tag, dtype: env.dtype, count: env.count, ptr });
+            q.push_back(Stashed { tag: env.tag, dtype: env.dtype, count: env.count, ptr, class });
         }
         Ok(())
     }
@@ -129,16 +161,20 @@ impl Inner {
         let mut s = Settled {
             ticket: q.ticket,
             order: q.order,
+            buffered: q.buffered,
+            ready: q.ready,
             transfers: Vec::with_capacity(q.ops.len()),
             copies: Vec::new(),
             received: Vec::new(),
             elems: Vec::new(),
-            temps: Vec::new(),
+            temps: q.keep,
             error: None,
             staged: q.staged,
         };
         for p in &q.ops {
             let (buf, peer, tag) = match *p {
+                // Sends to this rank went to the stash (see `flush`).
+                P2p::Send { peer, .. } if peer == self.rank => continue,
                 P2p::Send { buf, peer, .. } => {
                     s.transfers.push(Transfer::Send { ptr: buf.ptr, count: buf.count, dtype: buf.dtype, peer });
                     continue;
@@ -181,33 +217,125 @@ impl Inner {
         if let Some(at) = q.iter().position(|m| m.tag == tag) {
             let m = q.remove(at).ok_or_else(|| Error::Internal("a stashed message vanished".into()))?;
             // The message is consumed either way; its memory lives until this batch is done.
-            s.temps.push(DeviceTemp { inner: Arc::clone(self), ptr: m.ptr });
+            s.temps.push(DeviceTemp { inner: Arc::clone(self), ptr: m.ptr, class: m.class });
             if let Some(e) = unfit(peer, seq, m.dtype, m.count, dtype, capacity) {
                 return Err(e);
             }
             s.copies.push(Copy { dst: ptr, src: m.ptr, bytes: m.count * dtype.size() });
             return Ok(m.count);
         }
+        if peer == self.rank {
+            return Err(Error::invalid(format!(
+                "the {} backend has no message with tag {tag} from this rank (rank {peer}) to receive: a rank's \
+                 receive from itself must follow its send",
+                self.name
+            )));
+        }
         loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let env = self.host.next_envelope(peer, left)?;
+            let env = match self.await_notice(peer, deadline)? {
+                Notice::Message(env) => env,
+                Notice::Flushed => continue,
+            };
             if env.tag != tag {
                 self.stash_next(stash, &mut s.transfers, peer, env)?;
                 continue;
             }
-            if let Some(e) = unfit(peer, seq, env.dtype, env.count, dtype, capacity) {
+            let got = if let Some(e) = unfit(peer, seq, env.dtype, env.count, dtype, capacity) {
                 // Received and dropped, so the sender's calls still match.
                 let t = self.temp((env.count * env.dtype.size()).max(1))?;
                 s.transfers.push(Transfer::Recv { ptr: t.ptr as *mut u8, count: env.count, dtype: env.dtype, peer });
                 s.temps.push(t);
-                return Err(e);
-            }
-            s.transfers.push(Transfer::Recv { ptr, count: env.count, dtype, peer });
-            return Ok(env.count);
+                Err(e)
+            } else {
+                s.transfers.push(Transfer::Recv { ptr, count: env.count, dtype, peer });
+                Ok(env.count)
+            };
+            self.take_rest_of_group(stash, &mut s.transfers, peer, deadline)?;
+            return got;
         }
     }
 
-    /// Issues everything queued as one group (see the module documentation).
+    /// Receives into the stash the messages `peer` issued in the same group as the one just
+    /// taken: up to its next [`Notice::Flushed`]. The sender's group completes only when all
+    /// of its messages are received; taking them in this rank's group too means no group of
+    /// either waits for a later group of the other (which would deadlock their streams).
+    fn take_rest_of_group(
+        &self,
+        stash: &mut Stash,
+        transfers: &mut Vec<Transfer>,
+        peer: usize,
+        deadline: Instant,
+    ) -> Result<()> {
+        loop {
+            match self.await_notice(peer, deadline)? {
+                Notice::Flushed => return Ok(()),
+                Notice::Message(env) => self.stash_next(stash, transfers, peer, env)?,
+            }
+        }
+    }
+
+    /// The next notice from `peer`; when none has arrived, `peer` is asked to issue what it
+    /// announced first (its thread may be busy elsewhere: see `progress.rs`).
+    fn await_notice(&self, peer: usize, deadline: Instant) -> Result<Notice> {
+        if self.host.peek(peer, 0, self.timeout)?.is_none() {
+            self.host.pull(peer, self.timeout)?;
+        }
+        self.host.next_notice(peer, deadline.saturating_duration_since(Instant::now()))
+    }
+
+    /// Buffers a batch of sends only: each payload is copied to a device temporary on the
+    /// copy stream (after the caller's work), and the copies' completion is the batch's.
+    /// Returns the sends rewritten to read the temporaries, the temporaries, and the issue
+    /// the submitter waits for. The sends themselves join this rank's next group.
+    ///
+    /// # Safety
+    /// Every send's buffer is device memory of its size, valid until the returned issue's
+    /// event fires.
+    pub(crate) unsafe fn buffer_sends(
+        self: &Arc<Self>,
+        ops: Vec<P2p>,
+        order: Option<StreamOrder>,
+    ) -> Result<(Vec<P2p>, Vec<DeviceTemp>, Issued)> {
+        let caller = match order {
+            Some(StreamOrder::On(s) | StreamOrder::After(s)) => RawStream(s.as_raw()),
+            None => RawStream::DEFAULT,
+        };
+        self.follow_on(caller, self.copy_stream)?;
+        let mut keep = Vec::with_capacity(ops.len());
+        let mut out = Vec::with_capacity(ops.len());
+        for p in ops {
+            let P2p::Send { mut buf, peer, tag } = p else {
+                return Err(Error::Internal("a receive reached the buffered sends".into()));
+            };
+            if buf.bytes() > 0 {
+                let t = self.temp(buf.bytes())?;
+                // SAFETY: the caller's buffer (valid until the copy ran: our contract) into
+                // a fresh temporary of at least its size, on the engine's stream.
+                unsafe {
+                    self.rt.copy_async(
+                        t.ptr,
+                        buf.ptr as u64,
+                        buf.bytes(),
+                        CopyKind::DeviceToDevice,
+                        self.copy_stream,
+                    )?
+                };
+                buf.ptr = t.ptr as *const u8;
+                keep.push(t);
+            }
+            out.push(P2p::Send { buf, peer, tag });
+        }
+        let event = self.complete_on(self.copy_stream)?;
+        if let Some(StreamOrder::On(s)) = order {
+            // Later work on the caller's stream may overwrite the buffers: after the copies.
+            self.rt.stream_wait_event(RawStream(s.as_raw()), event.event)?;
+        }
+        Ok((out, keep, Issued { event, received: Vec::new(), temps: Vec::new(), error: None }))
+    }
+
+    /// Issues everything queued as one group (see the module documentation). Sends to this
+    /// rank itself never reach NCCL (a send to oneself completes only with its receive in the
+    /// same group): each is copied into the stash, where receives find it.
     ///
     /// # Errors
     /// Issuing the group failed (also given to every batch); the communicator is poisoned.
@@ -216,18 +344,100 @@ impl Inner {
             return Ok(());
         }
         let queue = std::mem::take(&mut order.queue);
+        // First the marks that these sends are being issued, so that every receiver takes
+        // the whole group at once (see `take_rest_of_group`); before waiting for anyone's
+        // envelopes, so two ranks flushing at once do not wait for each other.
+        let mut peers: Vec<usize> = queue
+            .iter()
+            .flat_map(|q| q.ops.iter())
+            .filter_map(|p| match p {
+                P2p::Send { peer, .. } if *peer != self.rank => Some(*peer),
+                _ => None,
+            })
+            .collect();
+        peers.sort_unstable();
+        peers.dedup();
+        let marked = self.host.announce_flushed(&peers, self.timeout).and_then(|()| {
+            // Pulls these peers sent are answered by this flush.
+            peers.iter().try_for_each(|&p| self.host.take_pulls(p, self.timeout).map(drop))
+        });
+        let mut to_self = Vec::new();
+        if marked.is_ok() {
+            for q in &queue {
+                for p in &q.ops {
+                    if let P2p::Send { buf, peer, tag } = *p {
+                        if peer == self.rank {
+                            let (ptr, class) = self.block(buf.bytes())?;
+                            to_self.push(Copy { dst: ptr as *mut u8, src: buf.ptr as u64, bytes: buf.bytes() });
+                            order.stash[peer].push_back(Stashed {
+                                tag,
+                                dtype: buf.dtype,
+                                count: buf.count,
+                                ptr,
+                                class,
+                            });
+                        }
+                    }
+                }
+            }
+        }
         let settled: Vec<Settled> = queue.into_iter().map(|q| self.settle(&mut order.stash, q)).collect();
-        self.issue_settled(settled)
+        if let Err(e) = marked {
+            let e = self.fail(e);
+            for s in &settled {
+                s.ticket.set(Err(e.clone()));
+            }
+            return Err(e);
+        }
+        self.issue_settled(settled, &to_self)
+    }
+
+    /// Issues the buffered sends at the head of the queue (those before any other batch, so
+    /// that messages to one peer keep their order), leaving the rest queued.
+    ///
+    /// # Errors
+    /// As [`flush`](Self::flush).
+    pub(crate) fn flush_buffered(self: &Arc<Self>, order: &mut Order) -> Result<()> {
+        let n = order.queue.iter().take_while(|q| q.buffered).count();
+        if n == 0 {
+            return Ok(());
+        }
+        let rest = order.queue.split_off(n);
+        let r = self.flush(order);
+        order.queue.extend(rest);
+        r
+    }
+
+    /// The peers the buffered sends at the head of the queue go to.
+    pub(crate) fn buffered_peers(&self, order: &Order) -> Vec<usize> {
+        let mut peers: Vec<usize> = order
+            .queue
+            .iter()
+            .take_while(|q| q.buffered)
+            .flat_map(|q| q.ops.iter())
+            .filter_map(|p| match p {
+                P2p::Send { peer, .. } if *peer != self.rank => Some(*peer),
+                _ => None,
+            })
+            .collect();
+        peers.sort_unstable();
+        peers.dedup();
+        peers
     }
 
     /// Issues settled batches as one group, with their stash copies and staged copies after
     /// it, and hands each its issue.
-    fn issue_settled(self: &Arc<Self>, settled: Vec<Settled>) -> Result<()> {
+    fn issue_settled(self: &Arc<Self>, settled: Vec<Settled>, to_self: &[Copy]) -> Result<()> {
         let transfers: Vec<Transfer> = settled.iter().flat_map(|s| s.transfers.iter().copied()).collect();
-        let orders: Vec<Option<StreamOrder>> = settled.iter().map(|s| s.order).collect();
+        let orders: Vec<Option<StreamOrder>> = settled.iter().filter(|s| !s.buffered).map(|s| s.order).collect();
+        let _cur = enter(self.rt.as_ref(), self.device)?;
+        for ev in settled.iter().filter_map(|s| s.ready.as_ref()) {
+            // The group reads what the copy stream wrote.
+            self.rt.stream_wait_event(self.stream, ev.event)?;
+        }
         let deadline = Instant::now() + self.timeout;
         let mut after = |stream: RawStream| -> Result<()> {
-            for c in settled.iter().flat_map(|s| s.copies.iter()).filter(|c| c.bytes > 0) {
+            for c in to_self.iter().chain(settled.iter().flat_map(|s| s.copies.iter())).filter(|c| c.bytes > 0) {
                 // SAFETY: from a stashed message (device memory kept with the batch) into a
                 // receive buffer (device memory valid until the batch completes: the
                 // submitter's contract), `bytes` within both (checked by `unfit`).
@@ -249,6 +459,13 @@ impl Inner {
                     let mut temps = s.temps;
                     temps.extend(s.staged.map(|st| st.temps).unwrap_or_default());
                     s.ticket.set(Ok(Issued { event: Arc::clone(&event), received: s.received, temps, error: s.error }));
+                    // Nobody waits for a buffered send's group: its temporaries are kept
+                    // until the group's event fires.
+                    if Arc::strong_count(&s.ticket) == 1 {
+                        if let Some(Ok(issued)) = s.ticket.get() {
+                            self.retire(issued);
+                        }
+                    }
                 }
                 Ok(())
             }
@@ -261,29 +478,58 @@ impl Inner {
         }
     }
 
-    /// The first message from `peer` with `tag` not yet received, if it has arrived: in the
-    /// stash, or among the envelopes that arrived (those with other tags before it are
-    /// received into the stash on the way).
+    /// The first message from `peer` with `tag` not yet received, if it was sent: in the
+    /// stash, or among the envelopes `peer` announced (messages before it that `peer` has
+    /// issued are received into the stash on the way, a whole group at a time).
+    ///
+    /// A probe issues this rank's queue only when it holds receives: buffered sends issued
+    /// alone here would hold this rank's stream until their receivers come, while this
+    /// rank may itself be about to take a group of theirs.
     ///
     /// # Errors
     /// The host side's errors; issuing a stash receive failed.
     pub(crate) fn probe_message(self: &Arc<Self>, peer: usize, tag: u32) -> Result<Option<MessageInfo>> {
         let mut order = super::relock(&self.order);
-        self.flush(&mut order)?;
+        if !order.queue.iter().all(|q| q.buffered) {
+            self.flush(&mut order)?;
+        }
+        if peer == self.rank {
+            // Messages to oneself reach the stash when the queue is issued.
+            self.flush(&mut order)?;
+        }
         loop {
             let q = order.stash.get(peer).ok_or_else(|| Error::invalid(format!("rank {peer} is out of range")))?;
             if let Some(m) = q.iter().find(|m| m.tag == tag) {
                 return Ok(Some(MessageInfo { source: peer, tag, dtype: m.dtype, count: m.count }));
             }
-            let Some(env) = self.host.peek(peer, self.timeout)? else { return Ok(None) };
-            if env.tag == tag {
-                return Ok(Some(MessageInfo { source: peer, tag, dtype: env.dtype, count: env.count }));
+            if peer == self.rank {
+                return Ok(None);
             }
-            let env = self.host.next_envelope(peer, self.timeout)?;
+            // The notices that arrived, up to the end of the first issued group.
+            let mut head = Vec::new();
+            let mut complete = false;
+            let mut k = 0;
+            while let Some(n) = self.host.peek(peer, k, self.timeout)? {
+                k += 1;
+                match n {
+                    Notice::Message(env) if env.tag == tag => {
+                        return Ok(Some(MessageInfo { source: peer, tag, dtype: env.dtype, count: env.count }));
+                    }
+                    Notice::Message(env) if !complete => head.push(env),
+                    Notice::Message(_) => {}
+                    Notice::Flushed => complete = true,
+                }
+            }
+            if !complete {
+                return Ok(None);
+            }
+            // Look past the first issued group: receive it into the stash.
             let mut transfers = Vec::new();
-            self.stash_next(&mut order.stash, &mut transfers, peer, env)?;
-            // SAFETY: the one receive lands in a fresh stash entry, freed only after a later
-            // batch copies it out or with the engine.
+            while let Notice::Message(env) = self.host.next_notice(peer, self.timeout)? {
+                self.stash_next(&mut order.stash, &mut transfers, peer, env)?;
+            }
+            // SAFETY: the receives land in fresh stash entries, freed only after a later
+            // batch copies them out or with the engine.
             unsafe { self.issue_group(&transfers, &[None], Instant::now() + self.timeout, &mut |_| Ok(()))? };
         }
     }

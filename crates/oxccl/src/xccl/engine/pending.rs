@@ -39,18 +39,21 @@ impl Drop for PooledEvent {
 }
 
 /// Device memory an operation needs until it completes (a copy of an in-place input, a
-/// landing place for a message too long for its buffer), freed after it.
+/// landing place for a message too long for its buffer, a sent message), handed back to the
+/// engine's cache after it (see `pool.rs`).
 pub(crate) struct DeviceTemp {
     pub(super) inner: Arc<Inner>,
     pub(super) ptr: u64,
+    /// Its block's size class.
+    pub(super) class: usize,
 }
 
 impl Drop for DeviceTemp {
     fn drop(&mut self) {
-        // SAFETY: `ptr` came from `alloc` on the engine's device and is freed once, here;
-        // temporaries are dropped only after their operation's event fired or the
-        // communicator was aborted and its stream drained (see `Inner::fail`).
-        let _ = unsafe { self.inner.rt.free(self.inner.device, self.ptr) };
+        // Temporaries are dropped only after their operation's event fired or the
+        // communicator was aborted and its stream drained (see `Inner::fail`), or by the
+        // retiring list once their group's event fired.
+        self.inner.give_back_block(self.ptr, self.class);
     }
 }
 

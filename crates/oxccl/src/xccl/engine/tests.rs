@@ -544,3 +544,142 @@ fn a_device_mesh_over_the_engine() {
         assert_eq!(dp, 7);
     }
 }
+
+/// Defect 3 of issue 42: NCCL's send waits for its peer's receive, so a ring of blocking
+/// sends issued before the receives deadlocked; oxccl's send is buffered on the device.
+#[test]
+fn a_ring_of_blocking_sends_before_receives_completes() {
+    for n in [3, 4] {
+        let w = world(n);
+        let len = 1000;
+        let out = w.run(|c, g| {
+            let (me, n) = (c.rank(), c.world_size());
+            let data = g.copy_from_host(&input(me, len)).unwrap();
+            let mut got = g.zeros::<f32>(len).unwrap();
+            c.send(&data, (me + 1) % n, 5).expect("send before the peer receives");
+            let k = c.recv(&mut got, (me + n - 1) % n, 5).expect("recv");
+            // The sent buffer may be reused at once: the message was copied.
+            let mut again = data;
+            again.copy_from_host(&vec![-1.0f32; len]).unwrap();
+            c.send(&again, (me + 1) % n, 6).expect("second send");
+            let mut second = g.zeros::<f32>(len).unwrap();
+            c.recv(&mut second, (me + n - 1) % n, 6).expect("second recv");
+            (k, got.to_vec().unwrap(), second.to_vec().unwrap())
+        });
+        for (me, (k, got, second)) in out.into_iter().enumerate() {
+            assert_eq!(k, len);
+            assert_eq!(got, input((me + n - 1) % n, len), "n={n} rank {me}");
+            assert!(second.iter().all(|&x| x == -1.0));
+        }
+    }
+}
+
+/// A rank that sends and then drops its communicator still delivers: buffered sends left
+/// in the queue are issued when the communicator is dropped.
+#[test]
+fn a_buffered_send_is_delivered_when_the_sender_drops_its_communicator() {
+    let w = world(2);
+    let World { rt, comms } = w;
+    let mut comms = comms.into_iter();
+    let (c0, c1) = (comms.next().unwrap(), comms.next().unwrap());
+    let g0 = Gpu::new(rt.clone() as Arc<dyn DeviceRuntime>, 0).unwrap();
+    let g1 = Gpu::new(rt.clone() as Arc<dyn DeviceRuntime>, 1).unwrap();
+    let got = std::thread::scope(|s| {
+        let receiver = s.spawn(move || {
+            let mut got = g1.zeros::<i32>(3).unwrap();
+            c1.recv(&mut got, 0, 1).map(|_| got.to_vec().unwrap())
+        });
+        let data = g0.copy_from_host(&[7i32, 8, 9]).unwrap();
+        c0.send(&data, 1, 1).unwrap();
+        drop(c0);
+        receiver.join().unwrap()
+    });
+    assert_eq!(got.expect("delivered"), vec![7, 8, 9]);
+}
+
+/// Defect 7 of issue 42: in-place all_to_all_v on device buffers (an input that is the
+/// output) went through a group whose receives overwrote blocks not yet sent.
+#[test]
+fn in_place_all_to_all_v_on_device_buffers() {
+    use crate::backend::buffer::BufferMut;
+    use crate::backend::{CallOptions, Mode, Op};
+    let n = 3;
+    let w = world(n);
+    // Rank i sends c(i, j) elements to rank j; symmetric, so every rank's input and output
+    // have the same length and blocks for one peer lie at the same offset.
+    let c = |i: usize, j: usize| 1 + (i + j) % 3;
+    let value = |from: usize, to: usize, k: usize| (from * 100 + to * 10 + k) as i32;
+    let out = w.run(|comm, g| {
+        let me = comm.rank();
+        let counts: Vec<usize> = (0..n).map(|j| c(me, j)).collect();
+        let host: Vec<i32> = (0..n).flat_map(|j| (0..c(me, j)).map(move |k| value(me, j, k))).collect();
+        let mut buf = g.copy_from_host(&host).unwrap();
+        let output = buf.as_raw_mut();
+        let op = Op::AllToAllV {
+            input: output.as_const(),
+            send_counts: counts.clone(),
+            output,
+            recv_counts: counts.clone(),
+        };
+        let b = comm.backend_for_tests();
+        // SAFETY: `buf` outlives the blocking wait below.
+        let done = unsafe { b.submit(op, Mode::Blocking, &CallOptions::default()) }
+            .and_then(|p| p.wait(None).unwrap_or_else(|| Err(Error::Internal("no result".into()))));
+        done.map(|_| buf.to_vec().unwrap())
+    });
+    for (me, got) in out.into_iter().enumerate() {
+        let want: Vec<i32> = (0..n).flat_map(|j| (0..c(j, me)).map(move |k| value(j, me, k))).collect();
+        assert_eq!(got.expect("in-place all_to_all_v"), want, "rank {me}");
+    }
+}
+
+/// A sender whose thread waits on something else after a send (here, on its receiver)
+/// still delivers: the receiver pulls, and the engine's progress thread issues the send.
+#[test]
+fn a_buffered_send_reaches_a_receiver_while_the_sender_waits_elsewhere() {
+    let w = world(2);
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let rx = std::sync::Mutex::new(rx);
+    let out = w.run(|c, g| {
+        if c.rank() == 0 {
+            let data = g.copy_from_host(&[1.5f64, 2.5, 3.5]).unwrap();
+            c.send(&data, 1, 4).unwrap();
+            // Blocks until rank 1 has the message: only the pull can deliver it.
+            rx.lock().unwrap().recv_timeout(Duration::from_secs(15)).map(|()| Vec::new()).map_err(|e| e.to_string())
+        } else {
+            let mut got = g.zeros::<f64>(3).unwrap();
+            let r = c.recv(&mut got, 0, 4).map(|_| got.to_vec().unwrap()).map_err(|e| e.to_string());
+            let _ = tx.send(());
+            r
+        }
+    });
+    assert_eq!(out[0], Ok(Vec::new()), "the sender was released");
+    assert_eq!(out[1], Ok(vec![1.5, 2.5, 3.5]));
+}
+
+/// Defect 6 of issue 42: the engine made its device current and left it so; PyTorch reads
+/// its current device back. The caller's device is restored after every call.
+#[test]
+fn the_callers_current_device_is_restored_after_each_call() {
+    let w = world(2);
+    let rt = Arc::clone(&w.rt);
+    let out = w.run(|c, g| {
+        let mut buf = g.copy_from_host(&[c.rank() as f32 + 1.0; 4]).unwrap();
+        let data = g.copy_from_host(&[9i32; 2]).unwrap();
+        let mut got = g.zeros::<i32>(2).unwrap();
+        // This thread works on the other rank's device between calls.
+        let other = 1 - c.rank() as u32;
+        rt.set_current(other).unwrap();
+        c.all_reduce(&mut buf, ReduceOp::Sum).unwrap();
+        let after_collective = rt.current_device();
+        let peer = 1 - c.rank();
+        c.send(&data, peer, 1).unwrap();
+        c.recv(&mut got, peer, 1).unwrap();
+        let after_p2p = rt.current_device();
+        (other, after_collective, after_p2p, buf.to_vec().unwrap())
+    });
+    for (other, a, b, sum) in out {
+        assert_eq!((a, b), (other, other), "the engine left its own device current");
+        assert_eq!(sum, vec![3.0; 4]);
+    }
+}

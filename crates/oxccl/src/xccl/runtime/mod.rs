@@ -116,9 +116,36 @@ pub(crate) fn c_text(fill: impl FnOnce(*mut std::ffi::c_char, std::ffi::c_int) -
     Ok(unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned())
 }
 
+/// The calling thread's current device for a while: [`enter`] makes one current, and
+/// dropping this makes the thread's previous one current again, as NCCL does around its
+/// calls (PyTorch reads its current device back, so a library must not change it).
+pub(crate) struct Entered<'a> {
+    rt: &'a dyn DeviceRuntime,
+    prev: usize,
+}
+
+impl Drop for Entered<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = self.rt.restore(self.prev) {
+            tracing::debug!("restoring the caller's current device: {e}");
+        }
+    }
+}
+
+/// Makes `device` current on the calling thread until the returned guard is dropped.
+///
+/// # Errors
+/// The runtime's errors.
+pub(crate) fn enter(rt: &dyn DeviceRuntime, device: u32) -> Result<Entered<'_>> {
+    let prev = rt.current_token()?;
+    rt.set_current(device)?;
+    Ok(Entered { rt, prev })
+}
+
 /// What the GPU engine needs from a vendor runtime. Every call that takes a device ordinal
-/// makes that device current on the calling thread first (the way the runtime APIs work:
-/// the current device is per thread).
+/// makes that device current on the calling thread for the call (the way the runtime APIs
+/// work: the current device is per thread) and the caller's current one again after it;
+/// only [`set_current`](Self::set_current) changes it for good.
 ///
 /// Errors are [`Error::Backend`](crate::Error::Backend) carrying the runtime's code and
 /// its error string, prefixed with the call that failed.
@@ -140,6 +167,20 @@ pub(crate) trait DeviceRuntime: Send + Sync + 'static {
     /// # Errors
     /// An ordinal out of range, or the runtime's error.
     fn set_current(&self, device: u32) -> Result<()>;
+
+    /// The calling thread's current context or device, as a token for
+    /// [`restore`](Self::restore) (what [`enter`] saves).
+    ///
+    /// # Errors
+    /// The runtime's error.
+    fn current_token(&self) -> Result<usize>;
+
+    /// Makes what `token` names current again on the calling thread (CUDA: the context, or
+    /// none for 0).
+    ///
+    /// # Errors
+    /// The runtime's error.
+    fn restore(&self, token: usize) -> Result<()>;
 
     /// Where the memory at `ptr` lives. Pointers the runtime does not know are host memory.
     ///

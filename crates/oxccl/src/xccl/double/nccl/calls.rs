@@ -247,9 +247,13 @@ fn check_aliasing(ops: &[P2pOp], call: &str) -> Result<(), NcclResult> {
 /// polled, and the result is `ncclInProgress` (NCCL 2.22+ connects lazily).
 fn launch(ds: Vec<Deferred>, call: &str) -> Result<NcclResult, NcclResult> {
     type Kernel = (Arc<Shared>, RawStream, Member, Vec<P2pOp>, Vec<Arc<Hang>>);
+    /// A job, or the index of a kernel, with its communicator, stream and algorithm keys.
+    type Slot = (Arc<Shared>, RawStream, Result<Closure, usize>, String);
+    /// A communicator's jobs and algorithm keys.
+    type PerComm = (Arc<Shared>, Vec<(RawStream, Closure)>, Vec<String>);
     let mut kernels: Vec<Kernel> = Vec::new();
     // (communicator, stream, job or kernel index), in order.
-    let mut order: Vec<(Arc<Shared>, RawStream, Result<Closure, usize>, String)> = Vec::new();
+    let mut order: Vec<Slot> = Vec::new();
     for d in ds {
         match d.work {
             Work::Coll(job) => order.push((d.shared, d.stream, Ok(job), d.key)),
@@ -277,7 +281,7 @@ fn launch(ds: Vec<Deferred>, call: &str) -> Result<NcclResult, NcclResult> {
     }
     let mut kernels: Vec<Option<Kernel>> = kernels.into_iter().map(Some).collect();
     // Per communicator: its jobs, and whether it uses something for the first time.
-    let mut per_comm: Vec<(Arc<Shared>, Vec<(RawStream, Closure)>, Vec<String>)> = Vec::new();
+    let mut per_comm: Vec<PerComm> = Vec::new();
     for (shared, stream, what, key) in order {
         let job = match what {
             Ok(job) => job,

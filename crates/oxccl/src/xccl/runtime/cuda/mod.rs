@@ -36,6 +36,8 @@ pub(crate) struct CudaRuntime {
     version: c_int,
     /// The retained primary context of each device, once used.
     contexts: Mutex<Vec<Option<usize>>>,
+    /// The device last made current (-1: none yet), for calls that name none.
+    home: std::sync::atomic::AtomicI64,
 }
 
 /// Where the driver is looked for: the loader's search path (the driver is installed with
@@ -83,7 +85,13 @@ impl CudaRuntime {
     /// # Errors
     /// [`Error::Backend`] with the driver's error when `cuInit` fails.
     pub(crate) fn from_table(table: CudaTable, path: impl Into<PathBuf>) -> Result<CudaRuntime> {
-        let mut rt = CudaRuntime { t: table, path: path.into(), version: 0, contexts: Mutex::new(Vec::new()) };
+        let mut rt = CudaRuntime {
+            t: table,
+            path: path.into(),
+            version: 0,
+            contexts: Mutex::new(Vec::new()),
+            home: std::sync::atomic::AtomicI64::new(-1),
+        };
         // SAFETY: cuInit takes flags, which must be 0.
         rt.check("cuInit", unsafe { (rt.t.init)(0) })?;
         let mut version = 0;
@@ -154,15 +162,15 @@ impl CudaRuntime {
     }
 
     /// Makes some context current when the thread has none (for calls that need one but
-    /// name no device): device 0's.
-    fn ensure_context(&self) -> Result<()> {
-        let mut cur: Handle = std::ptr::null_mut();
-        // SAFETY: writes one CUcontext through a valid pointer.
-        self.check("cuCtxGetCurrent", unsafe { (self.t.ctx_get_current)(&mut cur) })?;
-        if cur.is_null() {
-            self.set_current(0)?;
+    /// name no device), until the guard drops: the device this process last used through
+    /// this runtime (the rank's, once the engine exists), device 0 only when none was.
+    /// Never the first context on GPU 0 for every rank of a node.
+    fn ensure_context(&self) -> Result<Option<super::Entered<'_>>> {
+        if self.current_token()? != 0 {
+            return Ok(None);
         }
-        Ok(())
+        let home = u32::try_from(self.home.load(std::sync::atomic::Ordering::Relaxed)).unwrap_or(0);
+        super::enter(self, home).map(Some)
     }
 }
 
@@ -197,12 +205,27 @@ impl DeviceRuntime for CudaRuntime {
 
     fn set_current(&self, device: u32) -> Result<()> {
         let ctx = self.context(device)?;
+        self.home.store(i64::from(device), std::sync::atomic::Ordering::Relaxed);
         // SAFETY: a retained primary context.
         self.check("cuCtxSetCurrent", unsafe { (self.t.ctx_set_current)(ctx) })
     }
 
+    fn current_token(&self) -> Result<usize> {
+        let mut cur: Handle = std::ptr::null_mut();
+        // SAFETY: writes one CUcontext through a valid pointer.
+        self.check("cuCtxGetCurrent", unsafe { (self.t.ctx_get_current)(&mut cur) })?;
+        Ok(cur as usize)
+    }
+
+    fn restore(&self, token: usize) -> Result<()> {
+        // SAFETY: a context that was current on this thread (a retained primary context or
+        // the caller's own, still alive: a context cannot be destroyed while current), or
+        // null, which unbinds.
+        self.check("cuCtxSetCurrent", unsafe { (self.t.ctx_set_current)(token as Handle) })
+    }
+
     fn residence(&self, ptr: *const c_void) -> Result<Residence> {
-        self.ensure_context()?;
+        let _cur = self.ensure_context()?;
         let mut kind: c_uint = 0;
         // SAFETY: writes one CUmemorytype (unsigned int) through a valid pointer; any
         // address may be asked about.
@@ -241,7 +264,7 @@ impl DeviceRuntime for CudaRuntime {
     }
 
     fn alloc(&self, device: u32, bytes: usize) -> Result<u64> {
-        self.set_current(device)?;
+        let _cur = super::enter(self, device)?;
         let mut p: CuDevicePtr = 0;
         // SAFETY: writes one CUdeviceptr through a valid pointer (at least one byte asked).
         self.check("cuMemAlloc_v2", unsafe { (self.t.mem_alloc)(&mut p, bytes.max(1)) })?;
@@ -249,13 +272,13 @@ impl DeviceRuntime for CudaRuntime {
     }
 
     unsafe fn free(&self, device: u32, ptr: u64) -> Result<()> {
-        self.set_current(device)?;
+        let _cur = super::enter(self, device)?;
         // SAFETY: `ptr` came from cuMemAlloc on this device and is freed once (our contract).
         self.check("cuMemFree_v2", unsafe { (self.t.mem_free)(ptr) })
     }
 
     fn host_alloc(&self, bytes: usize) -> Result<*mut u8> {
-        self.ensure_context()?;
+        let _cur = self.ensure_context()?;
         let mut p: *mut c_void = std::ptr::null_mut();
         // SAFETY: writes one pointer through a valid pointer; portable, not write-combined.
         self.check("cuMemHostAlloc", unsafe {
@@ -305,7 +328,7 @@ impl DeviceRuntime for CudaRuntime {
     }
 
     unsafe fn host_register(&self, ptr: *mut u8, bytes: usize) -> Result<()> {
-        self.ensure_context()?;
+        let _cur = self.ensure_context()?;
         let Some((register, _)) = self.t.mem_host_register else {
             return Err(Error::Backend { code: -1, message: "this CUDA driver lacks cuMemHostRegister_v2".into() });
         };
@@ -322,7 +345,7 @@ impl DeviceRuntime for CudaRuntime {
     }
 
     fn stream_create(&self, device: u32) -> Result<RawStream> {
-        self.set_current(device)?;
+        let _cur = super::enter(self, device)?;
         let mut s: Handle = std::ptr::null_mut();
         // SAFETY: writes one CUstream through a valid pointer.
         self.check("cuStreamCreate", unsafe { (self.t.stream_create)(&mut s, CU_STREAM_NON_BLOCKING) })?;
@@ -366,7 +389,7 @@ impl DeviceRuntime for CudaRuntime {
     }
 
     fn event_create(&self, device: u32) -> Result<RawEvent> {
-        self.set_current(device)?;
+        let _cur = super::enter(self, device)?;
         let mut e: Handle = std::ptr::null_mut();
         // SAFETY: writes one CUevent through a valid pointer.
         self.check("cuEventCreate", unsafe { (self.t.event_create)(&mut e, CU_EVENT_DISABLE_TIMING) })?;

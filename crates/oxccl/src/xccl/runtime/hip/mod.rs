@@ -162,6 +162,22 @@ impl DeviceRuntime for HipRuntime {
         self.check("hipSetDevice", unsafe { (self.t.set_device)(Self::device_int(device)?) })
     }
 
+    fn current_token(&self) -> Result<usize> {
+        let Some(get) = self.t.get_device else { return Ok(usize::MAX) };
+        let mut d: c_int = 0;
+        // SAFETY: writes one int through a valid pointer.
+        self.check("hipGetDevice", unsafe { get(&mut d) })?;
+        Ok(usize::try_from(d).unwrap_or(0))
+    }
+
+    fn restore(&self, token: usize) -> Result<()> {
+        // usize::MAX: the library cannot say, so nothing is restored.
+        match u32::try_from(token) {
+            Ok(d) if token != usize::MAX => self.set_current(d),
+            _ => Ok(()),
+        }
+    }
+
     fn residence(&self, ptr: *const c_void) -> Result<Residence> {
         let mut attr = HipPointerAttribute::zeroed();
         // SAFETY: fills one hipPointerAttribute_t (our repr(C) copy of it) through a valid
@@ -173,7 +189,7 @@ impl DeviceRuntime for HipRuntime {
     }
 
     fn alloc(&self, device: u32, bytes: usize) -> Result<u64> {
-        self.set_current(device)?;
+        let _cur = super::enter(self, device)?;
         let mut p: *mut c_void = std::ptr::null_mut();
         // SAFETY: writes one pointer through a valid pointer (at least one byte asked).
         self.check("hipMalloc", unsafe { (self.t.malloc)(&mut p, bytes.max(1)) })?;
@@ -181,7 +197,7 @@ impl DeviceRuntime for HipRuntime {
     }
 
     unsafe fn free(&self, device: u32, ptr: u64) -> Result<()> {
-        self.set_current(device)?;
+        let _cur = super::enter(self, device)?;
         // SAFETY: `ptr` came from hipMalloc and is freed once (our contract).
         self.check("hipFree", unsafe { (self.t.free)(ptr as *mut c_void) })
     }
@@ -246,7 +262,7 @@ impl DeviceRuntime for HipRuntime {
     }
 
     fn stream_create(&self, device: u32) -> Result<RawStream> {
-        self.set_current(device)?;
+        let _cur = super::enter(self, device)?;
         let mut s: Handle = std::ptr::null_mut();
         // SAFETY: writes one hipStream_t through a valid pointer.
         self.check("hipStreamCreateWithFlags", unsafe { (self.t.stream_create)(&mut s, HIP_STREAM_NON_BLOCKING) })?;
@@ -280,7 +296,7 @@ impl DeviceRuntime for HipRuntime {
     }
 
     fn event_create(&self, device: u32) -> Result<RawEvent> {
-        self.set_current(device)?;
+        let _cur = super::enter(self, device)?;
         let mut e: Handle = std::ptr::null_mut();
         // SAFETY: writes one hipEvent_t through a valid pointer.
         self.check("hipEventCreateWithFlags", unsafe { (self.t.event_create)(&mut e, HIP_EVENT_DISABLE_TIMING) })?;

@@ -142,6 +142,9 @@ pub(crate) struct HipTable {
     /// `hipHostRegister` and `hipHostUnregister`, where the library has them (optional so a
     /// table of test functions may leave them out).
     pub(crate) host_register: Option<(HostRegisterFn, FreeFn)>,
+    /// `hipGetDevice` (optional, as above): without it the caller's device is not restored
+    /// after a call that sets one.
+    pub(crate) get_device: Option<IntOutFn>,
     /// The device queries `oxccl info` asks (optional, as above): `hipDeviceGetName`,
     /// `hipDeviceTotalMem`, `hipDeviceGetPCIBusId`, `hipDeviceCanAccessPeer`.
     pub(crate) device_name: Option<DeviceTextFn>,
@@ -196,6 +199,8 @@ impl HipTable {
             let o = &mut optional;
             (get(lookup, o, c"hipHostRegister"), get(lookup, o, c"hipHostUnregister"))
         };
+        // SAFETY: as above, for one optional name.
+        let get_device = unsafe { get(lookup, &mut Vec::new(), c"hipGetDevice") };
         // SAFETY: as above, for the optional device queries.
         let queries = unsafe {
             let mut optional = Vec::new();
@@ -251,6 +256,7 @@ impl HipTable {
                 get_error_name,
                 get_error_string,
                 host_register: None,
+                get_device: None,
                 device_name: None,
                 device_total_mem: None,
                 device_pci_bus_id: None,
@@ -263,6 +269,7 @@ impl HipTable {
             if let (Some(r), Some(u)) = register {
                 t.host_register = Some((r, u));
             }
+            t.get_device = get_device;
             (t.device_name, t.device_total_mem, t.device_pci_bus_id, t.device_can_access_peer) = queries;
             t
         })

@@ -302,6 +302,14 @@ impl DeviceRuntime for HostRuntime {
         Ok(())
     }
 
+    fn current_token(&self) -> Result<usize> {
+        Ok(current::get(self.id) as usize)
+    }
+
+    fn restore(&self, token: usize) -> Result<()> {
+        current::set(self.id, u32::try_from(token).unwrap_or(0))
+    }
+
     fn residence(&self, ptr: *const c_void) -> Result<Residence> {
         Ok(match self.memory.owner_of(ptr.addr()) {
             Some(Owner::Device(d)) => Residence::Device(d),
@@ -310,14 +318,14 @@ impl DeviceRuntime for HostRuntime {
     }
 
     fn alloc(&self, device: u32, bytes: usize) -> Result<u64> {
-        self.set_current(device)?;
+        let _cur = super::enter(self, device)?;
         let addr = self.memory.alloc(Owner::Device(device), bytes, "alloc")?;
         // usize is at most 64 bits on every target Rust supports.
         Ok(addr as u64)
     }
 
     unsafe fn free(&self, device: u32, ptr: u64) -> Result<()> {
-        self.set_current(device)?;
+        let _cur = super::enter(self, device)?;
         let addr = usize::try_from(ptr)
             .map_err(|_| fail(INVALID_VALUE, "free", format!("{ptr:#x} is not a live allocation")))?;
         self.memory.free(Owner::Device(device), addr, "free")
@@ -368,7 +376,7 @@ impl DeviceRuntime for HostRuntime {
     }
 
     fn stream_create(&self, device: u32) -> Result<RawStream> {
-        self.set_current(device)?;
+        let _cur = super::enter(self, device)?;
         let id = handle::next("stream_create")?;
         let (stream, thread) = Stream::spawn(id, Some(device), Arc::clone(&self.wake), "stream_create")?;
         let mut streams = relock(&self.streams);
@@ -410,7 +418,7 @@ impl DeviceRuntime for HostRuntime {
     }
 
     fn event_create(&self, device: u32) -> Result<RawEvent> {
-        self.set_current(device)?;
+        let _cur = super::enter(self, device)?;
         let id = handle::next("event_create")?;
         relock(&self.events).insert(id, Arc::new(Event::new(device)));
         Ok(RawEvent(handle::to_raw(id)))

@@ -591,11 +591,11 @@ fn the_current_device_is_per_thread_and_per_runtime() {
             .unwrap();
     });
     assert_eq!(rt.current_device(), 2);
-    // Calls taking a device make it current.
+    // Calls taking a device use it, and leave the caller's current device as it was.
     let d = rt.alloc(1, 8).unwrap();
-    assert_eq!(rt.current_device(), 1);
+    assert_eq!(rt.current_device(), 2);
     let _ = rt.stream_create(0).unwrap();
-    assert_eq!(rt.current_device(), 0);
+    assert_eq!(rt.current_device(), 2);
     let other = HostRuntime::new(3);
     assert_eq!(other.current_device(), 0, "the current device leaked to another runtime");
     // SAFETY: from this runtime, unused.
