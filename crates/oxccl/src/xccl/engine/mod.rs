@@ -121,6 +121,8 @@ pub(crate) struct Inner {
     events: Mutex<Vec<RawEvent>>,
     /// Device temporaries for reuse (`pool.rs`).
     pool: Mutex<pool::Pool>,
+    /// Pinned host blocks for reuse (staging, `stage.rs`).
+    pinned_pool: Mutex<pool::Pool>,
     /// Issues nobody waits for (a buffered send's group), kept until their event fires.
     retiring: Mutex<Vec<Arc<Issued>>>,
     /// Whether the progress thread runs (`progress.rs`).
@@ -298,6 +300,7 @@ impl Engine {
             order_event,
             events: Mutex::new(Vec::new()),
             pool: Mutex::new(pool::Pool::default()),
+            pinned_pool: Mutex::new(pool::Pool::default()),
             retiring: Mutex::new(Vec::new()),
             progress: Mutex::new(false),
             order: Mutex::new(Order {
@@ -423,6 +426,27 @@ impl Inner {
             // SAFETY: a block of `alloc` on the engine's device, no longer used (see
             // `DeviceTemp`), freed once.
             let _ = unsafe { self.rt.free(self.device, ptr) };
+        }
+    }
+
+    /// `bytes` of pinned host memory until the operation completes.
+    fn pinned(self: &Arc<Self>, bytes: usize) -> Result<stage::PinnedTemp> {
+        let class = pool::class_of(bytes);
+        let cached = relock(&self.pinned_pool).take(class);
+        let addr = match cached {
+            Some(a) => a,
+            None => self.rt.host_alloc(class)?.expose_provenance() as u64,
+        };
+        let ptr = std::ptr::with_exposed_provenance_mut::<u8>(addr as usize);
+        Ok(stage::PinnedTemp { inner: Arc::clone(self), ptr, class })
+    }
+
+    /// Hands a pinned block back to the cache (freed only when the cache is full).
+    fn give_back_pinned(&self, ptr: *mut u8, class: usize) {
+        let over = relock(&self.pinned_pool).give(class, ptr.expose_provenance() as u64);
+        if let Some(a) = over {
+            // SAFETY: a block of `host_alloc`, no longer used, freed once.
+            let _ = unsafe { self.rt.host_free(std::ptr::with_exposed_provenance_mut(a as usize)) };
         }
     }
 
@@ -578,13 +602,18 @@ impl Inner {
         let guard = Guard { deadline, watch: &|| self.watch(), late: &late };
         let settled = result.and_then(|r| self.comm.settle("the collective", r, &guard));
         settled.map_err(|e| self.fail(e))?;
+        let (mut back, mut pinned) = (Vec::new(), Vec::new());
         if let Some(st) = staged {
-            // SAFETY: as for the copies in.
-            unsafe { st.copy_out(self, stream, &[])? };
+            // SAFETY: the temporaries and pinned mirrors are kept with the issue.
+            back = unsafe { st.copy_out(self, stream, &[])? };
             temps.extend(st.temps);
+            pinned = st.pinned;
         }
         let event = self.complete_on(stream)?;
-        Ok(Issued { event, received: Vec::new(), temps, error: None })
+        let mut issued = Issued::plain(event, temps);
+        issued.back = Mutex::new(back);
+        issued.pinned = pinned;
+        Ok(issued)
     }
 }
 
@@ -598,6 +627,7 @@ impl Drop for Inner {
         }
         let drained = self.drain();
         let mut blocks = relock(&self.pool).drain();
+        let mut pinned = relock(&self.pinned_pool).drain();
         blocks.extend(relock(&self.order).stash.drain(..).flat_map(|q| q.into_iter().map(|m| m.ptr)));
         if !drained {
             // Work still queued may use them (a send whose receiver never came): leaking is
@@ -609,6 +639,7 @@ impl Drop for Inner {
                 blocks.len()
             );
             blocks.clear();
+            pinned.clear();
         }
         // SAFETY: the communicator is gone and the stream drained: nothing uses the stream,
         // the events, the scratch word or the cached blocks any more; each is released once.
@@ -624,6 +655,9 @@ impl Drop for Inner {
             }
             for b in blocks {
                 let _ = self.rt.free(self.device, b);
+            }
+            for a in pinned {
+                let _ = self.rt.host_free(std::ptr::with_exposed_provenance_mut(a as usize));
             }
         }
     }
@@ -800,7 +834,7 @@ impl Backend for Engine {
             }
             let (ops, keep, mine) = if buffered && staged.is_some() {
                 let event = i.complete_on(i.copy_stream)?;
-                (ops, Vec::new(), Some(Issued { event, received: Vec::new(), temps: Vec::new(), error: None }))
+                (ops, Vec::new(), Some(Issued::plain(event, Vec::new())))
             } else if buffered {
                 // SAFETY: the buffers stay valid until the copies ran (our caller's contract).
                 let (ops, keep, issued) = unsafe { i.buffer_sends(ops, opts.stream)? };

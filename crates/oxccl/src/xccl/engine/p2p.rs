@@ -50,7 +50,7 @@ use std::time::Instant;
 
 use super::issue::Transfer;
 use super::pending::{DeviceTemp, Issued, PooledEvent, Ticket};
-use super::stage::Staged;
+use super::stage::{HostCopy, Staged};
 use super::{Inner, Order};
 use crate::backend::{MessageInfo, P2p, StreamOrder};
 use crate::dtype::DType;
@@ -330,7 +330,7 @@ impl Inner {
             // Later work on the caller's stream may overwrite the buffers: after the copies.
             self.rt.stream_wait_event(RawStream(s.as_raw()), event.event)?;
         }
-        Ok((out, keep, Issued { event, received: Vec::new(), temps: Vec::new(), error: None }))
+        Ok((out, keep, Issued::plain(event, Vec::new())))
     }
 
     /// Issues everything queued as one group (see the module documentation). Sends to this
@@ -436,6 +436,7 @@ impl Inner {
             self.rt.stream_wait_event(self.stream, ev.event)?;
         }
         let deadline = Instant::now() + self.timeout;
+        let mut back: Vec<Vec<HostCopy>> = settled.iter().map(|_| Vec::new()).collect();
         let mut after = |stream: RawStream| -> Result<()> {
             for c in to_self.iter().chain(settled.iter().flat_map(|s| s.copies.iter())).filter(|c| c.bytes > 0) {
                 // SAFETY: from a stashed message (device memory kept with the batch) into a
@@ -443,10 +444,14 @@ impl Inner {
                 // submitter's contract), `bytes` within both (checked by `unfit`).
                 unsafe { self.rt.copy_async(c.dst as u64, c.src, c.bytes, CopyKind::DeviceToDevice, stream)? };
             }
-            settled.iter().filter_map(|s| s.staged.as_ref().map(|st| (st, &s.elems))).try_for_each(|(st, elems)| {
-                // SAFETY: the staged batch's host ranges stay valid until completion.
-                unsafe { st.copy_out(self, stream, elems) }
-            })
+            for (s, back) in settled.iter().zip(back.iter_mut()) {
+                if let Some(st) = &s.staged {
+                    // SAFETY: the staged batch's temporaries and pinned mirrors are kept with
+                    // its issue.
+                    *back = unsafe { st.copy_out(self, stream, &s.elems)? };
+                }
+            }
+            Ok(())
         };
         // SAFETY: every pointer is a buffer of a submitted batch (valid until its Pending
         // reports completion, the submitter's contract), a temporary kept with its batch, or
@@ -455,10 +460,21 @@ impl Inner {
         let event = unsafe { self.issue_group(&transfers, &orders, deadline, &mut after) };
         match event {
             Ok(event) => {
-                for s in settled {
+                for (s, back) in settled.into_iter().zip(back) {
                     let mut temps = s.temps;
-                    temps.extend(s.staged.map(|st| st.temps).unwrap_or_default());
-                    s.ticket.set(Ok(Issued { event: Arc::clone(&event), received: s.received, temps, error: s.error }));
+                    let mut pinned = Vec::new();
+                    if let Some(st) = s.staged {
+                        temps.extend(st.temps);
+                        pinned = st.pinned;
+                    }
+                    s.ticket.set(Ok(Issued {
+                        event: Arc::clone(&event),
+                        received: s.received,
+                        temps,
+                        error: s.error,
+                        back: std::sync::Mutex::new(back),
+                        pinned,
+                    }));
                     // Nobody waits for a buffered send's group: its temporaries are kept
                     // until the group's event fires.
                     if Arc::strong_count(&s.ticket) == 1 {

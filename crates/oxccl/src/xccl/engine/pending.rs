@@ -5,6 +5,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::stage::{HostCopy, PinnedTemp};
 use super::Inner;
 use crate::backend::{Completion, Pending};
 use crate::error::{Error, Result};
@@ -69,6 +70,19 @@ pub(crate) struct Issued {
     /// An error to report once the calls have run (a message longer than its buffer: it
     /// was received elsewhere so that the sender's calls still match).
     pub(crate) error: Option<Error>,
+    /// Staged outputs to copy from pinned memory into the caller's host ranges once the
+    /// calls have run (made by the first wait that sees the event fire).
+    pub(crate) back: Mutex<Vec<HostCopy>>,
+    /// The pinned blocks those copies read (kept until then).
+    #[allow(dead_code)] // held, never read
+    pub(crate) pinned: Vec<PinnedTemp>,
+}
+
+impl Issued {
+    /// An issue with no receives, staged copies or error.
+    pub(crate) fn plain(event: Arc<PooledEvent>, temps: Vec<DeviceTemp>) -> Issued {
+        Issued { event, received: Vec::new(), temps, error: None, back: Mutex::new(Vec::new()), pinned: Vec::new() }
+    }
 }
 
 /// Where an operation's issue lands: at once for collectives, when the queue is flushed for
@@ -121,8 +135,12 @@ impl GpuPending {
         self.ticket.get().unwrap_or_else(|| Err(Error::Internal("a queued operation was not issued".into())))
     }
 
-    /// The completion once the event fired.
+    /// The completion once the event fired (the staged outputs copied back first).
     fn completed(issued: &Issued) -> Result<Completion> {
+        let back = std::mem::take(&mut *relock(&issued.back));
+        // SAFETY: the event fired, so the stream wrote the pinned blocks (kept in `issued`);
+        // the caller's ranges are valid until completion (the submit contract).
+        unsafe { HostCopy::run(&back) };
         match &issued.error {
             Some(e) => Err(e.clone()),
             None => Ok(Completion { received: issued.received.clone(), sources: Vec::new() }),

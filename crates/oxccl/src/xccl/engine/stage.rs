@@ -1,7 +1,15 @@
 //! Host buffers on a GPU communicator with `OXCCL_GPU_HOST_BUFFERS=stage`: each host range is
-//! copied to a device temporary on the operation's stream, the operation runs on the
-//! temporaries, and the outputs are copied back before the completion event, so the usual
-//! rules hold (the buffers are borrowed until the operation completes).
+//! copied to a device temporary, the operation runs on the temporaries, and the outputs are
+//! copied back, so the usual rules hold (the buffers are borrowed until the operation
+//! completes).
+//!
+//! Every copy goes through pinned host memory (the engine's cache, `pool.rs`): the caller's
+//! range is copied by the CPU into a pinned block at submission, and from it to the device
+//! on the stream; outputs come back from the device into the pinned block on the stream, and
+//! into the caller's range when the operation's event has fired (in the wait). A copy
+//! between the device and pageable memory returns only once the stream has run it, so the
+//! submitting thread would wait inside the driver for the NCCL kernel itself, with no
+//! deadline and no watch for lost peers.
 //!
 //! Buffers that alias (in-place forms: the same pointer, or a block inside the output) share
 //! one temporary at the same offset, so NCCL sees the in-place call the caller made.
@@ -15,12 +23,60 @@ use crate::device::Device;
 use crate::error::Result;
 use crate::xccl::runtime::{CopyKind, RawStream};
 
-/// One copy between a host range and its device image.
+/// One copy between a host range, its pinned mirror and its device image.
 #[derive(Debug, Clone, Copy)]
 struct Copy {
     host: *mut u8,
+    pinned: *mut u8,
     device: u64,
     bytes: usize,
+}
+
+/// A copy from a pinned block into the caller's host range, once the stream wrote the block.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HostCopy {
+    dst: *mut u8,
+    src: *const u8,
+    bytes: usize,
+}
+
+// SAFETY: as for `Staged` below: the caller's range is valid until completion, and the
+// pinned block is kept with the operation.
+unsafe impl Send for HostCopy {}
+// SAFETY: as above; the copy is made once, by whoever completes the operation.
+unsafe impl Sync for HostCopy {}
+
+impl HostCopy {
+    /// Makes the copies (after the operation's event fired).
+    ///
+    /// # Safety
+    /// The stream has written the pinned blocks, and the caller's ranges are valid.
+    pub(crate) unsafe fn run(copies: &[HostCopy]) {
+        for c in copies.iter().filter(|c| c.bytes > 0) {
+            // SAFETY: this function's contract; a pinned block and a caller's range are
+            // distinct allocations.
+            unsafe { std::ptr::copy_nonoverlapping(c.src, c.dst, c.bytes) };
+        }
+    }
+}
+
+/// Pinned host memory an operation needs until it completes (from the engine's cache).
+pub(crate) struct PinnedTemp {
+    pub(super) inner: Arc<Inner>,
+    pub(super) ptr: *mut u8,
+    pub(super) class: usize,
+}
+
+// SAFETY: pinned host memory is plain memory any thread may use; the block is the
+// operation's alone until it is handed back.
+unsafe impl Send for PinnedTemp {}
+// SAFETY: as above.
+unsafe impl Sync for PinnedTemp {}
+
+impl Drop for PinnedTemp {
+    fn drop(&mut self) {
+        self.inner.give_back_pinned(self.ptr, self.class);
+    }
 }
 
 /// An operation moved onto device temporaries.
@@ -29,6 +85,8 @@ pub(crate) struct Staged {
     pub(crate) op: Op,
     /// The temporaries (kept until completion).
     pub(crate) temps: Vec<DeviceTemp>,
+    /// Their pinned mirrors (kept until the copies back are made).
+    pub(crate) pinned: Vec<PinnedTemp>,
     /// Whole temporaries to fill from the host first.
     ins: Vec<Copy>,
     /// Output ranges to copy back (collectives).
@@ -44,18 +102,31 @@ unsafe impl Send for Staged {}
 
 /// Host ranges and the temporaries they map to.
 struct Map {
-    /// (host start, bytes, device start).
-    ranges: Vec<(usize, usize, u64)>,
+    /// (host start, bytes, device start, pinned start).
+    ranges: Vec<(usize, usize, u64, usize)>,
 }
 
 impl Map {
+    /// The device and pinned addresses of the host range `[ptr, ptr+bytes)`, inside a
+    /// mapped range.
+    fn find2(&self, ptr: *const u8, bytes: usize) -> Option<(u64, *mut u8)> {
+        let p = ptr as usize;
+        self.ranges.iter().find(|&&(start, len, _, _)| p >= start && p + bytes <= start + len).map(
+            |&(start, _, dev, pin)| {
+                (dev + (p - start) as u64, std::ptr::with_exposed_provenance_mut::<u8>(pin + (p - start)))
+            },
+        )
+    }
+
     /// The device address of the host range `[ptr, ptr+bytes)`, inside a mapped range.
     fn find(&self, ptr: *const u8, bytes: usize) -> Option<u64> {
-        let p = ptr as usize;
-        self.ranges
-            .iter()
-            .find(|&&(start, len, _)| p >= start && p + bytes <= start + len)
-            .map(|&(start, _, dev)| dev + (p - start) as u64)
+        self.find2(ptr, bytes).map(|(d, _)| d)
+    }
+
+    /// The copy of the host range `b` (inside a mapped range).
+    fn copy_of(&self, host: *mut u8, bytes: usize) -> Copy {
+        let (device, pinned) = self.find2(host, bytes).unwrap_or((0, std::ptr::null_mut()));
+        Copy { host, pinned, device, bytes }
     }
 }
 
@@ -70,24 +141,27 @@ impl Inner {
         all.sort_by_key(|&(_, b)| std::cmp::Reverse(b));
         let mut map = Map { ranges: Vec::new() };
         let mut temps = Vec::new();
+        let mut pinned = Vec::new();
         let mut ins = Vec::new();
         for (p, b) in all {
             if map.find(p, b).is_some() {
                 continue;
             }
             let t = self.temp(b.max(1))?;
-            map.ranges.push((p as usize, b, t.ptr));
-            ins.push(Copy { host: p.cast_mut(), device: t.ptr, bytes: b });
+            let h = self.pinned(b.max(1))?;
+            map.ranges.push((p as usize, b, t.ptr, h.ptr.expose_provenance()));
+            ins.push(Copy { host: p.cast_mut(), pinned: h.ptr, device: t.ptr, bytes: b });
             temps.push(t);
+            pinned.push(h);
         }
         let dev = self.kind;
         let mut outs = Vec::new();
         let mut recvs = Vec::new();
         let i = |b: &RawBuf| RawBuf { ptr: map.find(b.ptr, b.bytes()).unwrap_or(0) as *const u8, device: dev, ..*b };
         let mut o = |b: &RawBufMut| {
-            let d = map.find(b.ptr, b.bytes()).unwrap_or(0);
-            outs.push(Copy { host: b.ptr, device: d, bytes: b.bytes() });
-            RawBufMut { ptr: d as *mut u8, device: dev, ..*b }
+            let c = map.copy_of(b.ptr, b.bytes());
+            outs.push(c);
+            RawBufMut { ptr: c.device as *mut u8, device: dev, ..*b }
         };
         let op = match op {
             Op::AllReduce { input, output, op } => Op::AllReduce { input: i(&input), output: o(&output), op },
@@ -116,51 +190,62 @@ impl Inner {
                     .map(|p| match *p {
                         P2p::Send { buf, peer, tag } => P2p::Send { buf: i(&buf), peer, tag },
                         P2p::Recv { buf, peer, tag } => {
-                            let d = map.find(buf.ptr, buf.bytes()).unwrap_or(0);
-                            recvs.push(Copy { host: buf.ptr, device: d, bytes: buf.bytes() });
-                            P2p::Recv { buf: RawBufMut { ptr: d as *mut u8, device: dev, ..buf }, peer, tag }
+                            let c = map.copy_of(buf.ptr, buf.bytes());
+                            recvs.push(c);
+                            P2p::Recv { buf: RawBufMut { ptr: c.device as *mut u8, device: dev, ..buf }, peer, tag }
                         }
                         P2p::RecvAny { buf, tag } => {
-                            let d = map.find(buf.ptr, buf.bytes()).unwrap_or(0);
-                            recvs.push(Copy { host: buf.ptr, device: d, bytes: buf.bytes() });
-                            P2p::RecvAny { buf: RawBufMut { ptr: d as *mut u8, device: dev, ..buf }, tag }
+                            let c = map.copy_of(buf.ptr, buf.bytes());
+                            recvs.push(c);
+                            P2p::RecvAny { buf: RawBufMut { ptr: c.device as *mut u8, device: dev, ..buf }, tag }
                         }
                     })
                     .collect(),
             ),
         };
-        Ok(Staged { op, temps, ins, outs, recvs })
+        Ok(Staged { op, temps, pinned, ins, outs, recvs })
     }
 }
 
 impl Staged {
-    /// Queues the host-to-device copies on `stream`.
+    /// Copies the host ranges into their pinned mirrors (here, by the CPU), and queues the
+    /// copies from those to the device on `stream`.
     ///
     /// # Safety
-    /// The host ranges are valid until the stream has run the copies (the submit contract).
+    /// The host ranges are valid now (the submit contract).
     pub(crate) unsafe fn copy_in(&self, inner: &Inner, stream: RawStream) -> Result<()> {
         for c in self.ins.iter().filter(|c| c.bytes > 0) {
-            // SAFETY: a host range of the caller's (valid until completion) into its
-            // temporary of the same size.
-            unsafe { inner.rt.copy_async(c.device, c.host as u64, c.bytes, CopyKind::HostToDevice, stream)? };
+            // SAFETY: a host range of the caller's into its pinned mirror of at least its
+            // size (distinct allocations).
+            unsafe { std::ptr::copy_nonoverlapping(c.host.cast_const(), c.pinned, c.bytes) };
+            // SAFETY: the pinned mirror (kept with the operation) into its temporary of the
+            // same size.
+            unsafe { inner.rt.copy_async(c.device, c.pinned as u64, c.bytes, CopyKind::HostToDevice, stream)? };
         }
         Ok(())
     }
 
-    /// Queues the device-to-host copies of the outputs, and of each receive's `received`
-    /// elements (of `elem` bytes), on `stream`.
+    /// Queues the device-to-pinned copies of the outputs, and of each receive's `received`
+    /// elements (of `elem` bytes), on `stream`; returns the copies into the caller's ranges
+    /// to make once the stream has run them.
     ///
     /// # Safety
-    /// As for [`copy_in`](Self::copy_in).
-    pub(crate) unsafe fn copy_out(&self, inner: &Inner, stream: RawStream, received: &[(usize, usize)]) -> Result<()> {
+    /// The pinned mirrors and temporaries are kept until the stream has run the copies.
+    pub(crate) unsafe fn copy_out(
+        &self,
+        inner: &Inner,
+        stream: RawStream,
+        received: &[(usize, usize)],
+    ) -> Result<Vec<HostCopy>> {
         let recvs =
             self.recvs.iter().zip(received).map(|(c, &(n, elem))| Copy { bytes: (n * elem).min(c.bytes), ..*c });
+        let mut back = Vec::new();
         for c in self.outs.iter().copied().chain(recvs).filter(|c| c.bytes > 0) {
-            // SAFETY: the temporary's range back into the caller's host range (valid and
-            // not used by others until completion).
-            unsafe { inner.rt.copy_async(c.host as u64, c.device, c.bytes, CopyKind::DeviceToHost, stream)? };
+            // SAFETY: the temporary's range into its pinned mirror (kept with the operation).
+            unsafe { inner.rt.copy_async(c.pinned as u64, c.device, c.bytes, CopyKind::DeviceToHost, stream)? };
+            back.push(HostCopy { dst: c.host, src: c.pinned.cast_const(), bytes: c.bytes });
         }
-        Ok(())
+        Ok(back)
     }
 }
 
