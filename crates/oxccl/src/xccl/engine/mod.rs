@@ -3,11 +3,18 @@
 //! Rooms:
 //! - `comm.rs`: the NCCL communicator handle (created non-blocking, aborted safely);
 //! - `issue.rs`: how each operation becomes NCCL calls;
-//! - `p2p.rs`: envelopes and the queue of point-to-point batches;
-//! - `pending.rs`: completion by event, with deadline, asynchronous error and lost peers.
+//! - `p2p.rs`: envelopes, buffered sends, the queue of point-to-point batches and
+//!   whole-group receives;
+//! - `progress.rs`: buffered sends issued when a receiver pulls, while this rank's thread is
+//!   busy elsewhere;
+//! - `pool.rs`: the cache of device temporaries and pinned blocks (no free on the hot path);
+//! - `pending.rs`: completion by event, with deadline, asynchronous error and lost peers;
+//! - `stage.rs`: host buffers through pinned memory and device temporaries.
 //!
 //! # Streams
-//! Each communicator has its own stream. By default an operation is ordered after the work
+//! Each communicator has its own stream (and a second one where buffered sends are copied).
+//! Every entry restores the caller's current device or context on the way out, as NCCL does
+//! (PyTorch reads its current device back). By default an operation is ordered after the work
 //! already queued on the caller's stream (the legacy default stream, or the one given with
 //! `Communicator::with_stream`) by an event the engine's stream waits for: the caller's
 //! stream is never blocked by communication. With `Communicator::on_stream` the calls are
