@@ -159,6 +159,8 @@ pub(crate) struct Order {
     queue: Vec<Queued>,
     /// Messages received ahead of their receive, per peer.
     stash: p2p::Stash,
+    /// When this rank's thread last called into the communicator (`progress.rs`).
+    touched: Instant,
 }
 
 /// The device as buffers name it.
@@ -315,6 +317,7 @@ impl Engine {
                 p2p: 0,
                 queue: Vec::new(),
                 stash: (0..size).map(|_| std::collections::VecDeque::new()).collect(),
+                touched: Instant::now(),
             }),
             poison: Mutex::new(Poison::default()),
         };
@@ -822,6 +825,7 @@ impl Backend for Engine {
         if let Op::Batch(ops) = op {
             let ticket = Arc::new(Ticket::default());
             let mut order = relock(&i.order);
+            order.touched = Instant::now();
             // Under the lock: envelopes go out in the order the sends are queued, also when
             // several threads submit (a receiver matches them in that order).
             i.host.announce(&p2p::envelopes(&ops, i.rank), timeout)?;
@@ -886,6 +890,7 @@ impl Backend for Engine {
             }));
         }
         let mut order = relock(&i.order);
+        order.touched = Instant::now();
         let seq = order.collectives;
         order.collectives += 1;
         if let Err(e) = i.host.check_collective(&op.fingerprint(seq, forced), timeout) {
@@ -929,6 +934,7 @@ impl Backend for Engine {
         i.poisoned()?;
         let timeout = opts.timeout_or(i.timeout);
         let mut order = relock(&i.order);
+        order.touched = Instant::now();
         i.flush(&mut order)?;
         let parent = i.host.comm();
         let child_host = parent.split(color, key, opts)?;

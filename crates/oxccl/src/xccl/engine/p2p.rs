@@ -506,6 +506,7 @@ impl Inner {
     /// The host side's errors; issuing a stash receive failed.
     pub(crate) fn probe_message(self: &Arc<Self>, peer: usize, tag: u32) -> Result<Option<MessageInfo>> {
         let mut order = super::relock(&self.order);
+        order.touched = Instant::now();
         if !order.queue.iter().all(|q| q.buffered) {
             self.flush(&mut order)?;
         }

@@ -7,7 +7,8 @@
 //! So a receiver that finds nothing announced-and-issued to wait for *pulls* the sender (a
 //! host message, at most one per sender group), and while buffered sends are queued, one
 //! thread per engine looks for pulls every [`POLL`] and issues the buffered sends at the
-//! head of the queue when one came.
+//! head of the queue when one came and this rank's thread has not called the communicator
+//! for [`GRACE`].
 //!
 //! Issuing on a pull cannot deadlock the streams: the receiver's receive is already on its
 //! way (it pulled because it waits for this very group), and the receiver takes the whole
@@ -22,6 +23,12 @@ use crate::sync::relock;
 
 /// How often the thread looks for pulls.
 const POLL: Duration = Duration::from_millis(1);
+/// How long this rank's thread must have stayed away from the communicator before a pull
+/// is answered. A thread that sends and then receives at once issues its sends with its
+/// receives, in one group: answered in between, the sends would go out in a group of their
+/// own, ahead of that receive on this rank's stream, and in a ring where every rank does
+/// the same, each send group would wait for a receive queued behind its peer's.
+const GRACE: Duration = Duration::from_millis(20);
 
 impl Inner {
     /// Makes sure the progress thread runs (buffered sends were just queued). Called with
@@ -45,6 +52,7 @@ impl Inner {
 
 /// The thread (see the module documentation).
 fn run(weak: &Weak<Inner>) {
+    let mut pulled = false;
     loop {
         let Some(inner) = weak.upgrade() else { return };
         let peers = {
@@ -56,7 +64,6 @@ fn run(weak: &Weak<Inner>) {
             }
             peers
         };
-        let mut pulled = false;
         for p in peers {
             match inner.host.take_pulls(p, inner.timeout) {
                 Ok(any) => pulled |= any,
@@ -67,8 +74,11 @@ fn run(weak: &Weak<Inner>) {
         }
         if pulled {
             let mut order = relock(&inner.order);
-            if let Err(e) = inner.flush_buffered(&mut order) {
-                tracing::debug!("rank {}: issuing buffered sends on a pull: {e}", inner.rank);
+            if order.touched.elapsed() >= GRACE {
+                pulled = false;
+                if let Err(e) = inner.flush_buffered(&mut order) {
+                    tracing::debug!("rank {}: issuing buffered sends on a pull: {e}", inner.rank);
+                }
             }
         }
         drop(inner);
