@@ -43,6 +43,7 @@ mod p2p;
 mod pending;
 mod pool;
 mod progress;
+mod route;
 mod stage;
 #[cfg(test)]
 mod tests;
@@ -54,6 +55,7 @@ use self::comm::{Comm, Guard, NCCL_SPLIT_NOCOLOR};
 use self::issue::{Target, Transfer};
 use self::p2p::Queued;
 use self::pending::{DeviceTemp, GpuPending, Issued, PooledEvent, Ticket};
+use self::route::Route;
 use self::stage::Staged;
 use crate::algorithm::AlgorithmOverrides;
 use crate::backend::poison::Poison;
@@ -67,7 +69,7 @@ use crate::sync::relock;
 use crate::xccl::host_side::{run_blocking, HostSide};
 use crate::xccl::library::types::{NcclUniqueId, NCCL_UNIQUE_ID_BYTES};
 use crate::xccl::library::{Library, NcclResult};
-use crate::xccl::runtime::{enter, DeviceRuntime, RawEvent, RawStream, Residence, Vendor};
+use crate::xccl::runtime::{enter, DeviceRuntime, RawEvent, RawStream, Vendor};
 
 /// Events kept for reuse at most.
 const EVENT_POOL: usize = 64;
@@ -137,16 +139,6 @@ pub(crate) struct Inner {
     /// Enqueue order: every NCCL call is made under this lock.
     order: Mutex<Order>,
     poison: Mutex<Poison>,
-}
-
-/// Where an operation runs.
-enum Route {
-    /// NCCL, on the caller's device buffers.
-    Device,
-    /// The host communicator (host buffers, `OXCCL_GPU_HOST_BUFFERS=cpu`).
-    HostComm,
-    /// NCCL, on device copies of host buffers (`OXCCL_GPU_HOST_BUFFERS=stage`).
-    Stage,
 }
 
 /// Counters, the point-to-point queue and the stash of early messages.
@@ -413,74 +405,6 @@ impl Inner {
         }
     }
 
-    /// `bytes` of device memory until the operation completes.
-    fn temp(self: &Arc<Self>, bytes: usize) -> Result<DeviceTemp> {
-        let (ptr, class) = self.block(bytes)?;
-        Ok(DeviceTemp { inner: Arc::clone(self), ptr, class })
-    }
-
-    /// A block of at least `bytes` (and its size class): from the cache, else allocated.
-    fn block(&self, bytes: usize) -> Result<(u64, usize)> {
-        self.reap();
-        let class = pool::class_of(bytes);
-        if let Some(ptr) = relock(&self.pool).take(class) {
-            return Ok((ptr, class));
-        }
-        Ok((self.rt.alloc(self.device, class)?, class))
-    }
-
-    /// Hands a block back to the cache (freed only when the cache is full).
-    fn give_back_block(&self, ptr: u64, class: usize) {
-        let over = relock(&self.pool).give(class, ptr);
-        if let Some(ptr) = over {
-            // SAFETY: a block of `alloc` on the engine's device, no longer used (see
-            // `DeviceTemp`), freed once.
-            let _ = unsafe { self.rt.free(self.device, ptr) };
-        }
-    }
-
-    /// `bytes` of pinned host memory until the operation completes.
-    fn pinned(self: &Arc<Self>, bytes: usize) -> Result<stage::PinnedTemp> {
-        let class = pool::class_of(bytes);
-        let cached = relock(&self.pinned_pool).take(class);
-        let addr = match cached {
-            Some(a) => a,
-            None => self.rt.host_alloc(class)?.expose_provenance() as u64,
-        };
-        let ptr = std::ptr::with_exposed_provenance_mut::<u8>(addr as usize);
-        Ok(stage::PinnedTemp { inner: Arc::clone(self), ptr, class })
-    }
-
-    /// Hands a pinned block back to the cache (freed only when the cache is full).
-    fn give_back_pinned(&self, ptr: *mut u8, class: usize) {
-        let over = relock(&self.pinned_pool).give(class, ptr.expose_provenance() as u64);
-        if let Some(a) = over {
-            // SAFETY: a block of `host_alloc`, no longer used, freed once.
-            let _ = unsafe { self.rt.host_free(std::ptr::with_exposed_provenance_mut(a as usize)) };
-        }
-    }
-
-    /// Keeps `issued` (and its temporaries) until its event fires.
-    fn retire(&self, issued: Arc<Issued>) {
-        relock(&self.retiring).push(issued);
-    }
-
-    /// Lets go of retired issues whose event fired.
-    fn reap(&self) {
-        let done: Vec<Arc<Issued>> = {
-            let mut r = relock(&self.retiring);
-            if r.is_empty() {
-                return;
-            }
-            let (done, left): (Vec<_>, Vec<_>) = std::mem::take(&mut *r)
-                .into_iter()
-                .partition(|i| matches!(self.rt.event_query(i.event.event), Ok(true)));
-            *r = left;
-            done
-        };
-        drop(done);
-    }
-
     /// Issues the queued batches (see `p2p.rs`).
     fn flush_queue(self: &Arc<Self>) -> Result<()> {
         let mut order = relock(&self.order);
@@ -669,70 +593,6 @@ impl Drop for Inner {
             for a in pinned {
                 let _ = self.rt.host_free(std::ptr::with_exposed_provenance_mut(a as usize));
             }
-        }
-    }
-}
-
-impl Engine {
-    /// Where `op` runs, or why it cannot (see the module documentation).
-    fn route(&self, op: &Op) -> Result<Route> {
-        let i = &self.inner;
-        let buffers = op.buffers();
-        if stage::all_host(&buffers) {
-            match i.host_buffers {
-                HostBuffers::Cpu => return Ok(Route::HostComm),
-                HostBuffers::Stage => return Ok(Route::Stage),
-                HostBuffers::Refuse => {}
-            }
-        }
-        if let Some(b) = buffers.iter().find(|b| b.device != i.kind) {
-            return Err(self.wrong_device(b.device));
-        }
-        if i.host.checks() {
-            self.check_residence(&buffers)?;
-        }
-        Ok(Route::Device)
-    }
-
-    /// With the fingerprint check on (a debugging mode), also asks the driver where each
-    /// buffer's memory really is, catching a `Buffer` that claims the wrong device (one
-    /// driver call per buffer, which is why it is not done on every call).
-    fn check_residence(&self, buffers: &[RawBuf]) -> Result<()> {
-        let i = &self.inner;
-        for b in buffers.iter().filter(|b| b.bytes() > 0) {
-            let where_ = match i.rt.residence(b.ptr.cast())? {
-                Residence::Device(d) if d == i.device => continue,
-                Residence::Device(d) => format!("device {d}"),
-                Residence::Host => "host memory".to_string(),
-            };
-            return Err(Error::invalid(format!(
-                "a buffer given to this {} communicator as {} memory is {where_} according to {}",
-                i.name,
-                i.kind,
-                i.rt.describe()
-            )));
-        }
-        Ok(())
-    }
-
-    fn wrong_device(&self, d: Device) -> Error {
-        let i = &self.inner;
-        match d {
-            Device::Cpu if i.host_buffers != HostBuffers::Refuse => Error::invalid(format!(
-                "this operation mixes host memory and {} memory; give every buffer of one call the same place",
-                i.kind
-            )),
-            Device::Cpu => Error::invalid(format!(
-                "the {} backend takes device memory on {}, and this buffer is host memory; copy it to the GPU \
-                 (e.g. Gpu::copy_from_host), or set OXCCL_GPU_HOST_BUFFERS=cpu (the default under OXCCL_BACKEND=auto) \
-                 to run host buffers on the cpu backend",
-                i.name, i.kind
-            )),
-            other => Error::invalid(format!(
-                "this {} communicator uses {}, and this buffer is on {other}; each rank's buffers must be on its \
-                 communicator's device",
-                i.name, i.kind
-            )),
         }
     }
 }

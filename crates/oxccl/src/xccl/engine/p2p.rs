@@ -347,16 +347,7 @@ impl Inner {
         // First the marks that these sends are being issued, so that every receiver takes
         // the whole group at once (see `take_rest_of_group`); before waiting for anyone's
         // envelopes, so two ranks flushing at once do not wait for each other.
-        let mut peers: Vec<usize> = queue
-            .iter()
-            .flat_map(|q| q.ops.iter())
-            .filter_map(|p| match p {
-                P2p::Send { peer, .. } if *peer != self.rank => Some(*peer),
-                _ => None,
-            })
-            .collect();
-        peers.sort_unstable();
-        peers.dedup();
+        let peers = self.send_peers(queue.iter());
         let marked = self.host.announce_flushed(&peers, self.timeout).and_then(|()| {
             // Pulls these peers sent are answered by this flush.
             peers.iter().try_for_each(|&p| self.host.take_pulls(p, self.timeout).map(drop))
@@ -410,10 +401,12 @@ impl Inner {
 
     /// The peers the buffered sends at the head of the queue go to.
     pub(crate) fn buffered_peers(&self, order: &Order) -> Vec<usize> {
-        let mut peers: Vec<usize> = order
-            .queue
-            .iter()
-            .take_while(|q| q.buffered)
+        self.send_peers(order.queue.iter().take_while(|q| q.buffered))
+    }
+
+    /// The other ranks the sends of `batches` go to, each once.
+    fn send_peers<'a>(&self, batches: impl Iterator<Item = &'a Queued>) -> Vec<usize> {
+        let mut peers: Vec<usize> = batches
             .flat_map(|q| q.ops.iter())
             .filter_map(|p| match p {
                 P2p::Send { peer, .. } if *peer != self.rank => Some(*peer),

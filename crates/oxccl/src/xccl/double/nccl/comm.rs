@@ -1,12 +1,13 @@
 //! Communicators of the double: how ranks meet (by unique id, or by splitting a parent),
 //! the registry of live handles, abort, async errors, and fault injection.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, LazyLock, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::Duration;
 
+use super::gathering::{Gathering, Poll};
 use super::{fail, guard, is_our_id, set_last_error};
 use crate::error::Error;
 use crate::sync::relock;
@@ -38,7 +39,7 @@ pub(super) struct Net {
 
 impl Net {
     /// A communicator of `n` ranks.
-    fn new(n: usize) -> Net {
+    pub(super) fn new(n: usize) -> Net {
         Net { world: World::new(n), splits: Mutex::new(HashMap::new()), aborted_by: Mutex::new(None) }
     }
 
@@ -69,132 +70,6 @@ pub(super) struct Member {
     pub(super) rank: usize,
     /// How many ranks.
     pub(super) nranks: usize,
-}
-
-/// Ranks meeting to form communicators: those of `ncclCommInitRankConfig` with one id
-/// (everyone color 0, key its rank), or a parent's ranks calling `ncclCommSplit`. Once all
-/// `n` have arrived, each color's ranks, ordered by (key, slot), form one communicator.
-#[derive(Debug)]
-pub(super) struct Gathering {
-    /// How many ranks are expected.
-    n: usize,
-    /// Who has arrived, and the outcome.
-    st: Mutex<GatherState>,
-    /// Signals completion or abort.
-    cv: Condvar,
-}
-
-/// The state of a [`Gathering`].
-#[derive(Debug)]
-struct GatherState {
-    /// Each slot's (color, key), once arrived.
-    arrived: Vec<Option<(c_int, c_int)>>,
-    /// Each slot's place, once everyone arrived (`None` for [`NCCL_SPLIT_NOCOLOR`]).
-    members: Option<Vec<Option<Member>>>,
-    /// Set when a rank aborted before completion.
-    aborted: Option<String>,
-}
-
-/// Where a slot of a gathering stands.
-#[derive(Debug)]
-enum Poll {
-    /// Everyone arrived: the slot's place.
-    Ready(Option<Member>),
-    /// Waiting for others.
-    Pending,
-    /// Aborted, with the reason.
-    Aborted(String),
-}
-
-impl Gathering {
-    /// A gathering of `n` ranks.
-    fn new(n: usize) -> Arc<Gathering> {
-        Arc::new(Gathering {
-            n,
-            st: Mutex::new(GatherState { arrived: vec![None; n], members: None, aborted: None }),
-            cv: Condvar::new(),
-        })
-    }
-
-    /// Slot `slot` arrives with `color` and `key`; returns whether the gathering is complete.
-    ///
-    /// # Errors
-    /// The slot is out of range or has already arrived.
-    fn arrive(&self, slot: usize, color: c_int, key: c_int) -> Result<bool, String> {
-        let mut st = relock(&self.st);
-        match st.arrived.get(slot) {
-            None => return Err(format!("rank {slot} is out of range for {} ranks", self.n)),
-            Some(Some(_)) => return Err(format!("rank {slot} has already joined")),
-            Some(None) => {}
-        }
-        st.arrived[slot] = Some((color, key));
-        if st.arrived.iter().all(Option::is_some) {
-            let mut colors: BTreeMap<c_int, Vec<(c_int, usize)>> = BTreeMap::new();
-            for (s, &(color, key)) in st.arrived.iter().flatten().enumerate() {
-                if color != NCCL_SPLIT_NOCOLOR {
-                    colors.entry(color).or_default().push((key, s));
-                }
-            }
-            let mut members = vec![None; self.n];
-            for mut ranks in colors.into_values() {
-                ranks.sort_unstable();
-                let net = Arc::new(Net::new(ranks.len()));
-                for (rank, &(_, s)) in ranks.iter().enumerate() {
-                    members[s] = Some(Member { net: Arc::clone(&net), rank, nranks: ranks.len() });
-                }
-            }
-            st.members = Some(members);
-            self.cv.notify_all();
-            return Ok(true);
-        }
-        Ok(false)
-    }
-
-    /// Where `slot` stands.
-    fn poll(&self, slot: usize) -> Poll {
-        Self::poll_state(&relock(&self.st), slot)
-    }
-
-    /// Where `slot` stands, in `st`.
-    fn poll_state(st: &GatherState, slot: usize) -> Poll {
-        if let Some(members) = &st.members {
-            return Poll::Ready(members.get(slot).cloned().flatten());
-        }
-        match &st.aborted {
-            Some(why) => Poll::Aborted(why.clone()),
-            None => Poll::Pending,
-        }
-    }
-
-    /// Waits until `slot` is no longer pending, or `limit` has passed (then pending).
-    fn wait(&self, slot: usize, limit: Duration) -> Poll {
-        let deadline = Instant::now() + limit;
-        let mut st = relock(&self.st);
-        loop {
-            match Self::poll_state(&st, slot) {
-                Poll::Pending => {}
-                other => return other,
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return Poll::Pending;
-            }
-            st = match self.cv.wait_timeout(st, deadline - now) {
-                Ok((g, _)) => g,
-                Err(p) => p.into_inner().0,
-            };
-        }
-    }
-
-    /// Ends the gathering unsuccessfully, unless it is complete.
-    fn abort(&self, why: &str) {
-        let mut st = relock(&self.st);
-        if st.members.is_none() {
-            st.aborted.get_or_insert_with(|| why.to_string());
-        }
-        drop(st);
-        self.cv.notify_all();
-    }
 }
 
 /// A stall of a communicator's next operation (from [`hang_next`]).

@@ -6,11 +6,14 @@
 //! - `comm.rs`: communicators: the live-handle registry (a bad or destroyed `ncclComm_t` is
 //!   `ncclInvalidArgument`, never undefined behaviour), init by unique id, split, abort,
 //!   async errors, and the fault injection tests use ([`hang_next`], [`kill`]).
-//! - `calls.rs`: collectives, point-to-point, groups, memory, registration, pre-mul-sum ops.
+//! - `gathering.rs`: how ranks meet (by unique id, or by splitting a parent).
+//! - `calls.rs`: collectives, point-to-point, memory, registration, pre-mul-sum ops.
+//! - `group.rs`: groups, the kernel of a group's sends and receives, `ncclInProgress` at
+//!   first use.
 //!
 //! Work is queued as closures on the host runtime's streams ([`enqueue_anywhere`]): a
 //! stream handle names its runtime, so many runtimes can run in one process. The null
-//! default stream is refused (`ncclInvalidArgument`): it belongs to no runtime in particular.
+//! stream is the legacy default stream of the calling thread's current device, as on CUDA.
 //! The device of a communicator, and of `ncclMemAlloc`, is the one current on the calling
 //! thread ([`CurrentDevice`]).
 //!
@@ -21,6 +24,8 @@
 
 mod calls;
 mod comm;
+mod gathering;
+mod group;
 #[cfg(test)]
 mod tests;
 
@@ -81,6 +86,7 @@ pub(crate) fn table(opts: &DoubleOptions) -> Table {
     let mut lookup = |name: &CStr| -> Option<*mut c_void> {
         use calls::*;
         use comm::*;
+        use group::*;
         let on = |flag: bool, f: *mut c_void| flag.then_some(f);
         Some(match name.to_bytes() {
             b"ncclGetVersion" => get_version as *mut c_void,
@@ -118,7 +124,7 @@ pub(crate) fn table(opts: &DoubleOptions) -> Table {
         })
     };
     // SAFETY: every address the lookup gives is the double's function of that name, declared
-    // with the signature of the table's type for it (see `calls.rs`, `comm.rs` and
+    // with the signature of the table's type for it (see `calls.rs`, `group.rs`, `comm.rs` and
     // `get_version`); they are plain functions, valid for the life of the process.
     match unsafe { Table::resolve(&mut lookup) } {
         Ok(table) => table,

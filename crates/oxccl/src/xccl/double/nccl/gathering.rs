@@ -1,0 +1,136 @@
+//! How the ranks of the double meet to form a communicator: those of
+//! `ncclCommInitRankConfig` with one unique id, or a parent's ranks calling `ncclCommSplit`.
+
+use std::collections::BTreeMap;
+use std::ffi::c_int;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use super::comm::{Member, Net, NCCL_SPLIT_NOCOLOR};
+use crate::sync::relock;
+
+/// Ranks meeting to form communicators: those of `ncclCommInitRankConfig` with one id
+/// (everyone color 0, key its rank), or a parent's ranks calling `ncclCommSplit`. Once all
+/// `n` have arrived, each color's ranks, ordered by (key, slot), form one communicator.
+#[derive(Debug)]
+pub(super) struct Gathering {
+    /// How many ranks are expected.
+    pub(super) n: usize,
+    /// Who has arrived, and the outcome.
+    st: Mutex<GatherState>,
+    /// Signals completion or abort.
+    cv: Condvar,
+}
+
+/// The state of a [`Gathering`].
+#[derive(Debug)]
+pub(super) struct GatherState {
+    /// Each slot's (color, key), once arrived.
+    arrived: Vec<Option<(c_int, c_int)>>,
+    /// Each slot's place, once everyone arrived (`None` for [`NCCL_SPLIT_NOCOLOR`]).
+    members: Option<Vec<Option<Member>>>,
+    /// Set when a rank aborted before completion.
+    aborted: Option<String>,
+}
+
+/// Where a slot of a gathering stands.
+#[derive(Debug)]
+pub(super) enum Poll {
+    /// Everyone arrived: the slot's place.
+    Ready(Option<Member>),
+    /// Waiting for others.
+    Pending,
+    /// Aborted, with the reason.
+    Aborted(String),
+}
+
+impl Gathering {
+    /// A gathering of `n` ranks.
+    pub(super) fn new(n: usize) -> Arc<Gathering> {
+        Arc::new(Gathering {
+            n,
+            st: Mutex::new(GatherState { arrived: vec![None; n], members: None, aborted: None }),
+            cv: Condvar::new(),
+        })
+    }
+
+    /// Slot `slot` arrives with `color` and `key`; returns whether the gathering is complete.
+    ///
+    /// # Errors
+    /// The slot is out of range or has already arrived.
+    pub(super) fn arrive(&self, slot: usize, color: c_int, key: c_int) -> Result<bool, String> {
+        let mut st = relock(&self.st);
+        match st.arrived.get(slot) {
+            None => return Err(format!("rank {slot} is out of range for {} ranks", self.n)),
+            Some(Some(_)) => return Err(format!("rank {slot} has already joined")),
+            Some(None) => {}
+        }
+        st.arrived[slot] = Some((color, key));
+        if st.arrived.iter().all(Option::is_some) {
+            let mut colors: BTreeMap<c_int, Vec<(c_int, usize)>> = BTreeMap::new();
+            for (s, &(color, key)) in st.arrived.iter().flatten().enumerate() {
+                if color != NCCL_SPLIT_NOCOLOR {
+                    colors.entry(color).or_default().push((key, s));
+                }
+            }
+            let mut members = vec![None; self.n];
+            for mut ranks in colors.into_values() {
+                ranks.sort_unstable();
+                let net = Arc::new(Net::new(ranks.len()));
+                for (rank, &(_, s)) in ranks.iter().enumerate() {
+                    members[s] = Some(Member { net: Arc::clone(&net), rank, nranks: ranks.len() });
+                }
+            }
+            st.members = Some(members);
+            self.cv.notify_all();
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// Where `slot` stands.
+    pub(super) fn poll(&self, slot: usize) -> Poll {
+        Self::poll_state(&relock(&self.st), slot)
+    }
+
+    /// Where `slot` stands, in `st`.
+    fn poll_state(st: &GatherState, slot: usize) -> Poll {
+        if let Some(members) = &st.members {
+            return Poll::Ready(members.get(slot).cloned().flatten());
+        }
+        match &st.aborted {
+            Some(why) => Poll::Aborted(why.clone()),
+            None => Poll::Pending,
+        }
+    }
+
+    /// Waits until `slot` is no longer pending, or `limit` has passed (then pending).
+    pub(super) fn wait(&self, slot: usize, limit: Duration) -> Poll {
+        let deadline = Instant::now() + limit;
+        let mut st = relock(&self.st);
+        loop {
+            match Self::poll_state(&st, slot) {
+                Poll::Pending => {}
+                other => return other,
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Poll::Pending;
+            }
+            st = match self.cv.wait_timeout(st, deadline - now) {
+                Ok((g, _)) => g,
+                Err(p) => p.into_inner().0,
+            };
+        }
+    }
+
+    /// Ends the gathering unsuccessfully, unless it is complete.
+    pub(super) fn abort(&self, why: &str) {
+        let mut st = relock(&self.st);
+        if st.members.is_none() {
+            st.aborted.get_or_insert_with(|| why.to_string());
+        }
+        drop(st);
+        self.cv.notify_all();
+    }
+}
