@@ -49,8 +49,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::issue::Transfer;
-use super::pending::{DeviceTemp, Issued, PooledEvent, Ticket};
-use super::stage::{HostCopy, Staged};
+use super::pending::{DeviceTemp, HostCopy, Issued, PooledEvent, Ticket};
+use super::stage::Staged;
 use super::{Inner, Order};
 use crate::backend::{MessageInfo, P2p, StreamOrder};
 use crate::dtype::DType;

@@ -5,7 +5,6 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::stage::{HostCopy, PinnedTemp};
 use super::Inner;
 use crate::backend::{Completion, Pending};
 use crate::error::{Error, Result};
@@ -55,6 +54,53 @@ impl Drop for DeviceTemp {
         // communicator was aborted and its stream drained (see `Inner::fail`), or by the
         // retiring list once their group's event fired.
         self.inner.give_back_block(self.ptr, self.class);
+    }
+}
+
+/// A copy from a pinned block into the caller's host range, once the stream wrote the block.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HostCopy {
+    pub(super) dst: *mut u8,
+    pub(super) src: *const u8,
+    pub(super) bytes: usize,
+}
+
+// SAFETY: as for `Staged` below: the caller's range is valid until completion, and the
+// pinned block is kept with the operation.
+unsafe impl Send for HostCopy {}
+// SAFETY: as above; the copy is made once, by whoever completes the operation.
+unsafe impl Sync for HostCopy {}
+
+impl HostCopy {
+    /// Makes the copies (after the operation's event fired).
+    ///
+    /// # Safety
+    /// The stream has written the pinned blocks, and the caller's ranges are valid.
+    pub(crate) unsafe fn run(copies: &[HostCopy]) {
+        for c in copies.iter().filter(|c| c.bytes > 0) {
+            // SAFETY: this function's contract; a pinned block and a caller's range are
+            // distinct allocations.
+            unsafe { std::ptr::copy_nonoverlapping(c.src, c.dst, c.bytes) };
+        }
+    }
+}
+
+/// Pinned host memory an operation needs until it completes (from the engine's cache).
+pub(crate) struct PinnedTemp {
+    pub(super) inner: Arc<Inner>,
+    pub(super) ptr: *mut u8,
+    pub(super) class: usize,
+}
+
+// SAFETY: pinned host memory is plain memory any thread may use; the block is the
+// operation's alone until it is handed back.
+unsafe impl Send for PinnedTemp {}
+// SAFETY: as above.
+unsafe impl Sync for PinnedTemp {}
+
+impl Drop for PinnedTemp {
+    fn drop(&mut self) {
+        self.inner.give_back_pinned(self.ptr, self.class);
     }
 }
 

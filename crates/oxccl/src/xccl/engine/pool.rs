@@ -12,8 +12,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::pending::{DeviceTemp, Issued};
-use super::stage::PinnedTemp;
+use super::pending::{DeviceTemp, Issued, PinnedTemp};
 use super::Inner;
 use crate::error::Result;
 use crate::sync::relock;

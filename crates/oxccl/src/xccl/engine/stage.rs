@@ -16,7 +16,7 @@
 
 use std::sync::Arc;
 
-use super::pending::DeviceTemp;
+use super::pending::{DeviceTemp, HostCopy, PinnedTemp};
 use super::Inner;
 use crate::backend::{Op, P2p, RawBuf, RawBufMut};
 use crate::device::Device;
@@ -30,53 +30,6 @@ struct Copy {
     pinned: *mut u8,
     device: u64,
     bytes: usize,
-}
-
-/// A copy from a pinned block into the caller's host range, once the stream wrote the block.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct HostCopy {
-    dst: *mut u8,
-    src: *const u8,
-    bytes: usize,
-}
-
-// SAFETY: as for `Staged` below: the caller's range is valid until completion, and the
-// pinned block is kept with the operation.
-unsafe impl Send for HostCopy {}
-// SAFETY: as above; the copy is made once, by whoever completes the operation.
-unsafe impl Sync for HostCopy {}
-
-impl HostCopy {
-    /// Makes the copies (after the operation's event fired).
-    ///
-    /// # Safety
-    /// The stream has written the pinned blocks, and the caller's ranges are valid.
-    pub(crate) unsafe fn run(copies: &[HostCopy]) {
-        for c in copies.iter().filter(|c| c.bytes > 0) {
-            // SAFETY: this function's contract; a pinned block and a caller's range are
-            // distinct allocations.
-            unsafe { std::ptr::copy_nonoverlapping(c.src, c.dst, c.bytes) };
-        }
-    }
-}
-
-/// Pinned host memory an operation needs until it completes (from the engine's cache).
-pub(crate) struct PinnedTemp {
-    pub(super) inner: Arc<Inner>,
-    pub(super) ptr: *mut u8,
-    pub(super) class: usize,
-}
-
-// SAFETY: pinned host memory is plain memory any thread may use; the block is the
-// operation's alone until it is handed back.
-unsafe impl Send for PinnedTemp {}
-// SAFETY: as above.
-unsafe impl Sync for PinnedTemp {}
-
-impl Drop for PinnedTemp {
-    fn drop(&mut self) {
-        self.inner.give_back_pinned(self.ptr, self.class);
-    }
 }
 
 /// An operation moved onto device temporaries.

@@ -9,7 +9,8 @@ use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 
-use super::comm::{lookup, Member, Shared};
+use super::comm::{lookup, Shared};
+use super::gathering::Member;
 use super::group::{finish, submit, Deferred, P2pOp, Work};
 use super::{fail, guard};
 use crate::dtype::DType;

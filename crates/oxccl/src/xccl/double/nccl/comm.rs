@@ -7,11 +7,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
-use super::gathering::{Gathering, Poll};
+pub(crate) use super::gathering::NCCL_SPLIT_NOCOLOR;
+use super::gathering::{Gathering, Member, Net, Poll};
 use super::{fail, guard, is_our_id, set_last_error};
 use crate::error::Error;
 use crate::sync::relock;
-use crate::xccl::double::world::World;
 use crate::xccl::library::types::{
     NcclComm, NcclCommOpaque, NcclConfig, NcclResult, NcclUniqueId, NCCL_CONFIG_MAGIC, NCCL_CONFIG_UNDEF_INT,
 };
@@ -19,58 +19,9 @@ use crate::xccl::runtime::host::codes::LAUNCH_FAILED;
 use crate::xccl::runtime::host::{enqueue_anywhere, Closure, CurrentDevice};
 use crate::xccl::runtime::RawStream;
 
-/// `NCCL_SPLIT_NOCOLOR`: the color of ranks that get no communicator from a split.
-pub(crate) const NCCL_SPLIT_NOCOLOR: c_int = -1;
-
 /// How long a blocking init or split waits for the other ranks before giving up (so a test
 /// never hangs for ever).
 const BLOCKING_LIMIT: Duration = Duration::from_secs(60);
-
-/// What the ranks of one communicator share.
-#[derive(Debug)]
-pub(super) struct Net {
-    /// Where collectives and messages meet.
-    pub(super) world: World,
-    /// The splits in progress, by their index in each rank's call order.
-    splits: Mutex<HashMap<u64, Arc<Gathering>>>,
-    /// The rank that aborted the communicator (or died) first.
-    aborted_by: Mutex<Option<usize>>,
-}
-
-impl Net {
-    /// A communicator of `n` ranks.
-    pub(super) fn new(n: usize) -> Net {
-        Net { world: World::new(n), splits: Mutex::new(HashMap::new()), aborted_by: Mutex::new(None) }
-    }
-
-    /// Aborts the communicator on behalf of `rank`: every wait of every rank ends, now and
-    /// later, splits in progress included.
-    pub(super) fn abort(&self, rank: usize, why: &str) {
-        relock(&self.aborted_by).get_or_insert(rank);
-        self.world.abort(why);
-        let splits: Vec<Arc<Gathering>> = relock(&self.splits).values().cloned().collect();
-        for g in splits {
-            g.abort(why);
-        }
-    }
-
-    /// What an operation of `rank` that failed because of an abort reports: a peer's abort
-    /// is `ncclRemoteError`, the rank's own `ncclSystemError`; `None` when not aborted.
-    pub(super) fn abort_code(&self, rank: usize) -> Option<NcclResult> {
-        relock(&self.aborted_by).map(|by| if by == rank { NcclResult::SYSTEM_ERROR } else { NcclResult::REMOTE_ERROR })
-    }
-}
-
-/// One rank's place in a communicator.
-#[derive(Debug, Clone)]
-pub(super) struct Member {
-    /// The ranks' shared state.
-    pub(super) net: Arc<Net>,
-    /// This rank.
-    pub(super) rank: usize,
-    /// How many ranks.
-    pub(super) nranks: usize,
-}
 
 /// A stall of a communicator's next operation (from [`hang_next`]).
 #[derive(Debug, Default)]

@@ -1,13 +1,64 @@
 //! How the ranks of the double meet to form a communicator: those of
-//! `ncclCommInitRankConfig` with one unique id, or a parent's ranks calling `ncclCommSplit`.
+//! `ncclCommInitRankConfig` with one unique id, or a parent's ranks calling `ncclCommSplit`;
+//! what the ranks of one communicator then share ([`Net`]) and each one's place ([`Member`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::c_int;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use super::comm::{Member, Net, NCCL_SPLIT_NOCOLOR};
 use crate::sync::relock;
+use crate::xccl::double::world::World;
+use crate::xccl::library::types::NcclResult;
+
+/// `NCCL_SPLIT_NOCOLOR`: the color of ranks that get no communicator from a split.
+pub(crate) const NCCL_SPLIT_NOCOLOR: c_int = -1;
+
+/// What the ranks of one communicator share.
+#[derive(Debug)]
+pub(super) struct Net {
+    /// Where collectives and messages meet.
+    pub(super) world: World,
+    /// The splits in progress, by their index in each rank's call order.
+    pub(super) splits: Mutex<HashMap<u64, Arc<Gathering>>>,
+    /// The rank that aborted the communicator (or died) first.
+    aborted_by: Mutex<Option<usize>>,
+}
+
+impl Net {
+    /// A communicator of `n` ranks.
+    pub(super) fn new(n: usize) -> Net {
+        Net { world: World::new(n), splits: Mutex::new(HashMap::new()), aborted_by: Mutex::new(None) }
+    }
+
+    /// Aborts the communicator on behalf of `rank`: every wait of every rank ends, now and
+    /// later, splits in progress included.
+    pub(super) fn abort(&self, rank: usize, why: &str) {
+        relock(&self.aborted_by).get_or_insert(rank);
+        self.world.abort(why);
+        let splits: Vec<Arc<Gathering>> = relock(&self.splits).values().cloned().collect();
+        for g in splits {
+            g.abort(why);
+        }
+    }
+
+    /// What an operation of `rank` that failed because of an abort reports: a peer's abort
+    /// is `ncclRemoteError`, the rank's own `ncclSystemError`; `None` when not aborted.
+    pub(super) fn abort_code(&self, rank: usize) -> Option<NcclResult> {
+        relock(&self.aborted_by).map(|by| if by == rank { NcclResult::SYSTEM_ERROR } else { NcclResult::REMOTE_ERROR })
+    }
+}
+
+/// One rank's place in a communicator.
+#[derive(Debug, Clone)]
+pub(super) struct Member {
+    /// The ranks' shared state.
+    pub(super) net: Arc<Net>,
+    /// This rank.
+    pub(super) rank: usize,
+    /// How many ranks.
+    pub(super) nranks: usize,
+}
 
 /// Ranks meeting to form communicators: those of `ncclCommInitRankConfig` with one id
 /// (everyone color 0, key its rank), or a parent's ranks calling `ncclCommSplit`. Once all

@@ -6,7 +6,8 @@
 use std::cell::RefCell;
 use std::sync::Arc;
 
-use super::comm::{Hang, Member, Shared};
+use super::comm::{Hang, Shared};
+use super::gathering::Member;
 use super::{fail, guard};
 use crate::xccl::library::types::NcclResult;
 use crate::xccl::runtime::host::{enqueue_anywhere, Closure};
