@@ -151,35 +151,90 @@ fn nonce() -> Result<[u8; NONCE], AuthError> {
     Ok(n)
 }
 
+/// The server's first message (the challenge) in bytes.
+pub const CHALLENGE_LEN: usize = MAGIC.len() + NONCE;
+/// The client's answer in bytes.
+pub const ANSWER_LEN: usize = MAGIC.len() + NONCE + MAC;
+/// The server's verdict in bytes (a refusal is its first byte alone).
+pub const VERDICT_LEN: usize = 1 + MAC;
+
+/// The server side of the handshake without I/O, for event loops that cannot block: send
+/// [`Challenge::bytes`], read [`ANSWER_LEN`] bytes, give them to [`Challenge::answer`] and
+/// send what it returns. [`accept`] is the same over a blocking stream.
+#[derive(Debug)]
+pub struct Challenge {
+    ns: [u8; NONCE],
+}
+
+impl Challenge {
+    /// A fresh challenge (a new nonce).
+    ///
+    /// # Errors
+    /// [`AuthError::Io`] when the system's random source fails.
+    pub fn new() -> Result<Challenge, AuthError> {
+        Ok(Challenge { ns: nonce()? })
+    }
+
+    /// The message that opens the handshake.
+    pub fn bytes(&self) -> [u8; CHALLENGE_LEN] {
+        let mut hello = [0u8; CHALLENGE_LEN];
+        hello[..MAGIC.len()].copy_from_slice(&MAGIC);
+        hello[MAGIC.len()..].copy_from_slice(&self.ns);
+        hello
+    }
+
+    /// Checks the client's `answer` ([`ANSWER_LEN`] bytes): `Ok` with the verdict to send
+    /// (the server's own proof), or the error and what to send first, if anything (a refused
+    /// client is told so with one zero byte).
+    ///
+    /// # Errors
+    /// [`AuthError::Protocol`] for a wrong magic or length, [`AuthError::ClientRefused`] for a
+    /// wrong proof.
+    pub fn answer(
+        &self,
+        secret: &Secret,
+        context: &[u8],
+        answer: &[u8],
+    ) -> Result<[u8; VERDICT_LEN], (AuthError, Option<u8>)> {
+        if answer.len() != ANSWER_LEN || answer[..MAGIC.len()] != MAGIC {
+            return Err((AuthError::Protocol("bad handshake magic".into()), None));
+        }
+        let nc = &answer[MAGIC.len()..MAGIC.len() + NONCE];
+        let proof = &answer[MAGIC.len() + NONCE..];
+        if secret.mac(b"client", context, &self.ns, nc).verify_slice(proof).is_err() {
+            return Err((AuthError::ClientRefused, Some(0)));
+        }
+        let mut reply = [0u8; VERDICT_LEN];
+        reply[0] = 1;
+        reply[1..].copy_from_slice(&secret.mac(b"server", context, nc, &self.ns).finalize().into_bytes());
+        Ok(reply)
+    }
+}
+
 /// Server side of the handshake: challenges the client, checks its proof, proves itself.
 ///
 /// # Errors
 /// [`AuthError::ClientRefused`] when the client's proof is wrong (the client is told);
 /// I/O and protocol errors.
 pub fn accept<S: Read + Write>(stream: &mut S, secret: &Secret, context: &[u8]) -> Result<(), AuthError> {
-    let ns = nonce()?;
-    let mut hello = [0u8; MAGIC.len() + NONCE];
-    hello[..MAGIC.len()].copy_from_slice(&MAGIC);
-    hello[MAGIC.len()..].copy_from_slice(&ns);
-    stream.write_all(&hello)?;
+    let challenge = Challenge::new()?;
+    stream.write_all(&challenge.bytes())?;
     stream.flush()?;
-    let mut answer = [0u8; MAGIC.len() + NONCE + MAC];
+    let mut answer = [0u8; ANSWER_LEN];
     stream.read_exact(&mut answer)?;
-    if answer[..MAGIC.len()] != MAGIC {
-        return Err(AuthError::Protocol("bad handshake magic".into()));
+    match challenge.answer(secret, context, &answer) {
+        Ok(reply) => {
+            stream.write_all(&reply)?;
+            stream.flush()?;
+            Ok(())
+        }
+        Err((e, say)) => {
+            if let Some(b) = say {
+                let _ = stream.write_all(&[b]);
+            }
+            Err(e)
+        }
     }
-    let nc = &answer[MAGIC.len()..MAGIC.len() + NONCE];
-    let proof = &answer[MAGIC.len() + NONCE..];
-    if secret.mac(b"client", context, &ns, nc).verify_slice(proof).is_err() {
-        let _ = stream.write_all(&[0]);
-        return Err(AuthError::ClientRefused);
-    }
-    let mut reply = [0u8; 1 + MAC];
-    reply[0] = 1;
-    reply[1..].copy_from_slice(&secret.mac(b"server", context, nc, &ns).finalize().into_bytes());
-    stream.write_all(&reply)?;
-    stream.flush()?;
-    Ok(())
 }
 
 /// Client side of the handshake: answers the server's challenge and checks its proof.
@@ -261,5 +316,52 @@ mod tests {
         assert_eq!(a.text().len(), 64);
         assert_eq!(format!("{a:?}"), "Secret(..)");
         assert!(Secret::from_text("").is_err());
+    }
+
+    /// A client over an in-memory stream: the challenge is read from `input`, the answer
+    /// and what follows are written to `output`.
+    struct Duplex<'a> {
+        input: &'a [u8],
+        output: Vec<u8>,
+    }
+
+    impl Read for Duplex<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            self.input.read(buf)
+        }
+    }
+
+    impl Write for Duplex<'_> {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.output.write(buf)
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn the_challenge_runs_without_io() {
+        let s = Secret::generate().unwrap();
+        let ch = Challenge::new().unwrap();
+        // The client reads the challenge and a verdict it will get; answer first.
+        let mut first = Duplex { input: &ch.bytes(), output: Vec::new() };
+        let _ = connect(&mut first, &s, b"ctx"); // runs out of input after its answer
+        assert_eq!(first.output.len(), ANSWER_LEN);
+        let verdict = ch.answer(&s, b"ctx", &first.output).unwrap();
+        let mut input = ch.bytes().to_vec();
+        input.extend_from_slice(&verdict);
+        // Replaying the same client with the verdict appended: it accepts the server's proof
+        // only with its own nonce, so a fresh client fails, which shows the proof is bound.
+        let mut again = Duplex { input: &input, output: Vec::new() };
+        assert!(matches!(connect(&mut again, &s, b"ctx"), Err(AuthError::ServerUnproven)));
+        // Wrong secret, wrong context, wrong length, wrong magic.
+        let other = Secret::generate().unwrap();
+        assert!(matches!(ch.answer(&other, b"ctx", &first.output), Err((AuthError::ClientRefused, Some(0)))));
+        assert!(matches!(ch.answer(&s, b"other", &first.output), Err((AuthError::ClientRefused, Some(0)))));
+        assert!(matches!(ch.answer(&s, b"ctx", &first.output[1..]), Err((AuthError::Protocol(_), None))));
+        let mut bad = first.output.clone();
+        bad[0] ^= 1;
+        assert!(matches!(ch.answer(&s, b"ctx", &bad), Err((AuthError::Protocol(_), None))));
     }
 }
