@@ -26,6 +26,17 @@ pub trait Rendezvous: Send + Sync {
     /// # Errors
     /// [`Error::Store`](crate::Error::Store) when it does not appear in time or the store fails.
     fn lookup(&self, key: &str, timeout: Duration) -> Result<Vec<u8>>;
+
+    /// The value that rank `owner` published under `key`, waiting up to `timeout` for it.
+    /// Exchanges that keep each rank's values with their rank (PMIx) need the owner; a store
+    /// with one key space ignores it, which is the default.
+    ///
+    /// # Errors
+    /// As [`Rendezvous::lookup`].
+    fn lookup_from(&self, owner: usize, key: &str, timeout: Duration) -> Result<Vec<u8>> {
+        let _ = owner;
+        self.lookup(key, timeout)
+    }
 }
 
 /// A [`Rendezvous`] inside one process (for worlds of threads and for tests).
