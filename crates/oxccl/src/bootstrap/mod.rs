@@ -3,9 +3,11 @@
 //! - [`auth`]: the job secret and the handshake every connection starts with.
 //! - [`env`](mod@env): rank and world from the launcher's environment variables (torchrun, MPI, Slurm).
 //! - [`store`]: the authenticated TCP key-value store ranks rendezvous through.
+//! - [`pmix`]: the same through the launcher's PMIx (Slurm, `mpirun`, PRRTE), where it runs one.
 
 pub mod auth;
 pub mod env;
+pub mod pmix;
 pub mod store;
 
 use std::time::Duration;

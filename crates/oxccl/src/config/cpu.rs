@@ -15,6 +15,18 @@ pub enum TransportChoice {
     Tcp,
 }
 
+/// How the ranks of a job of processes find each other (`OXCCL_BOOTSTRAP`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BootstrapMode {
+    /// Through the launcher's PMIx where it runs one and its library loads, else the store.
+    #[default]
+    Auto,
+    /// Through oxccl's TCP store.
+    Store,
+    /// Through PMIx; setup fails when the process was not started under PMIx.
+    Pmix,
+}
+
 /// A secret's text; its `Debug` form hides it.
 #[derive(Clone, PartialEq, Eq)]
 pub struct SecretText(pub String);
@@ -61,4 +73,8 @@ pub struct CpuSettings {
     pub store_port: Option<u16>,
     /// The job secret (`OXCCL_SECRET`).
     pub secret: Option<SecretText>,
+    /// How the ranks find each other (`OXCCL_BOOTSTRAP`).
+    pub bootstrap: BootstrapMode,
+    /// The PMIx library to load instead of searching (`OXCCL_PMIX_LIBRARY`).
+    pub pmix_library: Option<std::path::PathBuf>,
 }

@@ -25,7 +25,7 @@ use crate::error::{Error, Result};
 use crate::fingerprint::OpKind;
 use registry::Setting;
 
-pub use cpu::{CpuSettings, SecretText, TransportChoice};
+pub use cpu::{BootstrapMode, CpuSettings, SecretText, TransportChoice};
 pub use gpu::{GpuSettings, HostBuffers};
 pub use mpi::{CudaAware, HalfReduce, MpiConfig, ThreadLevel};
 pub use perf::{log_directives, PerfSettings, ProfileSettings};
@@ -306,6 +306,12 @@ impl Config {
             store_addr: rd.get(&r::STORE_ADDR, text)?,
             store_port: rd.get(&r::STORE_PORT, parse::port)?,
             secret: rd.get(&r::SECRET, |v| Ok(SecretText(v.to_string())))?,
+            bootstrap: match rd.or_default(&r::BOOTSTRAP, choice(&r::BOOTSTRAP))? {
+                "store" => BootstrapMode::Store,
+                "pmix" => BootstrapMode::Pmix,
+                _ => BootstrapMode::Auto,
+            },
+            pmix_library: rd.get(&r::PMIX_LIBRARY, text)?.map(std::path::PathBuf::from),
         };
         let mpi = mpi::resolve(self.mpi.clone(), &rd)?;
         let gpu = gpu::resolve(&rd)?;

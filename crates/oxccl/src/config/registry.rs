@@ -218,6 +218,24 @@ pub const STORE_PORT: Setting = Setting {
     doc: "port of the store rank 0 hosts",
     origin: Origin::User,
 };
+/// `OXCCL_BOOTSTRAP`.
+pub const BOOTSTRAP: Setting = Setting {
+    name: "OXCCL_BOOTSTRAP",
+    kind: Kind::Choice(&[("auto", "auto"), ("store", "store"), ("pmix", "pmix")]),
+    default: "auto",
+    default_doc: "`auto`",
+    doc: "how the processes of a job find each other: `auto` (through the launcher's PMIx where it runs one: Slurm `srun --mpi=pmix`, `mpirun`, `prterun`; else oxccl's TCP store), `store`, `pmix` (fails when the process was not started under PMIx); `oxccl info` says which and why",
+    origin: Origin::User,
+};
+/// `OXCCL_PMIX_LIBRARY`.
+pub const PMIX_LIBRARY: Setting = Setting {
+    name: "OXCCL_PMIX_LIBRARY",
+    kind: Kind::Text,
+    default: "",
+    default_doc: "searched: `libpmix.so.2`, `libpmix.so`",
+    doc: "the PMIx client library to load (a file, or a folder holding `libpmix.so.2`) instead of searching",
+    origin: Origin::User,
+};
 /// `OXCCL_SHM_SLOT_BYTES`.
 pub const SHM_SLOT_BYTES: Setting = Setting {
     name: "OXCCL_SHM_SLOT_BYTES",
@@ -504,6 +522,8 @@ pub const ALL: &[Setting] = &[
     SECRET,
     STORE_ADDR,
     STORE_PORT,
+    BOOTSTRAP,
+    PMIX_LIBRARY,
     SHM_SLOT_BYTES,
     SHM_SINGLE_COPY,
     SHM_RING_BYTES,

@@ -6,8 +6,9 @@
 //! (and for `nccl`/`rccl` the runtime and library each would load, with every path tried),
 //! MPI's library and whether it is CUDA-aware, the GPUs, NICs and GPUDirect RDMA from the
 //! kernel ([`crate::topology`]), `/dev/shm`, the memlock limit, the network interfaces and
-//! the one `OXCCL_SOCKET_IFNAME` picks, and every `OXCCL_*`/`NCCL_*` variable in effect,
-//! each checked. [`Report::problems`] lists what needs attention, in plain words.
+//! the one `OXCCL_SOCKET_IFNAME` picks, the bootstrap a job started here would use (the
+//! launcher's PMIx or oxccl's store, and why), and every `OXCCL_*`/`NCCL_*` variable in
+//! effect, each checked. [`Report::problems`] lists what needs attention, in plain words.
 //!
 //! - `render.rs`: the human-readable form ([`std::fmt::Display`]).
 
@@ -15,7 +16,8 @@ mod render;
 
 use serde::Serialize;
 
-use crate::config::{registry, Config};
+use crate::bootstrap::pmix::BootstrapChoice;
+use crate::config::{registry, BootstrapMode, Config};
 use crate::topology::{Distance, Topology};
 
 /// `/dev/shm` below this many bytes is worth a warning (Docker's default is 64 MiB).
@@ -123,6 +125,9 @@ pub struct Report {
     /// The address the `cpu` backend's TCP transport would listen on (`OXCCL_SOCKET_IFNAME`
     /// applied), or why it cannot pick one.
     pub tcp_address: Result<String, String>,
+    /// How a job started here would bootstrap (`OXCCL_BOOTSTRAP` applied): through the
+    /// launcher's PMIx (its library and namespace) or oxccl's store, and why.
+    pub bootstrap: BootstrapChoice,
     /// The variables in effect.
     pub environment: Vec<Variable>,
     /// Whether the whole environment resolves into a configuration, or the first error.
@@ -242,6 +247,22 @@ fn gpu_stack(backend: &str) -> Option<GpuStack> {
     Some(GpuStack { backend: backend.to_string(), runtime, devices, library, device_details, peer_access: p.peers })
 }
 
+/// The bootstrap a job started in this environment would use: `OXCCL_BOOTSTRAP` and
+/// `OXCCL_PMIX_LIBRARY` read through the registry (a bad value is the choice's reason).
+fn bootstrap_choice() -> BootstrapChoice {
+    let mode = match registry::BOOTSTRAP.from_env() {
+        Ok(Some(v)) => match v.trim().to_ascii_lowercase().as_str() {
+            "store" => BootstrapMode::Store,
+            "pmix" => BootstrapMode::Pmix,
+            _ => BootstrapMode::Auto,
+        },
+        Ok(None) => BootstrapMode::Auto,
+        Err(e) => return BootstrapChoice::Unusable { reason: e.to_string() },
+    };
+    let library = registry::PMIX_LIBRARY.from_env().ok().flatten().map(std::path::PathBuf::from);
+    crate::bootstrap::pmix::choice(mode, library.as_deref())
+}
+
 /// The dma-buf answers of every device the runtimes describe.
 fn gpu_stacks_dma_buf(stacks: &[GpuStack]) -> Vec<bool> {
     stacks.iter().flat_map(|g| &g.device_details).filter_map(|d| d.as_ref().ok()?.dma_buf).collect()
@@ -294,6 +315,7 @@ impl Report {
             mps,
             interfaces,
             tcp_address,
+            bootstrap: bootstrap_choice(),
             environment,
             configuration,
             problems: Vec::new(),
@@ -338,6 +360,15 @@ impl Report {
         }
         if let Err(e) = &self.tcp_address {
             p.push(format!("the TCP transport cannot pick an address: {e}"));
+        }
+        match &self.bootstrap {
+            BootstrapChoice::Unusable { reason } => p.push(format!("no bootstrap can run: {reason}")),
+            // The launcher runs PMIx but its library does not load: the store is used, which
+            // needs a reachable rank 0 and is one hub for every rank.
+            BootstrapChoice::Store { reason, fallback: true } => {
+                p.push(format!("the bootstrap falls back to oxccl's store: {reason}"))
+            }
+            _ => {}
         }
         if !self.topology.gpus.is_empty() {
             let usable = self.backends.iter().any(|b| (b.name == "nccl" || b.name == "rccl") && b.available);

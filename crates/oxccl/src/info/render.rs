@@ -3,6 +3,7 @@
 use std::fmt::{self, Write as _};
 
 use super::Report;
+use crate::bootstrap::pmix::BootstrapChoice;
 
 /// Bytes as MiB or GiB.
 fn size(bytes: u64) -> String {
@@ -141,6 +142,18 @@ impl fmt::Display for Report {
         let candidates = self.interfaces.iter().filter(|i| i.up && i.address != "127.0.0.1").count();
         if ifname.is_none() && !t.gpus.is_empty() && candidates > 1 {
             writeln!(s, "  (a rank whose GPU the runtime names listens on the NIC nearest that GPU, listed above)")?;
+        }
+        writeln!(s, "\nBootstrap")?;
+        match &self.bootstrap {
+            BootstrapChoice::Pmix { library, version, namespace, reason } => {
+                writeln!(s, "  the launcher's PMIx, namespace {namespace}: {} ({version})", library.display())?;
+                writeln!(s, "  why: {reason}")?;
+            }
+            BootstrapChoice::Store { reason, .. } => {
+                writeln!(s, "  oxccl's TCP store")?;
+                writeln!(s, "  why: {reason}")?;
+            }
+            BootstrapChoice::Unusable { reason } => writeln!(s, "  none can run: {reason}")?,
         }
         let h = &t.host;
         writeln!(s, "\nHost")?;

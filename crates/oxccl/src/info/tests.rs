@@ -118,3 +118,45 @@ fn runtime_devices_and_peer_access_are_shown() {
     assert!(text.contains("    peer access: 0->1; not: 1->0"), "{text}");
     assert_eq!(gpu_stacks_dma_buf(&r.gpu_stacks), [true]);
 }
+
+#[test]
+fn the_bootstrap_is_named_with_its_reason() {
+    use crate::bootstrap::pmix::BootstrapChoice;
+    let mut r = Report::gather();
+    // This machine's choice, whatever it is, is shown with its reason.
+    let text = r.to_string();
+    assert!(text.contains("\nBootstrap\n") && text.contains(r.bootstrap.reason()), "{text}");
+    if crate::bootstrap::pmix::PmixEnv::from_env().is_none() && std::env::var_os("OXCCL_BOOTSTRAP").is_none() {
+        assert!(matches!(&r.bootstrap, BootstrapChoice::Store { fallback: false, .. }), "{:?}", r.bootstrap);
+        assert!(text.contains("  oxccl's TCP store\n  why: the launcher runs no PMIx"), "{text}");
+    }
+    r.bootstrap = BootstrapChoice::Pmix {
+        library: "/usr/lib/x86_64-linux-gnu/libpmix.so.2".into(),
+        version: "OpenPMIx 4.2.2".into(),
+        namespace: "900988929".into(),
+        reason: "OXCCL_BOOTSTRAP=auto: the launcher runs PMIx (PMIX_NAMESPACE=900988929) and its library loads".into(),
+    };
+    let text = r.to_string();
+    assert!(
+        text.contains(
+            "  the launcher's PMIx, namespace 900988929: /usr/lib/x86_64-linux-gnu/libpmix.so.2 (OpenPMIx 4.2.2)\n  \
+             why: OXCCL_BOOTSTRAP=auto: the launcher runs PMIx"
+        ),
+        "{text}"
+    );
+    assert!(!r.find_problems().iter().any(|p| p.contains("bootstrap")));
+    assert_eq!(serde_json::to_value(&r).unwrap()["bootstrap"]["via"], "pmix");
+    r.bootstrap = BootstrapChoice::Store {
+        reason: "OXCCL_BOOTSTRAP=auto: the launcher runs PMIx (PMIX_RANK=0) but the PMIx client library does not load"
+            .into(),
+        fallback: true,
+    };
+    let p = r.find_problems();
+    assert!(
+        p.iter().any(|x| x.starts_with("the bootstrap falls back to oxccl's store: OXCCL_BOOTSTRAP=auto")),
+        "{p:?}"
+    );
+    r.bootstrap = BootstrapChoice::Unusable { reason: "OXCCL_BOOTSTRAP=pmix but this process was not started".into() };
+    assert!(r.to_string().contains("Bootstrap\n  none can run: OXCCL_BOOTSTRAP=pmix but"));
+    assert!(r.find_problems().iter().any(|x| x.starts_with("no bootstrap can run: OXCCL_BOOTSTRAP=pmix")));
+}
