@@ -159,6 +159,21 @@ impl StoreClient {
         }
     }
 
+    /// Closes the pooled connections that no request is using now. A rank calls it once its
+    /// init is done, so that the server does not keep one descriptor per idle rank; a later
+    /// request opens (and authenticates) a new connection on demand, and requests in flight
+    /// on other threads are not disturbed.
+    pub fn close_idle(&self) {
+        let idle = std::mem::take(&mut *lock(&self.idle));
+        drop(idle); // closed outside the lock
+    }
+
+    /// How many connections are pooled (tests).
+    #[cfg(test)]
+    pub(crate) fn pooled(&self) -> usize {
+        lock(&self.idle).len()
+    }
+
     /// Takes an idle connection or opens a new one.
     fn take(&self) -> Result<Conn> {
         if let Some(c) = lock(&self.idle).pop() {

@@ -159,6 +159,32 @@ pub(crate) fn read_frame<R: Read>(r: &mut R) -> Result<Option<Vec<u8>>, FrameErr
     Ok(Some(body))
 }
 
+/// The first frame in `buf`, without I/O (for an event loop that collects bytes as they
+/// arrive): `Ok(Some(body))` when it is complete (it spans `4 + body.len()` bytes of `buf`),
+/// `Ok(None)` when more bytes are needed. The length field is checked against [`MAX_FRAME`]
+/// as soon as it is complete, before anything is allocated or read for the body.
+///
+/// # Errors
+/// [`FrameError::TooLarge`] for a length field over the limit.
+pub(crate) fn complete_frame(buf: &[u8]) -> Result<Option<&[u8]>, FrameError> {
+    let Some(header) = buf.first_chunk::<4>() else { return Ok(None) };
+    let len = u32::from_le_bytes(*header);
+    if len as u64 > MAX_FRAME as u64 {
+        return Err(FrameError::TooLarge(len.into()));
+    }
+    Ok(buf.get(4..4 + len as usize))
+}
+
+/// What [`FrameError::Truncated`] says of `buf`, the bytes of an incomplete frame left when
+/// the connection ended.
+pub(crate) fn truncated(buf: &[u8]) -> FrameError {
+    let expected = match buf.first_chunk::<4>() {
+        Some(h) => u32::from_le_bytes(*h) as usize + 4,
+        None => 4,
+    };
+    FrameError::Truncated { expected, got: buf.len() }
+}
+
 /// Builds a frame: reserves the length prefix, fills it in at the end.
 struct Writer {
     buf: Vec<u8>,
@@ -550,6 +576,22 @@ mod tests {
         assert!(matches!(read_frame(&mut c), Err(FrameError::Truncated { .. })));
         let mut c = Cursor::new(vec![10, 0, 0, 0, 1, 2, 3]);
         assert!(matches!(read_frame(&mut c), Err(FrameError::Truncated { expected: 14, got: 7 })));
+    }
+
+    #[test]
+    fn frames_are_found_in_partial_input() {
+        let f = Request::Get { key: "k".into() }.encode().unwrap();
+        for n in 0..f.len() {
+            assert!(complete_frame(&f[..n]).unwrap().is_none(), "{n} bytes are not a frame");
+        }
+        let mut two = f.clone();
+        two.extend_from_slice(&f[..3]);
+        assert_eq!(complete_frame(&two).unwrap().unwrap(), body(&f));
+        assert!(matches!(complete_frame(&u32::MAX.to_le_bytes()), Err(FrameError::TooLarge(_))));
+        let limit = (MAX_FRAME as u32).to_le_bytes();
+        assert!(complete_frame(&limit).unwrap().is_none(), "the limit itself is allowed");
+        assert_eq!(truncated(&[1, 0]).to_string(), "connection closed in the middle of a frame (2 of 4 bytes)");
+        assert!(matches!(truncated(&[10, 0, 0, 0, 1]), FrameError::Truncated { expected: 14, got: 5 }));
     }
 
     fn key() -> impl Strategy<Value = String> {

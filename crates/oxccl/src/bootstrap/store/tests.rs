@@ -509,3 +509,7 @@ fn shutdown_fails_clients_fast() {
     let again = StoreServer::bind(&addr, secret).unwrap();
     again.shutdown();
 }
+
+// The event loop's own tests: one thread for every client, bounded buffers, timers.
+#[path = "loop_tests.rs"]
+mod event_loop;
