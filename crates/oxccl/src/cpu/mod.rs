@@ -16,6 +16,7 @@ pub mod dispatch;
 pub mod engine;
 mod executor;
 pub mod factory;
+pub(crate) mod host_table;
 pub mod local;
 pub mod point_to_point;
 pub mod selector;

@@ -25,6 +25,7 @@ use crate::bootstrap::store::{StoreClient, StoreServer};
 use crate::bootstrap::{MemoryRendezvous, Rendezvous};
 use crate::config::ResolvedConfig;
 use crate::cpu::engine::{CpuBackend, WORLD_COMM_ID};
+use crate::cpu::host_table::HostTable;
 use crate::cpu::selector::profile::Profile;
 use crate::cpu::transport::mailbox::Mailbox;
 use crate::cpu::transport::routed::{Link, RoutedTransport};
@@ -144,11 +145,13 @@ fn arrivals(rank: usize, n: usize, rdv: &dyn Rendezvous, prefix: &str, timeout: 
     let key = |r: usize| format!("{prefix}/host/{r}");
     let mut hosts = Vec::with_capacity(n);
     for r in 0..n {
-        match rdv.lookup(&key(r), timeout) {
+        match rdv.lookup_from(r, &key(r), timeout) {
             Ok(h) => hosts.push(h),
             Err(Error::Store(detail)) => {
-                let missing: Vec<String> =
-                    (r..n).filter(|&q| rdv.lookup(&key(q), Duration::ZERO).is_err()).map(|q| q.to_string()).collect();
+                let missing: Vec<String> = (r..n)
+                    .filter(|&q| rdv.lookup_from(q, &key(q), Duration::ZERO).is_err())
+                    .map(|q| q.to_string())
+                    .collect();
                 if missing.is_empty() {
                     return Err(Error::Store(detail)); // not a missing rank: the store failed
                 }
@@ -200,28 +203,6 @@ pub(crate) fn receive_poll(policy: &WaitPolicy) -> Duration {
     policy.spin.min(MAX_POLL)
 }
 
-/// How the ranks `local` of one machine wait, given every rank's CPUs (`masks`): they are
-/// oversubscribed when they outnumber the union of their CPUs.
-fn host_wait_policy(local: &[usize], masks: &[Vec<usize>], opts: &CpuOptions) -> WaitPolicy {
-    let cpus = wait::union_len(local.iter().map(|&r| masks[r].as_slice()));
-    WaitPolicy::for_host(local.len(), cpus, opts.spin, opts.yield_for)
-}
-
-/// Ranks per CPU on the job's most crowded machine, from every rank's machine and CPUs (the
-/// same on every rank, so their algorithm choices agree).
-fn job_crowd(hosts: &[&[u8]], masks: &[Vec<usize>]) -> f64 {
-    let mut worst: f64 = 1.0;
-    for (r, host) in hosts.iter().enumerate() {
-        if hosts[..r].contains(host) {
-            continue;
-        }
-        let local: Vec<usize> = (0..hosts.len()).filter(|&q| hosts[q] == *host).collect();
-        let cpus = wait::union_len(local.iter().map(|&q| masks[q].as_slice()));
-        worst = worst.max(wait::crowd(local.len(), cpus));
-    }
-    worst
-}
-
 /// The costs every rank's algorithm choice reads: rank 0 loads `OXCCL_TUNE_FILE` (or takes
 /// the defaults) and publishes the result, so ranks whose hosts hold different files still
 /// choose alike. A file rank 0 cannot use fails every rank with rank 0's reason.
@@ -260,12 +241,68 @@ fn shared_profile(
     }
 }
 
-/// Builds rank `rank` of a world of `n` over `rdv` (a collective: every rank calls it).
+/// The job's host table ([`HostTable`]): rank 0 reads every rank's arrival and publishes
+/// the table; every other rank reads the table alone. A rank that does not arrive is named
+/// by rank 0, and every rank fails with rank 0's words.
+fn host_table(rank: usize, n: usize, rdv: &dyn Rendezvous, prefix: &str, timeout: Duration) -> Result<HostTable> {
+    let key = format!("{prefix}/hosts");
+    if rank == 0 {
+        let table = arrivals(0, n, rdv, prefix, timeout).map(|arrived| {
+            let (hosts, masks): (Vec<&[u8]>, Vec<Vec<usize>>) = arrived.iter().map(|a| host_and_cpus(a)).unzip();
+            let machines: Vec<&[u8]> = hosts.iter().map(|h| machine_of(h)).collect();
+            HostTable::new(&hosts, &machines, &masks)
+        });
+        let text = match &table {
+            Ok(t) => t.encode(),
+            Err(e) => format!("error {e}"),
+        };
+        rdv.publish(&key, text.as_bytes())?;
+        return table;
+    }
+    let raw = rdv.lookup_from(0, &key, timeout).map_err(|e| {
+        Error::Store(format!(
+            "rank 0 did not publish the job's host table within {timeout:?} ({e}). Check that rank 0 was \
+             started, with the same MASTER_ADDR/MASTER_PORT (or OXCCL_STORE_ADDR) and OXCCL_SECRET, and \
+             look at rank 0's own output"
+        ))
+    })?;
+    let text = String::from_utf8_lossy(&raw);
+    match text.strip_prefix("error ") {
+        Some(why) => Err(Error::Store(format!("rank 0 could not gather the job's hosts: {why}"))),
+        None => HostTable::parse(&text, n),
+    }
+}
+
+/// Where the TCP links look peers' addresses up after setup: `shared`, a rendezvous that
+/// lives on (the store's client, an in-process map), or else a copy of the addresses of
+/// `peers` read from `rdv` now (a caller's store is only lent for the duration of setup).
+fn directory(
+    rdv: &dyn Rendezvous,
+    shared: Option<&Arc<dyn Rendezvous>>,
+    prefix: &str,
+    peers: &[usize],
+    timeout: Duration,
+) -> Result<Arc<dyn Rendezvous>> {
+    if let Some(s) = shared {
+        return Ok(Arc::clone(s));
+    }
+    let copy = MemoryRendezvous::default();
+    for &p in peers {
+        let key = crate::cpu::transport::tcp::address_key(prefix, p);
+        copy.publish(&key, &rdv.lookup_from(p, &key, timeout)?)?;
+    }
+    Ok(Arc::new(copy))
+}
+
+/// Builds rank `rank` of a world of `n` over `rdv` (a collective: every rank calls it);
+/// `shared` is the same rendezvous when it outlives setup (peers' addresses are then looked
+/// up when each is first needed).
 #[allow(clippy::too_many_arguments)]
 fn build(
     rank: usize,
     n: usize,
     rdv: &dyn Rendezvous,
+    shared: Option<&Arc<dyn Rendezvous>>,
     prefix: &str,
     secret: &Secret,
     host: &str,
@@ -278,13 +315,10 @@ fn build(
     // them too).
     let cpus = wait::format_cpus(&wait::allowed_cpus());
     rdv.publish(&format!("{prefix}/host/{rank}"), format!("{host}\n{}\n{cpus}", machine_id()).as_bytes())?;
-    let arrived = arrivals(rank, n, rdv, prefix, opts.setup_timeout)?;
-    let (hosts, masks): (Vec<&[u8]>, Vec<Vec<usize>>) = arrived.iter().map(|a| host_and_cpus(a)).unzip();
-    let machines: Vec<&[u8]> = hosts.iter().map(|h| machine_of(h)).collect();
-    let mine = hosts[rank];
-    let local: Vec<usize> = (0..n).filter(|&r| hosts[r] == mine).collect();
-    let beside: Vec<usize> = (0..n).filter(|&r| machines[r] == machines[rank]).collect();
-    let policy = host_wait_policy(&beside, &masks, opts);
+    let table = host_table(rank, n, rdv, prefix, opts.setup_timeout)?;
+    let local = table.local(rank);
+    let (machine_ranks, machine_cpus) = table.machine(rank);
+    let policy = WaitPolicy::for_host(machine_ranks, machine_cpus, opts.spin, opts.yield_for);
     let single_host = local.len() == n;
     if opts.transport == TransportChoice::Shm && !single_host {
         return Err(Error::Config("OXCCL_TRANSPORT=shm, but the ranks are on several hosts; use auto or tcp".into()));
@@ -301,31 +335,20 @@ fn build(
         }
     }
     let remote: Vec<usize> = (0..n).filter(|&p| p != rank && routes[p].is_none()).collect();
-    // Every rank builds TCP links when any rank needs them, so the address exchange matches.
-    let anyone_remote = opts.transport == TransportChoice::Tcp || !single_host;
-    if anyone_remote && n > 1 {
+    if !remote.is_empty() {
         let tcp_opts = TcpOptions { poll_for: receive_poll(&policy), yield_for: policy.yield_for, ..opts.tcp.clone() };
+        // Connections are made when first needed; only the listener is set up here.
+        let tcp = TcpLinks::establish(rank, n, &remote, rdv, prefix, secret, &tcp_opts, Arc::clone(&mailbox))?;
         let tcp: Arc<dyn Link> =
-            Arc::new(TcpLinks::establish(rank, n, &remote, rdv, prefix, secret, &tcp_opts, Arc::clone(&mailbox))?);
+            Arc::new(tcp.with_directory(directory(rdv, shared, prefix, &remote, opts.setup_timeout)?));
         for &p in &remote {
             routes[p] = Some(Arc::clone(&tcp));
         }
     }
-    // Hosts numbered in order of first appearance.
-    let mut seen: Vec<&[u8]> = Vec::new();
-    let host_of: Vec<usize> = hosts
-        .iter()
-        .map(|h| {
-            seen.iter().position(|s| s == h).unwrap_or_else(|| {
-                seen.push(h);
-                seen.len() - 1
-            })
-        })
-        .collect();
-    let transport = Arc::new(RoutedTransport::new(rank, mailbox, routes)?.with_hosts(host_of)?);
+    let transport = Arc::new(RoutedTransport::new(rank, mailbox, routes)?.with_hosts(table.host_of.clone())?);
     let profile = shared_profile(rank, rdv, prefix, cfg, opts)?;
     let mut backend = CpuBackend::new(NAME, transport, WORLD_COMM_ID, (0..n).collect(), rank, cfg.clone())?
-        .with_machine(profile, job_crowd(&machines, &masks))?;
+        .with_machine(profile, table.crowd)?;
     if use_shm && single_host {
         backend.enable_shared_memory(opts.slot_bytes, policy)?;
     } else if use_shm {
@@ -453,7 +476,9 @@ pub fn init_process(cfg: &ResolvedConfig) -> Result<CpuBackend> {
     let store = StoreClient::connect(&addr, &secret, opts.setup_timeout)?;
     let prefix = format!("oxccl/g{}", GENERATION.fetch_add(1, Ordering::Relaxed));
     claim_rank(&store, &prefix, rank, n, &info.launcher.to_string())?;
-    let backend = build(rank, n, &store, &prefix, &secret, &host_id(cfg.cpu.host_id.as_deref()), &opts, cfg)?;
+    let store: Arc<dyn Rendezvous> = Arc::new(store);
+    let host = host_id(cfg.cpu.host_id.as_deref());
+    let backend = build(rank, n, &*store, Some(&store), &prefix, &secret, &host, &opts, cfg)?;
     // Every link is up when `build` returns (TCP and shared-memory setup wait for all their
     // peers), so no extra barrier, which would take a sequence number the user sees.
     Ok(keep.into_iter().fold(backend, CpuBackend::keep_alive))
@@ -490,7 +515,7 @@ pub fn init_rendezvous(
         return alone(cfg);
     }
     let secret = Secret::from_text(secret)?;
-    build(rank, n, rdv, "oxccl/rendezvous", &secret, &host_id(cfg.cpu.host_id.as_deref()), &opts, cfg)
+    build(rank, n, rdv, None, "oxccl/rendezvous", &secret, &host_id(cfg.cpu.host_id.as_deref()), &opts, cfg)
 }
 
 /// Creates the `n` ranks of a world of threads in this process over the real
@@ -530,12 +555,12 @@ pub fn init_world_on(cfg: &ResolvedConfig, hosts: &[String], opts: &CpuOptions) 
         opts_local.tcp.bind_addr = Some(std::net::IpAddr::from([127, 0, 0, 1]));
     }
     let secret = Secret::generate()?;
-    let rdv = MemoryRendezvous::default();
+    let rdv: Arc<dyn Rendezvous> = Arc::new(MemoryRendezvous::default());
     let results: Vec<Result<CpuBackend>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..n)
             .map(|r| {
                 let (rdv, secret, host, opts, cfg) = (&rdv, &secret, &hosts[r], &opts_local, cfg);
-                s.spawn(move || build(r, n, rdv, "oxccl/world", secret, host, opts, cfg))
+                s.spawn(move || build(r, n, &**rdv, Some(rdv), "oxccl/world", secret, host, opts, cfg))
             })
             .collect();
         handles
@@ -673,31 +698,59 @@ mod tests {
 
     #[test]
     fn the_ranks_of_a_host_wait_by_the_cpus_they_share() {
-        let cfg = Config::new().resolve_with(|_| None).unwrap();
-        let opts = CpuOptions::from_config(&cfg).unwrap();
-        let arrival = |host: &str, cpus: &[usize]| format!("{host}\n{}", wait::format_cpus(cpus)).into_bytes();
+        let arrival = |host: &str, cpus: &[usize]| format!("{host}\nboot\n{}", wait::format_cpus(cpus)).into_bytes();
+        let table = |arrivals: &[Vec<u8>]| {
+            let (hosts, masks): (Vec<&[u8]>, Vec<Vec<usize>>) = arrivals.iter().map(|a| host_and_cpus(a)).unzip();
+            let machines: Vec<&[u8]> = hosts.iter().map(|h| machine_of(h)).collect();
+            HostTable::new(&hosts, &machines, &masks)
+        };
+        let policy = |t: &HostTable, r: usize, spin: Option<Duration>| {
+            let (ranks, cpus) = t.machine(r);
+            WaitPolicy::for_host(ranks, cpus, spin, None)
+        };
         // Four ranks on two shared CPUs: oversubscribed, no spinning.
-        let shared: Vec<Vec<usize>> = (0..4).map(|_| host_and_cpus(&arrival("h", &[0, 1])).1).collect();
-        assert_eq!(host_wait_policy(&[0, 1, 2, 3], &shared, &opts).spin, Duration::ZERO);
+        let shared = table(&(0..4).map(|_| arrival("h", &[0, 1])).collect::<Vec<_>>());
+        assert_eq!(policy(&shared, 0, None).spin, Duration::ZERO);
+        assert_eq!(shared.crowd, 2.0);
         // Four ranks bound one per CPU: not oversubscribed, although each sees one CPU.
-        let bound: Vec<Vec<usize>> = (0..4).map(|r| host_and_cpus(&arrival("h", &[r])).1).collect();
-        assert_eq!(host_wait_policy(&[0, 1, 2, 3], &bound, &opts), WaitPolicy::default());
-        // Only the ranks of this host count.
-        let mixed = [vec![0], vec![0], vec![0], vec![1]];
-        assert_eq!(host_wait_policy(&[0, 3], &mixed, &opts).spin, wait::SPIN_DEDICATED);
-        assert_eq!(host_wait_policy(&[0, 1, 2], &mixed, &opts).spin, Duration::ZERO);
+        let bound = table(&(0..4).map(|r| arrival("h", &[r])).collect::<Vec<_>>());
+        assert_eq!(policy(&bound, 0, None), WaitPolicy::default());
+        assert_eq!(bound.crowd, 1.0);
         // The user's spin wins; a host without a CPU line (older peers) parses as no CPUs.
-        let mut o = opts.clone();
-        o.spin = Some(Duration::from_micros(9));
-        assert_eq!(host_wait_policy(&[0, 1, 2, 3], &shared, &o).spin, Duration::from_micros(9));
+        assert_eq!(policy(&shared, 0, Some(Duration::from_micros(9))).spin, Duration::from_micros(9));
         assert_eq!(host_and_cpus(b"plain-host"), (&b"plain-host"[..], vec![]));
         assert_eq!(host_and_cpus(b"a\nb\n0-2,5"), (&b"a\nb"[..], vec![0, 1, 2, 5]));
         // The machine is the host part's last line: two emulated hosts of one machine (two
-        // network namespaces under one kernel) are two hosts and one machine.
+        // network namespaces under one kernel) are two hosts and one machine, and its ranks
+        // wait by the CPUs of the whole machine.
         let (h1, h2) = (host_and_cpus(b"n/ns1\nboot-7\n0-1").0, host_and_cpus(b"n/ns2\nboot-7\n0-1").0);
         assert!(h1 != h2 && machine_of(h1) == machine_of(h2) && machine_of(h1) == b"boot-7");
         assert_eq!(machine_of(b"plain-host"), b"plain-host");
         assert!(!machine_id().is_empty());
+        let emulated = table(&[arrival("ns1", &[0, 1]), arrival("ns2", &[0, 1]), arrival("ns2", &[0, 1])]);
+        assert_eq!(emulated.local(1), vec![1, 2]);
+        assert_eq!(policy(&emulated, 0, None).spin, Duration::ZERO);
+    }
+
+    #[test]
+    fn rank_0_publishes_the_host_table_and_the_others_read_it() {
+        let rdv = MemoryRendezvous::default();
+        for (r, h) in ["x", "y", "x"].iter().enumerate() {
+            rdv.publish(&format!("p/host/{r}"), format!("{h}\nboot\n0").as_bytes()).unwrap();
+        }
+        let t = Duration::from_secs(5);
+        let t0 = host_table(0, 3, &rdv, "p", t).unwrap();
+        assert_eq!(t0.host_of, vec![0, 1, 0]);
+        assert_eq!(host_table(2, 3, &rdv, "p", t).unwrap(), t0);
+        // A missing rank: rank 0 names it, and the others fail with rank 0's words.
+        rdv.publish("q/host/0", b"x\nboot\n0").unwrap();
+        let e0 = host_table(0, 2, &rdv, "q", Duration::from_millis(20)).unwrap_err().to_string();
+        assert!(e0.contains("rank 1 never arrived"), "{e0}");
+        let e1 = host_table(1, 2, &rdv, "q", t).unwrap_err().to_string();
+        assert!(e1.contains("rank 1 never arrived") && e1.contains("rank 0 could not gather"), "{e1}");
+        // Rank 0 missing: the others say so.
+        let e = host_table(1, 2, &rdv, "r", Duration::from_millis(20)).unwrap_err().to_string();
+        assert!(e.contains("rank 0 did not publish"), "{e}");
     }
 
     #[test]
@@ -723,21 +776,5 @@ mod tests {
         claim_rank(&client, "j", 0, 2, "torchrun").unwrap();
         let e = claim_rank(&client, "j", 1, 2, "torchrun").unwrap_err().to_string();
         assert!(e.contains("two processes were started as rank 1") && e.contains("RANK"), "{e}");
-    }
-
-    #[test]
-    fn the_job_crowd_is_the_most_crowded_host_and_the_same_everywhere() {
-        let (a, b): (&[u8], &[u8]) = (b"alpha", b"beta");
-        let two = vec![0, 1];
-        let eight: Vec<usize> = (0..8).collect();
-        // Three ranks on alpha's 2 CPUs, one on beta's 8.
-        let hosts = [a, a, b, a];
-        let masks = [two.clone(), vec![1], eight.clone(), two.clone()];
-        assert_eq!(job_crowd(&hosts, &masks), 1.5);
-        // Pinned to distinct CPUs: one per rank.
-        assert_eq!(job_crowd(&[a, a], &[vec![0], vec![1]]), 1.0);
-        // Unknown masks count as a CPU per rank; the crowd is never below 1.
-        assert_eq!(job_crowd(&[a, a, a], &[vec![], vec![], vec![]]), 1.0);
-        assert_eq!(job_crowd(&[a, b], &[eight.clone(), eight]), 1.0);
     }
 }

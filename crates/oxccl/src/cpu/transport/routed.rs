@@ -37,6 +37,17 @@ pub trait Link: Send + Sync {
         deadline: Instant,
     ) -> Result<(), TransportError>;
 
+    /// Makes sure `peer` can be reached: a link that connects on demand connects now (a
+    /// receiver calls it before it waits, so a peer that is gone is found even when it never
+    /// sent anything). Links whose peers are always reachable have nothing to do.
+    ///
+    /// # Errors
+    /// [`TransportError::PeerLost`] when the peer is gone; `Timeout` at `deadline`; `Other`
+    /// when the connection is refused for another reason.
+    fn reach(&self, _peer: usize, _deadline: Instant) -> Result<(), TransportError> {
+        Ok(())
+    }
+
     /// Moves frames that have arrived on this link into the mailbox on the caller's thread,
     /// for a receiver that waits as `want` says: [`Polled::Took`] when the frame it waits
     /// for was taken (a link may read its payload straight into `want.buf`, or find it in
@@ -271,6 +282,9 @@ impl Transport for RoutedTransport {
         deadline: Instant,
     ) -> Result<Received, TransportError> {
         self.check_peer(peer)?;
+        if let Some(Some(link)) = self.routes.get(peer) {
+            link.reach(peer, deadline)?;
+        }
         // Caller-driven progress: on a link that can be polled, the receiver moves the frame
         // itself instead of waiting for the link's own thread to deliver it and wake us:
         // spinning for the link's poll, then yielding the CPU between looks (where ranks
@@ -351,6 +365,8 @@ impl Transport for RoutedTransport {
         if !Arc::ptr_eq(a, b) {
             return Ok(false);
         }
+        a.reach(to, deadline)?;
+        a.reach(from, deadline)?;
         if let Some(reason) = self.mailbox.aborted(header.comm_id) {
             return Err(TransportError::Aborted(reason));
         }

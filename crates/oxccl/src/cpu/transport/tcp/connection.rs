@@ -3,11 +3,12 @@
 
 use std::io;
 use std::net::TcpStream;
+use std::os::fd::AsRawFd;
 use std::sync::atomic::AtomicUsize;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use super::incoming::Incoming;
-use super::readiness::Readiness;
+use super::readiness::{Poller, Readiness};
 use super::writer::WriteState;
 
 /// One established connection to a peer: lane 0's socket, and the sockets of the other
@@ -15,16 +16,16 @@ use super::writer::WriteState;
 /// are read and written only by whoever holds lane 0's incoming side or writer).
 pub(super) struct Conn {
     pub(super) peer: usize,
-    /// When the reader thread wakes (first: dropped before the socket it watches).
+    /// When the progress thread wakes for it (first: dropped before the sockets it watches).
     pub(super) readiness: Readiness,
     pub(super) sock: TcpStream,
     /// Lanes 1 and up.
     pub(super) lanes: Vec<TcpStream>,
     pub(super) writer: Mutex<WriteState>,
-    /// The receiving side, read by the reader thread or by a receiving caller, in turn.
+    /// The receiving side, read by the progress thread or by a receiving caller, in turn.
     pub(super) incoming: Mutex<Incoming>,
     /// Callers reading the socket themselves now ([`Link::start_polling`]): while there are
-    /// any, the reader thread is left disarmed.
+    /// any, the connection is left disarmed.
     ///
     /// [`Link::start_polling`]: crate::cpu::transport::routed::Link::start_polling
     pub(super) pollers: AtomicUsize,
@@ -33,13 +34,14 @@ pub(super) struct Conn {
 }
 
 impl Conn {
-    /// A connection to `peer` over `sock` (lane 0) and `lanes` (lanes 1 and up), its
-    /// reader armed.
+    /// A connection to `peer` over `sock` (lane 0) and `lanes` (lanes 1 and up), watched by
+    /// `poller`, lane 0 armed.
     ///
     /// # Errors
-    /// When the kernel refuses the reader's epoll instance.
-    pub(super) fn new(peer: usize, sock: TcpStream, lanes: Vec<TcpStream>) -> io::Result<Conn> {
-        let readiness = Readiness::new(&sock)?;
+    /// When the kernel refuses to watch a socket.
+    pub(super) fn new(peer: usize, sock: TcpStream, lanes: Vec<TcpStream>, poller: &Arc<Poller>) -> io::Result<Conn> {
+        let fds = std::iter::once(sock.as_raw_fd()).chain(lanes.iter().map(AsRawFd::as_raw_fd)).collect();
+        let readiness = Readiness::new(poller, peer, fds)?;
         Ok(Conn {
             peer,
             readiness,
@@ -85,7 +87,7 @@ pub(super) const USER_TIMEOUT_MS: libc::c_int = 30_000;
 
 /// Makes a dead peer end the connection even when nothing is being sent: keepalive probes
 /// after 10 s of silence (dead after 3 unanswered probes 5 s apart) and `TCP_USER_TIMEOUT`
-/// (data unacknowledged for 30 s). The reader thread then sees the error and the peer is
+/// (data unacknowledged for 30 s). The progress thread then sees the error and the peer is
 /// lost for every communicator (`PeerLost`), instead of each wait running to its deadline.
 ///
 /// # Errors

@@ -3,13 +3,13 @@
 //! writes its frames to `to` and reads the frames from `from`, neither direction waiting on
 //! the other. Outgoing frames are written from the caller's memory, as much as the socket
 //! takes at a time; incoming payloads land straight in their slots (a piece of the
-//! destination, or the scratch a reduction reads), with no reader thread waking and no copy
+//! destination, or the scratch a reduction reads), with no progress thread waking and no copy
 //! through the mailbox. When neither direction can move, the caller sleeps in `poll` on the
 //! two sockets, in slices, so failures reported by other ranks, aborts and the deadline are
 //! seen.
 //!
 //! For the exchange the caller holds `to`'s writer (other senders to `to` wait for it) and
-//! `from`'s incoming side, and keeps `from`'s reader thread disarmed; it lets each go as soon
+//! `from`'s incoming side, and keeps `from`'s connection disarmed; it lets each go as soon
 //! as its direction is done. Frames from `from` that belong to something else go to the
 //! mailbox as they come. It cannot deadlock with its peer: each frame it still has to write
 //! is one the peer still has to read, and the peer reads while it has frames to receive.
@@ -81,8 +81,8 @@ impl TcpLinks {
         pieces: &mut dyn Pieces,
         deadline: Instant,
     ) -> Result<(), TransportError> {
-        let cto = Arc::clone(self.conn(to)?);
-        let cfrom = Arc::clone(self.conn(from)?);
+        let cto = Arc::clone(self.connect(to, deadline)?);
+        let cfrom = Arc::clone(self.connect(from, deadline)?);
         for i in 0..pieces.outgoing() {
             self.check_frame_len(to, pieces.out(i).len())?;
         }
@@ -178,7 +178,7 @@ impl TcpLinks {
                 }
             }
             if p.taken == n_in && incoming.is_some() {
-                // The reader thread takes over what comes next.
+                // The progress thread takes over what comes next.
                 *incoming = None;
                 self.stop_polling(from);
             }

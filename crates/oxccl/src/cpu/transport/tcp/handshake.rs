@@ -1,9 +1,8 @@
 //! How a connection is opened and vetted: finding a peer's published address ([`lookup`]),
 //! dialing it ([`dial`], the client side), and the handshake both sides run, the job-secret
-//! proof of [`auth`] then the identity exchange ([`Ident`], [`Verdict`]; [`serve`] is the
-//! server side).
+//! proof of [`auth`] then the identity exchange ([`Ident`], [`Verdict`]; the server side
+//! runs without blocking on the progress thread, `accepting`).
 
-use std::collections::HashSet;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
@@ -19,10 +18,11 @@ use crate::error::{Error, Result};
 /// The handshake context of transport connections (the store uses another).
 pub const AUTH_CONTEXT: &[u8] = b"oxccl-tcp";
 const ID_MAGIC: [u8; 8] = *b"OXTCPID2";
-const HELLO_LEN: usize = 8 + 8 + 8 + 8 + 8 + 8 + 8;
+pub(super) const HELLO_LEN: usize = 8 + 8 + 8 + 8 + 8 + 8 + 8;
 pub(super) const REPLY_LEN: usize = 8 + 8 + 1;
 
-pub(super) fn address_key(prefix: &str, rank: usize) -> String {
+/// The key under which rank `rank` publishes its listening address.
+pub fn address_key(prefix: &str, rank: usize) -> String {
     format!("{prefix}/tcp/{rank}")
 }
 
@@ -80,6 +80,11 @@ pub(super) enum Verdict {
     OtherSetup = 3,
     Unexpected = 4,
     OtherLanes = 5,
+    /// Both ranks dialed each other at once, and the server's own dial wins (it is the
+    /// lower rank): the client takes the server's connection instead.
+    Crossed = 6,
+    /// The server already holds (or is accepting) a connection from the client.
+    Duplicate = 7,
 }
 
 impl Verdict {
@@ -91,6 +96,8 @@ impl Verdict {
             Verdict::OtherSetup,
             Verdict::Unexpected,
             Verdict::OtherLanes,
+            Verdict::Crossed,
+            Verdict::Duplicate,
         ]
         .get(usize::from(b))
         .copied()
@@ -110,13 +117,16 @@ impl Verdict {
             Verdict::OtherLanes => format!(
                 "the two ranks disagree on the number of connections per peer; set {LANES_ENV} alike on every rank"
             ),
+            Verdict::Crossed => format!("rank {server} is dialing rank {client} at the same moment, and keeps its own"),
+            Verdict::Duplicate => format!("rank {server} already has a connection from rank {client}, or lost it"),
         }
     }
 }
 
-/// Server side of the identity exchange: the client's rank and the connection's lane, or
-/// why it was refused.
-fn check_hello(hello: &[u8; HELLO_LEN], me: &Ident, expected: &HashSet<usize>) -> (Verdict, u64, u64) {
+/// Server side of the identity exchange, before the connection table has its say: the
+/// client's rank and the connection's lane, and whether the identity checks out (`expected`:
+/// which ranks may connect, by rank).
+pub(super) fn check_hello(hello: &[u8; HELLO_LEN], me: &Ident, expected: &[bool]) -> (Verdict, u64, u64) {
     let src = u64_at(hello, 8);
     let lane = u64_at(hello, 48);
     let verdict = if hello[..8] != ID_MAGIC {
@@ -129,7 +139,7 @@ fn check_hello(hello: &[u8; HELLO_LEN], me: &Ident, expected: &HashSet<usize>) -
         Verdict::OtherSetup
     } else if u64_at(hello, 40) != me.lanes as u64 || lane >= me.lanes as u64 {
         Verdict::OtherLanes
-    } else if !usize::try_from(src).is_ok_and(|s| expected.contains(&s)) {
+    } else if !usize::try_from(src).is_ok_and(|s| expected.get(s).copied().unwrap_or(false)) {
         Verdict::Unexpected
     } else {
         Verdict::Accepted
@@ -137,27 +147,18 @@ fn check_hello(hello: &[u8; HELLO_LEN], me: &Ident, expected: &HashSet<usize>) -
     (verdict, src, lane)
 }
 
-/// Runs the server side of a connection's handshake; the client's rank and the
-/// connection's lane.
-pub(super) fn serve(
-    s: &mut TcpStream,
-    secret: &Secret,
-    me: &Ident,
-    expected: &HashSet<usize>,
-) -> std::result::Result<(usize, usize), String> {
-    auth::accept(s, secret, AUTH_CONTEXT).map_err(|e| e.to_string())?;
-    let mut hello = [0u8; HELLO_LEN];
-    s.read_exact(&mut hello).map_err(|e| format!("the identity exchange failed: {e}"))?;
-    let (verdict, src, lane) = check_hello(&hello, me, expected);
+/// The server's answer to an identity message: its rank and the verdict.
+pub(super) fn reply(me: &Ident, verdict: Verdict) -> [u8; REPLY_LEN] {
     let mut reply = [0u8; REPLY_LEN];
     reply[..8].copy_from_slice(&ID_MAGIC);
     reply[8..16].copy_from_slice(&(me.me as u64).to_le_bytes());
     reply[16] = verdict as u8;
-    s.write_all(&reply).map_err(|e| format!("the identity exchange failed: {e}"))?;
-    match (verdict, usize::try_from(src), usize::try_from(lane)) {
-        (Verdict::Accepted, Ok(src), Ok(lane)) => Ok((src, lane)),
-        _ => Err(format!("a peer claiming to be rank {src} was refused: {}", verdict.text(me.me, src as usize))),
-    }
+    reply
+}
+
+/// Why a refused identity was refused, for the server's records.
+pub(super) fn refusal(me: &Ident, verdict: Verdict, src: u64) -> String {
+    format!("a peer claiming to be rank {src} was refused: {}", verdict.text(me.me, src as usize))
 }
 
 fn auth_failure(context: String, e: AuthError) -> Error {
@@ -171,8 +172,32 @@ fn auth_failure(context: String, e: AuthError) -> Error {
     }
 }
 
-/// Opens connection `lane` to `peer` (the higher rank of the pair) and runs the client side
-/// of the handshake.
+/// How long a peer whose port refuses connections is tried again before it counts as gone:
+/// its address was published only once it listened, so a refusal means its listener closed
+/// (its process ended, or it shut its connections down).
+pub(super) const REFUSED_PATIENCE: Duration = Duration::from_millis(500);
+
+/// Why a dial did not give a connection.
+#[derive(Debug)]
+pub(super) enum DialError {
+    /// The peer keeps a connection of its own instead (`Crossed`, `Duplicate`).
+    Yielded,
+    /// For good: the peer is gone, refused this rank, or cannot be authenticated.
+    Failed(Error),
+    /// The deadline passed first.
+    TimedOut,
+    /// The peer's address could not be looked up (the store failed, or the peer never
+    /// published it).
+    NoAddress(Error),
+}
+
+/// Opens connection `lane` to `peer` and runs the client side of the handshake.
+///
+/// # Errors
+/// [`DialError`]: `Yielded` when the peer's own connection is kept, `Failed` when its port
+/// refuses connections for [`REFUSED_PATIENCE`], authentication fails (`PermissionDenied`,
+/// naming `OXCCL_SECRET`) or it refuses this rank's identity (`InvalidData`), `TimedOut` at
+/// `deadline`.
 pub(super) fn dial(
     peer: usize,
     lane: usize,
@@ -180,45 +205,75 @@ pub(super) fn dial(
     secret: &Secret,
     me: &Ident,
     deadline: Instant,
-) -> Result<TcpStream> {
+) -> std::result::Result<TcpStream, DialError> {
     let context = || format!("connecting rank {} to rank {peer} at {addr} (connection {lane})", me.me);
     let mut backoff = Duration::from_millis(10);
     let mut last: Option<io::Error> = None;
+    let mut refused_since: Option<Instant> = None;
     let mut s = loop {
         let left = remaining(deadline);
         if left.is_zero() {
-            return Err(Error::Io {
-                context: context(),
-                kind: io::ErrorKind::TimedOut,
-                message: format!(
-                    "no connection within the connect timeout (last error: {})",
-                    last.map_or_else(|| "none".to_string(), |e| e.to_string())
-                ),
-            });
+            tracing::debug!(
+                "{}: no connection before the deadline (last error: {})",
+                context(),
+                last.map_or_else(|| "none".to_string(), |e| e.to_string())
+            );
+            return Err(DialError::TimedOut);
         }
         match TcpStream::connect_timeout(&addr, left) {
             Ok(s) => break s,
             Err(e) if matches!(e.kind(), io::ErrorKind::InvalidInput | io::ErrorKind::PermissionDenied) => {
-                return Err(Error::io(context(), &e));
+                return Err(DialError::Failed(Error::io(context(), &e)));
             }
             Err(e) => {
+                if e.kind() == io::ErrorKind::ConnectionRefused {
+                    let since = *refused_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() >= REFUSED_PATIENCE {
+                        return Err(DialError::Failed(Error::Io {
+                            context: context(),
+                            kind: io::ErrorKind::ConnectionRefused,
+                            message: format!(
+                                "nothing listens at rank {peer}'s published address any more: its process ended, \
+                                 or it shut its connections down"
+                            ),
+                        }));
+                    }
+                }
                 last = Some(e);
                 std::thread::sleep(backoff.min(remaining(deadline)));
-                backoff = (backoff * 2).min(Duration::from_millis(250));
+                backoff = (backoff * 2).min(Duration::from_millis(100));
             }
         }
     };
-    let io_err = |e: io::Error| Error::io(context(), &e);
+    let failed = |e: io::Error| {
+        if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) {
+            DialError::TimedOut
+        } else {
+            DialError::Failed(Error::io(context(), &e))
+        }
+    };
     let left = remaining(deadline).max(Duration::from_millis(1));
-    s.set_nodelay(true).map_err(io_err)?;
-    s.set_read_timeout(Some(left)).map_err(io_err)?;
-    s.set_write_timeout(Some(left)).map_err(io_err)?;
-    auth::connect(&mut s, secret, AUTH_CONTEXT)
-        .map_err(|e| auth_failure(format!("authenticating rank {} to rank {peer} at {addr}", me.me), e))?;
-    s.write_all(&me.hello(peer, lane)).map_err(io_err)?;
+    s.set_nodelay(true).map_err(failed)?;
+    s.set_read_timeout(Some(left)).map_err(failed)?;
+    s.set_write_timeout(Some(left)).map_err(failed)?;
+    auth::connect(&mut s, secret, AUTH_CONTEXT).map_err(|e| match e {
+        AuthError::Io(e) if e.kind() == io::ErrorKind::UnexpectedEof => DialError::Failed(Error::Io {
+            context: context(),
+            kind: io::ErrorKind::PermissionDenied,
+            message: format!(
+                "rank {peer} closed the connection during authentication: its process ended, or it refused \
+                 this rank's secret (every rank of a job must use the same {SECRET_ENV})"
+            ),
+        }),
+        AuthError::Io(e) => failed(e),
+        e => DialError::Failed(auth_failure(format!("authenticating rank {} to rank {peer} at {addr}", me.me), e)),
+    })?;
+    s.write_all(&me.hello(peer, lane)).map_err(failed)?;
     let mut reply = [0u8; REPLY_LEN];
-    s.read_exact(&mut reply).map_err(io_err)?;
-    let refused = |message: String| Error::Io { context: context(), kind: io::ErrorKind::InvalidData, message };
+    s.read_exact(&mut reply).map_err(failed)?;
+    let refused = |message: String| {
+        DialError::Failed(Error::Io { context: context(), kind: io::ErrorKind::InvalidData, message })
+    };
     if reply[..8] != ID_MAGIC {
         return Err(refused("the peer does not speak the oxccl TCP protocol".into()));
     }
@@ -228,6 +283,7 @@ pub(super) fn dial(
         Some(Verdict::Accepted) => {
             Err(refused(format!("the address published for rank {peer} belongs to rank {theirs}")))
         }
+        Some(Verdict::Crossed | Verdict::Duplicate) => Err(DialError::Yielded),
         Some(v) => Err(refused(format!("rank {peer} refused the connection: {}", v.text(peer, me.me)))),
         None => Err(refused(format!("rank {peer} answered with an unknown verdict {}", reply[16]))),
     }
@@ -236,7 +292,7 @@ pub(super) fn dial(
 /// Looks `peer`'s published address up.
 pub(super) fn lookup(rdv: &dyn Rendezvous, prefix: &str, peer: usize, deadline: Instant) -> Result<SocketAddr> {
     let key = address_key(prefix, peer);
-    let raw = rdv.lookup(&key, remaining(deadline))?;
+    let raw = rdv.lookup_from(peer, &key, remaining(deadline))?;
     std::str::from_utf8(&raw).ok().and_then(|t| t.trim().parse().ok()).ok_or_else(|| {
         Error::Store(format!(
             "the address of rank {peer} under `{key}` is not host:port: {:?}",

@@ -54,8 +54,6 @@ pub(super) enum Wait {
     Now,
     /// Until the instant (then `WouldBlock`).
     Until(Instant),
-    /// Until bytes arrive or the stream ends.
-    Forever,
 }
 
 /// Where the bytes come from: a socket, or (in tests) a slice.
@@ -115,7 +113,6 @@ impl Source for Socket<'_> {
 
     fn read_some(&mut self, buf: &mut [MaybeUninit<u8>], wait: Wait) -> io::Result<usize> {
         match wait {
-            Wait::Forever => self.recv(buf, 0),
             Wait::Now => self.recv(buf, libc::MSG_DONTWAIT),
             Wait::Until(deadline) => loop {
                 match self.recv(buf, libc::MSG_DONTWAIT) {
@@ -394,7 +391,6 @@ impl Incoming {
                 Wait::Now => return Ok(false),
                 Wait::Until(deadline) if remaining(deadline).is_zero() => return Ok(false),
                 Wait::Until(deadline) => remaining(deadline).min(WAIT_SLICE),
-                Wait::Forever => WAIT_SLICE,
             };
             let mut fds: Vec<libc::pollfd> = (0..st.lanes())
                 .filter(|&j| st.pending(j))
@@ -507,10 +503,20 @@ impl Incoming {
                     self.partial = Some(p);
                     return Ok(done(delivered));
                 }
+                let ahead = p.frame.kind == FrameKind::Data
+                    && direct
+                        .as_ref()
+                        .is_some_and(|d| (d.comm_id, d.channel) == (p.frame.header.comm_id, p.frame.header.channel));
                 mailbox
                     .accept(from, p.frame, p.payload)
                     .map_err(|e| End::Malformed(format!("a failure notice that cannot be decoded ({})", e.0)))?;
                 delivered = true;
+                if ahead {
+                    // A frame on the caller's channel just reached the mailbox (it was begun
+                    // before this caller came): the caller takes it from there first, and
+                    // what follows after it, in order.
+                    *direct = None;
+                }
             }
             let Some(f) = self.header(src, max_frame)? else { return Ok(done(delivered)) };
             let h = f.header;
@@ -578,12 +584,12 @@ fn as_uninit(buf: &mut [u8]) -> &mut [MaybeUninit<u8>] {
     unsafe { &mut *(std::ptr::from_mut::<[u8]>(buf) as *mut [MaybeUninit<u8>]) }
 }
 
-/// Decodes the whole of `src` into `mailbox` as a reader thread would, until it ends.
+/// Decodes the whole of `src` into `mailbox` as the progress thread would, until it ends.
 #[cfg(test)]
 pub(super) fn pump_to_end(mut src: &[u8], from: usize, mailbox: &Mailbox, max_frame: usize) -> End {
     let mut inc = Incoming::default();
     loop {
-        if let Err(end) = inc.pump(&mut src, &mut [] as &mut [&[u8]], from, mailbox, max_frame, None, Wait::Forever) {
+        if let Err(end) = inc.pump(&mut src, &mut [] as &mut [&[u8]], from, mailbox, max_frame, None, Wait::Now) {
             return end;
         }
     }

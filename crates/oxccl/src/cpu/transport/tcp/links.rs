@@ -1,21 +1,22 @@
-//! [`TcpLinks`]: a rank's TCP connections to its peers, how they are established, and the
-//! [`Link`] that sends frames over them.
+//! [`TcpLinks`]: a rank's TCP connections to its peers, made on demand, and the [`Link`]
+//! that sends frames over them.
 
-use std::collections::HashSet;
 use std::fmt;
-use std::net::{SocketAddr, TcpListener};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, MutexGuard, TryLockError};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, MutexGuard, OnceLock, TryLockError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::acceptor::Acceptor;
-use super::connection::{set_liveness, Conn};
-use super::handshake::{address_key, dial, lookup, Ident};
+use super::connection::Conn;
+use super::handshake::{address_key, dial, lookup, DialError, Ident};
 use super::incoming::{Direct, Incoming, LaneSockets, Pumped, Socket, Wait};
 use super::interface::select_address;
 use super::options::{TcpOptions, MAX_FRAME_ENV};
-use super::reader::{report_end, spawn_reader};
+use super::peers::{Dialed, Next};
+use super::progress::{self, Shared};
+use super::readiness::Poller;
+use super::remaining;
 use super::writer::{WriteFail, WriteState};
 use crate::bootstrap::auth::Secret;
 use crate::bootstrap::Rendezvous;
@@ -25,12 +26,18 @@ use crate::cpu::transport::routed::{Link, Polled, Want};
 use crate::cpu::transport::{Header, LinkKind, Pieces, Stage, TransportError};
 use crate::error::{Error, Result};
 
+/// How long a caller that yielded to its peer's crossing dial waits before it looks again
+/// (the peer's connection normally arrives well before).
+const CROSSED_PAUSE: Duration = Duration::from_millis(20);
+/// Longest single wait for the connection table to change.
+const TABLE_WAIT: Duration = Duration::from_millis(50);
+
 /// A rank's TCP connections to its peers: a [`Link`] for
 /// [`RoutedTransport`](crate::cpu::transport::routed::RoutedTransport). What arrives is
 /// delivered into the mailbox given to [`TcpLinks::establish`].
 ///
 /// Dropping it shuts every connection down (peers see it close and lose this rank) and joins
-/// the reader threads.
+/// the progress thread.
 pub struct TcpLinks {
     pub(super) rank: usize,
     addr: SocketAddr,
@@ -39,10 +46,12 @@ pub struct TcpLinks {
     /// See [`TcpOptions::yield_for`].
     yield_for: Duration,
     pub(super) mailbox: Arc<Mailbox>,
-    /// Indexed by peer rank.
-    conns: Vec<Option<Arc<Conn>>>,
-    pub(super) closing: Arc<AtomicBool>,
-    readers: Vec<JoinHandle<()>>,
+    pub(super) shared: Arc<Shared>,
+    /// Where peers' addresses are looked up when they are first needed
+    /// ([`TcpLinks::with_directory`]).
+    rdv: Option<Arc<dyn Rendezvous>>,
+    prefix: String,
+    progress: Option<JoinHandle<()>>,
 }
 
 impl fmt::Debug for TcpLinks {
@@ -56,30 +65,29 @@ impl fmt::Debug for TcpLinks {
     }
 }
 
-/// Whether the reader threads run in the background ([`spawn_reader`]'s `in_background`):
+/// Whether the progress thread runs in the background ([`progress::run_in_background`]):
 /// where the callers read their sockets themselves first, spinning or yielding.
 pub(super) fn readers_in_background(opts: &TcpOptions) -> bool {
     !(opts.poll_for.is_zero() && opts.yield_for.is_zero())
 }
 
 impl TcpLinks {
-    /// Connects rank `rank` of a world of `world` to each rank in `peers` (the module docs
-    /// describe how): listens on [`select_address`]'s address, publishes `host:port` under
-    /// `{prefix}/tcp/{rank}` through `rdv`, dials the peers above `rank`, accepts the peers
-    /// below it, authenticates every connection with `secret` and checks both ranks, and
-    /// starts one reader thread per connection delivering into `mailbox`. Every peer must
-    /// call it with the same `world`, `prefix` and secret, and with peer lists that agree
-    /// (`p` lists `q` exactly when `q` lists `p`). `prefix` should be unique per job launch:
-    /// an address left under it by an earlier launch would be dialed.
+    /// Sets rank `rank` of a world of `world` up to reach each rank in `peers` over TCP (the
+    /// module documentation describes how): listens on [`select_address`]'s address,
+    /// publishes `host:port` under `{prefix}/tcp/{rank}` through `rdv`, and starts the
+    /// progress thread, which accepts the peers' connections and delivers what arrives into
+    /// `mailbox`. No connection is made here: each is made the first time it is needed
+    /// ([`TcpLinks::connect`]), its peer's address looked up then in the directory
+    /// ([`TcpLinks::with_directory`]), and authenticated with `secret`. Every peer must call it with the same `world`, `prefix`
+    /// and secret, and with peer lists that agree (`p` lists `q` exactly when `q` lists
+    /// `p`). `prefix` should be unique per job launch: an address left under it by an
+    /// earlier launch would be dialed.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a rank or peer out of range, repeated or equal to
     /// `rank`; [`Error::Config`] for unusable options or interface choice; [`Error::Store`]
-    /// when the rendezvous fails or a published address is not `host:port`;
-    /// [`Error::Io`] when listening or connecting fails, when authentication fails
-    /// (`PermissionDenied`, naming `OXCCL_SECRET`), when a peer refuses this rank's identity
-    /// (`InvalidData`), or when peers have not connected within `opts.connect_timeout`
-    /// (`TimedOut`, listing the missing ranks and the connections that were refused and why).
+    /// when publishing fails; [`Error::Io`] when listening fails or the progress thread
+    /// cannot start.
     #[allow(clippy::too_many_arguments)]
     pub fn establish(
         rank: usize,
@@ -95,81 +103,56 @@ impl TcpLinks {
         if rank >= world {
             return Err(Error::invalid(format!("TCP transport: rank {rank} of a world of {world}")));
         }
-        let mut listed = vec![false; world];
+        let mut expected = vec![false; world];
         for &p in peers {
-            if p >= world || p == rank || listed[p] {
+            if p >= world || p == rank || expected[p] {
                 return Err(Error::invalid(format!(
                     "TCP transport: peer {p} of rank {rank} (world of {world}) is out of range, this rank, or listed twice"
                 )));
             }
-            listed[p] = true;
+            expected[p] = true;
         }
-        let deadline = Instant::now() + opts.connect_timeout;
         let ip = select_address(opts)?;
         let listener = TcpListener::bind((ip, 0))
             .map_err(|e| Error::io(format!("listening on {ip} for the TCP transport"), &e))?;
         let addr = listener.local_addr().map_err(|e| Error::io("reading the TCP transport's listening address", &e))?;
-        rdv.publish(&address_key(prefix, rank), addr.to_string().as_bytes())?;
-
-        let me = Ident::new(rank, world, opts.lanes, prefix);
-        let lower: HashSet<usize> = peers.iter().copied().filter(|&p| p < rank).collect();
-        let mut higher: Vec<usize> = peers.iter().copied().filter(|&p| p > rank).collect();
-        higher.sort_unstable();
-        let mut acceptor =
-            if lower.is_empty() { None } else { Some(Acceptor::start(listener, secret, me, lower.clone(), deadline)?) };
-
-        let mut streams = Vec::with_capacity(peers.len());
-        for p in higher {
-            let at = lookup(rdv, prefix, p, deadline)?;
-            let lanes = (0..opts.lanes).map(|lane| dial(p, lane, at, secret, &me, deadline)).collect::<Result<_>>()?;
-            streams.push((p, lanes));
-        }
-        if let Some(acc) = acceptor.as_mut() {
-            streams.extend(acc.collect(rank, &lower, opts.lanes, addr, deadline, opts.connect_timeout)?);
-        }
-        drop(acceptor);
-
-        let mut links = TcpLinks {
+        let poller = Poller::new().map_err(|e| Error::io("creating the TCP transport's epoll instance", &e))?;
+        let shared = Arc::new(Shared::new(
+            rank,
+            world,
+            Ident::new(rank, world, opts.lanes, prefix),
+            secret.clone(),
+            expected,
+            opts.lanes,
+            opts.max_frame,
+            Arc::clone(&mailbox),
+            poller,
+        ));
+        let thread = progress::spawn(Arc::clone(&shared), listener, readers_in_background(opts))
+            .map_err(|e| Error::io("starting the TCP transport's progress thread", &e))?;
+        let links = TcpLinks {
             rank,
             addr,
             max_frame: opts.max_frame,
             poll_for: opts.poll_for,
             yield_for: opts.yield_for,
             mailbox,
-            conns: vec![None; world],
-            closing: Arc::new(AtomicBool::new(false)),
-            readers: Vec::with_capacity(streams.len()),
+            shared,
+            rdv: None,
+            prefix: prefix.to_string(),
+            progress: Some(thread),
         };
-        for (p, mut socks) in streams {
-            for s in &socks {
-                let ready = s
-                    .set_nodelay(true)
-                    .and_then(|()| set_liveness(s))
-                    .and_then(|()| s.set_read_timeout(None))
-                    .and_then(|()| s.set_write_timeout(None));
-                ready.map_err(|e| Error::io(format!("preparing the TCP connection to rank {p}"), &e))?;
-            }
-            if socks.is_empty() {
-                return Err(Error::Internal(format!("no TCP connection to rank {p} was made")));
-            }
-            let s = socks.remove(0);
-            let conn = Arc::new(
-                Conn::new(p, s, socks)
-                    .map_err(|e| Error::io(format!("watching the TCP connection to rank {p}"), &e))?,
-            );
-            links.conns[p] = Some(Arc::clone(&conn));
-            let reader = spawn_reader(
-                rank,
-                conn,
-                Arc::clone(&links.mailbox),
-                links.max_frame,
-                Arc::clone(&links.closing),
-                readers_in_background(opts),
-            )
-            .map_err(|e| Error::io("starting a TCP reader thread", &e))?;
-            links.readers.push(reader);
-        }
+        // Published last: whoever finds the address finds a rank ready to answer.
+        rdv.publish(&address_key(prefix, rank), addr.to_string().as_bytes())?;
         Ok(links)
+    }
+
+    /// Looks peers' addresses up in `directory` (under the prefix given to
+    /// [`TcpLinks::establish`]) when each is first needed: the rendezvous itself when it
+    /// outlives setup, else a copy of the addresses made during setup.
+    pub fn with_directory(mut self, directory: Arc<dyn Rendezvous>) -> TcpLinks {
+        self.rdv = Some(directory);
+        self
     }
 
     /// The address this rank listened on and published.
@@ -178,22 +161,160 @@ impl TcpLinks {
         self.addr
     }
 
-    /// The ranks this endpoint is connected to, ascending.
+    /// The ranks this endpoint is connected to now, ascending.
     pub fn peers(&self) -> Vec<usize> {
-        self.conns.iter().enumerate().filter(|(_, c)| c.is_some()).map(|(p, _)| p).collect()
+        (0..self.shared.conns.len()).filter(|&p| self.shared.conns[p].get().is_some()).collect()
+    }
+
+    /// Connects to every peer now, instead of when each is first needed (for tests and
+    /// tools that want every connection checked up front).
+    #[cfg(test)]
+    ///
+    /// # Errors
+    /// As [`TcpLinks::connect`], as an [`Error`]: [`Error::PeerLost`] for a peer that is
+    /// gone or refused, `Error::Io` (`TimedOut`) for one that did not answer by `deadline`.
+    pub fn connect_all(&self, deadline: Instant) -> Result<()> {
+        for p in (0..self.shared.expected.len()).filter(|&p| self.shared.expected[p]) {
+            self.connect(p, deadline).map_err(|e| match e {
+                TransportError::PeerLost { peer, detail } => Error::PeerLost { rank: peer, detail },
+                TransportError::Timeout { peer } => Error::Io {
+                    context: format!("connecting rank {} to rank {peer} over TCP", self.rank),
+                    kind: std::io::ErrorKind::TimedOut,
+                    message: "no connection before the deadline".into(),
+                },
+                TransportError::Aborted(reason) => Error::Aborted { reason },
+                TransportError::PeerFailed { error, .. } => error,
+                TransportError::Other(e) => e,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// The connection to `peer`, made now if there is none yet: dialed by this caller, or
+    /// accepted from the peer if it dials at the same moment and keeps its own (see
+    /// `peers`).
+    ///
+    /// # Errors
+    /// `PeerLost` when the peer is gone (its port refuses connections, its connection
+    /// ended, or this rank shut down); `Timeout` when no connection is made by `deadline`;
+    /// `Other` when the peer refuses this rank's secret or identity (named in the error), its
+    /// address cannot be looked up, or `peer` is not a TCP peer of this rank.
+    pub(super) fn connect(&self, peer: usize, deadline: Instant) -> std::result::Result<&Arc<Conn>, TransportError> {
+        let sh = &*self.shared;
+        if let Some(c) = sh.conns.get(peer).and_then(OnceLock::get) {
+            return Ok(c);
+        }
+        if !sh.expected.get(peer).copied().unwrap_or(false) {
+            return Err(TransportError::Other(Error::invalid(format!(
+                "rank {} has no TCP route to rank {peer}",
+                self.rank
+            ))));
+        }
+        loop {
+            let mut t = sh.table();
+            match t.want(peer) {
+                Next::Ready => {
+                    drop(t);
+                    return sh.conns[peer].get().ok_or_else(|| {
+                        TransportError::Other(Error::Internal(format!("rank {peer} is connected without a connection")))
+                    });
+                }
+                Next::Gone(detail) => return Err(TransportError::PeerLost { peer, detail }),
+                Next::Wait => {
+                    let left = remaining(deadline);
+                    if left.is_zero() {
+                        return Err(TransportError::Timeout { peer });
+                    }
+                    drop(sh.wait_change(t, left.min(TABLE_WAIT)));
+                }
+                Next::Dial => {
+                    drop(t);
+                    let r = self.dial_lanes(peer, deadline);
+                    self.dial_ended(peer, r, deadline)?;
+                }
+            }
+        }
+    }
+
+    /// Looks `peer`'s address up and opens every lane of a connection to it.
+    fn dial_lanes(&self, peer: usize, deadline: Instant) -> std::result::Result<Vec<TcpStream>, DialError> {
+        let Some(rdv) = &self.rdv else {
+            return Err(DialError::NoAddress(Error::Internal(format!(
+                "rank {}'s TCP links have no directory to look rank {peer}'s address up in",
+                self.rank
+            ))));
+        };
+        let at = lookup(&**rdv, &self.prefix, peer, deadline).map_err(DialError::NoAddress)?;
+        let me = &self.shared.ident;
+        (0..self.shared.lanes).map(|lane| dial(peer, lane, at, &self.shared.secret, me, deadline)).collect()
+    }
+
+    /// Records how a dial ended; an error when the caller should give up now.
+    fn dial_ended(
+        &self,
+        peer: usize,
+        r: std::result::Result<Vec<TcpStream>, DialError>,
+        deadline: Instant,
+    ) -> std::result::Result<(), TransportError> {
+        let sh = &*self.shared;
+        let mut t = sh.table();
+        let outcome = match r {
+            Ok(socks) => match sh.install(peer, socks) {
+                Ok(_) => {
+                    t.dialed(peer, Dialed::Connected);
+                    Ok(())
+                }
+                Err(e) => {
+                    let detail = format!("setting up the TCP connection to rank {peer} failed: {e}");
+                    t.dialed(peer, Dialed::Failed(detail.clone()));
+                    drop(t);
+                    sh.lose(peer, &detail);
+                    return Err(TransportError::PeerLost { peer, detail });
+                }
+            },
+            Err(DialError::Yielded) => {
+                t.dialed(peer, Dialed::Yielded);
+                // The peer's own connection is on its way: give it a moment to arrive.
+                let pause = remaining(deadline).min(CROSSED_PAUSE);
+                drop(sh.wait_change(t, pause));
+                sh.table_changed();
+                return Ok(());
+            }
+            Err(DialError::TimedOut) => {
+                t.dialed(peer, Dialed::GaveUp);
+                Err(TransportError::Timeout { peer })
+            }
+            Err(DialError::NoAddress(e)) => {
+                t.dialed(peer, Dialed::GaveUp);
+                Err(TransportError::Other(e))
+            }
+            Err(DialError::Failed(e)) => {
+                let detail = e.to_string();
+                t.dialed(peer, Dialed::Failed(detail.clone()));
+                drop(t);
+                sh.lose(peer, &detail);
+                use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionRefused, ConnectionReset};
+                return Err(match e {
+                    // Nothing listens, or the listener went away during the handshake.
+                    Error::Io {
+                        kind: ConnectionRefused | ConnectionReset | ConnectionAborted | BrokenPipe, ..
+                    } => TransportError::PeerLost { peer, detail },
+                    e => TransportError::Other(e),
+                });
+            }
+        };
+        drop(t);
+        sh.table_changed();
+        outcome
     }
 
     /// Shuts every connection down now, as if this process had ended: peers see the
-    /// connections close and lose this rank, waits here on any peer end with
-    /// `PeerLost`, and later sends fail with `PeerLost`. Dropping the links does this too.
+    /// connections close and lose this rank, new connections are refused, waits here on
+    /// any peer end with `PeerLost`, and later sends fail with `PeerLost`. Dropping the
+    /// links does this too.
+    #[cfg(test)]
     pub fn shutdown(&self) {
-        self.closing.store(true, Ordering::Release);
-        for conn in self.conns.iter().flatten() {
-            let _ = conn.gone.set(format!("rank {} shut its TCP connections down", self.rank));
-            conn.shutdown();
-            // The reader may be disarmed while a caller reads: have it see the end now.
-            conn.readiness.arm();
-        }
+        self.shared.close();
     }
 
     /// Refuses a payload above the frame limit.
@@ -231,18 +352,14 @@ impl TcpLinks {
         Ok(w)
     }
 
-    pub(super) fn conn(&self, peer: usize) -> Result<&Arc<Conn>, TransportError> {
-        self.conns.get(peer).and_then(Option::as_ref).ok_or_else(|| {
-            TransportError::Other(Error::invalid(format!("rank {} has no TCP connection to rank {peer}", self.rank)))
-        })
+    /// The connection to `peer`, if it exists now.
+    pub(super) fn conn(&self, peer: usize) -> Option<&Arc<Conn>> {
+        self.shared.conns.get(peer).and_then(OnceLock::get)
     }
 
     /// Marks `conn` unusable, closes it, and loses its peer.
     pub(super) fn break_conn(&self, conn: &Conn, detail: String) -> String {
-        let detail = conn.gone.get_or_init(|| detail).clone();
-        conn.shutdown();
-        self.mailbox.lose(conn.peer, &detail);
-        detail
+        self.shared.break_conn(conn, detail)
     }
 }
 
@@ -291,7 +408,7 @@ impl TcpLinks {
             Ok(Pumped::TimedOut) => Err(TransportError::Timeout { peer }),
             Err(end) => {
                 // The mailbox now says how the stream ended (the next look reports it).
-                report_end(self.rank, conn, end, &self.mailbox, self.closing.load(Ordering::Acquire));
+                self.shared.report_end(conn, end);
                 Ok(Polled::Moved)
             }
         }
@@ -304,13 +421,15 @@ impl Link for TcpLinks {
     }
 
     /// Writes the frame's header and payload to `peer`'s connection, after every earlier
-    /// frame to `peer`.
+    /// frame to `peer`; a data frame to a peer without a connection makes one first. A
+    /// notice (failure, release) goes only over a connection that exists: a peer that never
+    /// exchanged anything with this rank waits on nothing from it.
     ///
     /// # Errors
     /// `Timeout` when `deadline` passes first (if part of the frame was written the
     /// connection is closed, since the stream is out of step); `PeerLost` when the
     /// connection is gone or breaks; `Other` ([`Error::Config`]) for a payload above the
-    /// frame limit, or ([`Error::InvalidArgument`]) for a rank without a connection.
+    /// frame limit; as [`TcpLinks::connect`].
     fn send_frame(
         &self,
         peer: usize,
@@ -319,8 +438,12 @@ impl Link for TcpLinks {
         payload: &[u8],
         deadline: Instant,
     ) -> std::result::Result<(), TransportError> {
-        let conn = self.conn(peer)?;
         self.check_frame_len(peer, payload.len())?;
+        let conn = match (kind, self.conn(peer)) {
+            (_, Some(c)) => c,
+            (FrameKind::Data, None) => self.connect(peer, deadline)?,
+            (_, None) => return Ok(()),
+        };
         let head = frame::encode_header(kind, header, payload.len());
         let mut w = self.writer_of(conn)?;
         match w.write_frame_to(conn, &head, payload, deadline) {
@@ -341,13 +464,22 @@ impl Link for TcpLinks {
         }
     }
 
+    /// Makes the connection to `peer` if there is none yet ([`TcpLinks::connect`]).
+    ///
+    /// # Errors
+    /// As [`TcpLinks::connect`].
+    fn reach(&self, peer: usize, deadline: Instant) -> std::result::Result<(), TransportError> {
+        self.connect(peer, deadline).map(drop)
+    }
+
     /// Reads `want.peer`'s socket on the caller's thread without waiting (see `read_for`),
-    /// unless someone else (its reader thread, another caller) is reading it.
+    /// unless someone else (the progress thread, another caller) is reading it, or there is
+    /// no connection yet.
     ///
     /// # Errors
     /// As `read_for`.
     fn poll(&self, want: &mut Want<'_>) -> std::result::Result<Polled, TransportError> {
-        let conn = self.conn(want.peer)?;
+        let Some(conn) = self.conn(want.peer) else { return Ok(Polled::Nothing) };
         match conn.incoming.try_lock() {
             Ok(mut g) => self.read_for(conn, &mut g, want, Wait::Until(want.deadline)),
             Err(TryLockError::Poisoned(p)) => {
@@ -382,7 +514,7 @@ impl Link for TcpLinks {
     }
 
     fn start_polling(&self, peer: usize) {
-        if let Ok(conn) = self.conn(peer) {
+        if let Some(conn) = self.conn(peer) {
             if conn.pollers.fetch_add(1, Ordering::SeqCst) == 0 {
                 conn.readiness.disarm();
             }
@@ -390,10 +522,12 @@ impl Link for TcpLinks {
     }
 
     fn stop_polling(&self, peer: usize) {
-        if let Ok(conn) = self.conn(peer) {
-            // The reader re-arms after reading only while no caller polls: the last one to
-            // stop re-arms it here, so bytes that arrived meanwhile wake it.
-            if conn.pollers.fetch_sub(1, Ordering::SeqCst) == 1 {
+        if let Some(conn) = self.conn(peer) {
+            // The progress thread re-arms after reading only while no caller polls: the last
+            // one to stop re-arms here, so bytes that arrived meanwhile wake it. A count that
+            // is already zero (the connection was made after its caller started) stays zero.
+            let was = conn.pollers.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+            if was == Ok(1) {
                 conn.readiness.arm();
             }
         }
@@ -402,9 +536,10 @@ impl Link for TcpLinks {
 
 impl Drop for TcpLinks {
     fn drop(&mut self) {
-        self.shutdown();
-        for r in self.readers.drain(..) {
-            let _ = r.join();
+        self.shared.close();
+        self.shared.stop();
+        if let Some(t) = self.progress.take() {
+            let _ = t.join();
         }
     }
 }

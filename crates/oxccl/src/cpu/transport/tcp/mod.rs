@@ -71,7 +71,7 @@
 //! (payloads across lanes), `exchange`
 //! (both directions driven by the caller), `links` ([`TcpLinks`]), and `tests`.
 
-mod acceptor;
+mod accepting;
 mod connection;
 mod exchange;
 mod handshake;
@@ -79,7 +79,8 @@ mod incoming;
 mod interface;
 mod links;
 mod options;
-mod reader;
+mod peers;
+mod progress;
 mod readiness;
 mod stripes;
 #[cfg(test)]
@@ -88,6 +89,7 @@ mod writer;
 
 use std::time::{Duration, Instant};
 
+pub use handshake::address_key;
 #[cfg(any(test, feature = "testing"))]
 pub use handshake::AUTH_CONTEXT;
 pub use interface::{default_candidates, ipv4_interfaces, select_address};

@@ -32,23 +32,23 @@ use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, OpKind};
 use crate::{Algorithm, DType, ReduceOp};
 
-/// An in-memory rendezvous shared by the threads of a test.
-#[derive(Default)]
-struct MemRdv {
-    map: Mutex<HashMap<String, Vec<u8>>>,
-    cv: Condvar,
-}
+/// A map of published values and the condition signalled when one is published.
+type Published = (Mutex<HashMap<String, Vec<u8>>>, Condvar);
+
+/// An in-memory rendezvous shared by the threads of a test (clones share the map).
+#[derive(Default, Clone)]
+struct MemRdv(Arc<Published>);
 
 impl Rendezvous for MemRdv {
     fn publish(&self, key: &str, value: &[u8]) -> Result<()> {
-        self.map.lock().unwrap().insert(key.to_string(), value.to_vec());
-        self.cv.notify_all();
+        self.0 .0.lock().unwrap().insert(key.to_string(), value.to_vec());
+        self.0 .1.notify_all();
         Ok(())
     }
 
     fn lookup(&self, key: &str, timeout: Duration) -> Result<Vec<u8>> {
         let deadline = Instant::now() + timeout;
-        let mut map = self.map.lock().unwrap();
+        let mut map = self.0 .0.lock().unwrap();
         loop {
             if let Some(v) = map.get(key) {
                 return Ok(v.clone());
@@ -57,7 +57,7 @@ impl Rendezvous for MemRdv {
             if left.is_zero() {
                 return Err(Error::Store(format!("`{key}` was not published in time")));
             }
-            map = self.cv.wait_timeout(map, left).unwrap().0;
+            map = self.0 .1.wait_timeout(map, left).unwrap().0;
         }
     }
 }
@@ -91,9 +91,24 @@ fn all_but(r: usize, n: usize) -> Vec<usize> {
     (0..n).filter(|&p| p != r).collect()
 }
 
-fn establish(r: usize, n: usize, rdv: &MemRdv, secret: &Secret, opts: &TcpOptions) -> Result<(Arc<Mailbox>, TcpLinks)> {
+/// Rank `r`'s links, connecting on demand.
+fn establish_lazy(
+    r: usize,
+    n: usize,
+    rdv: &MemRdv,
+    secret: &Secret,
+    opts: &TcpOptions,
+) -> Result<(Arc<Mailbox>, TcpLinks)> {
     let mb = Arc::new(Mailbox::new());
-    TcpLinks::establish(r, n, &all_but(r, n), rdv, PREFIX, secret, opts, Arc::clone(&mb)).map(|l| (mb, l))
+    let links = TcpLinks::establish(r, n, &all_but(r, n), rdv, PREFIX, secret, opts, Arc::clone(&mb))?;
+    Ok((mb, links.with_directory(Arc::new(rdv.clone()))))
+}
+
+/// Rank `r`'s links, connected to every peer before they are returned.
+fn establish(r: usize, n: usize, rdv: &MemRdv, secret: &Secret, opts: &TcpOptions) -> Result<(Arc<Mailbox>, TcpLinks)> {
+    let (mb, links) = establish_lazy(r, n, rdv, secret, opts)?;
+    links.connect_all(Instant::now() + opts.connect_timeout)?;
+    Ok((mb, links))
 }
 
 /// Establishes every rank of a world on its own thread.
@@ -288,22 +303,30 @@ fn short_opts() -> TcpOptions {
 #[test]
 fn a_client_with_the_wrong_secret_cannot_join() {
     let bad = Secret::from_text("not the job's secret").unwrap();
-    // Rank 0 (good) dials rank 1 (wrong secret).
-    let got = links_world(2, |r| if r == 1 { bad.clone() } else { secret() }, &short_opts());
-    let e0 = got[0].as_ref().unwrap_err().to_string();
-    let e1 = got[1].as_ref().unwrap_err().to_string();
-    assert!(e0.contains(SECRET_ENV) && e0.contains("rank 1"), "{e0}");
-    assert!(e1.contains("failed to prove"), "{e1}");
-    // Rank 0 (wrong secret) dials rank 1 (good): the good side names the problem.
-    let got = links_world(2, |r| if r == 0 { bad.clone() } else { secret() }, &short_opts());
-    let e0 = got[0].as_ref().unwrap_err().to_string();
-    let e1 = got[1].as_ref().unwrap_err().to_string();
-    assert!(e0.contains(SECRET_ENV), "{e0}");
-    assert!(e1.contains("failed to prove it knows the job secret") && e1.contains("[0]"), "{e1}");
+    // Either rank may hold the wrong secret: both dial (and both serve), and each names the
+    // variable, the good side naming the other rank. The links stay up until both tried.
+    for wrong in [0, 1] {
+        let rdv = MemRdv::default();
+        let opts = short_opts();
+        let links: Vec<_> = (0..2)
+            .map(|r| establish_lazy(r, 2, &rdv, &if r == wrong { bad.clone() } else { secret() }, &opts).unwrap())
+            .collect();
+        let errors: Vec<String> = thread::scope(|s| {
+            let hs: Vec<_> = links
+                .iter()
+                .map(|(_, l)| s.spawn(move || l.connect_all(Instant::now() + opts.connect_timeout)))
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap().unwrap_err().to_string()).collect()
+        });
+        let good = 1 - wrong;
+        assert!(errors[good].contains(SECRET_ENV) && errors[good].contains(&format!("rank {wrong}")), "{errors:?}");
+        assert!(errors[wrong].contains(SECRET_ENV), "{errors:?}");
+    }
 }
 
 fn read_until_closed(s: &mut TcpStream) {
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    // Longer than a silent client's handshake may last.
+    s.set_read_timeout(Some(super::progress::HANDSHAKE_TIMEOUT + Duration::from_secs(5))).unwrap();
     let mut buf = [0u8; 256];
     loop {
         match s.read(&mut buf) {
@@ -406,7 +429,7 @@ fn lost_detail(mb: &Mailbox, peer: usize) -> String {
 fn with_fake_rank0(n: usize) -> (Vec<TcpStream>, Vec<(Arc<Mailbox>, TcpLinks)>) {
     let rdv = &MemRdv::default();
     thread::scope(|s| {
-        let real: Vec<_> = (1..n).map(|r| s.spawn(move || establish(r, n, rdv, &secret(), &opts()))).collect();
+        let real: Vec<_> = (1..n).map(|r| s.spawn(move || establish_lazy(r, n, rdv, &secret(), &opts()))).collect();
         let me = Ident::new(0, n, 1, PREFIX);
         let deadline = Instant::now() + Duration::from_secs(10);
         let fake =
@@ -709,7 +732,7 @@ fn a_polling_receiver_over_a_real_socket_keeps_order_with_the_reader_thread() {
     // (then its reader thread takes them): every one comes out once, in order.
     let rdv = &MemRdv::default();
     let (mut to1, (mb1, l1)) = thread::scope(|s| {
-        let real = s.spawn(move || establish(1, 2, rdv, &secret(), &polling(Duration::from_secs(2))));
+        let real = s.spawn(move || establish_lazy(1, 2, rdv, &secret(), &polling(Duration::from_secs(2))));
         let me = Ident::new(0, 2, 1, PREFIX);
         let deadline = Instant::now() + Duration::from_secs(10);
         let fake = dial(1, 0, lookup(rdv, PREFIX, 1, deadline).unwrap(), &secret(), &me, deadline).unwrap();
@@ -893,7 +916,7 @@ fn striped_payloads_are_read_from_every_lane_in_order() {
         let mut src: &[u8] = &streams[0];
         let mut others: Vec<&[u8]> = streams[1..].iter().map(|v| &v[..]).collect();
         loop {
-            match inc.pump(&mut src, &mut others[..], 0, &mb, 1 << 26, None, Wait::Forever) {
+            match inc.pump(&mut src, &mut others[..], 0, &mb, 1 << 26, None, Wait::Now) {
                 Ok(_) => {}
                 Err(End::Closed) => break,
                 Err(e) => panic!("k={k}: {e:?}"),
@@ -912,7 +935,7 @@ fn striped_payloads_are_read_from_every_lane_in_order() {
         let mut others: Vec<&[u8]> = std::iter::once(short).chain(streams[2..].iter().map(|v| &v[..])).collect();
         let mut inc = Incoming::default();
         let end = loop {
-            if let Err(e) = inc.pump(&mut src, &mut others[..], 0, &Mailbox::new(), 1 << 26, None, Wait::Forever) {
+            if let Err(e) = inc.pump(&mut src, &mut others[..], 0, &Mailbox::new(), 1 << 26, None, Wait::Now) {
                 break e;
             }
         };
@@ -975,9 +998,12 @@ fn a_striped_payload_read_in_place_resumes_per_lane() {
 fn ranks_that_disagree_on_the_connections_per_peer_are_refused_by_name() {
     let rdv = MemRdv::default();
     let fast = TcpOptions { connect_timeout: Duration::from_secs(3), ..opts() };
+    let two = TcpOptions { lanes: 2, ..fast.clone() };
+    let l0 = establish_lazy(0, 2, &rdv, &secret(), &two).unwrap();
+    let l1 = establish_lazy(1, 2, &rdv, &secret(), &fast).unwrap();
     let (r0, r1) = thread::scope(|s| {
-        let a = s.spawn(|| establish(0, 2, &rdv, &secret(), &TcpOptions { lanes: 2, ..fast.clone() }));
-        let b = s.spawn(|| establish(1, 2, &rdv, &secret(), &fast));
+        let a = s.spawn(|| l0.1.connect_all(Instant::now() + fast.connect_timeout));
+        let b = s.spawn(|| l1.1.connect_all(Instant::now() + fast.connect_timeout));
         (a.join().unwrap(), b.join().unwrap())
     });
     let Err(e) = r0 else { panic!("rank 0 must be refused") };
@@ -994,9 +1020,9 @@ fn ranks_that_disagree_on_the_connections_per_peer_are_refused_by_name() {
 #[test]
 fn a_background_reader_thread_runs_as_sched_batch() {
     // Where callers poll their sockets, the reader thread must not preempt them when bytes
-    // come (see `spawn_reader`): it runs as SCHED_BATCH; other threads keep their class.
+    // come (see `progress::run_in_background`): it runs as SCHED_BATCH; other threads keep their class.
     let policy = thread::spawn(|| {
-        super::reader::run_in_background();
+        super::progress::run_in_background();
         // SAFETY: pid 0 is the calling thread.
         unsafe { libc::sched_getscheduler(0) }
     })
@@ -1010,4 +1036,171 @@ fn a_background_reader_thread_runs_as_sched_batch() {
     assert!(super::links::readers_in_background(&polling(Duration::from_micros(50))));
     assert!(super::links::readers_in_background(&TcpOptions { yield_for: Duration::from_millis(2), ..opts() }));
     assert!(!super::links::readers_in_background(&opts()));
+}
+
+// ---- Connections on demand ----
+
+/// A world of `n` ranks whose links connect on demand, with their transports.
+fn lazy_world(n: usize, opts: &TcpOptions) -> Vec<(RoutedTransport, Arc<TcpLinks>)> {
+    let rdv = MemRdv::default();
+    (0..n)
+        .map(|r| {
+            let (mb, links) = establish_lazy(r, n, &rdv, &secret(), opts).unwrap();
+            let links = Arc::new(links);
+            (transport(r, n, mb, &links), links)
+        })
+        .collect()
+}
+
+#[test]
+fn a_peer_that_is_never_used_never_gets_a_connection() {
+    let world = lazy_world(4, &opts());
+    assert!(world.iter().all(|(_, l)| l.peers().is_empty()), "nothing is connected at setup");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    // Rank 0 sends to rank 1, rank 2 waits for rank 3 (which then sends).
+    world[0].0.send(1, &header(4), b"one", deadline).unwrap();
+    let mut buf = [0u8; 3];
+    assert_eq!(world[1].0.recv(0, 4, header(4).channel, None, &mut buf, deadline).unwrap().len, 3);
+    thread::scope(|s| {
+        s.spawn(|| {
+            let mut buf = [0u8; 5];
+            assert_eq!(world[2].0.recv(3, 4, header(4).channel, None, &mut buf, deadline).unwrap().len, 5);
+        });
+        thread::sleep(Duration::from_millis(50));
+        world[3].0.send(2, &header(4), b"three", deadline).unwrap();
+    });
+    let peers: Vec<Vec<usize>> = world.iter().map(|(_, l)| l.peers()).collect();
+    assert_eq!(peers, vec![vec![1], vec![0], vec![3], vec![2]]);
+    // Notices go only where a connection exists: releasing a communicator toward every
+    // rank makes no new connection.
+    world[0].0.release(4, &[1, 2, 3]);
+    assert_eq!(world[0].1.peers(), vec![1]);
+}
+
+/// The local and remote addresses of lane `j` of `links`' connection to `peer`.
+fn lane_ends(links: &TcpLinks, peer: usize, j: usize) -> (SocketAddr, SocketAddr) {
+    let c = links.conn(peer).expect("connected");
+    (c.lane(j).local_addr().unwrap(), c.lane(j).peer_addr().unwrap())
+}
+
+#[test]
+fn simultaneous_dials_end_with_one_connection() {
+    for k in [1, 2] {
+        for round in 0..8 {
+            let world = lazy_world(2, &lanes(k));
+            let go = std::sync::Barrier::new(2);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            thread::scope(|s| {
+                for (r, (t, _)) in world.iter().enumerate() {
+                    let go = &go;
+                    s.spawn(move || {
+                        go.wait();
+                        // Both send first: each dials the other at the same moment.
+                        t.send(1 - r, &header(4), &[r as u8; 3], deadline).unwrap();
+                        let mut buf = [9u8; 3];
+                        t.recv(1 - r, 4, header(4).channel, None, &mut buf, deadline).unwrap();
+                        assert_eq!(buf, [(1 - r) as u8; 3]);
+                    });
+                }
+            });
+            // One connection: each end of every lane is the other's far end.
+            for j in 0..k {
+                let (l0, r0) = lane_ends(&world[0].1, 1, j);
+                let (l1, r1) = lane_ends(&world[1].1, 0, j);
+                assert_eq!((l0, r0), (r1, l1), "lanes {k}, round {round}, lane {j}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_dead_peer_is_found_while_it_holds_no_connection_to_the_waiter() {
+    let world = lazy_world(3, &opts());
+    // Rank 1 goes away before anyone ever talked to it.
+    world[1].1.shutdown();
+    let started = Instant::now();
+    let mut buf = [0u8; 4];
+    let r = world[0].0.recv(1, 4, header(4).channel, None, &mut buf, started + Duration::from_secs(20));
+    match r {
+        Err(TransportError::PeerLost { peer: 1, detail }) => assert!(detail.contains("rank 1"), "{detail}"),
+        other => panic!("expected rank 1 to be lost, got {other:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_secs(3), "took {:?}", started.elapsed());
+    // Sends fail alike, and the others still reach each other.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    assert!(matches!(world[2].0.send(1, &header(4), b"x", deadline), Err(TransportError::PeerLost { peer: 1, .. })));
+    world[2].0.send(0, &header(4), b"ok", deadline).unwrap();
+    let mut ok = [0u8; 2];
+    world[0].0.recv(2, 4, header(4).channel, None, &mut ok, deadline).unwrap();
+    assert_eq!(&ok, b"ok");
+}
+
+/// Frames striped over 2 lanes, their bytes arriving in random amounts per lane, read by
+/// the progress thread (no direct frame) and a caller (its frame in place, without waiting,
+/// sometimes given up) in random turns: every frame comes out once, whole, in order. Frames
+/// of one length follow each other, so a frame the progress thread began and the caller
+/// finished reaches the mailbox ahead of the next, which the caller must not take in place
+/// first (it did, before: a ring all_reduce over 2 lanes got its chunks in the wrong order).
+#[test]
+fn the_progress_thread_and_a_caller_taking_turns_keep_frames_in_order() {
+    let sizes = [200_000usize, 200_000, 5, 5, 300_001, 150_000, 150_000, 64, 262_144, 131_072, 131_072, 7];
+    let frames = payloads(&sizes);
+    let streams = striped_streams(&frames, 2);
+    let ch = header(9).channel;
+    for seed in 0..300u64 {
+        let mut rng = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let mut next = |m: usize| {
+            rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((rng >> 33) as usize) % m.max(1)
+        };
+        let trickle = |s: &Vec<u8>| Trickle { data: s.clone(), at: 0, open: 0, eof: false };
+        let mut src = trickle(&streams[0]);
+        let mut others = [trickle(&streams[1])];
+        let mb = Mailbox::new();
+        let mut inc = Incoming::default();
+        let mut got = 0usize;
+        let mut buf: Vec<u8> = vec![0u8; frames[0].len()];
+        let mut direct_active = false;
+        let mut steps = 0;
+        while got < frames.len() {
+            steps += 1;
+            assert!(steps < 100_000, "seed {seed}: stuck at frame {got}");
+            src.open = (src.open + next(70_000)).min(src.data.len());
+            others[0].open = (others[0].open + next(70_000)).min(others[0].data.len());
+            // Take from the mailbox first, as callers do.
+            if !inc.reading_direct() {
+                let mut b = vec![0u8; frames[got].len()];
+                if let Some(r) = mb.try_recv(0, 9, ch, None, &mut b).unwrap() {
+                    assert_eq!(r.len, frames[got].len(), "seed {seed} frame {got}");
+                    assert!(b == frames[got], "seed {seed}: frame {got} from the mailbox differs");
+                    got += 1;
+                    direct_active = false;
+                    continue;
+                }
+            }
+            if next(2) == 0 && !inc.reading_direct() {
+                inc.pump(&mut src, &mut others[..], 0, &mb, 1 << 26, None, Wait::Now).unwrap();
+            } else {
+                if !direct_active {
+                    buf = vec![0u8; frames[got].len()];
+                    direct_active = true;
+                }
+                let direct = Direct { comm_id: 9, channel: ch, buf: &mut buf, wait: Wait::Now };
+                match inc.pump(&mut src, &mut others[..], 0, &mb, 1 << 26, Some(direct), Wait::Now).unwrap() {
+                    Pumped::Took(r) => {
+                        assert_eq!(r.len, frames[got].len());
+                        assert!(buf == frames[got], "seed {seed}: frame {got} read in place differs");
+                        got += 1;
+                        direct_active = false;
+                    }
+                    _ => {
+                        if inc.reading_direct() && next(3) == 0 {
+                            inc.abandon_direct(&buf, &mb);
+                            direct_active = false;
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
