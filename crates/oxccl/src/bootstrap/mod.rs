@@ -39,6 +39,11 @@ pub trait Rendezvous: Send + Sync {
         let _ = owner;
         self.lookup(key, timeout)
     }
+
+    /// The caller will not use the rendezvous for a while: it lets go of what it holds open
+    /// (the store's client closes its idle connections, so a server of thousands of ranks
+    /// does not keep a descriptor for each). Later calls reopen what they need.
+    fn rest(&self) {}
 }
 
 /// A [`Rendezvous`] inside one process (for worlds of threads and for tests).

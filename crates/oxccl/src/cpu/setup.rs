@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use crate::bootstrap::auth::Secret;
 use crate::bootstrap::env::{job_id, LaunchInfo};
+use crate::bootstrap::pmix::Pmix;
 use crate::bootstrap::store::{StoreClient, StoreServer};
 use crate::bootstrap::{MemoryRendezvous, Rendezvous};
 use crate::config::ResolvedConfig;
@@ -226,7 +227,7 @@ fn shared_profile(
         rdv.publish(&key, published.as_bytes())?;
         return loaded.map(Arc::new);
     }
-    let got = rdv.lookup(&key, opts.setup_timeout)?;
+    let got = rdv.lookup_from(0, &key, opts.setup_timeout)?;
     let text = String::from_utf8_lossy(&got);
     match text.split_once(' ') {
         Some(("ok", rest)) => {
@@ -421,6 +422,9 @@ pub fn init_process(cfg: &ResolvedConfig) -> Result<CpuBackend> {
     }
     let job_id = job_id(|k| std::env::var(k).ok());
     let secret = job_secret(cfg.cpu.secret.as_ref().map(|s| s.0.as_str()), job_id.as_deref(), rank)?;
+    if let Some(pmix) = Pmix::for_mode(cfg.cpu.bootstrap, cfg.cpu.pmix_library.as_deref())? {
+        return init_pmix(pmix, rank, n, &secret, &opts, cfg);
+    }
     let mut keep: Vec<Box<dyn Any + Send + Sync>> = Vec::new();
     // Without MASTER_ADDR, a job whose ranks are all on this host (mpirun/srun on one node)
     // meets on loopback, at a port derived from the launcher's job id.
@@ -476,12 +480,45 @@ pub fn init_process(cfg: &ResolvedConfig) -> Result<CpuBackend> {
     let store = StoreClient::connect(&addr, &secret, opts.setup_timeout)?;
     let prefix = format!("oxccl/g{}", GENERATION.fetch_add(1, Ordering::Relaxed));
     claim_rank(&store, &prefix, rank, n, &info.launcher.to_string())?;
-    let store: Arc<dyn Rendezvous> = Arc::new(store);
+    let store = Arc::new(store);
+    let shared: Arc<dyn Rendezvous> = Arc::clone(&store) as Arc<dyn Rendezvous>;
     let host = host_id(cfg.cpu.host_id.as_deref());
-    let backend = build(rank, n, &*store, Some(&store), &prefix, &secret, &host, &opts, cfg)?;
+    let backend = build(rank, n, &*store, Some(&shared), &prefix, &secret, &host, &opts, cfg)?;
+    // The store is needed again only when a peer is first connected to: its server need not
+    // hold a descriptor per idle rank meanwhile (a later lookup reconnects).
+    store.rest();
     // Every link is up when `build` returns (TCP and shared-memory setup wait for all their
     // peers), so no extra barrier, which would take a sequence number the user sees.
     Ok(keep.into_iter().fold(backend, CpuBackend::keep_alive))
+}
+
+/// Creates this process's rank through the launcher's PMIx (`OXCCL_BOOTSTRAP`, see
+/// [`Pmix::for_mode`]): every value is put and committed with PMIx and read from the rank
+/// that put it, and the launcher's rank and size must agree with PMIx's.
+///
+/// # Errors
+/// [`Error::Config`] when the launcher's variables and PMIx disagree; as [`init_process`].
+fn init_pmix(
+    pmix: Pmix,
+    rank: usize,
+    n: usize,
+    secret: &Secret,
+    opts: &CpuOptions,
+    cfg: &ResolvedConfig,
+) -> Result<CpuBackend> {
+    if (pmix.rank(), pmix.size()) != (rank, n) {
+        return Err(Error::Config(format!(
+            "the launcher's variables say rank {rank} of {n}, PMIx says rank {} of {}; set OXCCL_BOOTSTRAP=store \
+             to ignore PMIx, or fix the launcher's variables",
+            pmix.rank(),
+            pmix.size()
+        )));
+    }
+    let pmix: Arc<dyn Rendezvous> = Arc::new(pmix);
+    let prefix = format!("oxccl/g{}", GENERATION.fetch_add(1, Ordering::Relaxed));
+    let host = host_id(cfg.cpu.host_id.as_deref());
+    let backend = build(rank, n, &*pmix, Some(&pmix), &prefix, secret, &host, opts, cfg)?;
+    Ok(backend.keep_alive(Box::new(pmix)))
 }
 
 /// The only rank of a world of one (no store, no transport to set up).

@@ -352,4 +352,9 @@ impl Rendezvous for StoreClient {
     fn lookup(&self, key: &str, timeout: Duration) -> Result<Vec<u8>> {
         self.get_wait(key, timeout)
     }
+
+    /// [`StoreClient::close_idle`].
+    fn rest(&self) {
+        self.close_idle();
+    }
 }

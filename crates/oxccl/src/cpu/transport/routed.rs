@@ -345,8 +345,15 @@ impl Transport for RoutedTransport {
         for &p in peers {
             self.check_peer(p)?;
         }
+        // Every source can be reached (links that connect on demand connect now), so a
+        // source that is gone is found although it never sent anything.
+        for &p in peers.iter().filter(|&&p| p != self.rank) {
+            if let Some(Some(link)) = self.routes.get(p) {
+                link.reach(p, deadline)?;
+            }
+        }
         // No caller-driven progress here: the frame may come by any link, and every link
-        // delivers by itself (the shared-memory progress thread, the TCP readers).
+        // delivers by itself (the shared-memory progress thread, the TCP progress thread).
         self.mailbox.recv_any(self.rank(), peers, first, comm_id, channel, buf, deadline)
     }
 

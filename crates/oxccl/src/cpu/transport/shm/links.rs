@@ -221,14 +221,15 @@ impl ShmLinks {
                 return Err(e);
             }
             // Every local rank maps the segment, then its name goes away.
-            let waited = (1..n)
-                .try_for_each(|i| rdv.lookup(&format!("{key}/attached/{}", local[i]), opts.setup_timeout).map(drop));
+            let waited = (1..n).try_for_each(|i| {
+                rdv.lookup_from(local[i], &format!("{key}/attached/{}", local[i]), opts.setup_timeout).map(drop)
+            });
             shared.seg.unlink();
             waited?;
             rdv.publish(&format!("{key}/unlinked"), b"1")?;
             shared
         } else {
-            let name = rdv.lookup(&format!("{key}/name"), opts.setup_timeout)?;
+            let name = rdv.lookup_from(local[0], &format!("{key}/name"), opts.setup_timeout)?;
             let name = String::from_utf8(name).map_err(|_| Error::Store("segment name is not UTF-8".into()))?;
             let seg = Segment::open(&name, size)?;
             let shared = Shared { seg, n, cap, wait: opts.wait };
@@ -243,7 +244,7 @@ impl ShmLinks {
             }
             shared.pid(me).store(std::process::id(), Ordering::Release);
             rdv.publish(&format!("{key}/attached/{rank}"), b"1")?;
-            rdv.lookup(&format!("{key}/unlinked"), opts.setup_timeout)?;
+            rdv.lookup_from(local[0], &format!("{key}/unlinked"), opts.setup_timeout)?;
             shared
         };
         let shared = Arc::new(seg);

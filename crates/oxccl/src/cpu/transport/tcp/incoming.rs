@@ -1,5 +1,5 @@
 //! The receiving half of a connection as a decoder that can change hands: [`Incoming`] holds
-//! the bytes read so far and the frame being filled, so the connection's reader thread and
+//! the bytes read so far and the frame being filled, so the progress thread and
 //! a receiving caller take turns reading the socket (behind the connection's mutex) without
 //! either losing the other's place in the stream.
 //!

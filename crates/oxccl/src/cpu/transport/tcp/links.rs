@@ -230,6 +230,7 @@ impl TcpLinks {
                 Next::Dial => {
                     drop(t);
                     let r = self.dial_lanes(peer, deadline);
+                    tracing::debug!("rank {}: dialing rank {peer}: {:?}", self.rank, r.as_ref().map(Vec::len));
                     self.dial_ended(peer, r, deadline)?;
                 }
             }
@@ -244,7 +245,11 @@ impl TcpLinks {
                 self.rank
             ))));
         };
-        let at = lookup(&**rdv, &self.prefix, peer, deadline).map_err(DialError::NoAddress)?;
+        let at = lookup(&**rdv, &self.prefix, peer, deadline);
+        // Lookups come one per new peer, far apart: the store need not hold a connection for
+        // this rank between them.
+        rdv.rest();
+        let at = at.map_err(DialError::NoAddress)?;
         let me = &self.shared.ident;
         (0..self.shared.lanes).map(|lane| dial(peer, lane, at, &self.shared.secret, me, deadline)).collect()
     }

@@ -1,30 +1,45 @@
-//! The TCP transport: one connection per pair of ranks, for ranks on different hosts, made
-//! of one or more sockets (lanes, `OXCCL_SOCKETS_PER_PEER`, 2 by default).
+//! The TCP transport: one connection per pair of ranks that talk, for ranks on different
+//! hosts, made of one or more sockets (lanes, `OXCCL_SOCKETS_PER_PEER`, 2 by default), made
+//! the first time the pair needs it, and served by one progress thread per rank whatever
+//! the number of peers.
 //!
-//! [`TcpLinks::establish`] sets a rank's connections up:
+//! [`TcpLinks::establish`] sets a rank up: it listens on an address of the chosen interface
+//! ([`select_address`]: `bind_addr`, else `OXCCL_SOCKET_IFNAME`, else the first up
+//! non-loopback IPv4 interface, else 127.0.0.1), starts the progress thread, and publishes
+//! `host:port` under `{prefix}/tcp/{rank}`. Nothing is connected then.
 //!
-//! 1. it listens on an address of the chosen interface ([`select_address`]: `bind_addr`,
-//!    else `OXCCL_SOCKET_IFNAME`, else the first up non-loopback IPv4 interface, else
-//!    127.0.0.1) and publishes `host:port` under `{prefix}/tcp/{rank}`;
-//! 2. **the lower rank of each pair connects to the higher one**: a rank dials every peer
-//!    above it, once per lane, and accepts the connections of every peer below it (accepting runs on its own
-//!    thread while the rank dials, and every accepted connection is handled on a thread of
-//!    its own, so a silent or hostile client cannot hold the others up);
-//! 3. every connection starts with the mutual job-secret handshake of
-//!    [`auth`](crate::bootstrap::auth) (context `oxccl-tcp`), then an identity exchange:
+//! **Connections on demand** (`peers`, `links`): the first send to a peer, or the first wait
+//! for one ([`Link::reach`](super::routed::Link::reach): a receiver dials too, so a peer that
+//! is gone is found even if it never sent), looks the peer's address up and dials it on the
+//! caller's thread. Ring, tree and recursive-doubling algorithms so hold O(1) or O(log N)
+//! connections per rank; an all_to_all reaches everyone. Two ranks that dial each other at
+//! the same moment end with one connection: the lower rank's dial wins, and the higher one
+//! takes the connection it accepts instead (the table in `peers` is the whole protocol,
+//! tested without sockets). Failure and release notices go only where a connection exists.
 //!
-//!    ```text
-//!    client -> server  "OXTCPID2" src u64  dst u64  world u64  prefix-tag[8]  lanes u64  lane u64
-//!    server -> client  "OXTCPID2" rank u64 verdict u8 (0: accepted)
-//!    ```
+//! Every connection starts with the mutual job-secret handshake of
+//! [`auth`](crate::bootstrap::auth) (context `oxccl-tcp`), then an identity exchange:
 //!
-//!    The server accepts only a client that names it as its destination, agrees on the
-//!    world size, the rendezvous prefix (an 8-byte hash of it) and the number of lanes, and
-//!    is one of the lower peers it still expects (once per lane); the client accepts only the rank it dialed. So a connection
-//!    cannot claim to be another rank's by mistake, nor join from another setup.
-//! 4. every connection gets `TCP_NODELAY`, keepalive probes and a bound on unacknowledged
-//!    data (see `set_liveness`: a host that vanishes, or a cut link, ends the connection
-//!    within about half a minute even while nothing is being sent), and a reader thread.
+//! ```text
+//! client -> server  "OXTCPID2" src u64  dst u64  world u64  prefix-tag[8]  lanes u64  lane u64
+//! server -> client  "OXTCPID2" rank u64 verdict u8 (0: accepted; 6: crossed, 7: duplicate)
+//! ```
+//!
+//! The server accepts only a client that names it as its destination, agrees on the world
+//! size, the rendezvous prefix (an 8-byte hash of it) and the number of lanes, and is one of
+//! its TCP peers; the client accepts only the rank it dialed. So a connection cannot claim to
+//! be another rank's by mistake, nor join from another setup. A dial that finds the peer's
+//! port closed (its process ended) or the connection reset loses the peer; a wrong secret or
+//! identity is an error naming both ranks.
+//!
+//! **The progress thread** (`progress`) sleeps in one epoll instance (`readiness`) holding
+//! the listener, the sockets in their handshake and every connection's lanes. It runs each
+//! server handshake without blocking (`accepting`: the server's half as a state machine
+//! without I/O, bytes in and bytes out), many at once, each bounded by 10 s; and it reads
+//! every connection no caller is reading, never waiting for a payload's rest (it resumes at
+//! the next wake-up). Every connection gets `TCP_NODELAY`, keepalive probes and a bound on
+//! unacknowledged data (`set_liveness`: a host that vanishes, or a cut link, ends the
+//! connection within about half a minute even while nothing is being sent).
 //!
 //! Receiving: a connection's incoming bytes are decoded by whoever holds its `Incoming`
 //! (`incoming`: every field checked before use; a length field alone never makes it
@@ -33,16 +48,14 @@
 //! [`TcpOptions::poll_for`] ([`Link::poll`](super::routed::Link::poll)), then, where the
 //! ranks outnumber the CPUs, for [`TcpOptions::yield_for`] with a `sched_yield` between
 //! reads: the frame it waits for lands straight in its buffer, and no thread has to wake
-//! for it. Otherwise (and for
-//! everything that arrives while nobody waits on that peer) the connection's reader thread
-//! reads: it sleeps until the socket has bytes (`readiness`: an epoll instance that stays
-//! disarmed while a receiver reads, so the two do not wake each other; where receivers poll,
-//! it runs as `SCHED_BATCH`, so bytes that come between two operations do not make it
-//! preempt its rank, `reader`), and delivers into
-//! the rank's [`Mailbox`](super::mailbox::Mailbox): data with `deliver`, failure notices with
-//! `fail`, release notices with `close`. When the stream ends (EOF, a read error, a
-//! malformed frame) whoever found it calls `lose`; a malformed frame also closes the
-//! connection.
+//! for it. Otherwise (and for everything that arrives while nobody waits on that peer) the
+//! progress thread reads: a connection's lanes are watched one-shot and left disarmed while
+//! a receiver reads, so the two do not wake each other; where receivers poll, the thread
+//! runs as `SCHED_BATCH`, so bytes that come between two operations do not make it preempt
+//! its rank. It delivers into the rank's [`Mailbox`](super::mailbox::Mailbox): data with
+//! `deliver`, failure notices with `fail`, release notices with `close`. When the stream
+//! ends (EOF, a read error, a malformed frame) whoever found it loses the peer; a malformed
+//! frame also closes the connection.
 //!
 //! A message cut into pieces ([`pipeline`](crate::cpu::algorithms::pipeline)) sent to one
 //! peer while another is received from is exchanged by the caller alone (`exchange`):
@@ -56,20 +69,19 @@
 //!
 //! Several lanes (`stripes`): every frame's header goes on lane 0, and a payload from 128 KiB
 //! on is cut into one stripe per lane, read by whoever decodes its header (so the other
-//! lanes need no reader thread and cannot reorder frames). Over a veth pair on 2 cores, two
-//! lanes carried a 16 MiB all_reduce up to 30% faster than one (see
-//! `options::DEFAULT_LANES`).
+//! lanes cannot reorder frames). Over a veth pair on 2 cores, two lanes carried a 16 MiB
+//! all_reduce up to 30% faster than one (see `options::DEFAULT_LANES`).
 //!
 //! Connections are not re-established: a lost connection loses the peer for every
 //! communicator that uses it.
 //!
 //! The files: `options` ([`TcpOptions`], from the environment), `interface` (choosing the
-//! address), `handshake` (looking peers up, dialing, the identity exchange), `acceptor`
-//! (accepting and vetting the lower peers' connections), `connection` (one connection and its
-//! socket options), `writer` (sending), `incoming` (decoding what arrives, by whichever
-//! thread reads), `reader` (the reader thread) and `readiness` (when it wakes), `stripes`
-//! (payloads across lanes), `exchange`
-//! (both directions driven by the caller), `links` ([`TcpLinks`]), and `tests`.
+//! address), `handshake` (looking peers up, dialing, the identity exchange), `peers` (which
+//! connection a pair keeps), `accepting` (the server's handshake), `progress` (the progress
+//! thread and what it shares with callers), `readiness` (the epoll instance), `connection`
+//! (one connection and its socket options), `writer` (sending), `incoming` (decoding what
+//! arrives, by whichever thread reads), `stripes` (payloads across lanes), `exchange` (both
+//! directions driven by the caller), `links` ([`TcpLinks`]), and `tests`.
 
 mod accepting;
 mod connection;

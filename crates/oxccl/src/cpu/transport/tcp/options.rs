@@ -31,7 +31,7 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(120);
 /// 38 µs not polling; 64 KiB 130, 183 (200 µs), 376 (10 ms) and 256 µs; 16 MiB 13.8, 16.6
 /// (10 ms) and 13.9 ms. A spinning receiver holds the core the kernel's network work needs.
 /// Sleeping on the socket itself instead of the mailbox after the poll was measured too, and
-/// was worse (8 B: 231 µs), so the reader threads take over after the poll.
+/// was worse (8 B: 231 µs), so the progress thread takes over after the poll.
 pub const MAX_POLL: Duration = Duration::from_micros(50);
 
 /// How [`TcpLinks::establish`](super::TcpLinks::establish) listens, connects and frames.
@@ -54,7 +54,7 @@ pub struct TcpOptions {
     /// should use the same value. At least [`MAX_NOTICE_LEN`].
     pub max_frame: usize,
     /// How long a receiver reads its peer's socket itself, without waiting, before it sleeps
-    /// until the connection's reader thread delivers (zero: the reader threads deliver every
+    /// until the progress thread delivers (zero: the progress thread delivers every
     /// frame). The `cpu` backend sets it to the spin of the machine's wait policy, at most
     /// [`MAX_POLL`]: a polling receiver saves the reader's wake-up and the copy through the
     /// mailbox, but holds a core that a crowded machine, and the kernel's network work, need.
@@ -63,7 +63,7 @@ pub struct TcpOptions {
     /// yielding its CPU between reads, before it sleeps (zero: it does not yield). The
     /// `cpu` backend sets it to the yield phase of the machine's wait policy, which is
     /// nonzero where the ranks outnumber the CPUs: there a sleeping receiver pays two
-    /// wake-ups per frame (the reader thread, then itself), and a CPU that went idle
+    /// wake-ups per frame (the progress thread, then itself), and a CPU that went idle
     /// meanwhile must be woken too (a VM exit on a virtual machine), while a yield hands the
     /// CPU straight to a rank that has work. 4 ranks on 2 CPUs over loopback, 8-byte
     /// all_reduce: binomial tree 152 -> 20 µs, recursive doubling 95 -> 53; 8 ranks, tree

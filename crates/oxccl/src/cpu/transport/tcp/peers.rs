@@ -13,7 +13,9 @@
 //!   (`Crossed`: the lower rank's dial wins), and **accepted when it is the lower rank** (this
 //!   rank's own dial will then be refused by the peer, and the caller takes the accepted
 //!   connection);
-//! - a connection that exists, or is being accepted, refuses a second one (`Duplicate`);
+//! - a connection that exists refuses a second one (`Duplicate`); a connection being accepted
+//!   gives way to a new first lane from the same peer, which dials one connection at a time
+//!   (the earlier dial was given up between two lanes);
 //! - a server answers a connection's last lane and installs the connection under the
 //!   table's lock, so its own callers cannot write on the lane before the answer, nor find
 //!   the peer connected without the connection; a client counts a dial done when the answer
@@ -120,9 +122,12 @@ impl<S> PeerTable<S> {
             };
         }
         match slot {
-            Slot::Connected | Slot::Accepting { .. } | Slot::Lost(_) => Verdict::Duplicate,
+            Slot::Connected | Slot::Lost(_) => Verdict::Duplicate,
             Slot::Dialing if peer > me => Verdict::Crossed,
-            Slot::Dialing | Slot::Idle => {
+            // A peer dials one connection at a time: a new first lane means it gave up on the
+            // one being accepted (its caller's deadline passed between two lanes), whose
+            // lanes are dropped.
+            Slot::Dialing | Slot::Idle | Slot::Accepting { .. } => {
                 *slot = Slot::Accepting { lanes: (0..lanes).map(|_| None).collect(), since: now };
                 Verdict::Accepted
             }
@@ -268,6 +273,15 @@ mod tests {
         assert_eq!(t.lane_arrived(1, 1, 9), None);
         assert_eq!(t.hello(1, 1, 2, now()), Verdict::Unexpected, "lane 1 twice");
         assert_eq!(t.lane_arrived(1, 0, 8), Some(vec![8, 9]));
+        // A dial given up between two lanes: the next dial's first lane starts afresh.
+        let mut t: PeerTable<u8> = PeerTable::new(0, 2);
+        assert_eq!(t.hello(1, 0, 2, now()), Verdict::Accepted);
+        assert_eq!(t.lane_arrived(1, 0, 1), None);
+        assert_eq!(t.hello(1, 0, 2, now()), Verdict::Accepted);
+        assert_eq!(t.lane_arrived(1, 0, 2), None);
+        assert_eq!(t.hello(1, 1, 2, now()), Verdict::Accepted);
+        assert_eq!(t.lane_arrived(1, 1, 3), Some(vec![2, 3]));
+        assert_eq!(t.hello(1, 0, 2, now()), Verdict::Duplicate, "connected");
     }
 
     #[test]

@@ -370,6 +370,7 @@ impl Loop<'_> {
         let (peer, lane) = (src as usize, lane as usize);
         let mut t = sh.table();
         let v = t.hello(peer, lane, sh.lanes, Instant::now());
+        tracing::debug!("rank {}: connection {lane} from rank {peer}: {v:?}", sh.rank);
         if v != Verdict::Accepted {
             drop(t);
             let _ = a.answer(&reply(&sh.ident, v));
@@ -404,6 +405,7 @@ impl Loop<'_> {
         }
         let gone = self.shared.table().expire(now, HANDSHAKE_TIMEOUT);
         if !gone.is_empty() {
+            tracing::debug!("rank {}: the connections of ranks {gone:?} stopped arriving", self.shared.rank);
             self.shared.table_changed();
         }
     }

@@ -78,7 +78,7 @@ fn opts() -> TcpOptions {
 }
 
 /// [`opts`] with receivers that read their sockets themselves for `poll_for` before they
-/// sleep (the reader threads deliver the rest).
+/// sleep (the progress thread delivers the rest).
 fn polling(poll_for: Duration) -> TcpOptions {
     TcpOptions { poll_for, ..opts() }
 }
@@ -175,7 +175,7 @@ fn collectives_over_tcp_match_sequential_references() {
 }
 
 /// The same with receivers that read their sockets themselves (payloads land in place),
-/// briefly (most waits end in the reader threads) and for long (most end in the caller),
+/// briefly (most waits end in the progress thread) and for long (most end in the caller),
 /// spinning or yielding.
 #[test]
 fn collectives_match_references_with_polling_receivers() {
@@ -729,7 +729,7 @@ fn a_payload_late_past_the_callers_deadline_still_reaches_the_mailbox_whole() {
 #[test]
 fn a_polling_receiver_over_a_real_socket_keeps_order_with_the_reader_thread() {
     // Rank 1 reads its socket itself; frames arrive while it waits, and while it does not
-    // (then its reader thread takes them): every one comes out once, in order.
+    // (then its progress thread takes them): every one comes out once, in order.
     let rdv = &MemRdv::default();
     let (mut to1, (mb1, l1)) = thread::scope(|s| {
         let real = s.spawn(move || establish_lazy(1, 2, rdv, &secret(), &polling(Duration::from_secs(2))));
@@ -881,7 +881,7 @@ fn lanes(k: usize) -> TcpOptions {
 }
 
 /// The collectives over 2 and 3 lanes per peer: frames from 128 KiB on are striped (the
-/// large ring all_reduce's blocks), with the reader threads and with polling receivers.
+/// large ring all_reduce's blocks), with the progress thread and with polling receivers.
 #[test]
 fn collectives_match_references_over_several_connections_per_peer() {
     collectives_match_references(&lanes(3), 2..=3);
@@ -1019,7 +1019,7 @@ fn ranks_that_disagree_on_the_connections_per_peer_are_refused_by_name() {
 
 #[test]
 fn a_background_reader_thread_runs_as_sched_batch() {
-    // Where callers poll their sockets, the reader thread must not preempt them when bytes
+    // Where callers poll their sockets, the progress thread must not preempt them when bytes
     // come (see `progress::run_in_background`): it runs as SCHED_BATCH; other threads keep their class.
     let policy = thread::spawn(|| {
         super::progress::run_in_background();
