@@ -293,29 +293,22 @@ fn rank_with_the_wrong_secret_cannot_join() {
 }
 
 /// An impostor that does not know the secret connects to a rank's TCP transport endpoint
-/// while that rank waits for its peers: the handshake refuses it, and the world then forms.
+/// while that rank waits for its peer: the handshake refuses it, and the world works.
 ///
-/// To connect at a known moment, the test holds rank 0 back (`PROBE_GATE`) and publishes
-/// rank 0's host identity itself (the same value rank 0 publishes later: `OXCCL_HOST_ID`),
-/// so rank 1 gets as far as listening; the keys are the backend's (`oxccl/g0/...` for the
-/// first world of a process).
+/// To connect at a known moment, the test holds rank 0 back after it joined (`PROBE_GATE`):
+/// rank 1 then waits for it in the barrier, its address published (the key is the
+/// backend's: `oxccl/g0/...` for the first world of a process).
 #[test]
 fn tcp_transport_refuses_an_impostor() {
-    const HOST: &str = "oxccl-failures-test-host";
     let spec = WorldSpec::new(PROBE, 2)
         .label("impostor on the TCP transport")
         .args(["barrier"])
         .env("OXCCL_TRANSPORT", "tcp")
-        .env("OXCCL_HOST_ID", HOST)
         .rank_env(0, "PROBE_GATE", "test/go")
         .oxccl_timeout("20s")
         .deadline(Duration::from_secs(40));
     let world = World::spawn(&spec);
     let store = StoreClient::connect(&world.store_addr(), world.secret(), Duration::from_secs(10)).expect("the store");
-    // Host, machine (the kernel's boot id, as rank 0 reads it) and no CPU line.
-    let machine = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
-    let arrival = format!("{HOST}\n{}\n", machine.trim());
-    store.set("oxccl/g0/host/0", arrival.as_bytes()).expect("publishing rank 0's host");
     let addr = match store.get_wait("oxccl/g0/tcp/1", Duration::from_secs(20)) {
         Ok(a) => String::from_utf8_lossy(&a).into_owned(),
         Err(e) => {

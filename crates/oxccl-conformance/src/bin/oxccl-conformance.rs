@@ -21,6 +21,9 @@
 //! A case counts as failed when it failed on any rank, as skipped when it was skipped on
 //! some rank and failed on none.
 //!
+//! Every rank also prints what it holds once the suite ran: `[rank R] resources:
+//! threads=T fds=F sockets=S` (the scale test bounds them).
+//!
 //! Exit status: 0 when the whole world passed; 1 when a case failed on some rank (or the
 //! final exchange failed: rank 0 then closes with its own counts, the exchange counted as
 //! one more failure); 2 when this process could not join the world (the error is printed).
@@ -101,6 +104,17 @@ fn world_totals(comm: &Communicator, report: &Report) -> oxccl::Result<Totals> {
     })
 }
 
+/// This process's threads, open descriptors, and the sockets among them (from /proc; zeros
+/// where it cannot be read).
+fn resources() -> (usize, usize, usize) {
+    let threads = std::fs::read_dir("/proc/self/task").map(|d| d.count()).unwrap_or(0);
+    let fds: Vec<std::path::PathBuf> =
+        std::fs::read_dir("/proc/self/fd").map(|d| d.flatten().map(|e| e.path()).collect()).unwrap_or_default();
+    let sockets =
+        fds.iter().filter(|p| std::fs::read_link(p).is_ok_and(|t| t.to_string_lossy().starts_with("socket:"))).count();
+    (threads, fds.len(), sockets)
+}
+
 fn main() -> ExitCode {
     let started = Instant::now();
     // The cpu backend unless OXCCL_BACKEND names another (or `auto`).
@@ -173,6 +187,9 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    // What this rank holds once the whole suite ran (the scale test bounds it).
+    let (threads, fds, sockets) = resources();
+    println!("[rank {rank}] resources: threads={threads} fds={fds} sockets={sockets}");
     if rank == 0 {
         if let Some(why) = &totals.inconsistent {
             println!("[rank 0] FAILED suite/consistency: {why}");

@@ -22,8 +22,9 @@
 //! `PROBE_BACKEND` picks the backend (default `cpu`; `mpi` under mpirun, in a build with the
 //! `mpi` feature).
 //!
-//! When `PROBE_GATE` names a store key, the process first waits (up to 60 s) until that key
-//! is set in the job's store (`OXCCL_STORE_ADDR`, `OXCCL_SECRET`), before joining the world.
+//! When `PROBE_GATE` names a store key, the process, once it joined the world, waits (up to
+//! 60 s) until that key is set in the job's store (`OXCCL_STORE_ADDR`, `OXCCL_SECRET`) before
+//! its calls.
 //!
 //! Output, one line each: `PROBE-OK ...` when every call succeeded; `PROBE-ERROR rank=R
 //! kind=K peer=P iter=I elapsed_ms=E error=MESSAGE` for the first failed call, where `peer` is
@@ -202,12 +203,6 @@ fn main() -> ExitCode {
         eprintln!("{USAGE}");
         return ExitCode::from(64);
     }
-    if let Ok(key) = std::env::var("PROBE_GATE") {
-        if let Err(e) = gate(&key) {
-            println!("PROBE-INIT-ERROR: waiting for the gate {key:?}: {e}");
-            return ExitCode::from(2);
-        }
-    }
     let backend = std::env::var("PROBE_BACKEND").unwrap_or_else(|_| "cpu".to_string());
     let comm = match Config::new().backend(&backend).init() {
         Ok(c) => c,
@@ -216,6 +211,12 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Ok(key) = std::env::var("PROBE_GATE") {
+        if let Err(e) = gate(&key) {
+            println!("PROBE-INIT-ERROR: waiting for the gate {key:?}: {e}");
+            return ExitCode::from(2);
+        }
+    }
     let code = match scenario.as_str() {
         "loop" => run_loop(&comm),
         "mismatch" => run_mismatch(&comm),
