@@ -274,6 +274,24 @@ fn host_table(rank: usize, n: usize, rdv: &dyn Rendezvous, prefix: &str, timeout
     }
 }
 
+/// Returns once every rank has published its TCP address: each rank says so under
+/// `{prefix}/ready/{rank}`, rank 0 waits for all and then publishes `{prefix}/ready`, which
+/// the others wait for (O(N) lookups at rank 0, one at every other rank).
+fn all_published(rank: usize, n: usize, rdv: &dyn Rendezvous, prefix: &str, timeout: Duration) -> Result<()> {
+    rdv.publish(&format!("{prefix}/ready/{rank}"), b"1")?;
+    if rank == 0 {
+        for r in 1..n {
+            rdv.lookup_from(r, &format!("{prefix}/ready/{r}"), timeout).map_err(|e| {
+                Error::Store(format!("rank {r} did not finish setting up its TCP transport within {timeout:?}: {e}"))
+            })?;
+        }
+        return rdv.publish(&format!("{prefix}/ready"), b"1");
+    }
+    rdv.lookup_from(0, &format!("{prefix}/ready"), timeout)
+        .map(drop)
+        .map_err(|e| Error::Store(format!("rank 0 did not see every rank set up within {timeout:?}: {e}")))
+}
+
 /// Where the TCP links look peers' addresses up after setup: `shared`, a rendezvous that
 /// lives on (the store's client, an in-process map), or else a copy of the addresses of
 /// `peers` read from `rdv` now (a caller's store is only lent for the duration of setup).
@@ -336,6 +354,7 @@ fn build(
         }
     }
     let remote: Vec<usize> = (0..n).filter(|&p| p != rank && routes[p].is_none()).collect();
+    let any_tcp = opts.transport == TransportChoice::Tcp || !single_host;
     if !remote.is_empty() {
         let tcp_opts = TcpOptions { poll_for: receive_poll(&policy), yield_for: policy.yield_for, ..opts.tcp.clone() };
         // Connections are made when first needed; only the listener is set up here.
@@ -345,6 +364,11 @@ fn build(
         for &p in &remote {
             routes[p] = Some(Arc::clone(&tcp));
         }
+    }
+    if any_tcp {
+        // Every rank's address is published before any rank returns: a peer's first call
+        // then never waits on (or, with a short deadline, fails on) a rank still setting up.
+        all_published(rank, n, rdv, prefix, opts.setup_timeout)?;
     }
     let transport = Arc::new(RoutedTransport::new(rank, mailbox, routes)?.with_hosts(table.host_of.clone())?);
     let profile = shared_profile(rank, rdv, prefix, cfg, opts)?;
