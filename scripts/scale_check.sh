@@ -22,7 +22,7 @@ secret=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
 printf '%-6s %6s %6s %5s %12s %12s %9s %10s %11s %7s\n' lib ranks hosts ok init_max_ms init_p50_ms wall_ms ops_max_ms threads_max fds_max
 for n in ${worlds//,/ }; do
   dir=$(mktemp -d)
-  port=$((20000 + RANDOM % 20000))
+  port=$((20000 + RANDOM % 12000))
   pids=()
   for ((r = 0; r < n; r++)); do
     (

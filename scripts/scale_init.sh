@@ -37,7 +37,7 @@ launch() {
   shift 3
   local dir port r
   dir=$(mktemp -d)
-  port=$((20000 + RANDOM % 20000))
+  port=$((20000 + RANDOM % 12000))
   local pids=()
   for ((r = 0; r < n; r++)); do
     (
