@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The scale check of issue 38: N rank processes on this machine, spread over emulated hosts
 # of K ranks (OXCCL_HOST_ID: shared memory inside a host, TCP between hosts), each under the
-# default descriptor limit (ulimit -n 1024), running init, all_reduce, broadcast from the
+# default descriptor limit (ulimit -Sn 1024), running init, all_reduce, broadcast from the
 # last rank, reduce_scatter and barrier (crates/oxccl/examples/scale_rank.rs checks every
 # result). Prints one line per world:
 #
@@ -26,7 +26,7 @@ for n in ${worlds//,/ }; do
   pids=()
   for ((r = 0; r < n; r++)); do
     (
-      ulimit -n 1024
+      ulimit -Sn 1024
       RANK=$r WORLD_SIZE=$n LOCAL_RANK=$((r % per_host)) LOCAL_WORLD_SIZE=$per_host \
         MASTER_ADDR=127.0.0.1 MASTER_PORT=$port OXCCL_SECRET=$secret \
         OXCCL_HOST_ID="host$((r / per_host))" OXCCL_TIMEOUT=${OXCCL_TIMEOUT:-600s} \

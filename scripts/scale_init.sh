@@ -41,7 +41,7 @@ launch() {
   local pids=()
   for ((r = 0; r < n; r++)); do
     (
-      ulimit -n 1024
+      ulimit -Sn 1024
       RANK=$r WORLD_SIZE=$n LOCAL_RANK=$((r % k)) LOCAL_WORLD_SIZE=$k MASTER_ADDR=127.0.0.1 \
         MASTER_PORT=$port OXCCL_SECRET=$secret OXCCL_HOST_ID="host$((r / k))" \
         OXCCL_TIMEOUT=600s exec "$@" >"$dir/$r.out" 2>"$dir/$r.err"
@@ -63,7 +63,7 @@ for n in ${worlds//,/ }; do
   fi
   if [ -n "$mpi_bin" ] && [ "$n" -le "$ompi_max" ]; then
     dir=$(mktemp -d)
-    (ulimit -n 1024; OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+    (ulimit -Sn 1024; OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
       timeout 900 mpirun --oversubscribe -n "$n" "$mpi_bin" >"$dir/out" 2>"$dir/err") || true
     awk -v n="$n" -v k="$n" -v label=ompi -f scripts/scale_summary.awk "$dir/out"
     rm -rf "$dir"
