@@ -321,7 +321,8 @@ impl World {
             cmd.args(&spec.args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
             for (k, _) in std::env::vars_os() {
                 let k = k.to_string_lossy().into_owned();
-                if k.starts_with("OXCCL_") && !k.starts_with("OXCCL_CONFORMANCE_") {
+                // OXCCL_LOG passes through, so a failing world can be rerun with logs.
+                if k.starts_with("OXCCL_") && !k.starts_with("OXCCL_CONFORMANCE_") && k != "OXCCL_LOG" {
                     cmd.env_remove(&k);
                 }
             }

@@ -184,8 +184,9 @@ pub(super) enum DialError {
     Yielded,
     /// For good: the peer is gone, refused this rank, or cannot be authenticated.
     Failed(Error),
-    /// The deadline passed first.
-    TimedOut,
+    /// The deadline passed first; the instant since which the peer's port refused every
+    /// attempt, when it did (the next dial goes on counting from it, see [`dial`]).
+    TimedOut { refused_since: Option<Instant> },
     /// The peer's address could not be looked up (the store failed, or the peer never
     /// published it).
     NoAddress(Error),
@@ -198,6 +199,10 @@ pub(super) enum DialError {
 /// refuses connections for [`REFUSED_PATIENCE`], authentication fails (`PermissionDenied`,
 /// naming `OXCCL_SECRET`) or it refuses this rank's identity (`InvalidData`), `TimedOut` at
 /// `deadline`.
+///
+/// `refused_since` carries refusals over from earlier dials that ended at their deadline
+/// (`TimedOut { refused_since }`): callers that wait in short slices dial many times, and
+/// each alone would be shorter than the patience, so a dead peer would be dialed forever.
 pub(super) fn dial(
     peer: usize,
     lane: usize,
@@ -205,11 +210,11 @@ pub(super) fn dial(
     secret: &Secret,
     me: &Ident,
     deadline: Instant,
+    mut refused_since: Option<Instant>,
 ) -> std::result::Result<TcpStream, DialError> {
     let context = || format!("connecting rank {} to rank {peer} at {addr} (connection {lane})", me.me);
     let mut backoff = Duration::from_millis(10);
     let mut last: Option<io::Error> = None;
-    let mut refused_since: Option<Instant> = None;
     let mut s = loop {
         let left = remaining(deadline);
         if left.is_zero() {
@@ -218,7 +223,7 @@ pub(super) fn dial(
                 context(),
                 last.map_or_else(|| "none".to_string(), |e| e.to_string())
             );
-            return Err(DialError::TimedOut);
+            return Err(DialError::TimedOut { refused_since });
         }
         match TcpStream::connect_timeout(&addr, left) {
             Ok(s) => break s,
@@ -226,7 +231,9 @@ pub(super) fn dial(
                 return Err(DialError::Failed(Error::io(context(), &e)));
             }
             Err(e) => {
-                if e.kind() == io::ErrorKind::ConnectionRefused {
+                if e.kind() != io::ErrorKind::ConnectionRefused {
+                    refused_since = None;
+                } else {
                     let since = *refused_since.get_or_insert_with(Instant::now);
                     if since.elapsed() >= REFUSED_PATIENCE {
                         return Err(DialError::Failed(Error::Io {
@@ -247,7 +254,7 @@ pub(super) fn dial(
     };
     let failed = |e: io::Error| {
         if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) {
-            DialError::TimedOut
+            DialError::TimedOut { refused_since: None }
         } else {
             DialError::Failed(Error::io(context(), &e))
         }

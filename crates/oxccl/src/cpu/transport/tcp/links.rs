@@ -251,7 +251,11 @@ impl TcpLinks {
         rdv.rest();
         let at = at.map_err(DialError::NoAddress)?;
         let me = &self.shared.ident;
-        (0..self.shared.lanes).map(|lane| dial(peer, lane, at, &self.shared.secret, me, deadline)).collect()
+        let refused_since = self.shared.table().refused_since(peer);
+        // Only the first lane can be refused for a while: the others follow an accepted one.
+        (0..self.shared.lanes)
+            .map(|lane| dial(peer, lane, at, &self.shared.secret, me, deadline, refused_since.filter(|_| lane == 0)))
+            .collect()
     }
 
     /// Records how a dial ended; an error when the caller should give up now.
@@ -285,7 +289,11 @@ impl TcpLinks {
                 sh.table_changed();
                 return Ok(());
             }
-            Err(DialError::TimedOut) => {
+            Err(DialError::TimedOut { refused_since: Some(since) }) => {
+                t.dialed(peer, Dialed::Refused { since });
+                Err(TransportError::Timeout { peer })
+            }
+            Err(DialError::TimedOut { refused_since: None }) => {
                 t.dialed(peer, Dialed::GaveUp);
                 Err(TransportError::Timeout { peer })
             }

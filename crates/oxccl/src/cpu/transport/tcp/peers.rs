@@ -67,6 +67,10 @@ pub(super) enum Dialed {
     Failed(String),
     /// The caller gave up (its deadline): the peer may be dialed again.
     GaveUp,
+    /// The caller's deadline came while the peer's port refused connections, as it has
+    /// since the instant: the peer may be dialed again, and the next dial counts the refusal
+    /// from that instant ([`PeerTable::refused_since`]) until it is long enough to be final.
+    Refused { since: Instant },
 }
 
 /// The connection state of every peer of one rank (see the module documentation).
@@ -74,12 +78,15 @@ pub(super) enum Dialed {
 pub(super) struct PeerTable<S> {
     me: usize,
     slots: Vec<Slot<S>>,
+    /// Per peer: since when its port refused every dial, across dials that ended at their
+    /// callers' deadlines (cleared by any other outcome).
+    refused: Vec<Option<Instant>>,
 }
 
 impl<S> PeerTable<S> {
     /// The table of rank `me` in a world of `world`, nothing connected.
     pub(super) fn new(me: usize, world: usize) -> Self {
-        PeerTable { me, slots: (0..world).map(|_| Slot::Idle).collect() }
+        PeerTable { me, slots: (0..world).map(|_| Slot::Idle).collect(), refused: vec![None; world] }
     }
 
     /// A caller needs `peer`: whether it dials, waits or goes on.
@@ -103,11 +110,22 @@ impl<S> PeerTable<S> {
         if !matches!(slot, Slot::Dialing) {
             return;
         }
+        self.refused[peer] = None;
         *slot = match how {
             Dialed::Connected => Slot::Connected,
             Dialed::Yielded | Dialed::GaveUp => Slot::Idle,
+            Dialed::Refused { since } => {
+                self.refused[peer] = Some(since);
+                Slot::Idle
+            }
             Dialed::Failed(why) => Slot::Lost(why),
         };
+    }
+
+    /// Since when `peer`'s port refused every dial, if the dials so far ended so
+    /// ([`Dialed::Refused`]).
+    pub(super) fn refused_since(&self, peer: usize) -> Option<Instant> {
+        self.refused[peer]
     }
 
     /// The verdict on lane `lane` (of `lanes`) of a connection from `peer`, whose identity
@@ -262,6 +280,27 @@ mod tests {
         assert_eq!(t.want(2), Next::Wait);
         t.dialed(2, Dialed::GaveUp);
         assert_eq!(t.want(2), Next::Dial);
+    }
+
+    #[test]
+    fn refusals_count_across_dials_until_another_outcome() {
+        let mut t: PeerTable<()> = PeerTable::new(0, 2);
+        let first = now();
+        assert_eq!(t.refused_since(1), None);
+        assert_eq!(t.want(1), Next::Dial);
+        t.dialed(1, Dialed::Refused { since: first });
+        assert_eq!(t.refused_since(1), Some(first));
+        // The next dial is refused too: it reports the same first instant.
+        assert_eq!(t.want(1), Next::Dial);
+        t.dialed(1, Dialed::Refused { since: first });
+        assert_eq!(t.refused_since(1), Some(first));
+        // A dial that got further (its deadline came during the handshake) clears it.
+        assert_eq!(t.want(1), Next::Dial);
+        t.dialed(1, Dialed::GaveUp);
+        assert_eq!(t.refused_since(1), None);
+        // A dial that is not this caller's to end leaves it alone.
+        t.dialed(1, Dialed::Refused { since: first });
+        assert_eq!(t.refused_since(1), None);
     }
 
     #[test]

@@ -432,8 +432,8 @@ fn with_fake_rank0(n: usize) -> (Vec<TcpStream>, Vec<(Arc<Mailbox>, TcpLinks)>) 
         let real: Vec<_> = (1..n).map(|r| s.spawn(move || establish_lazy(r, n, rdv, &secret(), &opts()))).collect();
         let me = Ident::new(0, n, 1, PREFIX);
         let deadline = Instant::now() + Duration::from_secs(10);
-        let fake =
-            (1..n).map(|p| dial(p, 0, lookup(rdv, PREFIX, p, deadline).unwrap(), &secret(), &me, deadline).unwrap());
+        let fake = (1..n)
+            .map(|p| dial(p, 0, lookup(rdv, PREFIX, p, deadline).unwrap(), &secret(), &me, deadline, None).unwrap());
         let fake = fake.collect();
         (fake, real.into_iter().map(|h| h.join().unwrap().unwrap()).collect())
     })
@@ -735,7 +735,7 @@ fn a_polling_receiver_over_a_real_socket_keeps_order_with_the_reader_thread() {
         let real = s.spawn(move || establish_lazy(1, 2, rdv, &secret(), &polling(Duration::from_secs(2))));
         let me = Ident::new(0, 2, 1, PREFIX);
         let deadline = Instant::now() + Duration::from_secs(10);
-        let fake = dial(1, 0, lookup(rdv, PREFIX, 1, deadline).unwrap(), &secret(), &me, deadline).unwrap();
+        let fake = dial(1, 0, lookup(rdv, PREFIX, 1, deadline).unwrap(), &secret(), &me, deadline, None).unwrap();
         (fake, real.join().unwrap().unwrap())
     });
     let t1 = transport(1, 2, mb1, &Arc::new(l1));
@@ -1133,6 +1133,28 @@ fn a_dead_peer_is_found_while_it_holds_no_connection_to_the_waiter() {
     let mut ok = [0u8; 2];
     world[0].0.recv(2, 4, header(4).channel, None, &mut ok, deadline).unwrap();
     assert_eq!(&ok, b"ok");
+}
+
+/// A caller that waits for a dead peer in slices shorter than the refusal patience (as a
+/// collective that checks for aborts between waits does) still loses it: refusals count
+/// across dials. Before, each slice's dial began counting afresh, and the peer was dialed
+/// until the job's deadline.
+#[test]
+fn a_dead_peer_waited_for_in_short_slices_is_lost() {
+    let world = lazy_world(2, &opts());
+    world[1].1.shutdown();
+    let started = Instant::now();
+    let mut buf = [0u8; 4];
+    let detail = loop {
+        let slice = Instant::now() + Duration::from_millis(30);
+        match world[0].0.recv(1, 4, header(4).channel, None, &mut buf, slice) {
+            Err(TransportError::Timeout { peer: 1 }) => {}
+            Err(TransportError::PeerLost { peer: 1, detail }) => break detail,
+            other => panic!("expected a timeout or rank 1's loss, got {other:?}"),
+        }
+        assert!(started.elapsed() < Duration::from_secs(5), "rank 1 was still not lost after {:?}", started.elapsed());
+    };
+    assert!(detail.contains("rank 1"), "{detail}");
 }
 
 /// Frames striped over 2 lanes, their bytes arriving in random amounts per lane, read by
