@@ -66,16 +66,6 @@ fn run() -> Result<(usize, usize, u128, u128, f64), String> {
     }
     let ops_ms = ops.elapsed().as_secs_f64() * 1e3;
     let (threads, fds) = (count("/proc/self/task"), count("/proc/self/fd"));
-    if std::env::var("SCALE_LIST_FDS").is_ok_and(|v| v == r.to_string()) {
-        // What the descriptors are, for a look at one rank.
-        let mut kinds = std::collections::BTreeMap::new();
-        for e in std::fs::read_dir("/proc/self/fd").into_iter().flatten().flatten() {
-            let t = std::fs::read_link(e.path()).map(|p| p.display().to_string()).unwrap_or_default();
-            let kind = t.split(['[', ':']).next().unwrap_or_default().to_string();
-            *kinds.entry(kind).or_insert(0usize) += 1;
-        }
-        eprintln!("rank {r} descriptors: {kinds:?}");
-    }
     // A last barrier so that no rank leaves (closing its connections) while others count.
     comm.barrier().map_err(|e| format!("last barrier: {e}"))?;
     println!(

@@ -196,6 +196,7 @@ impl<S> PeerTable<S> {
 
     /// The oldest connection being accepted, if any: when [`PeerTable::expire`] may next
     /// have work.
+    #[cfg(test)]
     pub(super) fn oldest_accepting(&self) -> Option<Instant> {
         self.slots
             .iter()

@@ -256,9 +256,6 @@ impl Loop<'_> {
             if let Some(d) = self.handshakes.values().map(|h| h.deadline).min() {
                 sleep = sleep.min(d.saturating_duration_since(now));
             }
-            if let Some(since) = self.shared.table().oldest_accepting() {
-                sleep = sleep.min((since + HANDSHAKE_TIMEOUT).saturating_duration_since(now));
-            }
             self.shared.poller.wait(&mut events, sleep, &mut fired);
             for &t in &fired {
                 match t {
@@ -269,9 +266,12 @@ impl Loop<'_> {
                 }
             }
             let now = Instant::now();
-            self.expire(now);
+            self.expire_handshakes(now);
             if now.duration_since(last_look) >= LOOK_EVERY {
                 last_look = now;
+                // Once a second, not at every wake-up: the table is shared with the callers,
+                // and a stalled acceptance may wait a second past its 10 s.
+                self.expire_acceptances(now);
                 for peer in 0..self.shared.conns.len() {
                     if self.shared.conns[peer].get().is_some() {
                         self.read(peer);
@@ -394,15 +394,18 @@ impl Loop<'_> {
         sh.table_changed();
     }
 
-    /// Closes handshakes past their deadline, and gives up on connections whose lanes
-    /// stopped coming.
-    fn expire(&mut self, now: Instant) {
+    /// Closes handshakes past their deadline.
+    fn expire_handshakes(&mut self, now: Instant) {
         let late: Vec<u64> = self.handshakes.iter().filter(|(_, h)| h.deadline <= now).map(|(id, _)| *id).collect();
         for id in late {
             if let Some(a) = self.drop_handshake(id) {
                 tracing::debug!("rank {}: {} did not finish its handshake in time", self.shared.rank, a.from);
             }
         }
+    }
+
+    /// Gives up on connections whose lanes stopped coming.
+    fn expire_acceptances(&mut self, now: Instant) {
         let gone = self.shared.table().expire(now, HANDSHAKE_TIMEOUT);
         if !gone.is_empty() {
             tracing::debug!("rank {}: the connections of ranks {gone:?} stopped arriving", self.shared.rank);
