@@ -90,12 +90,12 @@ impl TcpLinks {
         self.start_polling(from);
         let mut incoming = Some(crate::sync::relock(&cfrom.incoming));
         let mut at_now = Progress::default();
-        self.mailbox.begin_wait(header.comm_id, from);
+        self.shared.mailbox.begin_wait(header.comm_id, from);
         let r = self.drive(&cto, &mut writer, &cfrom, &mut incoming, header, at, pieces, deadline, &mut at_now);
-        self.mailbox.end_wait(header.comm_id, from);
+        self.shared.mailbox.end_wait(header.comm_id, from);
         if let Some(mut inc) = incoming.take() {
             if inc.reading_direct() {
-                inc.abandon_direct(pieces.slot(at_now.taken), &self.mailbox);
+                inc.abandon_direct(pieces.slot(at_now.taken), &self.shared.mailbox);
             }
             drop(inc);
             self.stop_polling(from);
@@ -188,7 +188,7 @@ impl TcpLinks {
             if moved {
                 continue;
             }
-            if let Some(reason) = self.mailbox.aborted(header.comm_id) {
+            if let Some(reason) = self.shared.mailbox.aborted(header.comm_id) {
                 return Err(TransportError::Aborted(reason));
             }
             let left = remaining(deadline);

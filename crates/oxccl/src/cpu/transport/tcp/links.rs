@@ -39,13 +39,11 @@ const TABLE_WAIT: Duration = Duration::from_millis(50);
 /// Dropping it shuts every connection down (peers see it close and lose this rank) and joins
 /// the progress thread.
 pub struct TcpLinks {
-    pub(super) rank: usize,
     addr: SocketAddr,
-    pub(super) max_frame: usize,
     poll_for: Duration,
     /// See [`TcpOptions::yield_for`].
     yield_for: Duration,
-    pub(super) mailbox: Arc<Mailbox>,
+    /// The rank, its mailbox, its frame limit and its connections, with the progress thread.
     pub(super) shared: Arc<Shared>,
     /// Where peers' addresses are looked up when they are first needed
     /// ([`TcpLinks::with_directory`]).
@@ -57,10 +55,10 @@ pub struct TcpLinks {
 impl fmt::Debug for TcpLinks {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TcpLinks")
-            .field("rank", &self.rank)
+            .field("rank", &self.shared.rank)
             .field("addr", &self.addr)
             .field("peers", &self.peers())
-            .field("max_frame", &self.max_frame)
+            .field("max_frame", &self.shared.max_frame)
             .finish()
     }
 }
@@ -125,18 +123,15 @@ impl TcpLinks {
             expected,
             opts.lanes,
             opts.max_frame,
-            Arc::clone(&mailbox),
+            mailbox,
             poller,
         ));
         let thread = progress::spawn(Arc::clone(&shared), listener, readers_in_background(opts))
             .map_err(|e| Error::io("starting the TCP transport's progress thread", &e))?;
         let links = TcpLinks {
-            rank,
             addr,
-            max_frame: opts.max_frame,
             poll_for: opts.poll_for,
             yield_for: opts.yield_for,
-            mailbox,
             shared,
             rdv: None,
             prefix: prefix.to_string(),
@@ -178,7 +173,7 @@ impl TcpLinks {
             self.connect(p, deadline).map_err(|e| match e {
                 TransportError::PeerLost { peer, detail } => Error::PeerLost { rank: peer, detail },
                 TransportError::Timeout { peer } => Error::Io {
-                    context: format!("connecting rank {} to rank {peer} over TCP", self.rank),
+                    context: format!("connecting rank {} to rank {peer} over TCP", self.shared.rank),
                     kind: std::io::ErrorKind::TimedOut,
                     message: "no connection before the deadline".into(),
                 },
@@ -207,7 +202,7 @@ impl TcpLinks {
         if !sh.expected.get(peer).copied().unwrap_or(false) {
             return Err(TransportError::Other(Error::invalid(format!(
                 "rank {} has no TCP route to rank {peer}",
-                self.rank
+                self.shared.rank
             ))));
         }
         loop {
@@ -230,7 +225,7 @@ impl TcpLinks {
                 Next::Dial => {
                     drop(t);
                     let r = self.dial_lanes(peer, deadline);
-                    tracing::debug!("rank {}: dialing rank {peer}: {:?}", self.rank, r.as_ref().map(Vec::len));
+                    tracing::debug!("rank {}: dialing rank {peer}: {:?}", self.shared.rank, r.as_ref().map(Vec::len));
                     self.dial_ended(peer, r, deadline)?;
                 }
             }
@@ -242,7 +237,7 @@ impl TcpLinks {
         let Some(rdv) = &self.rdv else {
             return Err(DialError::NoAddress(Error::Internal(format!(
                 "rank {}'s TCP links have no directory to look rank {peer}'s address up in",
-                self.rank
+                self.shared.rank
             ))));
         };
         let at = lookup(&**rdv, &self.prefix, peer, deadline);
@@ -332,10 +327,10 @@ impl TcpLinks {
 
     /// Refuses a payload above the frame limit.
     pub(super) fn check_frame_len(&self, peer: usize, len: usize) -> std::result::Result<(), TransportError> {
-        if len > self.max_frame {
+        if len > self.shared.max_frame {
             return Err(TransportError::Other(Error::Config(format!(
                 "a message of {len} bytes to rank {peer} exceeds the frame limit of {} bytes; raise {MAX_FRAME_ENV} on every rank",
-                self.max_frame
+                self.shared.max_frame
             ))));
         }
         Ok(())
@@ -396,7 +391,7 @@ impl TcpLinks {
     ) -> std::result::Result<Polled, TransportError> {
         let peer = want.peer;
         if !incoming.reading_direct() {
-            if let Some(r) = self.mailbox.try_recv(peer, want.comm_id, want.channel, want.at, want.buf)? {
+            if let Some(r) = self.shared.mailbox.try_recv(peer, want.comm_id, want.channel, want.at, want.buf)? {
                 return Ok(Polled::Took(r));
             }
         }
@@ -409,8 +404,8 @@ impl TcpLinks {
             &mut Socket(&conn.sock),
             &mut LaneSockets::new(&conn.lanes),
             peer,
-            &self.mailbox,
-            self.max_frame,
+            &self.shared.mailbox,
+            self.shared.max_frame,
             Some(direct),
             Wait::Now,
         );
