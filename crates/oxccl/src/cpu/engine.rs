@@ -600,12 +600,14 @@ impl Inner {
     fn split(&self, color: Option<u32>, key: i64, opts: &CallOptions) -> Result<Option<CpuBackend>> {
         let seq = self.next_seq()?;
         let n = self.ranks.len();
-        let fp = Fingerprint::of_split(seq, Algorithm::Ring);
+        // Bruck: ⌈log2 n⌉ rounds. The ring's n − 1 steps are a chain of hand-offs that at 256
+        // ranks on 2 CPUs took over the 60 s timeout (every rank must be scheduled per step).
+        let fp = Fingerprint::of_split(seq, Algorithm::Bruck);
         let ctx = self.ctx(fp, opts);
         let mut table = vec![0i64; 2 * n];
         table[2 * self.rank] = color.map_or(-1, i64::from);
         table[2 * self.rank + 1] = key;
-        let r = all_gather::ring::run(&ctx, bytemuck::cast_slice_mut(&mut table), 16);
+        let r = all_gather::bruck::run(&ctx, bytemuck::cast_slice_mut(&mut table), 16);
         if let Err(e) = r {
             self.poison(&e, Stage::Collective(seq));
             return Err(e);
