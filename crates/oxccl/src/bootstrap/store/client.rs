@@ -25,6 +25,15 @@ const RETRY_FIRST: Duration = Duration::from_millis(10);
 const RETRY_MAX: Duration = Duration::from_millis(500);
 /// Idle connections kept for reuse; more are closed when returned.
 const MAX_IDLE: usize = 8;
+/// How long a client that had a connection keeps trying to open another one whose attempts
+/// time out (a store swamped by a thousand ranks reconnecting at once, on CPUs they share,
+/// answers late, not never).
+const RECONNECT_PATIENCE: Duration = Duration::from_secs(120);
+/// How long it keeps trying while the store's port refuses connections (nothing listens:
+/// the process that ran the store ended).
+const REFUSED_PATIENCE: Duration = Duration::from_secs(2);
+/// Longest pause between two reconnection attempts.
+const RECONNECT_PAUSE_MAX: Duration = Duration::from_secs(2);
 
 /// A client of a [`StoreServer`](super::StoreServer). `Send + Sync`: share it between threads.
 ///
@@ -54,10 +63,19 @@ struct Conn {
 
 /// Why one connection attempt failed.
 enum Attempt {
-    /// Worth trying again (refused, reset, unreachable, name not resolvable yet).
+    /// Worth trying again (reset, unreachable, timed out, name not resolvable yet).
     Retry(String),
+    /// Nothing listens at the address (yet, or any more).
+    Refused(String),
     /// Trying again cannot help (the secrets differ, not a store, a malformed address).
     Fatal(Error),
+}
+
+/// `pause` scaled by a factor in [0.5, 1.5) drawn from the clock and the process id.
+fn jittered(pause: Duration) -> Duration {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    let x = u64::from(nanos ^ std::process::id().rotate_left(16)).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 54;
+    pause.mul_f64(0.5 + x as f64 / 1024.0)
 }
 
 fn secs(d: Duration) -> String {
@@ -67,7 +85,13 @@ fn secs(d: Duration) -> String {
 /// Opens one authenticated connection to `addr`, giving up after `timeout`.
 fn open(target: &str, addr: SocketAddr, secret: &Secret, timeout: Duration) -> Result<Conn, Attempt> {
     let timeout = timeout.clamp(Duration::from_millis(1), CONNECT_TIMEOUT);
-    let mut stream = TcpStream::connect_timeout(&addr, timeout).map_err(|e| Attempt::Retry(format!("{addr}: {e}")))?;
+    let mut stream = TcpStream::connect_timeout(&addr, timeout).map_err(|e| {
+        if e.kind() == io::ErrorKind::ConnectionRefused {
+            Attempt::Refused(format!("{addr}: {e}"))
+        } else {
+            Attempt::Retry(format!("{addr}: {e}"))
+        }
+    })?;
     let _ = stream.set_nodelay(true);
     stream
         .set_read_timeout(Some(timeout))
@@ -141,7 +165,7 @@ impl StoreClient {
                                 })
                             }
                             Err(Attempt::Fatal(e)) => return Err(e),
-                            Err(Attempt::Retry(m)) => last = m,
+                            Err(Attempt::Retry(m) | Attempt::Refused(m)) => last = m,
                         }
                     }
                 }
@@ -174,19 +198,48 @@ impl StoreClient {
         lock(&self.idle).len()
     }
 
-    /// Takes an idle connection or opens a new one.
+    /// Takes an idle connection or opens a new one: attempts that time out are tried again
+    /// for [`RECONNECT_PATIENCE`], refused ones for [`REFUSED_PATIENCE`], with growing,
+    /// jittered pauses (a thousand ranks that found the store busy do not come back at once).
     fn take(&self) -> Result<Conn> {
         if let Some(c) = lock(&self.idle).pop() {
             return Ok(c);
         }
-        open(&self.target, self.addr, &self.secret, CONNECT_TIMEOUT).map_err(|e| match e {
-            Attempt::Fatal(e) => e,
-            Attempt::Retry(m) => Error::Store(format!(
-                "cannot open another connection to the store at {}: {m}; has the process that runs the store \
-                 (rank 0) exited?",
-                self.target
-            )),
-        })
+        let start = Instant::now();
+        let mut refused_since: Option<Instant> = None;
+        let mut pause = RETRY_FIRST;
+        loop {
+            let m = match open(&self.target, self.addr, &self.secret, CONNECT_TIMEOUT) {
+                Ok(c) => return Ok(c),
+                Err(Attempt::Fatal(e)) => return Err(e),
+                Err(Attempt::Refused(m)) => {
+                    let since = *refused_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() >= REFUSED_PATIENCE {
+                        return Err(self.unreachable(&m, start));
+                    }
+                    m
+                }
+                Err(Attempt::Retry(m)) => {
+                    refused_since = None;
+                    m
+                }
+            };
+            if start.elapsed() >= RECONNECT_PATIENCE {
+                return Err(self.unreachable(&m, start));
+            }
+            tracing::debug!("store at {}: reconnecting after {}: {m}", self.target, secs(start.elapsed()));
+            std::thread::sleep(jittered(pause));
+            pause = (pause * 2).min(RECONNECT_PAUSE_MAX);
+        }
+    }
+
+    fn unreachable(&self, last: &str, start: Instant) -> Error {
+        Error::Store(format!(
+            "cannot open another connection to the store at {} (tried for {}; last attempt: {last}); has the \
+             process that runs the store (rank 0) exited?",
+            self.target,
+            secs(start.elapsed())
+        ))
     }
 
     fn give_back(&self, conn: Conn) {

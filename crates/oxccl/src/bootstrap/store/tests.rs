@@ -466,6 +466,37 @@ fn connect_retries_until_the_server_starts() {
 }
 
 #[test]
+fn a_rested_client_whose_store_ended_fails_soon_naming_it() {
+    let (s, secret, addr) = server();
+    let c = StoreClient::connect(&addr, &secret, T).unwrap();
+    c.set("k", b"v").unwrap();
+    c.close_idle();
+    drop(s);
+    let start = Instant::now();
+    let m = store_msg(c.get("k"));
+    // Refusals are tried again for 2 s, not for the 120 s a busy store gets.
+    assert!(start.elapsed() < Duration::from_secs(5), "took {:?}", start.elapsed());
+    assert!(m.contains(&addr) && m.contains("exited"), "{m}");
+}
+
+#[test]
+fn a_rested_client_reconnects_to_a_store_back_on_its_port() {
+    let (s, secret, addr) = server();
+    let c = StoreClient::connect(&addr, &secret, T).unwrap();
+    c.close_idle();
+    drop(s);
+    // A request while nothing listens, the store back 300 ms later: the request succeeds.
+    let (a, sec) = (addr.clone(), secret.clone());
+    let back = thread::spawn(move || {
+        thread::sleep(Duration::from_millis(300));
+        StoreServer::bind(&a, sec).unwrap()
+    });
+    c.set("k", b"v").unwrap();
+    assert_eq!(c.get("k").unwrap(), Some(b"v".to_vec()));
+    drop(back.join().unwrap());
+}
+
+#[test]
 fn connect_gives_up_after_the_timeout_naming_the_address() {
     let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let addr = format!("127.0.0.1:{port}");
