@@ -22,17 +22,27 @@ fn count(dir: &str) -> usize {
     std::fs::read_dir(dir).map(|d| d.count()).unwrap_or(0)
 }
 
+/// With `SCALE_PHASES` set, a line on stderr as each phase ends (where a stuck run stands).
+fn phase(r: usize, what: &str, since: Instant) {
+    if std::env::var_os("SCALE_PHASES").is_some() {
+        eprintln!("rank {r}: {what} done at {:?}", since.elapsed());
+    }
+}
+
 fn run() -> Result<(usize, usize, u128, u128, f64), String> {
     let start = epoch_ns();
+    let t0 = Instant::now();
     let comm = oxccl::init().map_err(|e| format!("init: {e}"))?;
     let end = epoch_ns();
     let (r, n) = (comm.rank(), comm.world_size());
+    phase(r, "init", t0);
     let ops = Instant::now();
     // all_reduce: element i of rank r is r + i.
     let len = 1000;
     let mut x: Vec<i64> = (0..len).map(|i| (r + i) as i64).collect();
     comm.all_reduce(&mut x, ReduceOp::Sum).map_err(|e| format!("all_reduce: {e}"))?;
     let t_ar = ops.elapsed();
+    phase(r, "all_reduce", t0);
     let base = (n * (n - 1) / 2) as i64;
     if let Some(i) = (0..len).find(|&i| x[i] != base + (n * i) as i64) {
         return Err(format!("all_reduce: element {i} is {}, not {}", x[i], base + (n * i) as i64));
@@ -42,6 +52,7 @@ fn run() -> Result<(usize, usize, u128, u128, f64), String> {
     let mut b: Vec<u32> = if r == root { (0..257).map(|i| i * 3 + 1).collect() } else { vec![0; 257] };
     comm.broadcast(&mut b, root).map_err(|e| format!("broadcast: {e}"))?;
     let t_bc = ops.elapsed();
+    phase(r, "broadcast", t0);
     if b.iter().enumerate().any(|(i, &v)| v != i as u32 * 3 + 1) {
         return Err("broadcast: wrong values".into());
     }
@@ -57,6 +68,7 @@ fn run() -> Result<(usize, usize, u128, u128, f64), String> {
         }
     }
     let t_rs = ops.elapsed();
+    phase(r, "reduce_scatter", t0);
     comm.barrier().map_err(|e| format!("barrier: {e}"))?;
     if std::env::var("SCALE_PHASES").is_ok() {
         eprintln!(

@@ -26,9 +26,11 @@ use crate::cpu::transport::routed::{Link, Polled, Want};
 use crate::cpu::transport::{Header, LinkKind, Pieces, Stage, TransportError};
 use crate::error::{Error, Result};
 
-/// How long a caller that yielded to its peer's crossing dial waits before it looks again
-/// (the peer's connection normally arrives well before).
-const CROSSED_PAUSE: Duration = Duration::from_millis(20);
+/// How long a caller that yielded to its peer's crossing dial waits before it dials again,
+/// unless the table changes first (the peer's connection arriving changes it, normally
+/// within milliseconds; on a crowded machine the peer's dial can take seconds, and each
+/// dial again costs both ranks a handshake).
+const CROSSED_PAUSE: Duration = Duration::from_secs(1);
 /// Longest single wait for the connection table to change.
 const TABLE_WAIT: Duration = Duration::from_millis(50);
 
@@ -43,6 +45,8 @@ pub struct TcpLinks {
     poll_for: Duration,
     /// See [`TcpOptions::yield_for`].
     yield_for: Duration,
+    /// How long a dial may take, whatever its caller's deadline ([`TcpOptions::connect_timeout`]).
+    dial_for: Duration,
     /// The rank, its mailbox, its frame limit and its connections, with the progress thread.
     pub(super) shared: Arc<Shared>,
     /// Where peers' addresses are looked up when they are first needed
@@ -132,6 +136,7 @@ impl TcpLinks {
             addr,
             poll_for: opts.poll_for,
             yield_for: opts.yield_for,
+            dial_for: opts.connect_timeout,
             shared,
             rdv: None,
             prefix: prefix.to_string(),
@@ -224,9 +229,15 @@ impl TcpLinks {
                 }
                 Next::Dial => {
                     drop(t);
-                    let r = self.dial_lanes(peer, deadline);
+                    // A dial, once begun, runs to its end, not to the caller's deadline: a
+                    // receiver waits in slices of 50 ms (it looks at other peers between
+                    // them), and a dial that a busy peer answers later than that would be
+                    // given up and begun again, each time (at 1,024 ranks on 2 CPUs no dial
+                    // ever completed).
+                    let dial_deadline = deadline.max(Instant::now() + self.dial_for);
+                    let r = self.dial_lanes(peer, dial_deadline);
                     tracing::debug!("rank {}: dialing rank {peer}: {:?}", self.shared.rank, r.as_ref().map(Vec::len));
-                    self.dial_ended(peer, r, deadline)?;
+                    self.dial_ended(peer, r, dial_deadline)?;
                 }
             }
         }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use proptest::prelude::*;
 
 use super::connection::{set_liveness, KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, KEEPALIVE_PROBES, USER_TIMEOUT_MS};
-use super::handshake::{dial, lookup, Ident, Verdict, REPLY_LEN};
+use super::handshake::{address_key, dial, lookup, Ident, Verdict, REPLY_LEN};
 use super::incoming::{pump_to_end, Direct, End, Incoming, Pumped, Source, Wait, PREALLOC};
 use super::interface::{pick, pick_preferring, Iface};
 use super::options::{LANES_ENV, MAX_LANES};
@@ -1155,6 +1155,68 @@ fn a_dead_peer_waited_for_in_short_slices_is_lost() {
         assert!(started.elapsed() < Duration::from_secs(5), "rank 1 was still not lost after {:?}", started.elapsed());
     };
     assert!(detail.contains("rank 1"), "{detail}");
+}
+
+/// Forwards every connection made to the returned address on to `to`, holding each one's
+/// first bytes back for `delay` (a peer that answers handshakes late, as a rank among a
+/// thousand on two CPUs does).
+fn slow_proxy(to: SocketAddr, delay: Duration) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let at = listener.local_addr().unwrap();
+    thread::spawn(move || {
+        for client in listener.incoming() {
+            let Ok(client) = client else { return };
+            thread::spawn(move || {
+                let Ok(server) = TcpStream::connect(to) else { return };
+                thread::sleep(delay);
+                let (mut c_in, mut s_out) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+                let up = thread::spawn(move || {
+                    let _ = std::io::copy(&mut c_in, &mut s_out);
+                    let _ = s_out.shutdown(Shutdown::Write);
+                });
+                let (mut s_in, mut c_out) = (server, client);
+                let _ = std::io::copy(&mut s_in, &mut c_out);
+                let _ = c_out.shutdown(Shutdown::Write);
+                let _ = up.join();
+            });
+        }
+    });
+    at
+}
+
+/// Rank 0 waits for rank 1 in slices of 30 ms while its dial to rank 1 takes 200 ms (a slow
+/// path in between), and rank 1 dials rank 0 at the same moment (and yields: the lower rank's
+/// dial wins). The dial runs past the slices: before, each slice gave it up and began it
+/// again, and the two ranks never connected.
+#[test]
+fn a_dial_slower_than_the_callers_wait_slices_completes() {
+    let rdv = MemRdv::default();
+    let links: Vec<_> = (0..2)
+        .map(|r| {
+            let (mb, links) = establish_lazy(r, 2, &rdv, &secret(), &opts()).unwrap();
+            let links = Arc::new(links);
+            (transport(r, 2, mb, &links), links)
+        })
+        .collect();
+    let slow = slow_proxy(links[1].1.local_addr(), Duration::from_millis(200));
+    rdv.publish(&address_key(PREFIX, 1), slow.to_string().as_bytes()).unwrap();
+    let started = Instant::now();
+    thread::scope(|s| {
+        s.spawn(|| {
+            thread::sleep(Duration::from_millis(20));
+            links[1].0.send(0, &header(4), b"late", Instant::now() + Duration::from_secs(10)).unwrap();
+        });
+        let mut buf = [0u8; 4];
+        loop {
+            let slice = Instant::now() + Duration::from_millis(30);
+            match links[0].0.recv(1, 4, header(4).channel, None, &mut buf, slice) {
+                Ok(got) => break assert_eq!((got.len, &buf), (4, b"late")),
+                Err(TransportError::Timeout { peer: 1 }) => {}
+                Err(e) => panic!("rank 0 failed: {e:?}"),
+            }
+            assert!(started.elapsed() < Duration::from_secs(8), "no connection after {:?}", started.elapsed());
+        }
+    });
 }
 
 /// Frames striped over 2 lanes, their bytes arriving in random amounts per lane, read by
