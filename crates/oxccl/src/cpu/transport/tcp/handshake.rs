@@ -85,6 +85,9 @@ pub(super) enum Verdict {
     Crossed = 6,
     /// The server already holds (or is accepting) a connection from the client.
     Duplicate = 7,
+    /// The server has lost the client (their connection ended, or the server shut down): a
+    /// lost peer is not connected again, so the client loses the server too.
+    Lost = 8,
 }
 
 impl Verdict {
@@ -98,6 +101,7 @@ impl Verdict {
             Verdict::OtherLanes,
             Verdict::Crossed,
             Verdict::Duplicate,
+            Verdict::Lost,
         ]
         .get(usize::from(b))
         .copied()
@@ -118,7 +122,11 @@ impl Verdict {
                 "the two ranks disagree on the number of connections per peer; set {LANES_ENV} alike on every rank"
             ),
             Verdict::Crossed => format!("rank {server} is dialing rank {client} at the same moment, and keeps its own"),
-            Verdict::Duplicate => format!("rank {server} already has a connection from rank {client}, or lost it"),
+            Verdict::Duplicate => format!("rank {server} already has a connection from rank {client}"),
+            Verdict::Lost => format!(
+                "rank {server} has lost rank {client} (their connection ended, or rank {server} shut its connections \
+                 down), and lost peers are not connected again"
+            ),
         }
     }
 }
@@ -291,6 +299,12 @@ pub(super) fn dial(
             Err(refused(format!("the address published for rank {peer} belongs to rank {theirs}")))
         }
         Some(Verdict::Crossed | Verdict::Duplicate) => Err(DialError::Yielded),
+        // Reported as the connection ending: the caller loses the peer.
+        Some(Verdict::Lost) => Err(DialError::Failed(Error::Io {
+            context: context(),
+            kind: io::ErrorKind::ConnectionAborted,
+            message: Verdict::Lost.text(peer, me.me),
+        })),
         Some(v) => Err(refused(format!("rank {peer} refused the connection: {}", v.text(peer, me.me)))),
         None => Err(refused(format!("rank {peer} answered with an unknown verdict {}", reply[16]))),
     }

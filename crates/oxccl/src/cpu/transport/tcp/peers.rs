@@ -13,7 +13,8 @@
 //!   (`Crossed`: the lower rank's dial wins), and **accepted when it is the lower rank** (this
 //!   rank's own dial will then be refused by the peer, and the caller takes the accepted
 //!   connection);
-//! - a connection that exists refuses a second one (`Duplicate`); a connection being accepted
+//! - a connection that exists refuses a second one (`Duplicate`), a lost peer's dial is
+//!   refused as lost (`Lost`: the dialer loses this rank too); a connection being accepted
 //!   gives way to a new first lane from the same peer, which dials one connection at a time
 //!   (the earlier dial was given up between two lanes);
 //! - a server answers a connection's last lane and installs the connection under the
@@ -140,7 +141,10 @@ impl<S> PeerTable<S> {
             };
         }
         match slot {
-            Slot::Connected | Slot::Lost(_) => Verdict::Duplicate,
+            Slot::Connected => Verdict::Duplicate,
+            // Answered so, the peer stops dialing: Duplicate would make it wait for a
+            // connection of ours that never comes, and dial again, until its deadline.
+            Slot::Lost(_) => Verdict::Lost,
             Slot::Dialing if peer > me => Verdict::Crossed,
             // A peer dials one connection at a time: a new first lane means it gave up on the
             // one being accepted (its caller's deadline passed between two lanes), whose
@@ -336,7 +340,7 @@ mod tests {
         assert_eq!(t.want(2), Next::Dial);
         t.dialed(2, Dialed::Failed("refused".into()));
         assert_eq!(t.want(2), Next::Gone("refused".into()));
-        assert_eq!(t.hello(2, 0, 1, now()), Verdict::Duplicate);
+        assert_eq!(t.hello(2, 0, 1, now()), Verdict::Lost);
         t.lose(1, "shut down");
         assert_eq!(t.want(1), Next::Gone("shut down".into()));
         // A loss found while dialing stands when the dial ends.

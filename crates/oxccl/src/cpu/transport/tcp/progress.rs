@@ -362,7 +362,8 @@ impl Loop<'_> {
         let sh = self.shared;
         let (verdict, src, lane) = check_hello(hello, &sh.ident, &sh.expected);
         if verdict != Verdict::Accepted || sh.closing.load(Ordering::Acquire) {
-            let v = if verdict == Verdict::Accepted { Verdict::Duplicate } else { verdict };
+            // A rank shutting down has lost every peer.
+            let v = if verdict == Verdict::Accepted { Verdict::Lost } else { verdict };
             let _ = a.answer(&reply(&sh.ident, v));
             tracing::warn!("rank {}: {} (from {})", sh.rank, refusal(&sh.ident, v, src), a.from);
             return;

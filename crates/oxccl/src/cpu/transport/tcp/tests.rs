@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use proptest::prelude::*;
 
 use super::connection::{set_liveness, KEEPALIVE_IDLE_S, KEEPALIVE_INTERVAL_S, KEEPALIVE_PROBES, USER_TIMEOUT_MS};
-use super::handshake::{address_key, dial, lookup, Ident, Verdict, REPLY_LEN};
+use super::handshake::{address_key, dial, lookup, DialError, Ident, Verdict, REPLY_LEN};
 use super::incoming::{pump_to_end, Direct, End, Incoming, Pumped, Source, Wait, PREALLOC};
 use super::interface::{pick, pick_preferring, Iface};
 use super::options::{LANES_ENV, MAX_LANES};
@@ -459,6 +459,16 @@ fn bad_frames_from_an_authenticated_peer_lose_only_that_peer() {
     let d = lost_detail(&mb1, 0);
     assert!(d.contains("limit") && d.contains("closed"), "{d}");
     read_until_closed(&mut to1);
+    // The peer dials again: it is told it was lost (not to wait for a connection of rank 1's
+    // own, as a duplicate dial is), and its dial fails for good.
+    let me = Ident::new(0, n, 1, PREFIX);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    match dial(1, 0, l1.local_addr(), &secret(), &me, deadline, None) {
+        Err(DialError::Failed(Error::Io { kind: io::ErrorKind::ConnectionAborted, message, .. })) => {
+            assert!(message.contains("has lost rank 0"), "{message}")
+        }
+        other => panic!("rank 0's dial again should fail as lost, got {other:?}"),
+    }
     // A truncated frame.
     to2.write_all(&frame::encode_header(FrameKind::Data, &header(9), 1000)).unwrap();
     to2.write_all(&[1; 10]).unwrap();
@@ -1123,7 +1133,7 @@ fn a_dead_peer_is_found_while_it_holds_no_connection_to_the_waiter() {
     let r = world[0].0.recv(1, 4, header(4).channel, None, &mut buf, started + Duration::from_secs(20));
     match r {
         Err(TransportError::PeerLost { peer: 1, detail }) => assert!(detail.contains("rank 1"), "{detail}"),
-        other => panic!("expected rank 1 to be lost, got {other:?}"),
+        other => panic!("expected rank 1 to be lost, got {other:?} after {:?}", started.elapsed()),
     }
     assert!(started.elapsed() < Duration::from_secs(3), "took {:?}", started.elapsed());
     // Sends fail alike, and the others still reach each other.
