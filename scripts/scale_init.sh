@@ -63,8 +63,11 @@ for n in ${worlds//,/ }; do
   fi
   if [ -n "$mpi_bin" ] && [ "$n" -le "$ompi_max" ]; then
     dir=$(mktemp -d)
-    (ulimit -Sn 1024; OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+    # No descriptor limit here: mpirun holds every local child's stdio (at 256 ranks under
+    # `ulimit -Sn 1024` it failed to start them); its ranks inherit the machine's default.
+    (OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
       timeout 900 mpirun --oversubscribe -n "$n" "$mpi_bin" >"$dir/out" 2>"$dir/err") || true
+    pkill -f "$mpi_bin" 2>/dev/null || true # ranks a failed launch left behind
     awk -v n="$n" -v k="$n" -v label=ompi -f scripts/scale_summary.awk "$dir/out"
     rm -rf "$dir"
   else
