@@ -71,10 +71,10 @@ enum Attempt {
     Fatal(Error),
 }
 
-/// `pause` scaled by a factor in [0.5, 1.5) drawn from the clock and the process id.
+/// `pause` scaled by a random factor in [0.5, 1.5) (std's randomly keyed hasher).
 fn jittered(pause: Duration) -> Duration {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
-    let x = u64::from(nanos ^ std::process::id().rotate_left(16)).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 54;
+    use std::hash::{BuildHasher, Hasher};
+    let x = std::collections::hash_map::RandomState::new().build_hasher().finish() >> 54;
     pause.mul_f64(0.5 + x as f64 / 1024.0)
 }
 

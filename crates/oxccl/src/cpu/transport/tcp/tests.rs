@@ -1052,10 +1052,14 @@ fn a_background_reader_thread_runs_as_sched_batch() {
 
 /// A world of `n` ranks whose links connect on demand, with their transports.
 fn lazy_world(n: usize, opts: &TcpOptions) -> Vec<(RoutedTransport, Arc<TcpLinks>)> {
-    let rdv = MemRdv::default();
+    lazy_world_in(&MemRdv::default(), n, opts)
+}
+
+/// [`lazy_world`] over `rdv`, which the caller keeps (to publish other addresses in it).
+fn lazy_world_in(rdv: &MemRdv, n: usize, opts: &TcpOptions) -> Vec<(RoutedTransport, Arc<TcpLinks>)> {
     (0..n)
         .map(|r| {
-            let (mb, links) = establish_lazy(r, n, &rdv, &secret(), opts).unwrap();
+            let (mb, links) = establish_lazy(r, n, rdv, &secret(), opts).unwrap();
             let links = Arc::new(links);
             (transport(r, n, mb, &links), links)
         })
@@ -1201,13 +1205,7 @@ fn slow_proxy(to: SocketAddr, delay: Duration) -> SocketAddr {
 #[test]
 fn a_dial_slower_than_the_callers_wait_slices_completes() {
     let rdv = MemRdv::default();
-    let links: Vec<_> = (0..2)
-        .map(|r| {
-            let (mb, links) = establish_lazy(r, 2, &rdv, &secret(), &opts()).unwrap();
-            let links = Arc::new(links);
-            (transport(r, 2, mb, &links), links)
-        })
-        .collect();
+    let links = lazy_world_in(&rdv, 2, &opts());
     let slow = slow_proxy(links[1].1.local_addr(), Duration::from_millis(200));
     rdv.publish(&address_key(PREFIX, 1), slow.to_string().as_bytes()).unwrap();
     let started = Instant::now();
