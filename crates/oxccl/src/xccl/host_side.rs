@@ -110,8 +110,26 @@ pub(crate) struct HostSide {
     check: bool,
     /// Notices received ahead of their receive (by `peek`), per peer, in order.
     early: Mutex<Vec<VecDeque<Notice>>>,
-    /// Per peer: whether this rank pulled since the peer's last [`Notice::Flushed`].
-    pulled: Mutex<Vec<bool>>,
+    /// Per peer: the pull handshake's state (see [`Marks`]).
+    marks: Mutex<Vec<Marks>>,
+}
+
+/// One peer's side of the pull handshake. A pull carries how many [`Notice::Flushed`] marks
+/// its sender had received from the peer it pulls; the peer answers it only if it has sent
+/// no mark since. A pull that crossed a mark on the wire (the receiver waited, the sender
+/// flushed, the pull arrived after) asks for nothing: answering it at the sender's *next*
+/// buffered send would issue that send in a group of its own ahead of the sender's next
+/// receive, the deadlock `GRACE` in the engine's `progress.rs` exists to avoid.
+#[derive(Debug, Clone, Copy, Default)]
+struct Marks {
+    /// Marks received from the peer.
+    seen: u64,
+    /// Marks sent to the peer.
+    sent: u64,
+    /// This rank pulled the peer since the peer's last mark.
+    pulled: bool,
+    /// The peer pulled this rank since this rank's last mark to it (a pull not yet answered).
+    asked: bool,
 }
 
 impl HostSide {
@@ -119,7 +137,12 @@ impl HostSide {
     /// fingerprints when `check`.
     pub(crate) fn new(comm: Arc<dyn Backend>, check: bool) -> HostSide {
         let n = comm.world_size();
-        HostSide { comm, check, early: Mutex::new(vec![VecDeque::new(); n]), pulled: Mutex::new(vec![false; n]) }
+        HostSide {
+            comm,
+            check,
+            early: Mutex::new(vec![VecDeque::new(); n]),
+            marks: Mutex::new(vec![Marks::default(); n]),
+        }
     }
 
     /// The host communicator.
@@ -191,6 +214,15 @@ impl HostSide {
     /// # Errors
     /// The host communicator's errors.
     pub(crate) fn announce_flushed(&self, peers: &[usize], timeout: Duration) -> Result<()> {
+        {
+            let mut marks = relock(&self.marks);
+            for &p in peers {
+                if let Some(m) = marks.get_mut(p) {
+                    m.sent += 1;
+                    m.asked = false;
+                }
+            }
+        }
         let notices: Vec<(usize, Notice)> = peers.iter().map(|&p| (p, Notice::Flushed)).collect();
         self.post(&notices, timeout)
     }
@@ -239,8 +271,9 @@ impl HostSide {
         }
         let notice = Notice::decode(w, peer)?;
         if notice == Notice::Flushed {
-            if let Some(p) = relock(&self.pulled).get_mut(peer) {
-                *p = false;
+            if let Some(m) = relock(&self.marks).get_mut(peer) {
+                m.seen += 1;
+                m.pulled = false;
             }
         }
         Ok(notice)
@@ -253,41 +286,55 @@ impl HostSide {
     /// # Errors
     /// The host communicator's errors.
     pub(crate) fn pull(&self, peer: usize, timeout: Duration) -> Result<()> {
-        {
-            let mut pulled = relock(&self.pulled);
-            match pulled.get_mut(peer) {
-                Some(p) if !*p => *p = true,
+        let seen = {
+            let mut marks = relock(&self.marks);
+            match marks.get_mut(peer) {
+                Some(m) if !m.pulled => {
+                    m.pulled = true;
+                    m.seen
+                }
                 _ => return Ok(()),
             }
-        }
-        let none = [0u8; 0];
+        };
+        let word = [seen];
         let op = Op::Batch(vec![P2p::Send {
-            buf: RawBuf { ptr: none.as_ptr(), count: 0, dtype: DType::U8, device: Device::Cpu },
+            buf: RawBuf { ptr: word.as_ptr().cast(), count: 1, dtype: DType::U64, device: Device::Cpu },
             peer,
             tag: PULL_TAG,
         }]);
-        // SAFETY: an empty message reads no memory.
+        // SAFETY: `word` outlives the blocking call.
         unsafe { self.run(op, timeout) }.map(drop)
     }
 
-    /// Takes every pull `peer` sent that has arrived; whether there was one.
+    /// Takes every pull `peer` sent that has arrived; whether `peer` waits for this rank's
+    /// next mark to it (a pull since the last one, now or before: see [`Marks`]).
     ///
     /// # Errors
-    /// The host communicator's errors.
+    /// The host communicator's errors; a malformed pull.
     pub(crate) fn take_pulls(&self, peer: usize, timeout: Duration) -> Result<bool> {
-        let mut any = false;
         while self.comm.probe(peer, PULL_TAG)?.is_some() {
-            let mut none = [0u8; 0];
+            let mut word = [0u64; 1];
             let op = Op::Batch(vec![P2p::Recv {
-                buf: RawBufMut { ptr: none.as_mut_ptr(), count: 0, dtype: DType::U8, device: Device::Cpu },
+                buf: RawBufMut { ptr: word.as_mut_ptr().cast(), count: 1, dtype: DType::U64, device: Device::Cpu },
                 peer,
                 tag: PULL_TAG,
             }]);
-            // SAFETY: an empty message writes no memory.
-            unsafe { self.run(op, timeout)? };
-            any = true;
+            // SAFETY: `word` outlives the blocking call.
+            let done = unsafe { self.run(op, timeout)? };
+            if done.received.first() != Some(&1) {
+                return Err(Error::Internal(format!("rank {peer} sent a malformed pull")));
+            }
+            if let Some(m) = relock(&self.marks).get_mut(peer) {
+                if word[0] > m.sent {
+                    return Err(Error::Internal(format!(
+                        "rank {peer} pulled after {} marks, more than the {} sent to it",
+                        word[0], m.sent
+                    )));
+                }
+                m.asked |= word[0] == m.sent;
+            }
         }
-        Ok(any)
+        Ok(relock(&self.marks).get(peer).is_some_and(|m| m.asked))
     }
 
     /// The `k`-th notice (from 0) not yet taken from `peer`, if it has arrived (without
@@ -407,5 +454,68 @@ mod tests {
         let mut s = s;
         drop(s.remove(0));
         assert!(matches!(s[0].liveness(), Err(Error::PeerLost { rank: 0, .. })), "{:?}", s[0].liveness());
+    }
+
+    /// Waits until a pull from `peer` has arrived at `side`.
+    fn await_pull(side: &HostSide, peer: usize) {
+        let deadline = std::time::Instant::now() + T;
+        while side.comm.probe(peer, PULL_TAG).expect("probe").is_none() {
+            assert!(std::time::Instant::now() < deadline, "the pull never arrived");
+            std::thread::yield_now();
+        }
+    }
+
+    #[test]
+    fn a_pull_asks_for_the_next_mark_only_until_it_is_sent() {
+        let s = sides(2, false);
+        let env = Envelope { tag: 1, dtype: DType::I32, count: 2 };
+        assert!(!s[0].take_pulls(1, T).expect("no pull yet"));
+        // Rank 1 waits for rank 0's messages: rank 0 is asked, and stays asked until its mark.
+        s[0].announce(&[(1, env)], T).expect("announce");
+        s[1].pull(0, T).expect("pull");
+        await_pull(&s[0], 1);
+        assert!(s[0].take_pulls(1, T).expect("take"));
+        assert!(s[0].take_pulls(1, T).expect("again"), "a pull not yet answered is still asked");
+        s[0].announce_flushed(&[1], T).expect("flushed");
+        assert!(!s[0].take_pulls(1, T).expect("answered"));
+        assert_eq!(s[1].next_notice(0, T).expect("envelope"), Notice::Message(env));
+        assert_eq!(s[1].next_notice(0, T).expect("mark"), Notice::Flushed);
+    }
+
+    #[test]
+    fn a_pull_that_crossed_a_mark_asks_for_nothing() {
+        // Rank 0 flushes while rank 1, not having received the mark yet, pulls: the pull
+        // arrives after the mark left and must not make rank 0 issue its *next* sends alone.
+        let s = sides(2, false);
+        let env = Envelope { tag: 1, dtype: DType::I32, count: 2 };
+        s[0].announce(&[(1, env)], T).expect("announce");
+        s[0].announce_flushed(&[1], T).expect("flushed");
+        s[1].pull(0, T).expect("pull before the mark is read");
+        await_pull(&s[0], 1);
+        s[0].announce(&[(1, env)], T).expect("the next sends");
+        assert!(!s[0].take_pulls(1, T).expect("take"), "a pull that crossed the mark asked for the next group");
+        // Rank 1 reads the mark; its next pull is fresh again.
+        assert_eq!(s[1].next_notice(0, T).expect("envelope"), Notice::Message(env));
+        assert_eq!(s[1].next_notice(0, T).expect("mark"), Notice::Flushed);
+        s[1].pull(0, T).expect("pull");
+        await_pull(&s[0], 1);
+        assert!(s[0].take_pulls(1, T).expect("take"));
+    }
+
+    #[test]
+    fn a_pull_ahead_of_the_marks_sent_is_an_error() {
+        let s = sides(2, false);
+        // A rank that claims more marks than were sent to it: a malformed pull.
+        let word = [5u64];
+        let op = Op::Batch(vec![P2p::Send {
+            buf: RawBuf { ptr: word.as_ptr().cast(), count: 1, dtype: DType::U64, device: Device::Cpu },
+            peer: 0,
+            tag: PULL_TAG,
+        }]);
+        // SAFETY: `word` outlives the blocking call.
+        unsafe { s[1].run(op, T) }.expect("send");
+        await_pull(&s[0], 1);
+        let e = s[0].take_pulls(1, T).expect_err("a pull after 5 marks of 0");
+        assert!(e.to_string().contains("more than the 0 sent"), "{e}");
     }
 }

@@ -5,7 +5,9 @@
 //! that sends and then waits on something else (another communicator, a host barrier, its
 //! own join) would keep the message back, and a receiver waiting for it would time out.
 //! So a receiver that finds nothing announced-and-issued to wait for *pulls* the sender (a
-//! host message, at most one per sender group), and while buffered sends are queued, one
+//! host message, at most one per sender group, carrying how many of the sender's flush marks
+//! it has read, so that a pull that crossed a mark is not taken for a request for the next
+//! group: `host_side.rs`), and while buffered sends are queued, one
 //! thread per engine looks for pulls every [`POLL`] and issues the buffered sends at the
 //! head of the queue when one came and this rank's thread has not called the communicator
 //! for [`GRACE`].
@@ -50,32 +52,29 @@ impl Inner {
     }
 }
 
-/// The thread (see the module documentation).
+/// The thread (see the module documentation). Pulls are taken and answered under the order
+/// lock, so a flush by this rank's own thread in between cannot leave an answered pull
+/// looking fresh.
 fn run(weak: &Weak<Inner>) {
-    let mut pulled = false;
     loop {
         let Some(inner) = weak.upgrade() else { return };
-        let peers = {
-            let order = relock(&inner.order);
+        {
+            let mut order = relock(&inner.order);
             let peers = inner.buffered_peers(&order);
             if peers.is_empty() || inner.poisoned().is_err() {
                 *relock(&inner.progress) = false;
                 return;
             }
-            peers
-        };
-        for p in peers {
-            match inner.host.take_pulls(p, inner.timeout) {
-                Ok(any) => pulled |= any,
-                Err(e) => {
-                    tracing::debug!("rank {}: looking for pulls from rank {p}: {e}", inner.rank);
+            let mut pulled = false;
+            for p in peers {
+                match inner.host.take_pulls(p, inner.timeout) {
+                    Ok(asked) => pulled |= asked,
+                    Err(e) => {
+                        tracing::debug!("rank {}: looking for pulls from rank {p}: {e}", inner.rank);
+                    }
                 }
             }
-        }
-        if pulled {
-            let mut order = relock(&inner.order);
-            if order.touched.elapsed() >= GRACE {
-                pulled = false;
+            if pulled && order.touched.elapsed() >= GRACE {
                 if let Err(e) = inner.flush_buffered(&mut order) {
                     tracing::debug!("rank {}: issuing buffered sends on a pull: {e}", inner.rank);
                 }
