@@ -98,6 +98,7 @@ impl Algorithm {
             OpKind::Barrier => &[Dissemination],
             OpKind::Send | OpKind::Recv | OpKind::Batch => &[Linear],
             OpKind::Split => &[Ring],
+            OpKind::Agree => &[Linear],
         }
     }
 

@@ -42,11 +42,13 @@ pub enum OpKind {
     Batch = 13,
     /// communicator split (an all_gather of colors and keys)
     Split = 14,
+    /// fault-tolerant agreement among the survivors (`agree`, and `shrink` built on it)
+    Agree = 15,
 }
 
 impl OpKind {
     /// Every op kind, in tag order.
-    pub const ALL: [OpKind; 15] = [
+    pub const ALL: [OpKind; 16] = [
         OpKind::AllReduce,
         OpKind::Reduce,
         OpKind::Broadcast,
@@ -62,6 +64,7 @@ impl OpKind {
         OpKind::Recv,
         OpKind::Batch,
         OpKind::Split,
+        OpKind::Agree,
     ];
 
     /// The snake_case name (`all_reduce`, ...).
@@ -82,6 +85,7 @@ impl OpKind {
             OpKind::Recv => "recv",
             OpKind::Batch => "batch",
             OpKind::Split => "split",
+            OpKind::Agree => "agree",
         }
     }
 

@@ -70,7 +70,7 @@ pub mod tuning;
 mod xccl;
 
 pub use algorithm::Algorithm;
-pub use backend::{MessageInfo, Stream, StreamOrder};
+pub use backend::{Agreement, MessageInfo, Stream, StreamOrder};
 pub use communicator::work;
 pub use communicator::{Batch, Buffer, BufferMut, Communicator};
 pub use communicator::{OwnedWork, Scope, Work};

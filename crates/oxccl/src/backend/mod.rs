@@ -61,6 +61,16 @@ pub enum Mode {
     Async,
 }
 
+/// What the survivors of a communicator agreed ([`Backend::agree`]): the same on every one
+/// of them, even when ranks die during the call (ULFM's `MPIX_Comm_agree`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Agreement {
+    /// The bitwise AND of the flags of every rank not in `failed`.
+    pub flag: u64,
+    /// The ranks found dead, in order.
+    pub failed: Vec<usize>,
+}
+
 /// A message waiting to be received, as reported by [`Backend::probe`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MessageInfo {
@@ -179,4 +189,33 @@ pub trait Backend: Send + Sync + 'static {
     /// Aborts the communicator: every wait on it, on any thread, returns
     /// [`Error::Aborted`], and peers are told so they fail fast too.
     fn abort(&self, reason: &str);
+
+    /// Fault-tolerant agreement among the live ranks (every live rank calls it, in the same
+    /// order as its other agreements and shrinks): the AND of their flags and the ranks found
+    /// dead, identical on every survivor even when ranks die during the call. It works on a
+    /// communicator that failed. The default: the backend has none.
+    ///
+    /// # Errors
+    /// [`Error::BackendUnavailable`] where the backend cannot; a timeout.
+    fn agree(&self, _flag: u64, _opts: &CallOptions) -> Result<Agreement> {
+        Err(Error::BackendUnavailable {
+            backend: self.name().to_string(),
+            why: "this backend has no fault-tolerant agreement (agree, shrink); use the cpu or local backend".into(),
+        })
+    }
+
+    /// A communicator of the survivors, without the ranks agreed dead and without `exclude`
+    /// (every live rank calls it with the same list), in the old rank order; `None` for the
+    /// ranks in `exclude`. It works on a communicator that failed. The default: the backend
+    /// has none.
+    ///
+    /// # Errors
+    /// [`Error::BackendUnavailable`] where the backend cannot; [`Error::InvalidArgument`]
+    /// for a bad list or lists that differ between ranks; a timeout.
+    fn shrink(&self, _exclude: &[usize], _opts: &CallOptions) -> Result<Option<Arc<dyn Backend>>> {
+        Err(Error::BackendUnavailable {
+            backend: self.name().to_string(),
+            why: "this backend cannot shrink a communicator; use the cpu or local backend".into(),
+        })
+    }
 }

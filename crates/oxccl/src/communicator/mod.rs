@@ -522,6 +522,44 @@ impl Communicator {
         Ok(b.map(|backend| Communicator { opts: self.opts, ..Communicator::observed(backend, Arc::clone(&self.perf)) }))
     }
 
+    /// Fault-tolerant agreement (ULFM's `MPIX_Comm_agree`): every live rank calls it with a
+    /// flag; each gets the bitwise AND of the flags of the live ranks and the ranks found
+    /// dead, identical on every survivor even when ranks die during the call. A training loop
+    /// uses it to decide together "did every survivor finish step k?". It works on a
+    /// communicator that failed (after a lost peer), and calls are numbered apart from the
+    /// collectives: every rank calls `agree` and `shrink` in the same order.
+    ///
+    /// # Errors
+    /// A timeout ([`Config::timeout`](crate::Config::timeout)) when a live rank does not
+    /// call it; [`Error::BackendUnavailable`] on backends without one.
+    pub fn agree(&self, flag: u64) -> Result<crate::backend::Agreement> {
+        self.backend.agree(flag, &self.opts)
+    }
+
+    /// After a failure: a new communicator of the survivors, in the old rank order, without
+    /// the ranks agreed dead (found by a fault-tolerant agreement, so every survivor gets the
+    /// same membership, also when a rank dies during the call). Every live rank calls it; it
+    /// works on a communicator that failed.
+    ///
+    /// # Errors
+    /// As [`Communicator::agree`].
+    pub fn shrink(&self) -> Result<Communicator> {
+        self.shrink_excluding(&[])?
+            .ok_or_else(|| Error::Internal("shrink: this rank is missing from the survivors".into()))
+    }
+
+    /// A planned removal (a straggler, a host being drained): a new communicator without
+    /// `ranks` and without the ranks agreed dead. Every live rank calls it with the same
+    /// list; the ranks listed get `Ok(None)`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a rank out of range or listed twice, every rank listed,
+    /// or lists that differ between ranks (on every rank); as [`Communicator::agree`].
+    pub fn shrink_excluding(&self, ranks: &[usize]) -> Result<Option<Communicator>> {
+        let b = self.backend.shrink(ranks, &self.opts)?;
+        Ok(b.map(|backend| Communicator { opts: self.opts, ..Communicator::observed(backend, Arc::clone(&self.perf)) }))
+    }
+
     /// Creates a communicator of `ranks` (collective over all ranks, which must pass the same
     /// list); `ranks[i]` becomes rank i of the new communicator. Ranks not listed get `Ok(None)`.
     ///

@@ -16,6 +16,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use super::agree::protocol::Contribution;
+use super::agree::service::Agreements;
+use super::agree::shrink;
 use super::algorithms::hosts::HostGroups;
 use super::algorithms::shared_memory::ShmCollectives;
 use super::algorithms::{all_gather, Clock, Ctx};
@@ -32,7 +35,7 @@ use crate::backend::peer_waits::PeerWaits;
 use crate::backend::poison::Poison;
 use crate::backend::staging;
 use crate::backend::CallOptions;
-use crate::backend::{Backend, Completion, MessageInfo, Mode, Op, P2p, Pending};
+use crate::backend::{Agreement, Backend, Completion, MessageInfo, Mode, Op, P2p, Pending};
 use crate::config::ResolvedConfig;
 use crate::device::Device;
 use crate::dtype::DType;
@@ -85,6 +88,8 @@ struct Inner {
     native_setup: OnceLock<(usize, WaitPolicy)>,
     /// Time waited for each peer, for the profiler (off unless it turns it on).
     waits: Arc<PeerWaits>,
+    /// Agreements and shrinks: their thread and state, made by the first.
+    agreements: OnceLock<Agreements>,
 }
 
 #[derive(Default)]
@@ -97,6 +102,12 @@ struct Job {
     opts: CallOptions,
     slot: Arc<Slot>,
 }
+
+/// The "sequence number" and "color" from which a communicator's agreement id derives
+/// (splits use collective sequence numbers and 32-bit colors, never these).
+const AGREE_ID: (u64, u64) = (u64::MAX - 1, u64::MAX);
+/// The color from which a shrunk communicator's id derives, with its last agreement's number.
+const SHRINK_COLOR: u64 = u64::MAX - 1;
 
 /// Mixes a parent id, a sequence number and a color into a new communicator id.
 fn derive_comm_id(parent: u64, seq: u64, color: u64) -> u64 {
@@ -175,6 +186,7 @@ impl CpuBackend {
                 host_native: OnceLock::new(),
                 native_setup: OnceLock::new(),
                 waits: Arc::new(PeerWaits::new(n_ranks)),
+                agreements: OnceLock::new(),
             }),
             keep: Vec::new(),
         })
@@ -622,6 +634,13 @@ impl Inner {
             .position(|&(_, i)| i == self.rank)
             .ok_or_else(|| Error::invalid("split: this rank is missing from its own color group (internal error)"))?;
         let id = derive_comm_id(self.comm_id, seq, u64::from(color));
+        self.child(id, ranks, rank).map(Some)
+    }
+
+    /// A communicator over the same transport with id `id`, whose rank i is transport rank
+    /// `ranks[i]` (this one being `rank`), priced and set up as this one (shared memory where
+    /// its ranks allow: a collective among them).
+    fn child(&self, id: u64, ranks: Arc<[usize]>, rank: usize) -> Result<CpuBackend> {
         let mut child = CpuBackend::new(self.name, Arc::clone(&self.transport), id, ranks, rank, self.cfg.clone())?
             .with_machine(Arc::clone(self.selector.profile()), self.selector.crowd())?;
         if let Some(&(slot, wait)) = self.native_setup.get() {
@@ -636,7 +655,33 @@ impl Inner {
                 child = child.with_host_shared_memory(slot, wait)?;
             }
         }
-        Ok(Some(child))
+        Ok(child)
+    }
+
+    /// This communicator's agreements (made at first use).
+    fn agreements(&self) -> &Agreements {
+        self.agreements.get_or_init(|| {
+            let id = derive_comm_id(self.comm_id, AGREE_ID.0, AGREE_ID.1);
+            Agreements::new(self.name, Arc::clone(&self.transport), id, Arc::clone(&self.ranks), self.rank)
+        })
+    }
+
+    /// See [`Backend::agree`]. Not in the collectives' order: it works on a communicator
+    /// that failed, and while an operation of another thread waits on it.
+    fn agree(&self, flag: u64, opts: &CallOptions) -> Result<Agreement> {
+        let deadline = Instant::now() + self.timeout(opts);
+        let (_, d) = self.agreements().agree(Contribution { and: flag, or: 0 }, deadline)?;
+        Ok(Agreement { flag: d.and, failed: d.dead })
+    }
+
+    /// See [`Backend::shrink`].
+    fn shrink(&self, exclude: &[usize], opts: &CallOptions) -> Result<Option<CpuBackend>> {
+        let deadline = Instant::now() + self.timeout(opts);
+        let m = shrink::agree_membership(self.agreements(), self.ranks.len(), exclude, deadline)?;
+        let Some(rank) = m.kept.iter().position(|&r| r == self.rank) else { return Ok(None) };
+        let ranks: Arc<[usize]> = m.kept.iter().map(|&r| self.ranks[r]).collect();
+        let id = derive_comm_id(self.comm_id, m.number, SHRINK_COLOR);
+        self.child(id, ranks, rank).map(Some)
     }
 }
 
@@ -742,6 +787,14 @@ impl Backend for CpuBackend {
     fn abort(&self, reason: &str) {
         let e = Error::Aborted { reason: format!("rank {} called abort: {reason}", self.inner.rank) };
         self.inner.abort(&e, reason);
+    }
+
+    fn agree(&self, flag: u64, opts: &CallOptions) -> Result<Agreement> {
+        self.inner.agree(flag, opts)
+    }
+
+    fn shrink(&self, exclude: &[usize], opts: &CallOptions) -> Result<Option<Arc<dyn Backend>>> {
+        Ok(self.inner.shrink(exclude, opts)?.map(|b| Arc::new(b) as Arc<dyn Backend>))
     }
 }
 

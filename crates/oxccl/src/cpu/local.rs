@@ -28,6 +28,15 @@ pub fn world(cfg: &ResolvedConfig, n: usize) -> Result<Vec<CpuBackend>> {
 /// # Errors
 /// As [`world`].
 pub fn named_world(cfg: &ResolvedConfig, n: usize, name: &'static str) -> Result<Vec<CpuBackend>> {
+    Ok(world_on_hub(cfg, n, name)?.1)
+}
+
+/// [`named_world`] and the hub its ranks share (tests kill ranks through it).
+pub(crate) fn world_on_hub(
+    cfg: &ResolvedConfig,
+    n: usize,
+    name: &'static str,
+) -> Result<(Arc<MemoryHub>, Vec<CpuBackend>)> {
     if n == 0 {
         return Err(Error::invalid("a world needs at least one rank"));
     }
@@ -42,11 +51,12 @@ pub fn named_world(cfg: &ResolvedConfig, n: usize, name: &'static str) -> Result
         Some(path) => Profile::load(path)?,
         None => Profile::default(),
     });
-    (0..n)
+    let world = (0..n)
         .map(|r| {
             let t = Arc::new(hub.endpoint(r)?);
             CpuBackend::new(name, t, WORLD_COMM_ID, Arc::clone(&ranks), r, cfg.clone())?
                 .with_machine(Arc::clone(&profile), crowd)
         })
-        .collect()
+        .collect::<Result<Vec<CpuBackend>>>()?;
+    Ok((hub, world))
 }

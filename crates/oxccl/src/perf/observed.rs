@@ -262,6 +262,15 @@ impl Backend for Observed {
         self.inner.waiting_on()
     }
 
+    fn agree(&self, flag: u64, opts: &CallOptions) -> Result<crate::backend::Agreement> {
+        self.inner.agree(flag, opts)
+    }
+
+    fn shrink(&self, exclude: &[usize], opts: &CallOptions) -> Result<Option<Arc<dyn Backend>>> {
+        // The front door wraps the new communicator's backend in its own `Observed`.
+        self.inner.shrink(exclude, opts)
+    }
+
     fn peer_waits(&self) -> Option<Arc<crate::backend::peer_waits::PeerWaits>> {
         self.inner.peer_waits()
     }

@@ -1,6 +1,7 @@
 //! The in-memory transport of the `local` backend: every rank is a thread of one process,
 //! and a send delivers the frame straight into the receiver's [`Mailbox`].
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -12,6 +13,8 @@ use crate::error::Error;
 #[derive(Debug)]
 pub struct MemoryHub {
     endpoints: Vec<Mailbox>,
+    /// Endpoints killed ([`MemoryHub::kill`]): their sends go nowhere.
+    killed: Vec<AtomicBool>,
     /// How long a receiver looks for its frame, spinning and then yielding, before it sleeps
     /// (see [`Mailbox::recv_polling`]).
     poll_for: Duration,
@@ -26,7 +29,26 @@ impl MemoryHub {
     /// [`Mailbox::recv_polling`]); where the threads outnumber the CPUs, no spin, and a
     /// yield lets a sender run.
     pub fn polling(n: usize, poll_for: Duration, yield_for: Duration) -> Arc<MemoryHub> {
-        Arc::new(MemoryHub { endpoints: (0..n).map(|_| Mailbox::new()).collect(), poll_for, yield_for })
+        Arc::new(MemoryHub {
+            endpoints: (0..n).map(|_| Mailbox::new()).collect(),
+            killed: (0..n).map(|_| AtomicBool::new(false)).collect(),
+            poll_for,
+            yield_for,
+        })
+    }
+
+    /// Kills endpoint `rank` as a SIGKILL kills a process: from now on its sends go nowhere,
+    /// and every other endpoint loses it (frames it sent before stay queued, as bytes in a
+    /// socket outlive their sender). For tests of what survivors do.
+    #[cfg(test)]
+    pub fn kill(&self, rank: usize) {
+        let Some(k) = self.killed.get(rank) else { return };
+        k.store(true, Ordering::Release);
+        for (r, mb) in self.endpoints.iter().enumerate() {
+            if r != rank {
+                mb.lose(rank, &format!("rank {rank} was killed"));
+            }
+        }
     }
 
     /// The transport of endpoint `rank`.
@@ -49,6 +71,11 @@ pub struct MemoryTransport {
 }
 
 impl MemoryTransport {
+    /// Whether this endpoint was killed: it tells nobody anything any more.
+    fn killed(&self) -> bool {
+        self.hub.killed.get(self.rank).is_some_and(|k| k.load(Ordering::Acquire))
+    }
+
     fn mailbox(&self, rank: usize) -> Result<&Mailbox, TransportError> {
         self.hub.endpoints.get(rank).ok_or_else(|| {
             TransportError::Other(Error::invalid(format!(
@@ -65,6 +92,9 @@ impl Transport for MemoryTransport {
     }
 
     fn send(&self, peer: usize, header: &Header, payload: &[u8], _deadline: Instant) -> Result<(), TransportError> {
+        if self.killed() {
+            return Err(TransportError::Aborted(format!("rank {} was killed", self.rank)));
+        }
         if let Some(reason) = self.mailbox(self.rank)?.aborted(header.comm_id) {
             return Err(TransportError::Aborted(reason));
         }
@@ -143,6 +173,9 @@ impl Transport for MemoryTransport {
     }
 
     fn notify_failure(&self, comm_id: u64, peers: &[usize], at: Stage, error: &Error) {
+        if self.killed() {
+            return;
+        }
         for &p in peers.iter().filter(|&&p| p != self.rank) {
             if let Ok(mb) = self.mailbox(p) {
                 mb.fail(comm_id, self.rank, at, error.clone());
@@ -153,6 +186,9 @@ impl Transport for MemoryTransport {
     fn release(&self, comm_id: u64, peers: &[usize]) {
         if let Ok(mb) = self.mailbox(self.rank) {
             mb.forget(comm_id);
+        }
+        if self.killed() {
+            return;
         }
         for &p in peers.iter().filter(|&&p| p != self.rank) {
             if let Ok(mb) = self.mailbox(p) {

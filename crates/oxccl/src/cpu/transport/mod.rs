@@ -207,6 +207,36 @@ pub trait Transport: Send + Sync + 'static {
         deadline: Instant,
     ) -> Result<(usize, Received), TransportError>;
 
+    /// Makes sure transport rank `peer` can be reached: a transport that connects on demand
+    /// connects now, so a peer that is gone is found although it never sent anything. The
+    /// default has nothing to do (its peers are always reachable).
+    ///
+    /// # Errors
+    /// `PeerLost` when the peer is gone; `Timeout` at `deadline`.
+    fn reach(&self, _peer: usize, _deadline: Instant) -> Result<(), TransportError> {
+        Ok(())
+    }
+
+    /// [`Transport::recv_any`] without connecting to anyone: the next frame that arrived, or
+    /// arrives, from any of `peers`, for a listener that answers whoever writes to it (a
+    /// peer that is gone still ends the wait, when this endpoint knows it). The default is
+    /// `recv_any`.
+    ///
+    /// # Errors
+    /// As `recv_any`.
+    #[allow(clippy::too_many_arguments)]
+    fn recv_any_arrived(
+        &self,
+        peers: &[usize],
+        first: usize,
+        comm_id: u64,
+        channel: Channel,
+        buf: &mut [u8],
+        deadline: Instant,
+    ) -> Result<(usize, Received), TransportError> {
+        self.recv_any(peers, first, comm_id, channel, buf, deadline)
+    }
+
     /// The next frame on `(comm_id, channel)` from `peer` if it is already here, taken as
     /// [`Transport::recv`] takes it; `None`, having waited for nothing and read no clock,
     /// when it is not (it may still be in a link on its way: `recv` looks there). The

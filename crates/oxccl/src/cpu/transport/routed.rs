@@ -357,6 +357,29 @@ impl Transport for RoutedTransport {
         self.mailbox.recv_any(self.rank(), peers, first, comm_id, channel, buf, deadline)
     }
 
+    fn reach(&self, peer: usize, deadline: Instant) -> Result<(), TransportError> {
+        self.check_peer(peer)?;
+        match self.routes.get(peer) {
+            Some(Some(link)) if peer != self.rank => link.reach(peer, deadline),
+            _ => Ok(()),
+        }
+    }
+
+    fn recv_any_arrived(
+        &self,
+        peers: &[usize],
+        first: usize,
+        comm_id: u64,
+        channel: Channel,
+        buf: &mut [u8],
+        deadline: Instant,
+    ) -> Result<(usize, Received), TransportError> {
+        for &p in peers {
+            self.check_peer(p)?;
+        }
+        self.mailbox.recv_any(self.rank(), peers, first, comm_id, channel, buf, deadline)
+    }
+
     fn exchange(
         &self,
         to: usize,
