@@ -14,6 +14,7 @@ from .errors import (
     OxcclError as OxcclError,
     OxcclIOError as OxcclIOError,
     PeerLostError as PeerLostError,
+    RevokedError as RevokedError,
     StoreError as StoreError,
     TimeoutError as TimeoutError,
 )

@@ -32,6 +32,13 @@ class AbortedError(OxcclError):
     """The communicator was aborted (by this rank or a peer)."""
 
 
+class RevokedError(OxcclError):
+    """The communicator was revoked (by ``rank``, on this process or another): every call
+    on it fails, but it can still be shrunk."""
+
+    rank = None
+
+
 class BackendUnavailableError(OxcclError, RuntimeError):
     """The backend asked for cannot run here; the message says why. ``backend`` names it."""
 
@@ -67,6 +74,7 @@ __all__ = [
     "TimeoutError",
     "PeerLostError",
     "AbortedError",
+    "RevokedError",
     "BackendUnavailableError",
     "StoreError",
     "OxcclIOError",

@@ -155,6 +155,10 @@ fn raise(py: Python<'_>, e: Error) -> PyErr {
         Error::Timeout { .. } => ("TimeoutError", vec![]),
         Error::PeerLost { .. } => ("PeerLostError", vec![]),
         Error::Aborted { .. } => ("AbortedError", vec![]),
+        Error::Revoked { rank, .. } => (
+            "RevokedError",
+            vec![("rank", rank.into_pyobject(py).map_or_else(|_| py.None(), |o| o.into_any().unbind()))],
+        ),
         Error::BackendUnavailable { backend, .. } => (
             "BackendUnavailableError",
             vec![("backend", backend.clone().into_pyobject(py).map_or_else(|_| py.None(), |o| o.into_any().unbind()))],

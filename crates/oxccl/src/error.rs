@@ -60,6 +60,15 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// The communicator was revoked ([`Communicator::revoke`](crate::Communicator::revoke)) by
+    /// `rank`, on this rank or another: every pending and later call on it fails. Unlike an
+    /// aborted one, a revoked communicator can still agree and shrink.
+    Revoked {
+        /// The rank that revoked it.
+        rank: usize,
+        /// Why.
+        reason: String,
+    },
     /// The requested backend cannot run here (library missing, no device, not built in).
     BackendUnavailable {
         /// The backend's name (`local`, `cpu`, `nccl`, `rccl`, `mpi`).
@@ -142,6 +151,10 @@ impl fmt::Display for Error {
             Error::Aborted { reason } => {
                 write!(f, "communicator aborted: {reason}; create a new communicator to continue")
             }
+            Error::Revoked { rank, reason } => write!(
+                f,
+                "communicator revoked by rank {rank}: {reason}; shrink it (or create a new communicator) to continue"
+            ),
             Error::BackendUnavailable { backend, why } => write!(f, "backend `{backend}` is unavailable: {why}"),
             Error::Store(m) => write!(f, "store: {m}"),
             Error::Io { context, message, .. } => write!(f, "I/O error while {context}: {message}"),

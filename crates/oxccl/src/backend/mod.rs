@@ -190,6 +190,19 @@ pub trait Backend: Send + Sync + 'static {
     /// [`Error::Aborted`], and peers are told so they fail fast too.
     fn abort(&self, reason: &str);
 
+    /// Revokes the communicator, from any thread: every pending and later call on it, on
+    /// every live rank, fails with [`Error::Revoked`]; unlike an aborted one it can still
+    /// agree and shrink. The default: the backend cannot.
+    ///
+    /// # Errors
+    /// [`Error::BackendUnavailable`] where the backend cannot.
+    fn revoke(&self, _reason: &str) -> Result<()> {
+        Err(Error::BackendUnavailable {
+            backend: self.name().to_string(),
+            why: "this backend cannot revoke a communicator; use abort, or the cpu or local backend".into(),
+        })
+    }
+
     /// Fault-tolerant agreement among the live ranks (every live rank calls it, in the same
     /// order as its other agreements and shrinks): the AND of their flags and the ranks found
     /// dead, identical on every survivor even when ranks die during the call. It works on a

@@ -18,6 +18,7 @@ impl Poison {
         match &self.0 {
             None => Ok(()),
             Some(Error::Aborted { reason }) => Err(Error::Aborted { reason: reason.clone() }),
+            Some(e @ Error::Revoked { .. }) => Err(e.clone()),
             Some(e) => Err(Error::Aborted { reason: format!("an earlier operation failed: {e}") }),
         }
     }
@@ -30,6 +31,22 @@ impl Poison {
         }
         self.0 = Some(e);
         true
+    }
+
+    /// Revokes: `e` (an [`Error::Revoked`]) replaces any earlier failure, since the revoke
+    /// is what every later call reports. Whether it changed anything (a second revoke
+    /// does not).
+    pub fn revoke(&mut self, e: Error) -> bool {
+        if matches!(self.0, Some(Error::Revoked { .. })) {
+            return false;
+        }
+        self.0 = Some(e);
+        true
+    }
+
+    /// The revoke, if the communicator was revoked.
+    pub fn revoked(&self) -> Option<&Error> {
+        self.0.as_ref().filter(|e| matches!(e, Error::Revoked { .. }))
     }
 
     /// Whether something failed.
@@ -53,5 +70,18 @@ mod tests {
         let mut a = Poison::default();
         a.set(Error::Aborted { reason: "user said stop".into() });
         assert!(matches!(a.check(), Err(Error::Aborted { reason }) if reason == "user said stop"));
+    }
+
+    #[test]
+    fn a_revoke_replaces_an_earlier_failure_and_is_reported_as_itself() {
+        let mut p = Poison::default();
+        p.set(Error::PeerLost { rank: 2, detail: "gone".into() });
+        assert!(p.revoked().is_none());
+        let r = Error::Revoked { rank: 1, reason: "rank 2 died".into() };
+        assert!(p.revoke(r.clone()));
+        assert!(!p.revoke(Error::Revoked { rank: 0, reason: "again".into() }), "the first revoke stays");
+        assert!(!p.set(Error::Aborted { reason: "later".into() }));
+        assert_eq!(p.check(), Err(r.clone()));
+        assert_eq!(p.revoked(), Some(&r));
     }
 }

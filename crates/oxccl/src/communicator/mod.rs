@@ -522,6 +522,19 @@ impl Communicator {
         Ok(b.map(|backend| Communicator { opts: self.opts, ..Communicator::observed(backend, Arc::clone(&self.perf)) }))
     }
 
+    /// Revokes the communicator (ULFM's `MPIX_Comm_revoke`), from any rank and any thread:
+    /// every pending and later call on it, on every live rank, returns [`Error::Revoked`]
+    /// naming this rank and `reason`, also in the middle of a large collective. Unlike
+    /// [`Communicator::abort`], the ranks can then [`shrink`](Communicator::shrink) it (or
+    /// [`agree`](Communicator::agree) on it). A rank that finds a peer dead revokes so that
+    /// the others, waiting elsewhere, stop too.
+    ///
+    /// # Errors
+    /// [`Error::BackendUnavailable`] on backends that cannot revoke.
+    pub fn revoke(&self, reason: &str) -> Result<()> {
+        self.backend.revoke(reason)
+    }
+
     /// Fault-tolerant agreement (ULFM's `MPIX_Comm_agree`): every live rank calls it with a
     /// flag; each gets the bitwise AND of the flags of the live ranks and the ranks found
     /// dead, identical on every survivor even when ranks die during the call. A training loop

@@ -285,12 +285,25 @@ impl Inner {
     fn poison(&self, e: &Error, at: Stage) {
         {
             let mut st = relock(&self.state);
-            if !st.poisoned.set(e.clone()) {
+            // A revoke replaces an earlier failure (and is told to the peers even so).
+            let first = match e {
+                Error::Revoked { .. } => st.poisoned.revoke(e.clone()),
+                _ => st.poisoned.set(e.clone()),
+            };
+            if !first {
                 return;
             }
             self.poisoned.store(true, Ordering::Release);
         }
         self.transport.notify_failure(self.comm_id, &self.peers(), at, e);
+    }
+
+    /// See [`Backend::revoke`]: every wait on the communicator, here and at every peer, ends
+    /// with [`Error::Revoked`], whatever its stage.
+    fn revoke(&self, reason: &str) {
+        let e = Error::Revoked { rank: self.rank, reason: reason.to_string() };
+        self.poison(&e, Stage::Setup);
+        self.transport.abort(self.comm_id, &e.to_string());
     }
 
     /// Runs `op`, whose buffers are in device memory, on host temporaries: device inputs are
@@ -564,7 +577,8 @@ impl Inner {
         // next one.
         let at = seq.map_or_else(|| self.next_stage(), Stage::Collective);
         self.poison(&e, at);
-        e
+        // An operation that a revoke ended (here: its waits were aborted) reports the revoke.
+        relock(&self.state).poisoned.revoked().cloned().unwrap_or(e)
     }
 
     /// A lane's worker: runs its queued jobs in order (the collectives' lane, `exec`, or the
@@ -787,6 +801,11 @@ impl Backend for CpuBackend {
     fn abort(&self, reason: &str) {
         let e = Error::Aborted { reason: format!("rank {} called abort: {reason}", self.inner.rank) };
         self.inner.abort(&e, reason);
+    }
+
+    fn revoke(&self, reason: &str) -> Result<()> {
+        self.inner.revoke(reason);
+        Ok(())
     }
 
     fn agree(&self, flag: u64, opts: &CallOptions) -> Result<Agreement> {

@@ -262,6 +262,10 @@ impl Backend for Observed {
         self.inner.waiting_on()
     }
 
+    fn revoke(&self, reason: &str) -> Result<()> {
+        self.inner.revoke(reason)
+    }
+
     fn agree(&self, flag: u64, opts: &CallOptions) -> Result<crate::backend::Agreement> {
         self.inner.agree(flag, opts)
     }

@@ -27,8 +27,12 @@ use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, OpKind};
 use crate::sync::relock;
 
-/// How long the thread waits for a message before it looks again at whom it waits for.
+/// How long the thread waits for a message, while an agreement is under way, before it
+/// looks again at whom it waits for.
 const SLICE: Duration = Duration::from_millis(20);
+/// How long it waits while it only answers for agreements already decided (a new agreement,
+/// or the communicator's end, wakes it sooner).
+const IDLE_SLICE: Duration = Duration::from_millis(100);
 /// How long a send of one small message may take before its peer counts as gone.
 const SEND_PATIENCE: Duration = Duration::from_secs(10);
 
@@ -61,6 +65,10 @@ struct State {
     early: Vec<(u64, usize, Msg)>,
     /// Communicator ranks found dead.
     dead: BTreeSet<usize>,
+    /// Batches of messages the thread took from the machines and is sending: a caller whose
+    /// agreement decided returns only once none is, so that a coordinator's commits are out
+    /// before its rank goes on (and perhaps drops the communicator).
+    sending: usize,
     /// The thread is to end.
     closing: bool,
 }
@@ -123,7 +131,7 @@ impl Agreements {
         sh.changed.notify_all();
         let mut st = relock(&sh.state);
         loop {
-            if let Some(d) = st.machines.get(&number).and_then(|m| m.decision()) {
+            if let Some(d) = st.machines.get(&number).and_then(|m| m.decision()).filter(|_| st.sending == 0) {
                 return Ok((number, d.clone()));
             }
             let now = Instant::now();
@@ -159,8 +167,9 @@ impl Drop for Agreements {
     fn drop(&mut self) {
         relock(&self.shared.state).closing = true;
         self.shared.changed.notify_all();
+        // Ends the thread's wait on the transport at once.
+        self.shared.transport.abort(self.shared.comm_id, "the communicator was dropped");
         if let Some(t) = relock(&self.thread).take() {
-            // The thread looks at `closing` at least every SLICE.
             let _ = t.join();
         }
         let peers: Vec<usize> = self.shared.ranks.iter().copied().filter(|&t| t != self.shared.me()).collect();
@@ -256,18 +265,19 @@ impl Shared {
         let mut buf = vec![0u8; 64 + 12 * n];
         let mut first = 0usize;
         loop {
-            let (listen, watch) = {
+            let (listen, watch, busy) = {
                 let st = self.lock();
                 if st.closing {
                     return;
                 }
+                let busy = st.machines.values().any(|m| m.decision().is_none());
                 let live = |r: &usize| *r != self.rank && !st.dead.contains(r);
                 let listen: Vec<usize> = (0..n).filter(live).collect();
                 let watch: BTreeSet<usize> =
                     st.machines.values().flat_map(Machine::waiting_on).filter(|r| live(r)).collect();
-                (listen, watch)
+                (listen, watch, busy)
             };
-            let slice = Instant::now() + SLICE;
+            let slice = Instant::now() + if busy { SLICE } else { IDLE_SLICE };
             let mut gone = Vec::new();
             for &p in &watch {
                 match self.transport.reach(self.ranks[p], slice) {
@@ -339,9 +349,16 @@ impl Shared {
             }
             let out = self.take_out(&mut st);
             self.prune(&mut st);
+            if out.is_empty() {
+                drop(st);
+                self.changed.notify_all();
+                continue;
+            }
+            st.sending += 1;
             drop(st);
-            self.changed.notify_all();
             self.send_all(out);
+            self.lock().sending -= 1;
+            self.changed.notify_all();
         }
     }
 

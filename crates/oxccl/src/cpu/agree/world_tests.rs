@@ -179,3 +179,63 @@ fn shrink_excluding_with_a_bad_or_differing_list_is_an_error_on_every_rank() {
         }
     }
 }
+
+#[test]
+fn revoke_ends_waits_on_every_rank_and_the_revoked_communicator_shrinks() {
+    // Ranks 0, 2 and 3 enter a large all_reduce; rank 1 does not, and revokes instead: every
+    // wait ends with `Revoked` naming rank 1 (not a timeout), later calls too, and the four
+    // shrink the revoked communicator into one that works.
+    let n = 4;
+    let (_hub, comms) = world(n, Duration::from_secs(30));
+    let out = run(comms, |r, c| {
+        let started = std::time::Instant::now();
+        let first = if r == 1 {
+            std::thread::sleep(Duration::from_millis(50));
+            c.revoke("rank 1 stops the step").expect("revoke");
+            None
+        } else {
+            let mut big = vec![1.0f32; 4 << 20];
+            Some(c.all_reduce(&mut big, ReduceOp::Sum).expect_err("revoked"))
+        };
+        let waited = started.elapsed();
+        let later = c.barrier().expect_err("a call after the revoke");
+        let s = c.shrink().expect("the revoked communicator shrinks");
+        let mut v = vec![r as u32 + 1];
+        s.all_reduce(&mut v, ReduceOp::Sum).expect("all_reduce after the shrink");
+        (first, waited, later, s.world_size(), v[0])
+    });
+    for (r, (first, waited, later, size, sum)) in out.into_iter().enumerate() {
+        if let Some(e) = first {
+            assert!(
+                matches!(&e, Error::Revoked { rank: 1, reason } if reason.contains("stops the step")),
+                "rank {r}: {e}"
+            );
+            assert!(waited < Duration::from_secs(10), "rank {r} waited {waited:?} for the revoke");
+        }
+        assert!(matches!(later, Error::Revoked { rank: 1, .. }), "rank {r}: {later}");
+        assert_eq!((size, sum), (4, 10), "rank {r}");
+    }
+}
+
+#[test]
+fn revoke_from_another_thread_ends_this_ranks_own_wait() {
+    let (_hub, comms) = world(2, Duration::from_secs(30));
+    let out = run(comms, |r, c| {
+        if r == 1 {
+            // Never joins the broadcast; waits for rank 0's revoke to reach it.
+            let mut x = [0u8; 1];
+            return c.recv(&mut x, 0, 9).map(drop);
+        }
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(30));
+                c.revoke("from a watchdog thread").expect("revoke");
+            });
+            let mut x = vec![0u8; 1 << 20];
+            c.broadcast(&mut x, 1).map(drop)
+        })
+    });
+    for (r, o) in out.into_iter().enumerate() {
+        assert!(matches!(&o, Err(Error::Revoked { rank: 0, .. })), "rank {r}: {o:?}");
+    }
+}

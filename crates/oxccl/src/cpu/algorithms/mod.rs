@@ -340,6 +340,8 @@ pub(crate) fn map_transport_error(
                 Error::Mismatch { peer: q, ours, theirs } if q == my_rank => {
                     Error::Mismatch { peer: p, ours: theirs, theirs: ours }
                 }
+                // A revoke reaches every rank as itself (it can be shrunk).
+                e @ Error::Revoked { .. } => e,
                 other => Error::Aborted { reason: format!("rank {p} failed: {other}") },
             }
         }

@@ -213,6 +213,11 @@ pub fn encode_error(e: &Error) -> Vec<u8> {
             out.push(3);
             out.extend_from_slice(reason.as_bytes());
         }
+        Error::Revoked { rank, reason } => {
+            out.push(4);
+            out.extend_from_slice(&(*rank as u64).to_le_bytes());
+            out.extend_from_slice(reason.as_bytes());
+        }
         other => {
             out.push(3);
             out.extend_from_slice(other.to_string().as_bytes());
@@ -256,6 +261,11 @@ pub fn decode_error(b: &[u8]) -> Result<Error, FrameError> {
             Ok(Error::PeerLost { rank, detail: text(&rest[8..]) })
         }
         3 => Ok(Error::Aborted { reason: text(rest) }),
+        4 => {
+            need(8)?;
+            let rank = usize::try_from(u64_at(rest, 0)).map_err(|_| bad("rank out of range"))?;
+            Ok(Error::Revoked { rank, reason: text(&rest[8..]) })
+        }
         t => Err(bad(format!("unknown failure notice tag {t}"))),
     }
 }
@@ -330,12 +340,14 @@ mod tests {
             Error::Timeout { op: OpKind::Barrier, seq: 3, peer: None, waited: Duration::from_millis(1) },
             Error::PeerLost { rank: 1, detail: "gone".into() },
             Error::Aborted { reason: "bye".into() },
+            Error::Revoked { rank: 3, reason: "straggler".into() },
         ] {
             assert_eq!(decode_error(&encode_error(&e)), Ok(e));
         }
         assert!(decode_error(&[]).is_err());
         assert!(decode_error(&[0, 1, 2]).is_err());
         assert!(decode_error(&[9]).is_err());
+        assert!(decode_error(&[4, 1, 2]).is_err(), "a revoke notice without its rank");
     }
 }
 
@@ -397,8 +409,9 @@ pub(crate) mod fuzz {
             }),
             (prop::sample::select(OpKind::ALL.to_vec()), any::<u64>(), prop::option::of(peer.clone()), any::<u64>())
                 .prop_map(|(op, seq, peer, ms)| Error::Timeout { op, seq, peer, waited: Duration::from_millis(ms) }),
-            (peer, ".{0,40}").prop_map(|(rank, detail)| Error::PeerLost { rank, detail }),
+            (peer.clone(), ".{0,40}").prop_map(|(rank, detail)| Error::PeerLost { rank, detail }),
             ".{0,40}".prop_map(|reason| Error::Aborted { reason }),
+            (peer, ".{0,40}").prop_map(|(rank, reason)| Error::Revoked { rank, reason }),
         ]
     }
 
