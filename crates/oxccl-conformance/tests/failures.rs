@@ -126,6 +126,56 @@ fn kill_one_with(transport: &str, zombie: bool) {
     shm_check(&before, &out);
 }
 
+// ------------------------------------------------------- the survivors shrink and go on
+
+/// Rank `victim` of 4 is killed with SIGKILL while every rank is in a loop of all_reduces:
+/// the three others shrink the communicator (rank 0's death included, which outside `oxccl
+/// run` takes the store with it: the agreement runs over the survivors' own links) and an
+/// all_reduce on the shrunk communicator sums exactly the survivors.
+fn kill_and_shrink(transport: &str, victim: usize) {
+    let spec = WorldSpec::new(PROBE, 4)
+        .label(format!("kill rank {victim} of 4 mid all_reduce over {transport}, the others shrink"))
+        .args(["shrink"])
+        .env("OXCCL_TRANSPORT", transport)
+        .env("PROBE_BYTES", &(256 << 10).to_string())
+        .oxccl_timeout("60s")
+        .deadline(Duration::from_secs(45));
+    let mut world = World::spawn(&spec);
+    world.wait_for_line(victim, "PROBE-READY");
+    world.kill(victim);
+    let out = world.wait();
+    let d = out.describe();
+    println!("{d}");
+    let want: usize = (0..4).filter(|&r| r != victim).map(|r| r + 1).sum();
+    let mut new_ranks = Vec::new();
+    for r in out.ranks.iter().filter(|r| r.rank != victim) {
+        let line = r.stdout.lines().find(|l| l.starts_with("PROBE-SHRUNK ")).unwrap_or_else(|| {
+            panic!("rank {} did not shrink (status {})\n{d}", r.rank, r.status);
+        });
+        let field = |k: &str| {
+            line.split(' ').find_map(|f| f.strip_prefix(k).and_then(|v| v.strip_prefix('='))).map(str::to_string)
+        };
+        assert_eq!(field("size").as_deref(), Some("3"), "rank {}: {line}", r.rank);
+        assert_eq!(field("sum"), Some(want.to_string()), "rank {}: {line}", r.rank);
+        let expected_rank = if r.rank < victim { r.rank } else { r.rank - 1 };
+        assert_eq!(field("new_rank"), Some(expected_rank.to_string()), "rank {}: old rank order\n{line}", r.rank);
+        new_ranks.push(expected_rank);
+        assert_eq!(r.code(), Some(0), "rank {}\n{d}", r.rank);
+        println!("rank {}: {line}", r.rank);
+    }
+    assert_eq!(new_ranks, vec![0, 1, 2]);
+}
+
+#[test]
+fn survivors_shrink_after_a_kill_over_shm() {
+    kill_and_shrink("shm", 2);
+}
+
+#[test]
+fn survivors_shrink_after_rank_0_is_killed_over_tcp() {
+    kill_and_shrink("tcp", 0);
+}
+
 #[test]
 fn killed_rank_is_detected_over_shm() {
     kill_one("shm");

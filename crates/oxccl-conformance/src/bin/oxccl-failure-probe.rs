@@ -18,6 +18,12 @@
 //!   sleeps `PROBE_SECONDS` (a test kills it). Rank 0 prints `PROBE-READY` once it has a
 //!   message, and its next receive must end when rank 1 dies.
 //!
+//! - `shrink`: as `loop` (sum instead of max, each rank contributing `rank + 1`); when a
+//!   call fails, the rank shrinks the communicator, checks an all_reduce over the survivors
+//!   against the sum of their old ranks + 1, and prints `PROBE-SHRUNK rank=R size=S
+//!   new_rank=N recovery_ms=M` (M: from the failed call's error to the working shrunk
+//!   communicator) and exits 0; a rank whose shrink or check fails prints `PROBE-ERROR`.
+//!
 //! `PROBE_LINGER_MS` (default 0): how long a rank whose call failed waits before it exits.
 //! `PROBE_BACKEND` picks the backend (default `cpu`; `mpi` under mpirun, in a build with the
 //! `mpi` feature).
@@ -41,7 +47,7 @@ use oxccl::bootstrap::auth::Secret;
 use oxccl::bootstrap::store::StoreClient;
 use oxccl::{Communicator, Config, Error, ReduceOp};
 
-const USAGE: &str = "usage: oxccl-failure-probe loop|mismatch|barrier|skip|hang|recv_any";
+const USAGE: &str = "usage: oxccl-failure-probe loop|mismatch|barrier|skip|hang|recv_any|shrink";
 
 /// The variant's name and the rank it names, if any.
 fn describe(e: &Error) -> (&'static str, Option<usize>) {
@@ -95,6 +101,46 @@ fn run_loop(comm: &Communicator) -> ExitCode {
     while started.elapsed() < limit {
         if let Err(e) = comm.all_reduce(&mut buf, ReduceOp::Max) {
             return report_error(rank, &e, iter, last_ok);
+        }
+        last_ok = Instant::now();
+        iter += 1;
+        if iter == 20 {
+            println!("PROBE-READY iter={iter}");
+        }
+    }
+    println!("PROBE-OK rank={rank} iterations={iter}");
+    ExitCode::SUCCESS
+}
+
+fn run_shrink(comm: &Communicator) -> ExitCode {
+    let rank = comm.rank();
+    let bytes = env_number("PROBE_BYTES", 2 << 20) as usize;
+    let limit = Duration::from_secs(env_number("PROBE_SECONDS", 90));
+    let mut buf = vec![(rank + 1) as f32; (bytes / 4).max(1)];
+    let started = Instant::now();
+    let mut last_ok = Instant::now();
+    let mut iter = 0u64;
+    while started.elapsed() < limit {
+        buf.fill((rank + 1) as f32);
+        if comm.all_reduce(&mut buf, ReduceOp::Sum).is_err() {
+            let failed_at = Instant::now();
+            let shrunk = match comm.shrink() {
+                Ok(s) => s,
+                Err(e) => return report_error(rank, &e, iter, last_ok),
+            };
+            // Every survivor contributes its old rank + 1: the sum says who is in.
+            let mut mine = [(rank + 1) as u64];
+            if let Err(e) = shrunk.all_reduce(&mut mine, ReduceOp::Sum) {
+                return report_error(rank, &e, iter, last_ok);
+            }
+            let recovery = failed_at.elapsed().as_millis();
+            println!(
+                "PROBE-SHRUNK rank={rank} size={} new_rank={} sum={} recovery_ms={recovery}",
+                shrunk.world_size(),
+                shrunk.rank(),
+                mine[0]
+            );
+            return ExitCode::SUCCESS;
         }
         last_ok = Instant::now();
         iter += 1;
@@ -199,7 +245,7 @@ fn run_recv_any(comm: &Communicator) -> ExitCode {
 
 fn main() -> ExitCode {
     let scenario = std::env::args().nth(1).unwrap_or_default();
-    if !matches!(scenario.as_str(), "loop" | "mismatch" | "barrier" | "skip" | "hang" | "recv_any") {
+    if !matches!(scenario.as_str(), "loop" | "mismatch" | "barrier" | "skip" | "hang" | "recv_any" | "shrink") {
         eprintln!("{USAGE}");
         return ExitCode::from(64);
     }
@@ -223,6 +269,7 @@ fn main() -> ExitCode {
         "skip" => run_skip_or_hang(&comm, false),
         "hang" => run_skip_or_hang(&comm, true),
         "recv_any" => run_recv_any(&comm),
+        "shrink" => run_shrink(&comm),
         _ => run_barrier(&comm),
     };
     if code != ExitCode::SUCCESS {
