@@ -211,6 +211,31 @@ class Communicator:
         """Fails this communicator's pending and future operations, and tells the peers."""
         self._c.abort(reason)
 
+    def revoke(self, reason="revoked by the application"):
+        """Revokes the communicator, from any thread: every pending and later call on it, on
+        every rank, raises :class:`RevokedError`; unlike an aborted one it can still be shrunk
+        (``cpu`` and ``local`` backends)."""
+        self._c.revoke(reason)
+
+    def agree(self, flag):
+        """Fault-tolerant agreement: every survivor gets the same ``(flag, failed)``, the
+        bitwise AND of the live ranks' flags and the ranks found dead, even when ranks die
+        during the call. Works on a failed communicator; every rank calls it in the same
+        order as its other agreements and shrinks."""
+        return self._c.agree(flag)
+
+    def shrink(self):
+        """After a failure: a communicator of the survivors (agreed, so every survivor gets
+        the same one), in the old rank order. Every live rank calls it."""
+        c = self._c.shrink_excluding([])
+        return Communicator(c)
+
+    def shrink_excluding(self, ranks):
+        """A communicator without ``ranks`` (and without the ranks found dead); every rank
+        passes the same list, and those listed get None."""
+        c = self._c.shrink_excluding(list(ranks))
+        return None if c is None else Communicator(c)
+
     def __repr__(self):
         return repr(self._c)
 

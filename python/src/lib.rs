@@ -633,6 +633,21 @@ impl PyCommunicator {
         self.comm.abort(reason);
     }
 
+    /// Revokes the communicator on every rank (`RevokedError`); it can still be shrunk.
+    fn revoke(&self, py: Python<'_>, reason: &str) -> PyResult<()> {
+        self.run(py, move |c| c.revoke(reason))
+    }
+
+    /// Fault-tolerant agreement: `(AND of the live ranks' flags, ranks found dead)`.
+    fn agree(&self, py: Python<'_>, flag: u64) -> PyResult<(u64, Vec<usize>)> {
+        self.run(py, move |c| c.agree(flag)).map(|a| (a.flag, a.failed))
+    }
+
+    /// The survivors' communicator, without `exclude` (None on the excluded ranks).
+    fn shrink_excluding(&self, py: Python<'_>, exclude: Vec<usize>) -> PyResult<Option<PyCommunicator>> {
+        Ok(self.run(py, move |c| c.shrink_excluding(&exclude))?.map(|comm| PyCommunicator { comm }))
+    }
+
     fn __repr__(&self) -> String {
         format!(
             "<oxccl.Communicator rank {} of {} on backend {}>",

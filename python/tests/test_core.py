@@ -45,5 +45,13 @@ def test_a_dead_peer_is_an_error_not_a_hang():
     assert out[0][0] == 0 and "PeerLost" in out[0][1], out[0][1]
 
 
+@pytest.mark.parametrize("n", [3])
+def test_survivors_revoke_shrink_and_agree_after_a_death(n):
+    out = run(n, "recovery")
+    assert out[n - 1][0] == 3
+    for code, text in out[: n - 1]:
+        assert code == 0 and "recovery ok" in text, text
+
+
 def test_a_bad_setting_names_the_variable():
     check(run(1, "config"))

@@ -300,6 +300,33 @@ def peer_lost(comm):
     raise AssertionError("no PeerLostError")
 
 
+def recovery(comm):
+    """The last rank dies; the others revoke, shrink, agree and compute on."""
+    n, me = comm.world_size, comm.rank
+    if me == n - 1:
+        import os
+        os._exit(3)
+    try:
+        comm.all_reduce(np.zeros(1 << 16, np.float32))
+        raise AssertionError("the dead rank's all_reduce succeeded")
+    except (oxccl.PeerLostError, oxccl.AbortedError, oxccl.RevokedError):
+        pass
+    comm.revoke("rank %d found a peer dead" % me)
+    try:
+        comm.barrier()
+        raise AssertionError("a revoked communicator's barrier succeeded")
+    except oxccl.RevokedError as e:
+        assert e.rank in range(n - 1), e.rank
+    small = comm.shrink()
+    assert (small.world_size, small.rank) == (n - 1, me), small
+    x = np.array([me + 1], np.int64)
+    small.all_reduce(x)
+    assert x[0] == sum(range(1, n)), x
+    flag, failed = comm.agree(0b11 if me == 0 else 0b01)
+    assert (flag, failed) == (0b01, [n - 1]), (flag, failed)
+    print("recovery ok")
+
+
 def config(comm):
     try:
         oxccl.init(spin_us="a lot")

@@ -302,6 +302,13 @@ impl Inner {
     /// with [`Error::Revoked`], whatever its stage.
     fn revoke(&self, reason: &str) {
         let e = Error::Revoked { rank: self.rank, reason: reason.to_string() };
+        // The notice must reach every rank, also those this one never exchanged a frame with
+        // (transports that connect on demand connect now; a peer that is gone is skipped).
+        // Ranks that learn it from this one tell only those they are connected to.
+        let deadline = Instant::now() + Duration::from_secs(2);
+        for p in self.peers() {
+            let _ = self.transport.reach(p, deadline);
+        }
         self.poison(&e, Stage::Setup);
         self.transport.abort(self.comm_id, &e.to_string());
     }
