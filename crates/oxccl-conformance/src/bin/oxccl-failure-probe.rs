@@ -21,8 +21,8 @@
 //! - `shrink`: as `loop` (sum instead of max, each rank contributing `rank + 1`); when a
 //!   call fails, the rank shrinks the communicator, checks an all_reduce over the survivors
 //!   against the sum of their old ranks + 1, and prints `PROBE-SHRUNK rank=R size=S
-//!   new_rank=N recovery_ms=M` (M: from the failed call's error to the working shrunk
-//!   communicator) and exits 0; a rank whose shrink or check fails prints `PROBE-ERROR`.
+//!   new_rank=N sum=X recovery_ms=M done_unix_ms=T` (M: from the failed call's error to the
+//!   working shrunk communicator; T: when it was working, in ms since the epoch) and exits 0; a rank whose shrink or check fails prints `PROBE-ERROR`.
 //!
 //! `PROBE_LINGER_MS` (default 0): how long a rank whose call failed waits before it exits.
 //! `PROBE_BACKEND` picks the backend (default `cpu`; `mpi` under mpirun, in a build with the
@@ -134,8 +134,11 @@ fn run_shrink(comm: &Communicator) -> ExitCode {
                 return report_error(rank, &e, iter, last_ok);
             }
             let recovery = failed_at.elapsed().as_millis();
+            // For scripts that time from the kill (scripts/recovery_bench.sh).
+            let done_unix_ms =
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
             println!(
-                "PROBE-SHRUNK rank={rank} size={} new_rank={} sum={} recovery_ms={recovery}",
+                "PROBE-SHRUNK rank={rank} size={} new_rank={} sum={} recovery_ms={recovery} done_unix_ms={done_unix_ms}",
                 shrunk.world_size(),
                 shrunk.rank(),
                 mine[0]
