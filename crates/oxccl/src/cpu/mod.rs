@@ -11,6 +11,7 @@
 //! - `executor`: one operation at a time, in order (blocking calls inline, async ones on a worker).
 //! - `staged`: device buffers of large all_reduce and broadcast, pipelined through host memory.
 
+pub(crate) mod addresses;
 pub(crate) mod agree;
 pub mod algorithms;
 pub mod dispatch;

@@ -241,7 +241,7 @@ impl Shared {
             }
         }
         if !lost.is_empty() {
-            let mut st = relock(&self.state);
+            let mut st = self.lock();
             for p in lost {
                 self.mark_dead(&mut st, p);
             }
