@@ -100,6 +100,10 @@ pub struct SuiteOptions {
     /// (the default): the calls get the host buffers themselves. The suite's own
     /// bookkeeping calls and the error cases always use host buffers.
     pub gpu: Option<oxccl::Gpu>,
+    /// Print each case's name to stderr as it starts, and its time when it ends
+    /// (`OXCCL_CONFORMANCE_PROGRESS=1`): a run stopped from outside (a device check's time
+    /// limit) then shows which case it was in.
+    pub progress: bool,
 }
 
 impl PartialEq for SuiteOptions {
@@ -109,6 +113,7 @@ impl PartialEq for SuiteOptions {
             && self.skip == other.skip
             && self.quick == other.quick
             && self.timeout == other.timeout
+            && self.progress == other.progress
             && self.gpu.as_ref().map(oxccl::Gpu::device) == other.gpu.as_ref().map(oxccl::Gpu::device)
     }
 }
@@ -124,6 +129,7 @@ impl Default for SuiteOptions {
             quick: false,
             timeout: Duration::from_secs(60),
             gpu: None,
+            progress: false,
         }
     }
 }
@@ -136,7 +142,7 @@ impl SuiteOptions {
 
     /// Options from the environment: `OXCCL_CONFORMANCE_FILTER` and `OXCCL_CONFORMANCE_SKIP`
     /// (comma-separated patterns), `OXCCL_CONFORMANCE_SEED` (integer),
-    /// `OXCCL_CONFORMANCE_QUICK` (`1`/`true`), `OXCCL_CONFORMANCE_TIMEOUT` (seconds, or `250ms`, `2m` ...),
+    /// `OXCCL_CONFORMANCE_QUICK` and `OXCCL_CONFORMANCE_PROGRESS` (`1`/`true`), `OXCCL_CONFORMANCE_TIMEOUT` (seconds, or `250ms`, `2m` ...),
     /// `OXCCL_CONFORMANCE_DEVICE` (device placement, see [`gpu`](Self::gpu): unset, empty or
     /// `cpu` for host buffers; `cuda`, `cuda:N`, `rocm`, `rocm:N` for that GPU, ordinal 0
     /// when omitted).
@@ -181,6 +187,9 @@ impl SuiteOptions {
         }
         if let Some(v) = var("OXCCL_CONFORMANCE_QUICK") {
             o.quick = matches!(v.trim(), "1" | "true" | "yes");
+        }
+        if let Some(v) = var("OXCCL_CONFORMANCE_PROGRESS") {
+            o.progress = matches!(v.trim(), "1" | "true" | "yes");
         }
         let timeout = var("OXCCL_CONFORMANCE_TIMEOUT").and_then(|v| oxccl::config::parse_duration(&v).ok());
         if let Some(t) = timeout.filter(|t| !t.is_zero()) {
@@ -317,11 +326,22 @@ pub fn run_collective_cases(comm: &Communicator, opts: &SuiteOptions) -> Report 
         };
         // The split is collective: every rank has finished the previous case.
         drop(previous.take());
+        if opts.progress {
+            eprintln!("[rank {me}] case {} ...", case.name);
+        }
         let cx = check::Cx { seed: opts.seed, key: inputs::case_key(&case.name), opts };
         let verdict = catch_unwind(AssertUnwindSafe(|| (case.run)(&child, &cx))).unwrap_or_else(|panic| {
             child.abort("oxccl-conformance: the case panicked on this rank");
             Err(format!("the case panicked: {}", panic_message(&panic)))
         });
+        if opts.progress {
+            eprintln!(
+                "[rank {me}] case {} {} in {:.3}s",
+                case.name,
+                if verdict.is_ok() { "ok" } else { "FAILED" },
+                t.elapsed().as_secs_f64()
+            );
+        }
         push(match verdict {
             Ok(()) => Status::Passed,
             Err(message) => Status::Failed(vec![Failure { rank: me, message }]),

@@ -185,8 +185,9 @@ impl Comm {
     /// once the split is done on this communicator's side; the new one may still be
     /// initializing (wait for it with [`Comm::wait_ready`]).
     ///
-    /// On a non-blocking parent NCCL (2.18 on) returns `ncclInProgress` with the new handle
-    /// still null, and its background job writes the handle later. So the handle's slot is
+    /// On a non-blocking parent NCCL (2.18 on) returns with the new handle still null (and
+    /// with `ncclSuccess`, not `ncclInProgress`, in 2.28), and its background job writes the
+    /// handle later. So the handle's slot is
     /// heap memory that outlives the call, read only once the parent's asynchronous error is
     /// `ncclSuccess`; when the split fails or its wait ends early, the parent is aborted
     /// first (NCCL's abort joins the job, so nothing writes the slot afterwards), and a
@@ -209,8 +210,13 @@ impl Comm {
             // below) and reads a valid `ncclConfig_v21400`.
             unsafe { split(c, color, key, slot, &mut config) }
         });
-        // The split is collective over the parent: its progress shows on the parent.
-        let settled = result.and_then(|r| self.settle("ncclCommSplit", r, guard));
+        // The split is collective over the parent: its progress shows on the parent. NCCL
+        // (2.28 at least) returns ncclSuccess from a non-blocking split whose job still runs
+        // (its group's ncclInProgress is dropped), so the parent is polled whatever the call
+        // returned: only its settled state says the handle has been written.
+        let settled = result
+            .and_then(|r| self.settle("ncclCommSplit", r, guard))
+            .and_then(|()| self.wait_ready("ncclCommSplit", guard));
         if let Err(e) = &settled {
             // Joins NCCL's split job: after this nothing writes the slot.
             self.abort(&format!("splitting the NCCL communicator failed: {e}"));

@@ -548,7 +548,9 @@ pub(super) unsafe extern "C" fn nccl_comm_split(
                 gathering,
                 rank: member.rank,
             });
-            return NcclResult::IN_PROGRESS;
+            // And, as NCCL 2.28 does, ncclSuccess: its ncclCommSplit drops the group's
+            // ncclInProgress, so only the parent's async error says when the job is done.
+            return NcclResult::SUCCESS;
         }
         let Some(handle) = handle else {
             // SAFETY: non-null and writable (our caller's contract).

@@ -463,7 +463,7 @@ fn split_by_color_and_key_with_nocolor() {
         // SAFETY: the double's functions, with valid pointers; `slot` is freed once, below.
         unsafe {
             let e = split(r.comm, color, 10 - r.rank as c_int, slot, std::ptr::null_mut());
-            assert_eq!(e, NcclResult::IN_PROGRESS, "a null config inherits non-blocking");
+            assert_eq!(e, NcclResult::SUCCESS, "NCCL 2.28 answers success while the job runs");
             assert!(slot.read().is_null(), "the handle is written when the split is done, not at the call");
             assert_eq!(settle(r.t, r.comm), NcclResult::SUCCESS);
             let new = *Box::from_raw(slot);
