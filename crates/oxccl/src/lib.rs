@@ -81,7 +81,7 @@ pub use error::{Error, Result};
 pub use fingerprint::{Fingerprint, OpKind};
 pub use half::{bf16, f16};
 pub use init::local;
-pub use init::{init, select};
+pub use init::{init, join, select};
 pub use mesh::DeviceMesh;
 pub use reduce_op::ReduceOp;
 pub use tensor::Tensor;

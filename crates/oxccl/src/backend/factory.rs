@@ -54,4 +54,16 @@ pub trait BackendFactory: Sync {
             self.name()
         )))
     }
+    /// Joins a running job as a newcomer, admitted by its members' `grow` through the job's
+    /// store. Backends that cannot grow keep this default, which refuses.
+    ///
+    /// # Errors
+    /// [`Error::BackendUnavailable`] naming the backend; setup errors.
+    fn join_process(&self, cfg: &ResolvedConfig) -> Result<Arc<dyn Backend>> {
+        let _ = cfg;
+        Err(Error::BackendUnavailable {
+            backend: self.name().to_string(),
+            why: "this backend cannot grow a communicator, so no process can join one; use the cpu backend".into(),
+        })
+    }
 }

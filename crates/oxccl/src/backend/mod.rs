@@ -69,6 +69,9 @@ pub struct Agreement {
     pub flag: u64,
     /// The ranks found dead, in order.
     pub failed: Vec<usize>,
+    /// Whether newcomers wait at the rendezvous store to join (rank 0 asked the store during
+    /// the call): the members then call [`Communicator::grow`](crate::Communicator::grow).
+    pub joiners_waiting: bool,
 }
 
 /// A message waiting to be received, as reported by [`Backend::probe`].
@@ -229,6 +232,19 @@ pub trait Backend: Send + Sync + 'static {
         Err(Error::BackendUnavailable {
             backend: self.name().to_string(),
             why: "this backend cannot shrink a communicator; use the cpu or local backend".into(),
+        })
+    }
+
+    /// A communicator of the members (every live member calls it, with the same `joiners`)
+    /// and `joiners` newcomers that joined through the rendezvous store, the members first in
+    /// their order. The default: the backend cannot grow.
+    ///
+    /// # Errors
+    /// [`Error::BackendUnavailable`] by default.
+    fn grow(&self, _joiners: usize, _opts: &CallOptions) -> Result<Arc<dyn Backend>> {
+        Err(Error::BackendUnavailable {
+            backend: self.name().to_string(),
+            why: "this backend cannot grow a communicator; use the cpu backend".into(),
         })
     }
 }

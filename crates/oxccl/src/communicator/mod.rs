@@ -573,6 +573,25 @@ impl Communicator {
         Ok(b.map(|backend| Communicator { opts: self.opts, ..Communicator::observed(backend, Arc::clone(&self.perf)) }))
     }
 
+    /// A communicator of the members and `joiners` newcomers (ULFM has none; NCCL's
+    /// `ncclCommGrow`): the newcomers call [`oxccl::join`](crate::join) and meet the members
+    /// through the job's rendezvous store; the members keep their ranks and the newcomers
+    /// follow in the order they reached the store. Every member calls it with the same
+    /// `joiners`, on a communicator made by [`init`](crate::init) (or shrunk or grown from
+    /// one); this one stays usable. [`agree`](Communicator::agree) says when newcomers wait
+    /// ([`Agreement::joiners_waiting`](crate::Agreement::joiners_waiting)).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for no newcomers, or members that passed different
+    /// numbers; [`Error::PeerLost`] when a member is dead (shrink first);
+    /// [`Error::Store`] when a newcomer does not come in time;
+    /// [`Error::BackendUnavailable`] on backends that cannot grow, and for communicators
+    /// made without a store (split off, or by `init_rendezvous`).
+    pub fn grow(&self, joiners: usize) -> Result<Communicator> {
+        let backend = self.backend.grow(joiners, &self.opts)?;
+        Ok(Communicator { opts: self.opts, ..Communicator::observed(backend, Arc::clone(&self.perf)) })
+    }
+
     /// Creates a communicator of `ranks` (collective over all ranks, which must pass the same
     /// list); `ranks[i]` becomes rank i of the new communicator. Ranks not listed get `Ok(None)`.
     ///

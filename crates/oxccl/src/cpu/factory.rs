@@ -83,4 +83,8 @@ impl BackendFactory for CpuFactory {
     ) -> Result<Arc<dyn Backend>> {
         Ok(Arc::new(setup::init_rendezvous(cfg, rank, n, rdv, secret)?))
     }
+
+    fn join_process(&self, cfg: &ResolvedConfig) -> Result<Arc<dyn Backend>> {
+        Ok(Arc::new(setup::join_process(cfg)?))
+    }
 }

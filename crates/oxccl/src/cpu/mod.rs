@@ -9,6 +9,8 @@
 //! - [`dispatch`]: from a type-erased operation to algorithm calls.
 //! - [`engine`]: ordered execution, async work, poisoning, split.
 //! - `executor`: one operation at a time, in order (blocking calls inline, async ones on a worker).
+//! - `agree`: fault-tolerant agreement and the membership of a shrunk communicator.
+//! - `grow`: newcomers joining a communicator's members through the store.
 //! - `staged`: device buffers of large all_reduce and broadcast, pipelined through host memory.
 
 pub(crate) mod addresses;
@@ -18,6 +20,7 @@ pub mod dispatch;
 pub mod engine;
 mod executor;
 pub mod factory;
+pub(crate) mod grow;
 pub(crate) mod host_table;
 pub mod local;
 pub mod point_to_point;

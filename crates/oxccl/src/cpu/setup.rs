@@ -26,6 +26,7 @@ use crate::bootstrap::store::{StoreClient, StoreServer};
 use crate::bootstrap::{MemoryRendezvous, Rendezvous};
 use crate::config::ResolvedConfig;
 use crate::cpu::engine::{CpuBackend, WORLD_COMM_ID};
+use crate::cpu::grow::{Board, Lineage, MemoryBoard};
 use crate::cpu::host_table::HostTable;
 use crate::cpu::selector::profile::Profile;
 use crate::cpu::transport::mailbox::Mailbox;
@@ -438,11 +439,87 @@ pub fn init_process(cfg: &ResolvedConfig) -> Result<CpuBackend> {
     if let Some(pmix) = Pmix::for_mode(cfg.cpu.bootstrap, cfg.cpu.pmix_library.as_deref())? {
         return init_pmix(pmix, rank, n, &secret, &opts, cfg);
     }
+    let (addr, keep) = store_address(cfg, &info, job_id.as_deref(), &secret, rank == 0)?;
+    let store = Arc::new(StoreClient::connect(&addr, &secret, opts.setup_timeout)?);
+    let prefix = format!("oxccl/g{}", GENERATION.fetch_add(1, Ordering::Relaxed));
+    claim_rank(&store, &prefix, rank, n, &info.launcher.to_string())?;
+    let host = host_id(cfg.cpu.host_id.as_deref());
+    let shared: Arc<dyn Rendezvous> = Arc::clone(&store) as Arc<dyn Rendezvous>;
+    let backend = build(rank, n, &*store, Some(&shared), &prefix, &secret, &host, &opts, cfg)?;
+    // The store is needed again only when a peer is first connected to: its server need not
+    // hold a descriptor per idle rank meanwhile (a later lookup reconnects).
+    store.rest();
+    // Every link is up when `build` returns (TCP and shared-memory setup wait for all their
+    // peers), so no extra barrier, which would take a sequence number the user sees.
+    backend.set_lineage(Arc::new(store_lineage(store, &prefix, secret, host, opts, cfg, keep)));
+    Ok(backend)
+}
+
+/// The lineage of a world made through `store` under `prefix`: grown worlds meet under its
+/// keys, built as this one was.
+fn store_lineage(
+    store: Arc<StoreClient>,
+    prefix: &str,
+    secret: Secret,
+    host: String,
+    opts: CpuOptions,
+    cfg: &ResolvedConfig,
+    keep: Vec<Box<dyn Any + Send + Sync>>,
+) -> Lineage<CpuBackend> {
+    let board: Arc<dyn Board> = Arc::clone(&store) as Arc<dyn Board>;
+    let cfg = cfg.clone();
+    let build_again = move |rank: usize, n: usize, prefix: &str| {
+        let shared: Arc<dyn Rendezvous> = Arc::clone(&store) as Arc<dyn Rendezvous>;
+        let b = build(rank, n, &*store, Some(&shared), prefix, &secret, &host, &opts, &cfg)?;
+        store.rest();
+        Ok(b)
+    };
+    Lineage::new(board, prefix, Box::new(build_again), keep)
+}
+
+/// Joins the world of a running job as a newcomer: through the job's store (found as
+/// [`init_process`] finds it, never hosted here), it waits for the members to admit it with
+/// `grow` and gets its communicator in the grown world.
+///
+/// # Errors
+/// As [`init_process`]; [`Error::Store`] when no grow admits it within the setup timeout.
+pub fn join_process(cfg: &ResolvedConfig) -> Result<CpuBackend> {
+    let info = LaunchInfo::from_env()?;
+    let opts = CpuOptions::from_config(cfg)?;
+    let job_id = job_id(|k| std::env::var(k).ok());
+    let secret = job_secret(cfg.cpu.secret.as_ref().map(|s| s.0.as_str()), job_id.as_deref(), info.rank)?;
+    let (addr, keep) = store_address(cfg, &info, job_id.as_deref(), &secret, false)?;
+    let store = Arc::new(StoreClient::connect(&addr, &secret, opts.setup_timeout)?);
+    // The members' first world in their processes, as this one's first here.
+    let prefix = format!("oxccl/g{}", GENERATION.fetch_add(1, Ordering::Relaxed));
+    let host = host_id(cfg.cpu.host_id.as_deref());
+    let wait = opts.setup_timeout;
+    let lineage = Arc::new(store_lineage(store, &prefix, secret, host, opts, cfg, keep));
+    let backend = super::grow::join(&lineage, wait)?;
+    backend.set_lineage(lineage);
+    Ok(backend)
+}
+
+/// Where the job's store is: `OXCCL_STORE_ADDR`, else `MASTER_ADDR` and `MASTER_PORT`+1
+/// (or, on one host without them, loopback at a port derived from the job id). When `serve`
+/// (rank 0 of a world that is starting) and the store is not given by address, this process
+/// starts it, returned to be kept alive.
+///
+/// # Errors
+/// [`Error::Config`] naming what is missing; [`Error::Io`] when the store's port is taken.
+fn store_address(
+    cfg: &ResolvedConfig,
+    info: &LaunchInfo,
+    job_id: Option<&str>,
+    secret: &Secret,
+    serve: bool,
+) -> Result<(String, Vec<Box<dyn Any + Send + Sync>>)> {
+    let n = info.world_size;
     let mut keep: Vec<Box<dyn Any + Send + Sync>> = Vec::new();
     // Without MASTER_ADDR, a job whose ranks are all on this host (mpirun/srun on one node)
     // meets on loopback, at a port derived from the launcher's job id.
     let single_host_fallback = (info.master_addr.is_none() && info.local_world_size == n)
-        .then_some(job_id.as_deref())
+        .then_some(job_id)
         .flatten()
         .map(|id| ("127.0.0.1".to_string(), derived_port(id)));
     let addr = match &cfg.cpu.store_addr {
@@ -472,7 +549,7 @@ pub fn init_process(cfg: &ResolvedConfig) -> Result<CpuBackend> {
                     )
                 })?,
             };
-            if rank == 0 {
+            if serve {
                 let server = StoreServer::bind(&format!("0.0.0.0:{port}"), secret.clone()).map_err(|e| match e {
                     Error::Io { context, kind: std::io::ErrorKind::AddrInUse, message } => Error::Io {
                         context: format!(
@@ -490,19 +567,7 @@ pub fn init_process(cfg: &ResolvedConfig) -> Result<CpuBackend> {
             format!("{host}:{port}")
         }
     };
-    let store = StoreClient::connect(&addr, &secret, opts.setup_timeout)?;
-    let prefix = format!("oxccl/g{}", GENERATION.fetch_add(1, Ordering::Relaxed));
-    claim_rank(&store, &prefix, rank, n, &info.launcher.to_string())?;
-    let store = Arc::new(store);
-    let shared: Arc<dyn Rendezvous> = Arc::clone(&store) as Arc<dyn Rendezvous>;
-    let host = host_id(cfg.cpu.host_id.as_deref());
-    let backend = build(rank, n, &*store, Some(&shared), &prefix, &secret, &host, &opts, cfg)?;
-    // The store is needed again only when a peer is first connected to: its server need not
-    // hold a descriptor per idle rank meanwhile (a later lookup reconnects).
-    store.rest();
-    // Every link is up when `build` returns (TCP and shared-memory setup wait for all their
-    // peers), so no extra barrier, which would take a sequence number the user sees.
-    Ok(keep.into_iter().fold(backend, CpuBackend::keep_alive))
+    Ok((addr, keep))
 }
 
 /// Creates this process's rank through the launcher's PMIx (`OXCCL_BOOTSTRAP`, see
@@ -610,7 +675,7 @@ pub fn init_world_on(cfg: &ResolvedConfig, hosts: &[String], opts: &CpuOptions) 
         let handles: Vec<_> = (0..n)
             .map(|r| {
                 let (rdv, secret, host, opts, cfg) = (&rdv, &secret, &hosts[r], &opts_local, cfg);
-                s.spawn(move || build(r, n, &**rdv, Some(rdv), "oxccl/world", secret, host, opts, cfg))
+                s.spawn(move || build(r, n, &**rdv, Some(rdv), WORLD_PREFIX, secret, host, opts, cfg))
             })
             .collect();
         handles
@@ -618,8 +683,22 @@ pub fn init_world_on(cfg: &ResolvedConfig, hosts: &[String], opts: &CpuOptions) 
             .map(|h| h.join().unwrap_or_else(|_| Err(Error::Internal("a setup thread panicked".into()))))
             .collect()
     });
-    results.into_iter().collect()
+    let ranks: Vec<CpuBackend> = results.into_iter().collect::<Result<_>>()?;
+    // The world's lineage: newcomer threads join it through an in-process board (tests).
+    let board: Arc<dyn Board> = Arc::new(MemoryBoard::default());
+    for (r, b) in ranks.iter().enumerate() {
+        let (rdv, secret, host, opts, cfg) =
+            (Arc::clone(&rdv), secret.clone(), hosts[r].clone(), opts_local.clone(), cfg.clone());
+        let build_again = move |rank: usize, n: usize, prefix: &str| {
+            build(rank, n, &*rdv, Some(&rdv), prefix, &secret, &host, &opts, &cfg)
+        };
+        b.set_lineage(Arc::new(Lineage::new(Arc::clone(&board), WORLD_PREFIX, Box::new(build_again), Vec::new())));
+    }
+    Ok(ranks)
 }
+
+/// The store prefix of worlds of threads.
+const WORLD_PREFIX: &str = "oxccl/world";
 
 #[cfg(test)]
 mod tests {

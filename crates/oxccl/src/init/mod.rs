@@ -49,6 +49,24 @@ impl Config {
 }
 
 impl Config {
+    /// Joins a running job as a newcomer (a replacement for a dead rank, or extra capacity):
+    /// through the job's rendezvous store (found as [`Config::init`] finds it, from
+    /// `OXCCL_STORE_ADDR` or `MASTER_ADDR`/`MASTER_PORT`), waits until the members admit it
+    /// with [`Communicator::grow`], and returns its communicator in the grown world, whose
+    /// ranks after the members' are the newcomers' in the order they reached the store.
+    ///
+    /// # Errors
+    /// [`Error::Store`](crate::Error::Store) when no grow admits it within the setup
+    /// timeout; [`Error::BackendUnavailable`](crate::Error::BackendUnavailable) on backends
+    /// that cannot grow (only `cpu` can); as [`Config::init`].
+    pub fn join(&self) -> Result<Communicator> {
+        let cfg = self.resolve()?;
+        crate::perf::log::install(&cfg.log);
+        Ok(wrap(select::join_process(&cfg)?, &cfg))
+    }
+}
+
+impl Config {
     /// Creates rank `rank` of a world of `world_size` processes that meet through
     /// `rendezvous`, a key-value store the caller already shares with the other ranks (a
     /// framework's store: oxccl's Python package passes torch.distributed's), instead of the
@@ -78,6 +96,14 @@ impl Config {
         crate::perf::log::install(&cfg.log);
         Ok(wrap(select::init_rendezvous(&cfg, rank, world_size, rendezvous, secret)?, &cfg))
     }
+}
+
+/// Joins a running job as a newcomer: `Config::new().join()`.
+///
+/// # Errors
+/// As [`Config::join`].
+pub fn join() -> Result<Communicator> {
+    Config::new().join()
 }
 
 /// Creates this process's communicator from the environment (`OXCCL_*` variables and the

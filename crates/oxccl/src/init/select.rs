@@ -100,6 +100,20 @@ pub(crate) fn init_process(cfg: &ResolvedConfig) -> Result<Arc<dyn Backend>> {
     first_available(cfg, |f| f.create_process(cfg))
 }
 
+/// Joins a running job as a newcomer on the configured backend (`auto` means `cpu`: only
+/// it can grow).
+pub(crate) fn join_process(cfg: &ResolvedConfig) -> Result<Arc<dyn Backend>> {
+    install_staging_loader();
+    let factory: &dyn BackendFactory = match &cfg.backend {
+        BackendChoice::Auto => &CpuFactory,
+        named => candidates(named)?
+            .into_iter()
+            .next()
+            .ok_or_else(|| Error::Internal("a named, available backend has no factory".into()))?,
+    };
+    factory.join_process(cfg)
+}
+
 /// Creates rank `rank` of `n` processes meeting through the caller's store on the
 /// configured backend: `auto` means `cpu` here (a framework that wants its device tensors on
 /// NCCL asks for `nccl` by name, for the device it names, when it first meets one); a named

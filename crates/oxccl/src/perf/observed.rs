@@ -275,6 +275,11 @@ impl Backend for Observed {
         self.inner.shrink(exclude, opts)
     }
 
+    fn grow(&self, joiners: usize, opts: &CallOptions) -> Result<Arc<dyn Backend>> {
+        // As shrink: the front door observes the new communicator itself.
+        self.inner.grow(joiners, opts)
+    }
+
     fn peer_waits(&self) -> Option<Arc<crate::backend::peer_waits::PeerWaits>> {
         self.inner.peer_waits()
     }

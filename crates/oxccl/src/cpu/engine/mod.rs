@@ -24,6 +24,7 @@ use super::algorithms::shared_memory::ShmCollectives;
 use super::algorithms::{all_gather, Clock, Ctx};
 use super::dispatch;
 use super::executor::Executor;
+use super::grow::Lineage;
 use super::point_to_point::P2pCtx;
 use super::selector::profile::Profile;
 use super::selector::Selector;
@@ -90,6 +91,9 @@ struct Inner {
     waits: Arc<PeerWaits>,
     /// Agreements and shrinks: their thread and state, made by the first.
     agreements: OnceLock<Agreements>,
+    /// The store-made world this communicator descends from (by shrinks and grows), which
+    /// it can grow; none for splits and worlds made without a store.
+    lineage: OnceLock<Arc<Lineage<CpuBackend>>>,
 }
 
 #[derive(Default)]
@@ -187,6 +191,7 @@ impl CpuBackend {
                 native_setup: OnceLock::new(),
                 waits: Arc::new(PeerWaits::new(n_ranks)),
                 agreements: OnceLock::new(),
+                lineage: OnceLock::new(),
             }),
             keep: Vec::new(),
         })
@@ -205,6 +210,18 @@ impl CpuBackend {
             .ok_or_else(|| Error::Internal("with_machine on a communicator already in use".into()))?;
         inner.selector = inner.selector.for_machine(profile, crowd);
         Ok(self)
+    }
+
+    /// Ties the communicator to the store-made world it descends from, which it can then
+    /// grow (once; later calls are ignored).
+    pub(crate) fn set_lineage(&self, lineage: Arc<Lineage<CpuBackend>>) {
+        let _ = self.inner.lineage.set(lineage);
+    }
+
+    /// The lineage this communicator can grow (tests: newcomer threads join through it).
+    #[cfg(test)]
+    pub(crate) fn lineage(&self) -> Option<&Arc<Lineage<CpuBackend>>> {
+        self.inner.lineage.get()
     }
 
     /// Keeps `resource` alive as long as this communicator (it is dropped after it).
@@ -689,10 +706,14 @@ impl Inner {
 
     /// See [`Backend::agree`]. Not in the collectives' order: it works on a communicator
     /// that failed, and while an operation of another thread waits on it.
+    ///
+    /// Rank 0 also asks the store whether newcomers wait (bit 0 of the OR word), so every
+    /// survivor learns it from the same decision without polling the store itself.
     fn agree(&self, flag: u64, opts: &CallOptions) -> Result<Agreement> {
         let deadline = Instant::now() + self.timeout(opts);
-        let (_, d) = self.agreements().agree(Contribution { and: flag, or: 0 }, deadline)?;
-        Ok(Agreement { flag: d.and, failed: d.dead })
+        let waiting = self.rank == 0 && self.lineage.get().is_some_and(|l| l.waiting() > 0);
+        let (_, d) = self.agreements().agree(Contribution { and: flag, or: u64::from(waiting) }, deadline)?;
+        Ok(Agreement { flag: d.and, failed: d.dead, joiners_waiting: d.or & 1 == 1 })
     }
 
     /// See [`Backend::shrink`].
@@ -702,7 +723,43 @@ impl Inner {
         let Some(rank) = m.kept.iter().position(|&r| r == self.rank) else { return Ok(None) };
         let ranks: Arc<[usize]> = m.kept.iter().map(|&r| self.ranks[r]).collect();
         let id = derive_comm_id(self.comm_id, m.number, SHRINK_COLOR);
-        self.child(id, ranks, rank).map(Some)
+        let child = self.child(id, ranks, rank)?;
+        if let Some(l) = self.lineage.get() {
+            child.set_lineage(Arc::clone(l));
+        }
+        Ok(Some(child))
+    }
+
+    /// See [`Backend::grow`]: the members agree on the number of newcomers (every live
+    /// member, the same number), then meet them in a new world.
+    fn grow(&self, joiners: usize, opts: &CallOptions) -> Result<CpuBackend> {
+        let lineage = self.lineage.get().ok_or_else(|| Error::BackendUnavailable {
+            backend: self.name.to_string(),
+            why: "grow needs a communicator made through a rendezvous store (oxccl::init under `oxccl run`, \
+                  torchrun or another launcher), or one shrunk or grown from it; this one was split off, or made \
+                  without a store"
+                .into(),
+        })?;
+        let deadline = Instant::now() + self.timeout(opts);
+        let count = joiners as u64;
+        let (_, d) = self.agreements().agree(Contribution { and: count, or: count }, deadline)?;
+        if let Some(&dead) = d.dead.first() {
+            return Err(Error::PeerLost {
+                rank: dead,
+                detail: format!(
+                    "found dead while growing (ranks {:?} are): shrink the communicator first, then grow the survivors",
+                    d.dead
+                ),
+            });
+        }
+        if d.and != d.or {
+            return Err(Error::invalid(
+                "grow: the members passed different numbers of newcomers; every member must pass the same",
+            ));
+        }
+        let grown = lineage.grow(self.rank, self.ranks.len(), joiners)?;
+        grown.set_lineage(Arc::clone(lineage));
+        Ok(grown)
     }
 }
 
@@ -821,6 +878,10 @@ impl Backend for CpuBackend {
 
     fn shrink(&self, exclude: &[usize], opts: &CallOptions) -> Result<Option<Arc<dyn Backend>>> {
         Ok(self.inner.shrink(exclude, opts)?.map(|b| Arc::new(b) as Arc<dyn Backend>))
+    }
+
+    fn grow(&self, joiners: usize, opts: &CallOptions) -> Result<Arc<dyn Backend>> {
+        Ok(Arc::new(self.inner.grow(joiners, opts)?))
     }
 }
 
