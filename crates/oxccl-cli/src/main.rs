@@ -337,6 +337,17 @@ struct RunArgs {
     #[arg(long, value_enum, default_value = "none", value_name = "WHERE")]
     bind_to: run::bind::BindTo,
 
+    /// Elastic: when a rank fails, keep the others running and start a replacement in its
+    /// slot (with OXCCL_JOIN=1: its `init` joins the survivors' `grow`), up to N times in
+    /// all. The default, 0, stops the job at the first failure.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    max_restarts: u32,
+
+    /// Elastic: with fewer ranks than this still running, a failure ends the job as
+    /// without --max-restarts.
+    #[arg(long, default_value_t = 1, value_name = "M", value_parser = clap::value_parser!(u32).range(1..))]
+    min_ranks: u32,
+
     /// The program each rank runs, and its arguments (after `--`).
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROGRAM")]
     command: Vec<OsString>,
@@ -360,6 +371,8 @@ impl RunArgs {
             rank0_output: Output::Prefixed,
             extra_env: Vec::new(),
             bind: self.bind_to,
+            max_restarts: self.max_restarts as usize,
+            min_ranks: self.min_ranks as usize,
         }
     }
 }

@@ -53,6 +53,75 @@ fn a_failing_rank_stops_the_others_fast() {
 }
 
 #[test]
+fn max_restarts_starts_a_joining_replacement_and_the_job_succeeds() {
+    // Rank 1 kills itself unless it is the replacement (OXCCL_JOIN=1); the others wait for
+    // the replacement's file, as survivors wait for it to join.
+    let dir = std::env::temp_dir().join(format!("oxccl-run-restart-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = format!(
+        r#"if [ "$RANK" = 1 ] && [ -z "$OXCCL_JOIN" ]; then kill -9 $$; fi
+if [ -n "$OXCCL_JOIN" ]; then touch {d}/joined; echo "replacement of $RANK joins"; exit 0; fi
+i=0; while [ ! -e {d}/joined ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; echo "rank $RANK saw it: $(ls {d})""#,
+        d = dir.display()
+    );
+    let f = run(oxccl(["run", "-n", "3", "--max-restarts", "1", "--", "sh", "-c", &script]), LIMIT);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(f.code(), Some(0), "{}", f.all());
+    assert!(f.stdout.contains("[rank 1] replacement of 1 joins"), "{}", f.all());
+    for r in [0, 2] {
+        assert!(f.stdout.contains(&format!("[rank {r}] rank {r} saw it: joined")), "{}", f.all());
+    }
+    assert!(
+        f.stderr.contains("rank 1 failed (killed by signal 9 (SIGKILL)); starting a replacement that joins the 2 running ranks (restart 1 of 1)"),
+        "{}",
+        f.all()
+    );
+}
+
+#[test]
+fn a_failure_past_max_restarts_or_below_min_ranks_ends_the_job() {
+    // Two ranks die and one restart is allowed: the second failure stops the job.
+    let f = run(
+        oxccl([
+            "run",
+            "-n",
+            "3",
+            "--max-restarts",
+            "1",
+            "--",
+            "sh",
+            "-c",
+            r#"if [ "$RANK" != 0 ] && [ -z "$OXCCL_JOIN" ]; then sleep 0.$RANK; exit 7; fi; sleep 30"#,
+        ]),
+        LIMIT,
+    );
+    assert_eq!(f.code(), Some(7), "{}", f.all());
+    assert!(f.elapsed < Duration::from_secs(10), "took {:?}", f.elapsed);
+    assert!(f.stderr.contains("restart 1 of 1"), "{}", f.all());
+    assert!(f.stderr.contains("rank 2 failed first: exit code 7"), "{}", f.all());
+    assert!(f.stderr.contains("rank 1: exit code 7, then replaced (--max-restarts)"), "{}", f.all());
+    // With 2 ranks and --min-ranks 2, the one left running is too few: no restart.
+    let f = run(
+        oxccl([
+            "run",
+            "-n",
+            "2",
+            "--max-restarts",
+            "3",
+            "--min-ranks",
+            "2",
+            "--",
+            "sh",
+            "-c",
+            r#"if [ "$RANK" = 1 ]; then exit 5; fi; sleep 30"#,
+        ]),
+        LIMIT,
+    );
+    assert_eq!(f.code(), Some(5), "{}", f.all());
+    assert!(!f.stderr.contains("replacement"), "{}", f.all());
+}
+
+#[test]
 fn a_rank_killed_by_a_signal_is_named() {
     let f =
         run(oxccl(["run", "-n", "2", "--", "sh", "-c", r#"if [ "$RANK" = 1 ]; then kill -9 $$; fi; sleep 30"#]), LIMIT);

@@ -166,6 +166,80 @@ fn kill_and_shrink(transport: &str, victim: usize) {
     assert_eq!(new_ranks, vec![0, 1, 2]);
 }
 
+/// Elastic recovery as `oxccl run --max-restarts` drives it: rank 1 of 3 kills itself
+/// (SIGKILL) at step 10 of the probe's training loop; the survivors shrink and redo the step;
+/// a newcomer started in its slot (`OXCCL_JOIN=1`) takes a ticket at the store, the
+/// survivors' next `agree` says it waits, they grow, and all three finish every step with
+/// sums that match the size.
+fn kill_shrink_and_grow(transport: &str) {
+    let spec = WorldSpec::new(PROBE, 3)
+        .label(format!("rank 1 of 3 dies at step 10, a newcomer replaces it, over {transport}"))
+        .args(["elastic"])
+        .env("OXCCL_TRANSPORT", transport)
+        .env("PROBE_STEPS", "30")
+        .env("PROBE_SECONDS", "40")
+        .oxccl_timeout("30s")
+        .deadline(Duration::from_secs(50));
+    let mut world = World::spawn(&spec);
+    world.wait_for_line(0, "PROBE-SHRUNK");
+    let newcomer = world.spawn_joiner(&spec, 1);
+    let out = world.wait();
+    let d = out.describe();
+    println!("{d}");
+    assert_eq!(out.ranks[1].status.signal(), Some(9), "rank 1 killed itself\n{d}");
+    for (i, want) in [
+        (0, "rank=0 size=3 steps=30 shrinks=1 grows=1 joined=0"),
+        (2, "rank=1 size=3 steps=30 shrinks=1 grows=1 joined=0"),
+        (newcomer, "rank=2 size=3 steps=30 shrinks=0 grows=0 joined=1"),
+    ] {
+        let r = &out.ranks[i];
+        assert_eq!(r.code(), Some(0), "process {i}\n{d}");
+        assert!(r.stdout.contains(&format!("PROBE-ELASTIC {want}")), "process {i} should end with {want}\n{d}");
+    }
+    // The members grew once each, to 3.
+    for i in [0, 2] {
+        assert!(out.ranks[i].stdout.contains("PROBE-GREW") && out.ranks[i].stdout.contains("size=3"), "{d}");
+    }
+}
+
+#[test]
+fn a_newcomer_replaces_a_dead_rank_over_shm() {
+    kill_shrink_and_grow("shm");
+}
+
+#[test]
+fn a_newcomer_replaces_a_dead_rank_over_tcp() {
+    kill_shrink_and_grow("tcp");
+}
+
+/// The same through the launcher: `oxccl run --max-restarts 1` sees rank 1 die, keeps the
+/// others running and starts the replacement itself; the job succeeds.
+#[test]
+fn oxccl_run_max_restarts_replaces_a_dead_rank_end_to_end() {
+    // The CLI is built beside the probe by `cargo test --workspace` (the README's command).
+    let cli = std::path::Path::new(PROBE).with_file_name("oxccl");
+    assert!(cli.exists(), "{} is missing: run `cargo build -p oxccl-cli` (or cargo test --workspace)", cli.display());
+    let out = std::process::Command::new(&cli)
+        .args(["run", "-n", "3", "--max-restarts", "1", "--timeout", "60", "--", PROBE, "elastic"])
+        .env("PROBE_STEPS", "30")
+        .env("PROBE_SECONDS", "40")
+        .env("OXCCL_TIMEOUT", "30s")
+        .env("OXCCL_FR_DIR", concat!(env!("CARGO_TARGET_TMPDIR"), "/flight-records"))
+        .output()
+        .expect("running oxccl run");
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let all = format!("status {}\n--- stdout\n{stdout}\n--- stderr\n{stderr}", out.status);
+    println!("{all}");
+    assert!(out.status.success(), "{all}");
+    assert!(stderr.contains("rank 1 failed (killed by signal 9 (SIGKILL)); starting a replacement"), "{all}");
+    let ends: Vec<&str> = stdout.lines().filter(|l| l.contains("PROBE-ELASTIC ")).collect();
+    assert_eq!(ends.len(), 3, "{all}");
+    for l in ends {
+        assert!(l.contains("size=3 steps=30"), "{l}\n{all}");
+    }
+    assert!(stdout.contains("[rank 1] PROBE-ELASTIC rank=2 size=3 steps=30 shrinks=0 grows=0 joined=1"), "{all}");
+}
+
 #[test]
 fn survivors_shrink_after_a_kill_over_shm() {
     kill_and_shrink("shm", 2);

@@ -84,6 +84,10 @@ pub struct LaunchSpec {
     pub extra_env: Vec<(String, String)>,
     /// Where the ranks run ([`bind`]).
     pub bind: bind::BindTo,
+    /// Elastic: replacements the launcher may start in all (0: fail fast).
+    pub max_restarts: usize,
+    /// Elastic: below this many running ranks a failure ends the job.
+    pub min_ranks: usize,
 }
 
 impl LaunchSpec {
@@ -103,6 +107,8 @@ impl LaunchSpec {
             rank0_output: Output::Prefixed,
             extra_env: Vec::new(),
             bind: bind::BindTo::None,
+            max_restarts: 0,
+            min_ranks: 1,
         }
     }
 
@@ -144,6 +150,10 @@ impl LaunchSpec {
 struct Proc {
     /// Its global rank.
     rank: usize,
+    /// Its index among this node's ranks (its slot: a replacement takes the same).
+    local: usize,
+    /// Whether a replacement was started for it (it failed and the job went on).
+    replaced: bool,
     /// Its process (the leader of its own process group).
     child: Child,
     /// Whether a thread watches for its exit ([`spawn::watch_exit`]); if not, it is polled.
@@ -228,52 +238,62 @@ pub fn launch(spec: &LaunchSpec) -> Result<JobReport, String> {
         .map_err(|e| format!("could not install the launcher's signal handlers: {e}"))?;
     let (done_tx, done_rx) = mpsc::channel();
     let cpus = bind::cpus_for(spec.bind, spec.nproc, &oxccl::tuning::allowed_cpus())?;
-    let mut procs: Vec<Proc> = Vec::with_capacity(spec.nproc);
     let mut forwarders = Vec::new();
-    for local in 0..spec.nproc {
+    // Starts the rank of slot `local` as `procs[index]`; a replacement joins (OXCCL_JOIN).
+    let mut start = |local: usize, index: usize, join: bool| -> Result<Proc, String> {
         let rank = placement.rank(local);
         let mut env: Vec<(String, String)> =
             placement.env(local, secret.text()).into_iter().map(|(k, v)| (k.to_string(), v)).collect();
         env.extend(spec.extra_env.iter().cloned());
-        let how = if rank == 0 { spec.rank0_output } else { Output::Prefixed };
+        if join {
+            env.push(("OXCCL_JOIN".into(), "1".into()));
+        }
+        let how = if rank == 0 && !join { spec.rank0_output } else { Output::Prefixed };
         let cpu = cpus.as_ref().map(|c| c[local]);
-        let mut child = match spawn::spawn(&spec.program, &spec.args, &env, how, cpu) {
-            Ok(c) => c,
-            Err(e) => {
-                abandon(&mut procs);
-                return Err(format!(
-                    "could not start `{}` for rank {rank}: {e}; check the program's name, your PATH and its permissions",
-                    spec.program.to_string_lossy()
-                ));
-            }
-        };
+        let mut child = spawn::spawn(&spec.program, &spec.args, &env, how, cpu).map_err(|e| {
+            format!(
+                "could not start `{}` for rank {rank}: {e}; check the program's name, your PATH and its permissions",
+                spec.program.to_string_lossy()
+            )
+        })?;
         let prefix = output::prefix(rank);
         let pipes = [
             child.stdout.take().map(|p| output::spawn(p, output::Sink::Stdout, prefix.clone(), done_tx.clone())),
             child.stderr.take().map(|p| output::spawn(p, output::Sink::Stderr, prefix.clone(), done_tx.clone())),
         ];
-        let index = procs.len();
         let tx = exit_tx.clone();
         // Without a watcher (no thread to be had) the rank is polled, as precisely as POLL.
         let watched = spawn::watch_exit(child.id(), move |at| {
             let _ = tx.send(Notice::Exit(index, at));
         })
         .is_ok();
-        procs.push(Proc { rank, child, watched, end: None, seen: None, stopped: None });
+        let mut proc = Proc { rank, local, replaced: false, child, watched, end: None, seen: None, stopped: None };
         for p in pipes.into_iter().flatten() {
             match p {
                 Ok(f) => forwarders.push(f),
                 Err(e) => {
-                    abandon(&mut procs);
+                    abandon(std::slice::from_mut(&mut proc));
                     return Err(format!("could not start a thread to forward rank {rank}'s output: {e}"));
                 }
             }
         }
+        Ok(proc)
+    };
+    let mut procs: Vec<Proc> = Vec::with_capacity(spec.nproc);
+    for local in 0..spec.nproc {
+        match start(local, procs.len(), false) {
+            Ok(p) => procs.push(p),
+            Err(e) => {
+                abandon(&mut procs);
+                return Err(e);
+            }
+        }
     }
-    drop(done_tx);
+    let elastic = Elastic { restarts_left: spec.max_restarts, min_ranks: spec.min_ranks, total: spec.max_restarts };
+    let report = supervise(&mut procs, &exit_rx, spec.timeout, spec.grace, elastic, &mut start);
+    // `start` (which borrowed the senders) is done: the last senders of exits and output go.
     drop(exit_tx);
-
-    let report = supervise(&mut procs, &exit_rx, spec.timeout, spec.grace);
+    drop(done_tx);
     drop(catcher);
     output::finish(forwarders, &done_rx, Instant::now() + OUTPUT_DRAIN);
     if let Some(s) = store {
@@ -290,15 +310,69 @@ fn abandon(procs: &mut [Proc]) {
     }
 }
 
+/// The elastic launch's budget (`--max-restarts`, `--min-ranks`).
+#[derive(Debug, Clone, Copy)]
+struct Elastic {
+    /// Replacements that may still be started.
+    restarts_left: usize,
+    /// Below this many running ranks a failure stops the job.
+    min_ranks: usize,
+    /// `--max-restarts`, for messages.
+    total: usize,
+}
+
+/// Starts a replacement for every rank that failed on its own while the elastic budget
+/// allows it (restarts left, and at least `min_ranks` others running); each replacement
+/// joins the survivors (`OXCCL_JOIN`). Returns an error message when one cannot start.
+fn replace_failed(
+    procs: &mut Vec<Proc>,
+    elastic: &mut Elastic,
+    start: &mut dyn FnMut(usize, usize, bool) -> Result<Proc, String>,
+) -> Result<(), String> {
+    loop {
+        let running = procs.iter().filter(|p| p.end.is_none()).count();
+        let Some(i) = procs.iter().position(|p| !p.replaced && p.stopped.is_none() && p.end.is_some_and(|e| !e.ok()))
+        else {
+            return Ok(());
+        };
+        if elastic.restarts_left == 0 || running < elastic.min_ranks {
+            return Ok(());
+        }
+        let (rank, local, end) = (procs[i].rank, procs[i].local, procs[i].end.unwrap_or(End::Code(-1)));
+        let index = procs.len();
+        let replacement = match start(local, index, true) {
+            Ok(p) => p,
+            Err(e) => {
+                // No more restarts: the failure is blamed and stops the job as without them.
+                elastic.restarts_left = 0;
+                return Err(e);
+            }
+        };
+        procs[i].replaced = true;
+        procs.push(replacement);
+        elastic.restarts_left -= 1;
+        eprintln!(
+            "oxccl run: rank {rank} failed ({end}); starting a replacement that joins the {running} running rank{} \
+             (restart {} of {})",
+            if running == 1 { "" } else { "s" },
+            elastic.total - elastic.restarts_left,
+            elastic.total
+        );
+    }
+}
+
 /// Watches the ranks until all have exited, stopping them all on the first failure, a
-/// signal to the launcher or the timeout. `notices` brings each watched rank's exit (its
-/// index in `procs`, and when) and each caught signal; between them the loop sleeps until
-/// its next deadline ([`next_wake`]).
+/// signal to the launcher or the timeout; under `elastic`, a failure starts a replacement
+/// instead while the budget allows ([`replace_failed`]). `notices` brings each watched
+/// rank's exit (its index in `procs`, and when) and each caught signal; between them the
+/// loop sleeps until its next deadline ([`next_wake`]).
 fn supervise(
-    procs: &mut [Proc],
+    procs: &mut Vec<Proc>,
     notices: &mpsc::Receiver<Notice>,
     timeout: Option<Duration>,
     grace: Duration,
+    mut elastic: Elastic,
+    spawn_rank: &mut dyn FnMut(usize, usize, bool) -> Result<Proc, String>,
 ) -> JobReport {
     use signal_hook::consts::{SIGKILL, SIGTERM};
     let start = Instant::now();
@@ -339,6 +413,11 @@ fn supervise(
         let now = Instant::now();
         for p in procs.iter_mut().filter(|p| !p.watched) {
             p.reap(now);
+        }
+        if cause.is_none() {
+            if let Err(e) = replace_failed(procs, &mut elastic, spawn_rank) {
+                eprintln!("oxccl run: {e}; stopping the job");
+            }
         }
         let all_done = procs.iter().all(|p| p.end.is_some());
         if all_done {
@@ -386,11 +465,16 @@ fn supervise(
         }
     }
     let since = |at: Option<Instant>| at.map(|a| a.saturating_duration_since(start));
-    let ranks = procs
-        .iter()
-        .map(|p| RankEnd { rank: p.rank, end: p.end.unwrap_or(End::Code(-1)), stopped: p.stopped, seen: since(p.seen) })
-        .collect();
-    JobReport { ranks, cause, grace }
+    let end = |p: &Proc| RankEnd {
+        rank: p.rank,
+        end: p.end.unwrap_or(End::Code(-1)),
+        stopped: p.stopped,
+        seen: since(p.seen),
+    };
+    let mut ranks: Vec<RankEnd> = procs.iter().filter(|p| !p.replaced).map(end).collect();
+    ranks.sort_by_key(|r| r.rank);
+    let replaced = procs.iter().filter(|p| p.replaced).map(end).collect();
+    JobReport { ranks, cause, grace, replaced }
 }
 
 /// When the supervision loop must look again without a notice: the timeout (until a cause
@@ -418,7 +502,10 @@ fn next_wake(
 /// The ranks that failed without the launcher stopping them, with how they ended and when
 /// their exit was seen.
 fn failed_on_their_own(procs: &[Proc]) -> impl Iterator<Item = (usize, End, Instant)> + '_ {
-    procs.iter().filter(|p| p.stopped.is_none()).filter_map(|p| Some((p.rank, p.end.filter(|e| !e.ok())?, p.seen?)))
+    procs
+        .iter()
+        .filter(|p| p.stopped.is_none() && !p.replaced)
+        .filter_map(|p| Some((p.rank, p.end.filter(|e| !e.ok())?, p.seen?)))
 }
 
 /// The rank failure that stops the job, if one is due: the [`summary::first_cause`] of the

@@ -145,6 +145,9 @@ pub struct JobReport {
     pub cause: Option<Cause>,
     /// The grace period between SIGTERM and SIGKILL.
     pub grace: Duration,
+    /// Ranks that failed and were replaced (`--max-restarts`), in the order they failed:
+    /// not counted in [`succeeded`](Self::succeeded).
+    pub replaced: Vec<RankEnd>,
 }
 
 fn fmt_duration(d: Duration) -> String {
@@ -237,7 +240,9 @@ impl JobReport {
     /// signal 9 (SIGKILL)`, `rank 1: exit code 1, 2ms after rank 2 failed (a consequence)`,
     /// `rank 0: terminated by the launcher after rank 2 failed (SIGTERM)`.
     pub fn lines(&self) -> Vec<String> {
-        self.ranks.iter().map(|r| self.line(r)).collect()
+        let replaced =
+            self.replaced.iter().map(|r| format!("rank {}: {}, then replaced (--max-restarts)", r.rank, r.end));
+        self.ranks.iter().map(|r| self.line(r)).chain(replaced).collect()
     }
 
     fn line(&self, r: &RankEnd) -> String {
@@ -281,7 +286,7 @@ mod tests {
     use super::*;
 
     fn report(ranks: Vec<RankEnd>, cause: Option<Cause>) -> JobReport {
-        JobReport { ranks, cause, grace: Duration::from_secs(3) }
+        JobReport { ranks, cause, grace: Duration::from_secs(3), replaced: Vec::new() }
     }
 
     fn ok(rank: usize) -> RankEnd {

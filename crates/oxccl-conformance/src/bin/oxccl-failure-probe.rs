@@ -24,6 +24,17 @@
 //!   new_rank=N sum=X recovery_ms=M done_unix_ms=T` (M: from the failed call's error to the
 //!   working shrunk communicator; T: when it was working, in ms since the epoch) and exits 0; a rank whose shrink or check fails prints `PROBE-ERROR`.
 //!
+//! - `elastic`: a training loop of `PROBE_STEPS` steps (default 30, `PROBE_STEP_MS` apart,
+//!   default 20): each step an all_reduce (sum) of 1 per rank, checked against the size,
+//!   then `agree`. A failed call or a dead rank found by `agree`: the rank shrinks and
+//!   redoes the step (`PROBE-SHRUNK ...`); `agree` saying newcomers wait: the members grow
+//!   by that many and rank 0 broadcasts the step to the newcomers (`PROBE-GREW ...`). Rank
+//!   `PROBE_VICTIM` (default 1) kills itself with SIGKILL at step `PROBE_DIE_AT` (default
+//!   10), unless it is a newcomer (`OXCCL_JOIN=1`: it joins and learns the step). The loop
+//!   ends after the last step once the communicator is back to its first size (or after
+//!   `PROBE_SECONDS`); each rank prints `PROBE-ELASTIC rank=R size=S steps=N shrinks=A
+//!   grows=B joined=0|1`.
+//!
 //! `PROBE_LINGER_MS` (default 0): how long a rank whose call failed waits before it exits.
 //! `PROBE_BACKEND` picks the backend (default `cpu`; `mpi` under mpirun, in a build with the
 //! `mpi` feature).
@@ -47,7 +58,7 @@ use oxccl::bootstrap::auth::Secret;
 use oxccl::bootstrap::store::StoreClient;
 use oxccl::{Communicator, Config, Error, ReduceOp};
 
-const USAGE: &str = "usage: oxccl-failure-probe loop|mismatch|barrier|skip|hang|recv_any|shrink";
+const USAGE: &str = "usage: oxccl-failure-probe loop|mismatch|barrier|skip|hang|recv_any|shrink|elastic";
 
 /// The variant's name and the rank it names, if any.
 fn describe(e: &Error) -> (&'static str, Option<usize>) {
@@ -155,6 +166,103 @@ fn run_shrink(comm: &Communicator) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+fn run_elastic(first: Communicator) -> ExitCode {
+    let joined = std::env::var("OXCCL_JOIN").is_ok_and(|v| v == "1");
+    let steps = env_number("PROBE_STEPS", 30);
+    let pause = Duration::from_millis(env_number("PROBE_STEP_MS", 20));
+    let victim = env_number("PROBE_VICTIM", 1) as usize;
+    let die_at = env_number("PROBE_DIE_AT", 10);
+    let limit = Duration::from_secs(env_number("PROBE_SECONDS", 90));
+    let started = Instant::now();
+    let first_rank = first.rank();
+    let mut comm = first;
+    // [step, the size to get back to]: a newcomer learns them from rank 0.
+    let mut state = [0u64, comm.world_size() as u64];
+    if joined {
+        if let Err(e) = comm.broadcast(&mut state, 0) {
+            return report_error(comm.rank(), &e, 0, started);
+        }
+    }
+    let (mut shrinks, mut grows) = (0, 0);
+    while state[0] < steps || (comm.world_size() as u64) < state[1] {
+        if started.elapsed() > limit {
+            println!(
+                "PROBE-ERROR rank={} kind=Timeout peer=- iter={} elapsed_ms=0 error=the loop ran past PROBE_SECONDS",
+                comm.rank(),
+                state[0]
+            );
+            return ExitCode::from(3);
+        }
+        if !joined && first_rank == victim && state[0] == die_at {
+            // SAFETY: kill(2) on this process with SIGKILL: nothing runs after it.
+            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        }
+        let mut x = [1u64];
+        let summed = comm.all_reduce(&mut x, ReduceOp::Sum);
+        let agreed = comm.agree(u64::from(summed.is_ok()));
+        let dead = match &agreed {
+            Ok(a) => a.flag == 0 || !a.failed.is_empty(),
+            Err(_) => true,
+        };
+        if dead {
+            // Someone's step failed: shrink, and redo the step.
+            let failed_at = Instant::now();
+            comm = match comm.shrink() {
+                Ok(c) => c,
+                Err(e) => return report_error(first_rank, &e, state[0], failed_at),
+            };
+            shrinks += 1;
+            println!(
+                "PROBE-SHRUNK rank={first_rank} size={} new_rank={} step={} recovery_ms={}",
+                comm.world_size(),
+                comm.rank(),
+                state[0],
+                failed_at.elapsed().as_millis()
+            );
+            continue;
+        }
+        if x[0] != comm.world_size() as u64 {
+            println!(
+                "PROBE-ERROR rank={} kind=Wrong peer=- iter={} elapsed_ms=0 error=sum {} on {} ranks",
+                comm.rank(),
+                state[0],
+                x[0],
+                comm.world_size()
+            );
+            return ExitCode::from(3);
+        }
+        state[0] += 1;
+        let joiners = agreed.map_or(0, |a| a.joiners);
+        if joiners > 0 {
+            let grew_at = Instant::now();
+            comm = match comm.grow(joiners) {
+                Ok(c) => c,
+                Err(e) => return report_error(first_rank, &e, state[0], grew_at),
+            };
+            if let Err(e) = comm.broadcast(&mut state, 0) {
+                return report_error(comm.rank(), &e, state[0], grew_at);
+            }
+            grows += 1;
+            println!(
+                "PROBE-GREW rank={} size={} step={} grow_ms={}",
+                comm.rank(),
+                comm.world_size(),
+                state[0],
+                grew_at.elapsed().as_millis()
+            );
+        }
+        std::thread::sleep(pause);
+    }
+    println!(
+        "PROBE-ELASTIC rank={} size={} steps={} shrinks={shrinks} grows={grows} joined={}",
+        comm.rank(),
+        comm.world_size(),
+        state[0],
+        u8::from(joined)
+    );
+    ExitCode::SUCCESS
+}
+
 fn run_mismatch(comm: &Communicator) -> ExitCode {
     let rank = comm.rank();
     let mut buf = vec![1.0f32; 4096];
@@ -248,7 +356,10 @@ fn run_recv_any(comm: &Communicator) -> ExitCode {
 
 fn main() -> ExitCode {
     let scenario = std::env::args().nth(1).unwrap_or_default();
-    if !matches!(scenario.as_str(), "loop" | "mismatch" | "barrier" | "skip" | "hang" | "recv_any" | "shrink") {
+    if !matches!(
+        scenario.as_str(),
+        "loop" | "mismatch" | "barrier" | "skip" | "hang" | "recv_any" | "shrink" | "elastic"
+    ) {
         eprintln!("{USAGE}");
         return ExitCode::from(64);
     }
@@ -265,6 +376,9 @@ fn main() -> ExitCode {
             println!("PROBE-INIT-ERROR: waiting for the gate {key:?}: {e}");
             return ExitCode::from(2);
         }
+    }
+    if scenario == "elastic" {
+        return run_elastic(comm);
     }
     let code = match scenario.as_str() {
         "loop" => run_loop(&comm),

@@ -317,60 +317,80 @@ impl World {
             deadline: started + spec.deadline,
         };
         for rank in 0..spec.n {
-            let mut cmd = Command::new(&spec.program);
-            cmd.args(&spec.args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-            for (k, _) in std::env::vars_os() {
-                let k = k.to_string_lossy().into_owned();
-                // OXCCL_LOG passes through, so a failing world can be rerun with logs.
-                if k.starts_with("OXCCL_") && !k.starts_with("OXCCL_CONFORMANCE_") && k != "OXCCL_LOG" {
-                    cmd.env_remove(&k);
-                }
-            }
-            for k in ["MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "GROUP_RANK", "LOCAL_WORLD_SIZE"] {
-                cmd.env_remove(k);
-            }
-            cmd.env("RANK", rank.to_string())
-                .env("WORLD_SIZE", spec.n.to_string())
-                .env("LOCAL_RANK", rank.to_string())
-                .env("LOCAL_WORLD_SIZE", spec.n.to_string())
-                .env("OXCCL_SECRET", secret.text())
-                .env("OXCCL_TIMEOUT", &spec.oxccl_timeout)
-                // The flight recorder dumps on every failed operation, and many cases fail on
-                // purpose: into the build's scratch directory, not the system's temporary one
-                // (a run left about a thousand files there). A case may name its own.
-                .env("OXCCL_FR_DIR", concat!(env!("CARGO_TARGET_TMPDIR"), "/flight-records"))
-                .env("RUST_BACKTRACE", "1");
-            match spec.launch {
-                Launch::Oxccl => cmd.env("OXCCL_STORE_ADDR", &addr).env("OXCCL_LAUNCHER", "oxccl"),
-                Launch::Torchrun => cmd
-                    .env("MASTER_ADDR", "127.0.0.1")
-                    .env("MASTER_PORT", &addr)
-                    .env("TORCHELASTIC_RUN_ID", "oxccl-conformance-test"),
-            };
-            for (k, v) in &spec.env {
-                cmd.env(k, v);
-            }
-            for (r, k, v) in &spec.rank_env {
-                if *r == rank {
-                    cmd.env(k, v);
-                }
-            }
-            let mut child = match cmd.spawn() {
-                Ok(c) => c,
-                Err(e) => panic!("starting rank {rank} of `{}` ({}): {e}", spec.label, spec.program.display()),
-            };
-            let out = Arc::new(Captured::default());
-            let mut readers = Vec::new();
-            if let Some(o) = child.stdout.take() {
-                readers.push(reader(o, Arc::clone(&out), false));
-            }
-            if let Some(e) = child.stderr.take() {
-                readers.push(reader(e, Arc::clone(&out), true));
-            }
-            let pid = child.id();
-            world.procs.push(Proc { rank, pid, child, out, readers, exit: None, hold: false });
+            world.start(spec, &addr, rank, rank, &[]);
         }
         world
+    }
+
+    /// Starts process `rank` (its index in the outcome) in the launcher's slot `slot` (its
+    /// `RANK`), with `extra` variables on top of the spec's.
+    fn start(&mut self, spec: &WorldSpec, addr: &str, rank: usize, slot: usize, extra: &[(&str, &str)]) {
+        let mut cmd = Command::new(&spec.program);
+        cmd.args(&spec.args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        for (k, _) in std::env::vars_os() {
+            let k = k.to_string_lossy().into_owned();
+            // OXCCL_LOG passes through, so a failing world can be rerun with logs.
+            if k.starts_with("OXCCL_") && !k.starts_with("OXCCL_CONFORMANCE_") && k != "OXCCL_LOG" {
+                cmd.env_remove(&k);
+            }
+        }
+        for k in ["MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "GROUP_RANK", "LOCAL_WORLD_SIZE"] {
+            cmd.env_remove(k);
+        }
+        cmd.env("RANK", slot.to_string())
+            .env("WORLD_SIZE", spec.n.to_string())
+            .env("LOCAL_RANK", slot.to_string())
+            .env("LOCAL_WORLD_SIZE", spec.n.to_string())
+            .env("OXCCL_SECRET", self.secret.text())
+            .env("OXCCL_TIMEOUT", &spec.oxccl_timeout)
+            // The flight recorder dumps on every failed operation, and many cases fail on
+            // purpose: into the build's scratch directory, not the system's temporary one
+            // (a run left about a thousand files there). A case may name its own.
+            .env("OXCCL_FR_DIR", concat!(env!("CARGO_TARGET_TMPDIR"), "/flight-records"))
+            .env("RUST_BACKTRACE", "1");
+        match spec.launch {
+            Launch::Oxccl => cmd.env("OXCCL_STORE_ADDR", addr).env("OXCCL_LAUNCHER", "oxccl"),
+            Launch::Torchrun => cmd
+                .env("MASTER_ADDR", "127.0.0.1")
+                .env("MASTER_PORT", addr)
+                .env("TORCHELASTIC_RUN_ID", "oxccl-conformance-test"),
+        };
+        for (k, v) in &spec.env {
+            cmd.env(k, v);
+        }
+        for (r, k, v) in &spec.rank_env {
+            if *r == rank {
+                cmd.env(k, v);
+            }
+        }
+        for (k, v) in extra {
+            cmd.env(k, v);
+        }
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => panic!("starting rank {rank} of `{}` ({}): {e}", spec.label, spec.program.display()),
+        };
+        let out = Arc::new(Captured::default());
+        let mut readers = Vec::new();
+        if let Some(o) = child.stdout.take() {
+            readers.push(reader(o, Arc::clone(&out), false));
+        }
+        if let Some(e) = child.stderr.take() {
+            readers.push(reader(e, Arc::clone(&out), true));
+        }
+        let pid = child.id();
+        self.procs.push(Proc { rank, pid, child, out, readers, exit: None, hold: false });
+    }
+
+    /// Starts a newcomer (`OXCCL_JOIN=1`) in the launcher's slot `slot`, as `oxccl run
+    /// --max-restarts` starts a replacement; it is process `n + k` of the outcome (the k-th
+    /// newcomer). Only with [`Launch::Oxccl`].
+    pub fn spawn_joiner(&mut self, spec: &WorldSpec, slot: usize) -> usize {
+        let addr = self.store_addr();
+        assert!(!addr.is_empty(), "a newcomer joins through the world's store (Launch::Oxccl)");
+        let rank = self.procs.len();
+        self.start(spec, &addr, rank, slot, &[("OXCCL_JOIN", "1")]);
+        rank
     }
 
     /// Starts the world and waits for every rank to exit.

@@ -69,9 +69,10 @@ pub struct Agreement {
     pub flag: u64,
     /// The ranks found dead, in order.
     pub failed: Vec<usize>,
-    /// Whether newcomers wait at the rendezvous store to join (rank 0 asked the store during
-    /// the call): the members then call [`Communicator::grow`](crate::Communicator::grow).
-    pub joiners_waiting: bool,
+    /// How many newcomers wait at the rendezvous store to join (rank 0 asked the store
+    /// during the call; 0 when it could not, or died first): the members then call
+    /// [`Communicator::grow`](crate::Communicator::grow) with it.
+    pub joiners: usize,
 }
 
 /// A message waiting to be received, as reported by [`Backend::probe`].

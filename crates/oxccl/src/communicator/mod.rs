@@ -579,7 +579,7 @@ impl Communicator {
     /// follow in the order they reached the store. Every member calls it with the same
     /// `joiners`, on a communicator made by [`init`](crate::init) (or shrunk or grown from
     /// one); this one stays usable. [`agree`](Communicator::agree) says when newcomers wait
-    /// ([`Agreement::joiners_waiting`](crate::Agreement::joiners_waiting)).
+    /// ([`Agreement::joiners`](crate::Agreement::joiners): how many).
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for no newcomers, or members that passed different

@@ -77,4 +77,6 @@ pub struct CpuSettings {
     pub bootstrap: BootstrapMode,
     /// The PMIx library to load instead of searching (`OXCCL_PMIX_LIBRARY`).
     pub pmix_library: Option<std::path::PathBuf>,
+    /// `init` joins a running job as a newcomer (`OXCCL_JOIN`).
+    pub join: bool,
 }

@@ -312,6 +312,7 @@ impl Config {
                 _ => BootstrapMode::Auto,
             },
             pmix_library: rd.get(&r::PMIX_LIBRARY, text)?.map(std::path::PathBuf::from),
+            join: rd.or_default(&r::JOIN, parse::flag)?,
         };
         let mpi = mpi::resolve(self.mpi.clone(), &rd)?;
         let gpu = gpu::resolve(&rd)?;

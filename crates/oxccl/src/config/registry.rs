@@ -227,6 +227,15 @@ pub const BOOTSTRAP: Setting = Setting {
     doc: "how the processes of a job find each other: `auto` (through the launcher's PMIx where it runs one: Slurm `srun --mpi=pmix`, `mpirun`, `prterun`; else oxccl's TCP store), `store`, `pmix` (fails when the process was not started under PMIx); `oxccl info` says which and why",
     origin: Origin::User,
 };
+/// `OXCCL_JOIN`.
+pub const JOIN: Setting = Setting {
+    name: "OXCCL_JOIN",
+    kind: Kind::Flag,
+    default: "0",
+    default_doc: "",
+    doc: "`init` joins a running job as a newcomer, admitted by the members' `grow` (set by `oxccl run --max-restarts` for the replacement of a dead rank)",
+    origin: Origin::Launcher,
+};
 /// `OXCCL_PMIX_LIBRARY`.
 pub const PMIX_LIBRARY: Setting = Setting {
     name: "OXCCL_PMIX_LIBRARY",
@@ -524,6 +533,7 @@ pub const ALL: &[Setting] = &[
     STORE_PORT,
     BOOTSTRAP,
     PMIX_LIBRARY,
+    JOIN,
     SHM_SLOT_BYTES,
     SHM_SINGLE_COPY,
     SHM_RING_BYTES,

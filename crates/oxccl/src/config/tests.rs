@@ -65,6 +65,7 @@ fn cases(name: &str) -> (&'static str, &'static str) {
         "OXCCL_STORE_PORT" => ("29501", "65536"),
         "OXCCL_BOOTSTRAP" => ("pmix", "carrier-pigeon"),
         "OXCCL_PMIX_LIBRARY" => ("/opt/pmix/lib/libpmix.so.2", ""),
+        "OXCCL_JOIN" => ("1", "later"),
         "OXCCL_SHM_SLOT_BYTES" => ("512KiB", "2K"),
         "OXCCL_SHM_RING_BYTES" => ("1MiB", "1"),
         "OXCCL_SHM_SINGLE_COPY" => ("0", "sometimes"),

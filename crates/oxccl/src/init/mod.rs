@@ -35,7 +35,9 @@ impl Config {
     }
 
     /// Creates this process's communicator, joining the world described by the
-    /// environment (a process started alone is rank 0 of a world of 1).
+    /// environment (a process started alone is rank 0 of a world of 1). Under
+    /// `OXCCL_JOIN=1` (a replacement that `oxccl run --max-restarts` started) it joins the
+    /// running job instead, as [`Config::join`].
     ///
     /// # Errors
     /// [`Error::Config`](crate::Error::Config) for unusable settings;
@@ -44,6 +46,10 @@ impl Config {
     pub fn init(&self) -> Result<Communicator> {
         let cfg = self.resolve()?;
         crate::perf::log::install(&cfg.log);
+        if cfg.cpu.join {
+            // A replacement the launcher started (`OXCCL_JOIN`): the members admit it.
+            return Ok(wrap(select::join_process(&cfg)?, &cfg));
+        }
         Ok(wrap(select::init_process(&cfg)?, &cfg))
     }
 }

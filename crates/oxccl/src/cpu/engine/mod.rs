@@ -707,13 +707,16 @@ impl Inner {
     /// See [`Backend::agree`]. Not in the collectives' order: it works on a communicator
     /// that failed, and while an operation of another thread waits on it.
     ///
-    /// Rank 0 also asks the store whether newcomers wait (bit 0 of the OR word), so every
-    /// survivor learns it from the same decision without polling the store itself.
+    /// Rank 0 also asks the store how many newcomers wait and contributes the count as its
+    /// OR word (every other rank 0), so every survivor learns the same count from the
+    /// decision (the count, or 0 when rank 0's contribution did not make it) without
+    /// polling the store itself.
     fn agree(&self, flag: u64, opts: &CallOptions) -> Result<Agreement> {
         let deadline = Instant::now() + self.timeout(opts);
-        let waiting = self.rank == 0 && self.lineage.get().is_some_and(|l| l.waiting() > 0);
-        let (_, d) = self.agreements().agree(Contribution { and: flag, or: u64::from(waiting) }, deadline)?;
-        Ok(Agreement { flag: d.and, failed: d.dead, joiners_waiting: d.or & 1 == 1 })
+        let waiting = if self.rank == 0 { self.lineage.get().map_or(0, |l| l.waiting()) } else { 0 };
+        let (_, d) = self.agreements().agree(Contribution { and: flag, or: waiting }, deadline)?;
+        let joiners = usize::try_from(d.or).unwrap_or(usize::MAX);
+        Ok(Agreement { flag: d.and, failed: d.dead, joiners })
     }
 
     /// See [`Backend::shrink`].

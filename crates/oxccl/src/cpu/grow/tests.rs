@@ -96,7 +96,7 @@ fn grow_world(n: usize, newcomers: usize, counts: &[usize]) -> Vec<Result<(usize
                 let mut seen = false;
                 for _ in 0..2000 {
                     let a = c.agree(1)?;
-                    if a.joiners_waiting {
+                    if a.joiners == count {
                         seen = true;
                         break;
                     }
