@@ -12,6 +12,7 @@ all_reduce_into, reduce, broadcast, all_gather, reduce_scatter, all_to_all), ret
 :class:`Work` at once whose ``wait()`` blocks and ``is_completed()`` does not. Errors are the classes of :mod:`oxccl.errors`.
 """
 
+import collections as _collections
 import enum as _enum
 
 from . import errors
@@ -21,6 +22,7 @@ from ._oxccl import Work
 from ._oxccl import __version__
 from ._oxccl import dtypes as _dtypes
 from ._oxccl import init as _init
+from ._oxccl import join as _join
 from .errors import *  # noqa: F401,F403  (the exception classes, at the top level too)
 
 
@@ -218,11 +220,20 @@ class Communicator:
         self._c.revoke(reason)
 
     def agree(self, flag):
-        """Fault-tolerant agreement: every survivor gets the same ``(flag, failed)``, the
-        bitwise AND of the live ranks' flags and the ranks found dead, even when ranks die
-        during the call. Works on a failed communicator; every rank calls it in the same
-        order as its other agreements and shrinks."""
-        return self._c.agree(flag)
+        """Fault-tolerant agreement: every survivor gets the same :class:`Agreement`
+        ``(flag, failed, joiners)``: the bitwise AND of the live ranks' flags, the ranks found
+        dead, even when ranks die during the call, and how many newcomers wait to join (grow
+        by that many). Works on a failed communicator; every rank calls it in the same order
+        as its other agreements and shrinks."""
+        return Agreement(*self._c.agree(flag))
+
+    def grow(self, joiners):
+        """A communicator of the members and ``joiners`` newcomers that called
+        :func:`join` (the members keep their ranks; newcomers follow in the order they
+        reached the store). Every member calls it with the same number; this communicator
+        stays usable (``cpu`` backend, on a communicator made by :func:`init`, or shrunk or
+        grown from one)."""
+        return Communicator(self._c.grow(joiners))
 
     def shrink(self):
         """After a failure: a communicator of the survivors (agreed, so every survivor gets
@@ -240,16 +251,37 @@ class Communicator:
         return repr(self._c)
 
 
+class Agreement(_collections.namedtuple("Agreement", ["flag", "failed", "joiners"])):
+    """What :meth:`Communicator.agree` decided, the same on every survivor: ``flag`` (the
+    AND of the live ranks' flags), ``failed`` (the ranks found dead) and ``joiners`` (the
+    newcomers waiting to join: :meth:`Communicator.grow` by that many)."""
+
+    __slots__ = ()
+
+
+def join(**settings):
+    """Joins a running job as a newcomer (a replacement for a dead rank, or extra capacity):
+    through the job's store (as :func:`init` finds it), waits until the members admit it
+    with :meth:`Communicator.grow`, and returns its communicator in the grown world. Under
+    ``oxccl run --max-restarts``, a replacement's :func:`init` does this by itself
+    (``OXCCL_JOIN=1``). Keyword arguments as :func:`init`'s."""
+    return Communicator(_join(_options(settings)))
+
+
+def _options(settings):
+    opts = {}
+    for k, v in settings.items():
+        name = k.upper()
+        opts[name if name.startswith("OXCCL_") else "OXCCL_" + name] = str(v)
+    return opts
+
+
 def init(**settings):
     """Joins the job this process belongs to (the environment ``oxccl run``, torchrun,
     mpirun or Slurm sets) and returns the world communicator. Keyword arguments are
     ``OXCCL_*`` settings on top of the environment's, by name with or without the prefix
     (``init(backend="cpu", timeout="30s")``)."""
-    opts = {}
-    for k, v in settings.items():
-        name = k.upper()
-        opts[name if name.startswith("OXCCL_") else "OXCCL_" + name] = str(v)
-    return Communicator(_init(opts))
+    return Communicator(_init(_options(settings)))
 
 
 def dtypes():

@@ -638,9 +638,15 @@ impl PyCommunicator {
         self.run(py, move |c| c.revoke(reason))
     }
 
-    /// Fault-tolerant agreement: `(AND of the live ranks' flags, ranks found dead)`.
-    fn agree(&self, py: Python<'_>, flag: u64) -> PyResult<(u64, Vec<usize>)> {
-        self.run(py, move |c| c.agree(flag)).map(|a| (a.flag, a.failed))
+    /// Fault-tolerant agreement: `(AND of the live ranks' flags, ranks found dead,
+    /// newcomers waiting to join)`.
+    fn agree(&self, py: Python<'_>, flag: u64) -> PyResult<(u64, Vec<usize>, usize)> {
+        self.run(py, move |c| c.agree(flag)).map(|a| (a.flag, a.failed, a.joiners))
+    }
+
+    /// The members and `joiners` newcomers (`oxccl.join()`), the members first.
+    fn grow(&self, py: Python<'_>, joiners: usize) -> PyResult<PyCommunicator> {
+        Ok(PyCommunicator { comm: self.run(py, move |c| c.grow(joiners))? })
     }
 
     /// The survivors' communicator, without `exclude` (None on the excluded ranks).
@@ -665,6 +671,15 @@ impl PyCommunicator {
 fn init(py: Python<'_>, options: Option<&Bound<'_, PyDict>>) -> PyResult<PyCommunicator> {
     let cfg = config(py, options)?;
     let comm = py.allow_threads(|| cfg.init()).map_err(|e| raise(py, e))?;
+    Ok(PyCommunicator { comm })
+}
+
+/// Joins a running job as a newcomer: waits until its members admit it with `grow`.
+#[pyfunction]
+#[pyo3(signature = (options=None))]
+fn join(py: Python<'_>, options: Option<&Bound<'_, PyDict>>) -> PyResult<PyCommunicator> {
+    let cfg = config(py, options)?;
+    let comm = py.allow_threads(|| cfg.join()).map_err(|e| raise(py, e))?;
     Ok(PyCommunicator { comm })
 }
 
@@ -839,6 +854,7 @@ fn _oxccl(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyCommunicator>()?;
     m.add_class::<PyWork>()?;
     m.add_function(wrap_pyfunction!(init, m)?)?;
+    m.add_function(wrap_pyfunction!(join, m)?)?;
     m.add_function(wrap_pyfunction!(init_store, m)?)?;
     m.add_function(wrap_pyfunction!(configured_backend, m)?)?;
     m.add_function(wrap_pyfunction!(dtypes, m)?)?;

@@ -53,5 +53,15 @@ def test_survivors_revoke_shrink_and_agree_after_a_death(n):
         assert code == 0 and "recovery ok" in text, text
 
 
+def test_a_replacement_joins_the_survivors_who_grow():
+    from launch import run_replacing
+    out = run_replacing(3, "elastic")
+    assert out[1][0] == 9, out[1]
+    for i in (0, 2, 3):
+        code, text = out[i]
+        assert code == 0 and "elastic ok" in text and "of 3" in text, text
+    assert "joined=1" in out[3][1], out[3][1]
+
+
 def test_a_bad_setting_names_the_variable():
     check(run(1, "config"))

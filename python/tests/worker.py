@@ -322,9 +322,43 @@ def recovery(comm):
     x = np.array([me + 1], np.int64)
     small.all_reduce(x)
     assert x[0] == sum(range(1, n)), x
-    flag, failed = comm.agree(0b11 if me == 0 else 0b01)
-    assert (flag, failed) == (0b01, [n - 1]), (flag, failed)
+    a = comm.agree(0b11 if me == 0 else 0b01)
+    assert (a.flag, a.failed, a.joiners) == (0b01, [n - 1], 0), a
     print("recovery ok")
+
+
+def elastic(comm):
+    """Rank 1 dies at step 3 unless it is the replacement (OXCCL_JOIN=1, started by
+    `oxccl run --max-restarts 1`); the survivors shrink, grow by the newcomers `agree`
+    reports, and every rank ends at the first size with the right sums."""
+    import os
+    import time
+    joined = os.environ.get("OXCCL_JOIN") == "1"
+    state = np.array([0, comm.world_size], np.int64)
+    if joined:
+        comm.broadcast(state, 0)
+    else:
+        first = comm.rank
+    while state[0] < 8 or comm.world_size < state[1]:
+        if not joined and first == 1 and state[0] == 3:
+            os._exit(9)
+        x = np.array([1], np.int64)
+        try:
+            comm.all_reduce(x)
+            ok = 1
+        except (oxccl.PeerLostError, oxccl.AbortedError, oxccl.RevokedError):
+            ok = 0
+        a = comm.agree(ok)
+        if a.flag == 0 or a.failed:
+            comm = comm.shrink()
+            continue
+        assert x[0] == comm.world_size, (x, comm)
+        state[0] += 1
+        if a.joiners:
+            comm = comm.grow(a.joiners)
+            comm.broadcast(state, 0)
+        time.sleep(0.02)
+    print("elastic ok rank %d of %d joined=%d" % (comm.rank, comm.world_size, joined))
 
 
 def config(comm):
