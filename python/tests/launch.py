@@ -35,13 +35,13 @@ def _start(r, n, port, scenario, env, script):
     return subprocess.Popen(args, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
-def run_replacing(n, scenario, timeout=60, script="worker.py"):
+def run_replacing(n, scenario, timeout=60, script="worker.py", env=None):
     """As :func:`run`, and like ``oxccl run --max-restarts 1``: when a rank exits with an
     error, a replacement (``OXCCL_JOIN=1``) starts in its slot. Results: the n ranks', then
     the replacement's."""
     import time
     port = _free_port()
-    procs = [_start(r, n, port, scenario, None, script) for r in range(n)]
+    procs = [_start(r, n, port, scenario, env, script) for r in range(n)]
     deadline = time.monotonic() + timeout
     replaced = None
     while replaced is None and time.monotonic() < deadline:
@@ -51,7 +51,7 @@ def run_replacing(n, scenario, timeout=60, script="worker.py"):
                 break
         time.sleep(0.01)
     if replaced is not None:
-        procs.append(_start(replaced, n, port, scenario, {"OXCCL_JOIN": "1"}, script))
+        procs.append(_start(replaced, n, port, scenario, dict(env or {}, OXCCL_JOIN="1"), script))
     return _collect(procs, timeout)
 
 

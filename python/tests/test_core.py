@@ -63,5 +63,15 @@ def test_a_replacement_joins_the_survivors_who_grow():
     assert "joined=1" in out[3][1], out[3][1]
 
 
+def test_the_elastic_ddp_example_matches_its_reference():
+    from launch import run_replacing
+    out = run_replacing(4, None, script="../examples/elastic_ddp.py",
+                        env={"ELASTIC_KILL_RANK": "1", "ELASTIC_KILL_STEP": "6"})
+    assert out[1][0] == -9, out[1]
+    texts = check([out[0], out[2], out[3], out[4]])
+    assert "final weights match the sequential reference" in texts[0], texts[0]
+    assert "membership: step 0 size 4, step 6 size 3, step " in texts[0], texts[0]
+
+
 def test_a_bad_setting_names_the_variable():
     check(run(1, "config"))

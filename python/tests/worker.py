@@ -353,7 +353,7 @@ def elastic(comm):
             comm = comm.shrink()
             continue
         assert x[0] == comm.world_size, (x, comm)
-        state[0] += 1
+        state[0] = min(state[0] + 1, 8)
         if a.joiners:
             comm = comm.grow(a.joiners)
             comm.broadcast(state, 0)

@@ -240,6 +240,41 @@ fn oxccl_run_max_restarts_replaces_a_dead_rank_end_to_end() {
     assert!(stdout.contains("[rank 1] PROBE-ELASTIC rank=2 size=3 steps=30 shrinks=0 grows=0 joined=1"), "{all}");
 }
 
+/// `examples/elastic_train.rs` under `oxccl run --max-restarts 1`: rank 2 of 4 dies at step
+/// 7; the survivors redo it, the replacement joins, and the final weights equal the
+/// sequential reference of the membership schedule.
+#[test]
+fn the_elastic_training_example_ends_with_the_reference_weights() {
+    let dir = std::path::Path::new(PROBE).parent().expect("the binaries' folder");
+    let (cli, example) = (dir.join("oxccl"), dir.join("examples").join("elastic_train"));
+    for p in [&cli, &example] {
+        assert!(
+            p.exists(),
+            "{} is missing: run cargo test --workspace (it builds the CLI and the examples)",
+            p.display()
+        );
+    }
+    let out = std::process::Command::new(&cli)
+        .args(["run", "-n", "4", "--max-restarts", "1", "--timeout", "90", "--"])
+        .arg(&example)
+        .env("ELASTIC_KILL_RANK", "2")
+        .env("ELASTIC_KILL_STEP", "7")
+        .env("OXCCL_TIMEOUT", "30s")
+        .env("OXCCL_FR_DIR", concat!(env!("CARGO_TARGET_TMPDIR"), "/flight-records"))
+        .output()
+        .expect("running oxccl run");
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let all = format!("status {}\n--- stdout\n{stdout}\n--- stderr\n{stderr}", out.status);
+    println!("{all}");
+    assert!(out.status.success(), "{all}");
+    // The newcomer joins at the first agree after it reached the store: step 8 or later.
+    let trail = stdout.lines().find_map(|l| l.strip_prefix("[rank 0] membership: ")).unwrap_or_default();
+    let rest = trail.strip_prefix("step 0 size 4, step 7 size 3, step ").unwrap_or_else(|| panic!("{all}"));
+    let grew_at: u64 = rest.strip_suffix(" size 4").and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("{all}"));
+    assert!(grew_at >= 8, "{all}");
+    assert!(stdout.contains("[rank 0] final weights match the sequential reference (40 steps, 8 weights)"), "{all}");
+}
+
 #[test]
 fn survivors_shrink_after_a_kill_over_shm() {
     kill_and_shrink("shm", 2);

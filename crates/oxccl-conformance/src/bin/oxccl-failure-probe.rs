@@ -231,7 +231,8 @@ fn run_elastic(first: Communicator) -> ExitCode {
             );
             return ExitCode::from(3);
         }
-        state[0] += 1;
+        // Past the last step, the loop only waits for newcomers to bring the size back.
+        state[0] = (state[0] + 1).min(steps);
         let joiners = agreed.map_or(0, |a| a.joiners);
         if joiners > 0 {
             let grew_at = Instant::now();
