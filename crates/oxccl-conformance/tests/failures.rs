@@ -275,6 +275,29 @@ fn the_elastic_training_example_ends_with_the_reference_weights() {
     assert!(stdout.contains("[rank 0] final weights match the sequential reference (40 steps, 8 weights)"), "{all}");
 }
 
+/// The race: rank 0 fails on its own but slowly (its communicator gone, its process
+/// still tidying up), rank 1 loses it and exits first. Timing alone blamed rank 1; rank 1's
+/// report (the peer it lost, through the store) makes `oxccl run` blame rank 0.
+#[test]
+fn oxccl_run_blames_the_rank_the_others_report_losing() {
+    let cli = std::path::Path::new(PROBE).with_file_name("oxccl");
+    assert!(cli.exists(), "{} is missing: run `cargo build -p oxccl-cli` (or cargo test --workspace)", cli.display());
+    let out = std::process::Command::new(&cli)
+        .args(["run", "-n", "2", "--timeout", "60", "--", PROBE, "drop"])
+        .env("OXCCL_TIMEOUT", "30s")
+        .env("OXCCL_FR_DIR", concat!(env!("CARGO_TARGET_TMPDIR"), "/flight-records"))
+        .output()
+        .expect("running oxccl run");
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let all = format!("status {}\n--- stdout\n{stdout}\n--- stderr\n{stderr}", out.status);
+    println!("{all}");
+    assert!(stdout.contains("[rank 1] PROBE-ERROR rank=1 kind=PeerLost peer=0"), "{all}");
+    assert!(stdout.contains("[rank 0] PROBE-DROPPED"), "{all}");
+    assert!(stderr.contains("oxccl run: rank 0 failed first: exit code 1"), "{all}");
+    assert!(stderr.contains("rank 1: exit code 3"), "{all}");
+    assert_eq!(out.status.code(), Some(1), "{all}");
+}
+
 #[test]
 fn survivors_shrink_after_a_kill_over_shm() {
     kill_and_shrink("shm", 2);

@@ -290,7 +290,9 @@ pub fn launch(spec: &LaunchSpec) -> Result<JobReport, String> {
         }
     }
     let elastic = Elastic { restarts_left: spec.max_restarts, min_ranks: spec.min_ranks, total: spec.max_restarts };
-    let report = supervise(&mut procs, &exit_rx, spec.timeout, spec.grace, elastic, &mut start);
+    let mut reports = Reports { store: store.as_ref().map(|s| (s, &secret)), client: None, read: Default::default() };
+    let report = supervise(&mut procs, &exit_rx, spec.timeout, spec.grace, elastic, &mut start, &mut reports);
+    drop(reports);
     // `start` (which borrowed the senders) is done: the last senders of exits and output go.
     drop(exit_tx);
     drop(done_tx);
@@ -307,6 +309,32 @@ fn abandon(procs: &mut [Proc]) {
     for p in procs.iter_mut() {
         signals::signal_group(p.child.id(), signal_hook::consts::SIGKILL);
         let _ = p.child.wait();
+    }
+}
+
+/// What the failed ranks reported before they ended (the peer each lost, under
+/// `oxccl::bootstrap::env::lost_peer_key`), read from the store this launcher hosts when a
+/// failure must be blamed; connected on first use, each rank read once.
+struct Reports<'a> {
+    store: Option<(&'a rendezvous::HostedStore, &'a oxccl::bootstrap::auth::Secret)>,
+    client: Option<Option<oxccl::bootstrap::store::StoreClient>>,
+    read: std::collections::HashMap<usize, Option<usize>>,
+}
+
+impl Reports<'_> {
+    /// The rank that `rank` reported losing, if it did.
+    fn lost(&mut self, rank: usize) -> Option<usize> {
+        if let Some(&r) = self.read.get(&rank) {
+            return r;
+        }
+        let store = self.store;
+        let client = self.client.get_or_insert_with(|| store.and_then(|(s, secret)| s.client(secret)));
+        let lost = client.as_ref().and_then(|c| {
+            let v = c.get(&oxccl::bootstrap::env::lost_peer_key(rank)).ok()??;
+            String::from_utf8(v).ok()?.trim().parse().ok()
+        });
+        self.read.insert(rank, lost);
+        lost
     }
 }
 
@@ -373,6 +401,7 @@ fn supervise(
     grace: Duration,
     mut elastic: Elastic,
     spawn_rank: &mut dyn FnMut(usize, usize, bool) -> Result<Proc, String>,
+    reports: &mut Reports<'_>,
 ) -> JobReport {
     use signal_hook::consts::{SIGKILL, SIGTERM};
     let start = Instant::now();
@@ -435,7 +464,7 @@ fn supervise(
             // A rank's failure that came before the signal or the deadline is still the
             // cause; otherwise wait a moment for simultaneous failures before choosing.
             let decide_now = all_done || !sigs.is_empty() || timed_out;
-            cause = blame(procs, start, now, decide_now);
+            cause = blame(procs, start, now, decide_now, reports);
         }
         if all_done {
             break;
@@ -493,7 +522,12 @@ fn next_wake(
     let failures_seen = if decided {
         None
     } else {
-        failed_on_their_own(procs).map(|(_, _, seen)| seen).min().map(|first| first + summary::SIMULTANEOUS)
+        // The end of the wait for simultaneous failures, then of the wait for a reported
+        // cause ([`blame`]).
+        let now = Instant::now();
+        failed_on_their_own(procs).map(|(_, _, seen)| seen).min().and_then(|first| {
+            [first + summary::SIMULTANEOUS, first + REPORTED_CAUSE_WAIT].into_iter().find(|&t| t > now)
+        })
     };
     let poll = procs.iter().any(|p| !p.watched && p.end.is_none()).then(|| Instant::now() + POLL);
     [deadline, failures_seen, kill_at, poll].into_iter().flatten().min()
@@ -511,16 +545,28 @@ fn failed_on_their_own(procs: &[Proc]) -> impl Iterator<Item = (usize, End, Inst
 /// The rank failure that stops the job, if one is due: the [`summary::first_cause`] of the
 /// ranks that failed on their own, once [`summary::SIMULTANEOUS`] has passed since the first
 /// of them was seen (so that ranks dying together are compared), or at once with `now`.
-fn blame(procs: &[Proc], start: Instant, at: Instant, now: bool) -> Option<Cause> {
+fn blame(procs: &[Proc], start: Instant, at: Instant, now: bool, reports: &mut Reports) -> Option<Cause> {
     let failures: Vec<Failure> = failed_on_their_own(procs)
-        .map(|(rank, end, seen)| Failure { rank, end, seen: seen.saturating_duration_since(start) })
+        .map(|(rank, end, seen)| Failure { rank, end, seen: seen.saturating_duration_since(start), lost: None })
         .collect();
     let first_seen = failures.iter().map(|f| f.seen).min()?;
     if !now && at.saturating_duration_since(start) < first_seen + summary::SIMULTANEOUS {
         return None;
     }
+    let failures: Vec<Failure> = failures.into_iter().map(|f| Failure { lost: reports.lost(f.rank), ..f }).collect();
+    // Every failure so far reports losing a rank that still runs: that rank is most likely
+    // failing too (an exception being handled); wait a little for it before blaming.
+    let running = |r: usize| procs.iter().any(|p| p.rank == r && p.end.is_none() && !p.replaced);
+    let waiting_for_cause = failures.iter().all(|f| f.lost.is_some_and(|p| p != f.rank && running(p)));
+    if !now && waiting_for_cause && at.saturating_duration_since(start) < first_seen + REPORTED_CAUSE_WAIT {
+        return None;
+    }
     summary::first_cause(&failures).map(|f| Cause::RankFailed { rank: f.rank, end: f.end })
 }
+
+/// How long the launcher waits for a rank that every failed rank reports losing, while it
+/// still runs, before blaming the failures it has.
+const REPORTED_CAUSE_WAIT: Duration = Duration::from_secs(1);
 
 /// Prints the summary of a failed job to stderr (nothing on success).
 pub fn print_summary(report: &JobReport) {

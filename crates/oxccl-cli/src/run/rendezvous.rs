@@ -50,6 +50,13 @@ impl HostedStore {
         self.server.local_addr().port()
     }
 
+    /// A client of this store (to read what the ranks report), or `None` when it cannot
+    /// connect.
+    pub fn client(&self, secret: &Secret) -> Option<oxccl::bootstrap::store::StoreClient> {
+        let addr = join_host_port("127.0.0.1", self.port());
+        oxccl::bootstrap::store::StoreClient::connect(&addr, secret, std::time::Duration::from_secs(2)).ok()
+    }
+
     /// Stops serving: connected ranks see errors from then on.
     pub fn shutdown(self) {
         self.server.shutdown();

@@ -68,17 +68,26 @@ pub struct Failure {
     pub end: End,
     /// When the launcher saw it end, since the job started.
     pub seen: Duration,
+    /// The rank it reported losing before it ended, if it said (oxccl's ranks do under
+    /// `oxccl run`: see `oxccl::bootstrap::env::lost_peer_key`).
+    pub lost: Option<usize>,
 }
 
-/// The failure that caused the others, among `failures`: of those seen within
+/// The failure that caused the others, among `failures`. First what the ranks said: a rank
+/// that reported losing another rank that also failed is a consequence, whenever it was
+/// seen. Among the others (all of them when every one is a consequence, a cycle), timing
+/// decides, for ranks that said nothing (killed by SIGKILL): of those seen within
 /// [`SIMULTANEOUS`] of the first one seen, a rank killed by a signal (see
 /// [`End::may_be_a_reaction`]) before one that exited with an error code (which ranks do
 /// right after losing a peer), then the earliest seen, then the lowest rank. `None` when
 /// there is no failure.
 pub fn first_cause(failures: &[Failure]) -> Option<Failure> {
-    let first = failures.iter().map(|f| f.seen).min()?;
-    failures
-        .iter()
+    let failed = |r: usize| failures.iter().any(|f| f.rank == r);
+    let causes: Vec<Failure> =
+        failures.iter().filter(|f| !f.lost.is_some_and(|p| p != f.rank && failed(p))).copied().collect();
+    let pool = if causes.is_empty() { failures } else { &causes[..] };
+    let first = pool.iter().map(|f| f.seen).min()?;
+    pool.iter()
         .filter(|f| f.seen <= first + SIMULTANEOUS)
         .min_by_key(|f| (f.end.may_be_a_reaction(), f.seen, f.rank))
         .copied()
@@ -361,7 +370,7 @@ mod tests {
     }
 
     fn failure(rank: usize, end: End, seen_ms: u64) -> Failure {
-        Failure { rank, end, seen: Duration::from_millis(seen_ms) }
+        Failure { rank, end, seen: Duration::from_millis(seen_ms), lost: None }
     }
 
     #[test]
@@ -385,6 +394,26 @@ mod tests {
         assert_eq!(first_cause(&[a, b]), Some(b));
         let c = failure(1, End::Code(1), 103);
         assert_eq!(first_cause(&[a, b, c]), Some(c));
+    }
+
+    #[test]
+    fn what_the_ranks_report_decides_before_timing() {
+        // Rank 0 raised an exception (exit 1) and rank 1, which lost it, exited 1 earlier
+        // (the race the issue saw): rank 1 said it lost rank 0, so rank 0 is the cause.
+        let r0 = failure(0, End::Code(1), 20);
+        let r1 = Failure { lost: Some(0), ..failure(1, End::Code(1), 5) };
+        assert_eq!(first_cause(&[r0, r1]), Some(r0));
+        assert_eq!(first_cause(&[r1, r0]), Some(r0));
+        // Even seen long after: a report is not a matter of timing.
+        let late = failure(0, End::Code(1), 5_000);
+        assert_eq!(first_cause(&[late, r1]), Some(late));
+        // A report naming a rank that did not fail (it was stopped, or is fine) says nothing.
+        let r2 = Failure { lost: Some(3), ..failure(2, End::Code(1), 1) };
+        assert_eq!(first_cause(&[r0, r2]), Some(r2));
+        // Each names the other (a cycle): timing decides among them.
+        let a = Failure { lost: Some(1), ..failure(0, End::Code(1), 10) };
+        let b = Failure { lost: Some(0), ..failure(1, End::Code(1), 12) };
+        assert_eq!(first_cause(&[a, b]), Some(a));
     }
 
     #[test]

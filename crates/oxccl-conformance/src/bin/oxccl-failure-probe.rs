@@ -35,6 +35,11 @@
 //!   `PROBE_SECONDS`); each rank prints `PROBE-ELASTIC rank=R size=S steps=N shrinks=A
 //!   grows=B joined=0|1`.
 //!
+//! - `drop`: rank 0 drops its communicator (as an exception unwinding through a training
+//!   script does), waits `PROBE_SECONDS`×100 ms (default 3: 300 ms) and exits with code 1;
+//!   the others' all_reduce loses it (`PROBE-ERROR ... kind=PeerLost peer=0`), so under a
+//!   launcher they end first, and only what they report says that rank 0 was the cause.
+//!
 //! `PROBE_LINGER_MS` (default 0): how long a rank whose call failed waits before it exits.
 //! `PROBE_BACKEND` picks the backend (default `cpu`; `mpi` under mpirun, in a build with the
 //! `mpi` feature).
@@ -58,7 +63,7 @@ use oxccl::bootstrap::auth::Secret;
 use oxccl::bootstrap::store::StoreClient;
 use oxccl::{Communicator, Config, Error, ReduceOp};
 
-const USAGE: &str = "usage: oxccl-failure-probe loop|mismatch|barrier|skip|hang|recv_any|shrink|elastic";
+const USAGE: &str = "usage: oxccl-failure-probe loop|mismatch|barrier|skip|hang|recv_any|shrink|elastic|drop";
 
 /// The variant's name and the rank it names, if any.
 fn describe(e: &Error) -> (&'static str, Option<usize>) {
@@ -359,7 +364,7 @@ fn main() -> ExitCode {
     let scenario = std::env::args().nth(1).unwrap_or_default();
     if !matches!(
         scenario.as_str(),
-        "loop" | "mismatch" | "barrier" | "skip" | "hang" | "recv_any" | "shrink" | "elastic"
+        "loop" | "mismatch" | "barrier" | "skip" | "hang" | "recv_any" | "shrink" | "elastic" | "drop"
     ) {
         eprintln!("{USAGE}");
         return ExitCode::from(64);
@@ -380,6 +385,24 @@ fn main() -> ExitCode {
     }
     if scenario == "elastic" {
         return run_elastic(comm);
+    }
+    if scenario == "drop" {
+        let rank = comm.rank();
+        if rank == 0 {
+            drop(comm);
+            std::thread::sleep(Duration::from_millis(100 * env_number("PROBE_SECONDS", 3)));
+            println!("PROBE-DROPPED rank=0");
+            return ExitCode::from(1);
+        }
+        let mut x = [1.0f32; 16];
+        let started = Instant::now();
+        return match comm.all_reduce(&mut x, ReduceOp::Sum) {
+            Ok(()) => {
+                println!("PROBE-OK rank={rank} iterations=1");
+                ExitCode::SUCCESS
+            }
+            Err(e) => report_error(rank, &e, 0, started),
+        };
     }
     let code = match scenario.as_str() {
         "loop" => run_loop(&comm),

@@ -111,6 +111,13 @@ pub fn requested_world_size(env: impl Fn(&str) -> Option<String>) -> Option<(&'s
         .find_map(|c| env(c.world).and_then(|v| v.trim().parse().ok()).map(|n| (c.world, n)))
 }
 
+/// The store key under which the rank in launcher slot `slot` reports the slot of the first
+/// peer it lost, as text (`oxccl run` reads it to tell a failure's cause from the failures
+/// it caused: a rank that reports losing a rank that also failed is a consequence).
+pub fn lost_peer_key(slot: usize) -> String {
+    format!("oxccl/launcher/lost/{slot}")
+}
+
 /// Whether an MPI launcher started this process (`OMPI_COMM_WORLD_SIZE`, `PMI_SIZE` or
 /// `PMIX_RANK` set), as seen through `has`.
 pub fn launched_by_mpi(has: impl Fn(&str) -> bool) -> bool {

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::bootstrap::auth::Secret;
-use crate::bootstrap::env::{job_id, LaunchInfo};
+use crate::bootstrap::env::{job_id, LaunchInfo, Launcher};
 use crate::bootstrap::pmix::Pmix;
 use crate::bootstrap::store::{StoreClient, StoreServer};
 use crate::bootstrap::{MemoryRendezvous, Rendezvous};
@@ -451,7 +451,10 @@ pub fn init_process(cfg: &ResolvedConfig) -> Result<CpuBackend> {
     store.rest();
     // Every link is up when `build` returns (TCP and shared-memory setup wait for all their
     // peers), so no extra barrier, which would take a sequence number the user sees.
-    backend.set_lineage(Arc::new(store_lineage(store, &prefix, secret, host, opts, cfg, keep)));
+    let lineage = store_lineage(store, &prefix, secret, host, opts, cfg, keep);
+    // Under `oxccl run`, the first peer a rank loses is reported to the launcher.
+    let lineage = if info.launcher == Launcher::Oxccl { lineage.reporting_as(rank) } else { lineage };
+    backend.set_lineage(Arc::new(lineage));
     Ok(backend)
 }
 

@@ -312,6 +312,12 @@ impl Inner {
             }
             self.poisoned.store(true, Ordering::Release);
         }
+        if let (Error::PeerLost { rank, .. }, Some(l)) = (e, self.lineage.get()) {
+            // Transport ranks are the launcher's slots on the world it started.
+            if let Some(&peer) = self.ranks.get(*rank) {
+                l.report_lost(peer);
+            }
+        }
         self.transport.notify_failure(self.comm_id, &self.peers(), at, e);
     }
 

@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use self::protocol::Admission;
+use crate::bootstrap::env::lost_peer_key;
 use crate::bootstrap::store::StoreClient;
 use crate::error::{Error, Result};
 use crate::sync::relock;
@@ -103,6 +104,11 @@ pub(crate) struct Lineage<B> {
     state: Mutex<(u64, u64)>,
     /// Set once the store could not be read for `waiting`: later agreements do not ask.
     store_lost: AtomicBool,
+    /// Under `oxccl run`: this process's launcher slot, to which it reports the first peer
+    /// it lost (the launcher then blames that peer, not this rank: see `report_lost`).
+    slot: Option<usize>,
+    /// Whether the report was made.
+    reported: AtomicBool,
     /// Resources that must live as long as any communicator of the lineage (the store that
     /// rank 0 hosts).
     _keep: Vec<Box<dyn Any + Send + Sync>>,
@@ -129,7 +135,34 @@ impl<B> Lineage<B> {
             build: Arc::from(build),
             state: Mutex::new((0, 0)),
             store_lost: AtomicBool::new(false),
+            slot: None,
+            reported: AtomicBool::new(false),
             _keep: keep,
+        }
+    }
+
+    /// Reports lost peers to the launcher as slot `slot` (`oxccl run` reads them).
+    pub(crate) fn reporting_as(mut self, slot: usize) -> Self {
+        self.slot = Some(slot);
+        self
+    }
+
+    /// Tells the launcher (through the store, key [`lost_peer_key`]) that this process
+    /// lost the rank of launcher slot `peer`, once per process, on the world the launcher
+    /// started (after a grow, ranks no longer match its slots: nothing is reported). Waits
+    /// for the store at most 500 ms, so a failing call is not held up by a dead store.
+    pub(crate) fn report_lost(&self, peer: usize) {
+        let Some(me) = self.slot else { return };
+        if relock(&self.state).0 != 0 || self.reported.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let (board, key) = (Arc::clone(&self.board), lost_peer_key(me));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sent = std::thread::Builder::new().name("oxccl-report".into()).spawn(move || {
+            let _ = tx.send(board.set(&key, peer.to_string().as_bytes()));
+        });
+        if sent.is_ok() {
+            let _ = rx.recv_timeout(Duration::from_millis(500));
         }
     }
 
@@ -143,6 +176,8 @@ impl<B> Lineage<B> {
             build: Arc::clone(&self.build),
             state: Mutex::new((0, 0)),
             store_lost: AtomicBool::new(false),
+            slot: None,
+            reported: AtomicBool::new(false),
             _keep: Vec::new(),
         }
     }
