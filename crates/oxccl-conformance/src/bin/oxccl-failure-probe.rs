@@ -33,7 +33,8 @@
 //!   10), unless it is a newcomer (`OXCCL_JOIN=1`: it joins and learns the step). The loop
 //!   ends after the last step once the communicator is back to its first size (or after
 //!   `PROBE_SECONDS`); each rank prints `PROBE-ELASTIC rank=R size=S steps=N shrinks=A
-//!   grows=B joined=0|1`.
+//!   grows=B joined=0|1`; a newcomer first prints `PROBE-JOINED rank=R size=S step=N
+//!   join_ms=M` (M: from the start of its `main` to the members' state in hand).
 //!
 //! - `drop`: rank 0 drops its communicator (as an exception unwinding through a training
 //!   script does), waits `PROBE_SECONDS`×100 ms (default 3: 300 ms) and exits with code 1;
@@ -171,6 +172,9 @@ fn run_shrink(comm: &Communicator) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// When `main` began (a newcomer reports how long joining took from there).
+static PROCESS_START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+
 fn run_elastic(first: Communicator) -> ExitCode {
     let joined = std::env::var("OXCCL_JOIN").is_ok_and(|v| v == "1");
     let steps = env_number("PROBE_STEPS", 30);
@@ -187,6 +191,9 @@ fn run_elastic(first: Communicator) -> ExitCode {
         if let Err(e) = comm.broadcast(&mut state, 0) {
             return report_error(comm.rank(), &e, 0, started);
         }
+        // From the start of main to a working communicator (it has the members' state).
+        let ms = PROCESS_START.get().map_or(0, |t| t.elapsed().as_millis());
+        println!("PROBE-JOINED rank={} size={} step={} join_ms={ms}", comm.rank(), comm.world_size(), state[0]);
     }
     let (mut shrinks, mut grows) = (0, 0);
     while state[0] < steps || (comm.world_size() as u64) < state[1] {
@@ -361,6 +368,7 @@ fn run_recv_any(comm: &Communicator) -> ExitCode {
 }
 
 fn main() -> ExitCode {
+    let _ = PROCESS_START.set(Instant::now());
     let scenario = std::env::args().nth(1).unwrap_or_default();
     if !matches!(
         scenario.as_str(),

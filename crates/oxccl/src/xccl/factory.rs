@@ -288,6 +288,17 @@ impl BackendFactory for GpuFactory {
         let lib = self.library(cfg)?;
         rendezvous_over(self.flavor.backend(), &lib, &rt, cfg, (rank, n), rdv, secret)
     }
+
+    /// A newcomer: its host side joins through the cpu backend (admitted by the members'
+    /// grow), then the grown world makes its NCCL communicator as any world does.
+    fn join_process(&self, cfg: &ResolvedConfig) -> Result<Arc<dyn Backend>> {
+        let rt = runtime(self.flavor)?;
+        let lib = self.library(cfg)?;
+        let host = CpuFactory.join_process(cfg)?;
+        let local_rank = LaunchInfo::from_env().map(|l| l.local_rank).unwrap_or_else(|_| host.rank());
+        let device = Self::device(cfg, rt.as_ref(), local_rank)?;
+        Ok(Arc::new(Engine::create(parts(self.flavor.backend(), &lib, &rt, host, cfg, device))?))
+    }
 }
 
 #[cfg(test)]

@@ -683,3 +683,72 @@ fn the_callers_current_device_is_restored_after_each_call() {
         assert_eq!(sum, vec![3.0; 4]);
     }
 }
+
+/// Agreement and a planned removal over the host side: the AND of the flags on every rank;
+/// the two kept ranks get a new NCCL communicator (from a unique id over the shrunk host
+/// side) whose device all_reduce sums their inputs; the removed rank gets `None`.
+#[test]
+fn agree_and_shrink_excluding_a_rank() {
+    let w = world(3);
+    let out = w.run(|c, g| {
+        let me = c.rank();
+        let a = c.agree(!(1u64 << me)).expect("agree");
+        let small = c.shrink_excluding(&[1]).expect("shrink_excluding");
+        let sum = small.map(|s| {
+            let mut buf = g.copy_from_host(&[(me + 1) as i64]).unwrap();
+            s.all_reduce(&mut buf, ReduceOp::Sum).unwrap();
+            (s.rank(), s.world_size(), buf.to_vec().unwrap()[0])
+        });
+        // The old communicator stays usable: a planned removal fails nothing.
+        let mut all = g.copy_from_host(&[1i64]).unwrap();
+        c.all_reduce(&mut all, ReduceOp::Sum).unwrap();
+        (a, sum, all.to_vec().unwrap()[0])
+    });
+    for (me, (a, sum, all)) in out.into_iter().enumerate() {
+        assert_eq!((a.flag, a.failed.len(), a.joiners), (!0b111, 0, 0), "rank {me}");
+        assert_eq!(all, 3);
+        match me {
+            1 => assert_eq!(sum, None),
+            _ => assert_eq!(sum, Some((me / 2, 2, 1 + 3)), "rank {me}"),
+        }
+    }
+}
+
+/// A revoke ends the collective the other ranks wait in (for the revoking rank, which never
+/// joins it) with `Revoked` naming it; every rank then shrinks (nobody is dead: the same
+/// three ranks) and computes on the new communicator.
+#[test]
+fn a_revoke_ends_the_peers_collective_and_the_communicator_still_shrinks() {
+    let w = world(3);
+    let out = w.run(|c, g| {
+        let me = c.rank();
+        let mut buf = g.copy_from_host(&[1.0f32; 64]).unwrap();
+        let first = if me == 2 {
+            std::thread::sleep(Duration::from_millis(200));
+            c.revoke("rank 2 stops the step").map(|()| None)
+        } else {
+            c.all_reduce(&mut buf, ReduceOp::Sum).map(|()| Some(()))
+        };
+        let revoked = match (me, first) {
+            (2, Ok(None)) => None,
+            (_, Err(e)) => Some(e),
+            (_, other) => panic!("rank {me}: {other:?}"),
+        };
+        let after = c.barrier().unwrap_err();
+        let s = c.shrink().expect("shrink");
+        let mut x = g.copy_from_host(&[(me + 1) as i64]).unwrap();
+        s.all_reduce(&mut x, ReduceOp::Sum).unwrap();
+        (revoked, after, s.world_size(), x.to_vec().unwrap()[0])
+    });
+    for (me, (revoked, after, size, sum)) in out.into_iter().enumerate() {
+        if me != 2 {
+            let e = revoked.expect("the waiting ranks' collective failed");
+            assert!(
+                matches!(&e, Error::Revoked { rank: 2, reason } if reason.contains("stops the step")),
+                "rank {me}: {e}"
+            );
+        }
+        assert!(matches!(&after, Error::Revoked { .. }), "rank {me}: later calls are revoked too: {after}");
+        assert_eq!((size, sum), (3, 6), "rank {me}");
+    }
+}
