@@ -28,6 +28,9 @@ use crate::bootstrap::store::StoreClient;
 use crate::error::{Error, Result};
 use crate::sync::relock;
 
+/// How long rank 0's `agree` waits for the store to say how many newcomers wait.
+const WAITING_PATIENCE: Duration = Duration::from_millis(500);
+
 /// The store operations growing needs (the rendezvous store, or an in-process one).
 pub(crate) trait Board: Send + Sync {
     /// Adds `delta` to the counter at `key` (0 when absent); its new value.
@@ -182,13 +185,23 @@ impl<B> Lineage<B> {
         }
     }
 
-    /// How many newcomers wait for a grow (0 when the store cannot be read: it is then not
-    /// asked again, so a store that died with its host costs one attempt).
+    /// How many newcomers wait for a grow (0 when the store cannot be read within
+    /// [`WAITING_PATIENCE`]: it is then not asked again, so a store that died with its host,
+    /// or sits behind a dead link, costs one attempt and never holds an agreement up).
     pub(crate) fn waiting(&self) -> u64 {
         if self.store_lost.load(Ordering::Relaxed) {
             return 0;
         }
-        match self.board.add(&protocol::tickets_key(&self.prefix), 0) {
+        let (board, key) = (Arc::clone(&self.board), protocol::tickets_key(&self.prefix));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let asked = std::thread::Builder::new().name("oxccl-grow-ask".into()).spawn(move || {
+            let _ = tx.send(board.add(&key, 0));
+        });
+        let answer = match asked {
+            Ok(_) => rx.recv_timeout(WAITING_PATIENCE).map_err(|_| Error::Store("no answer in time".into())),
+            Err(e) => Err(Error::io("starting a thread to ask the store", &e)),
+        };
+        match answer.and_then(|r| r) {
             Ok(taken) => protocol::waiting(taken, relock(&self.state).1),
             Err(e) => {
                 tracing::debug!("grow: the store cannot say whether newcomers wait ({e}); not asked again");
