@@ -41,6 +41,13 @@
 //!   the others' all_reduce loses it (`PROBE-ERROR ... kind=PeerLost peer=0`), so under a
 //!   launcher they end first, and only what they report says that rank 0 was the cause.
 //!
+//! - `revoke`: every rank loops over all_reduces of `PROBE_BYTES` (default 64 MiB) of f32;
+//!   after `PROBE_REVOKE_AFTER_MS` (default 300) rank `PROBE_VICTIM` (default 1) revokes the
+//!   communicator from another thread while its own all_reduce runs, printing
+//!   `PROBE-REVOKED-AT unix_us=T`; every rank prints `PROBE-REVOKE-SEEN rank=R unix_us=T
+//!   iter=I` when its call returns `Revoked` (a script takes the last minus the revoke),
+//!   then stays `PROBE_LINGER_MS` (default 1000) before it exits.
+//!
 //! `PROBE_LINGER_MS` (default 0): how long a rank whose call failed waits before it exits.
 //! `PROBE_BACKEND` picks the backend (default `cpu`; `mpi` under mpirun, in a build with the
 //! `mpi` feature).
@@ -64,7 +71,7 @@ use oxccl::bootstrap::auth::Secret;
 use oxccl::bootstrap::store::StoreClient;
 use oxccl::{Communicator, Config, Error, ReduceOp};
 
-const USAGE: &str = "usage: oxccl-failure-probe loop|mismatch|barrier|skip|hang|recv_any|shrink|elastic|drop";
+const USAGE: &str = "usage: oxccl-failure-probe loop|mismatch|barrier|skip|hang|recv_any|shrink|elastic|drop|revoke";
 
 /// The variant's name and the rank it names, if any.
 fn describe(e: &Error) -> (&'static str, Option<usize>) {
@@ -276,6 +283,46 @@ fn run_elastic(first: Communicator) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// Microseconds since the epoch (ranks on one host share the clock).
+fn unix_us() -> u128 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros())
+}
+
+fn run_revoke(comm: &Communicator) -> ExitCode {
+    let rank = comm.rank();
+    let bytes = env_number("PROBE_BYTES", 64 << 20) as usize;
+    let after = Duration::from_millis(env_number("PROBE_REVOKE_AFTER_MS", 300));
+    let limit = Duration::from_secs(env_number("PROBE_SECONDS", 60));
+    if rank == env_number("PROBE_VICTIM", 1) as usize {
+        let c = comm.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(after);
+            println!("PROBE-REVOKED-AT unix_us={}", unix_us());
+            let _ = c.revoke("the revoke probe");
+        });
+    }
+    let mut buf = vec![1.0f32; (bytes / 4).max(1)];
+    let started = Instant::now();
+    let mut iter = 0u64;
+    while started.elapsed() < limit {
+        match comm.all_reduce(&mut buf, ReduceOp::Sum) {
+            Ok(()) => iter += 1,
+            Err(Error::Revoked { .. }) => {
+                println!("PROBE-REVOKE-SEEN rank={rank} unix_us={} iter={iter}", unix_us());
+                // Stay a while, as a rank that goes on to shrink would: one that exits at once
+                // can end a peer's receive from it (PeerLost) before the revoke reaches it.
+                std::thread::sleep(Duration::from_millis(env_number("PROBE_LINGER_MS", 1000)));
+                return ExitCode::SUCCESS;
+            }
+            Err(e) => return report_error(rank, &e, iter, started),
+        }
+    }
+    println!(
+        "PROBE-ERROR rank={rank} kind=NoRevoke peer=- iter={iter} elapsed_ms=0 error=no Revoked before PROBE_SECONDS"
+    );
+    ExitCode::from(3)
+}
+
 fn run_mismatch(comm: &Communicator) -> ExitCode {
     let rank = comm.rank();
     let mut buf = vec![1.0f32; 4096];
@@ -372,7 +419,7 @@ fn main() -> ExitCode {
     let scenario = std::env::args().nth(1).unwrap_or_default();
     if !matches!(
         scenario.as_str(),
-        "loop" | "mismatch" | "barrier" | "skip" | "hang" | "recv_any" | "shrink" | "elastic" | "drop"
+        "loop" | "mismatch" | "barrier" | "skip" | "hang" | "recv_any" | "shrink" | "elastic" | "drop" | "revoke"
     ) {
         eprintln!("{USAGE}");
         return ExitCode::from(64);
@@ -393,6 +440,9 @@ fn main() -> ExitCode {
     }
     if scenario == "elastic" {
         return run_elastic(comm);
+    }
+    if scenario == "revoke" {
+        return run_revoke(&comm);
     }
     if scenario == "drop" {
         let rank = comm.rank();
