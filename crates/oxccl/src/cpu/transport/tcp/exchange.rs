@@ -30,6 +30,10 @@ use crate::cpu::transport::frame::{self, FrameKind};
 use crate::cpu::transport::routed::{Link, Polled, Want};
 use crate::cpu::transport::{Header, Pieces, Stage, TransportError};
 
+/// How long an exchange stopped by an abort or a revoke may take to finish the frame it was
+/// writing (64 MiB takes tens of milliseconds over loopback) before it closes the connection.
+const FINISH_FOR: Duration = Duration::from_secs(2);
+
 /// Longest sleep in `poll` between looks at the mailbox's failure states.
 const SLICE: Duration = Duration::from_millis(10);
 
@@ -100,8 +104,21 @@ impl TcpLinks {
             drop(inc);
             self.stop_polling(from);
         }
-        if let Some(w) = writer.take() {
-            if w.mid_frame {
+        if let Some(mut w) = writer.take() {
+            // Stopped in the middle of a frame by an abort or a revoke, not by the socket or
+            // the deadline: finish the frame, so that the stream stays in step and the live
+            // peer does not read a truncated frame as this rank's death (its progress thread
+            // takes the frame, for a communicator that is going away). A frame that cannot be
+            // finished soon closes the connection, as a timeout does.
+            let finishable = !matches!(r, Err(TransportError::Timeout { .. }));
+            let finished = finishable
+                && w.mid_frame
+                && at_now.writing.is_some_and(|mut s| {
+                    let payload = pieces.out(at_now.sent);
+                    let head = frame::encode_header(FrameKind::Data, header, payload.len());
+                    w.finish_frame(&cto, &head, payload, &mut s, Instant::now() + FINISH_FOR)
+                });
+            if w.mid_frame && !finished {
                 drop(w);
                 self.break_conn(
                     &cto,

@@ -1296,3 +1296,44 @@ fn the_progress_thread_and_a_caller_taking_turns_keep_frames_in_order() {
         }
     }
 }
+
+/// A revoke that stops a ring step in the middle of a large frame: the frame is finished
+/// (not cut), so the live peer gets `Revoked`, never `PeerLost` from a truncated frame, and
+/// both still shrink to a communicator of two that computes. Before the fix the cut frame
+/// made the peer count this live rank dead in some runs (4 of 20 in scripts/revoke_bench.sh).
+#[test]
+fn a_revoke_in_the_middle_of_a_large_frame_leaves_the_peer_alive() {
+    for trial in 0..4 {
+        let world = tcp_world(2);
+        let comms: Vec<Communicator> = world.iter().map(|(c, _)| c.clone()).collect();
+        let out = on_threads(&comms, |c| {
+            let me = c.rank();
+            if me == 0 {
+                let c = c.clone();
+                thread::spawn(move || {
+                    thread::sleep(Duration::from_millis(30 + 20 * trial));
+                    let _ = c.revoke("mid-frame revoke");
+                });
+            }
+            let mut buf = vec![1.0f32; 8 << 20];
+            let mut first = None;
+            for _ in 0..200 {
+                if let Err(e) = c.with_algorithm(Algorithm::Ring).all_reduce(&mut buf, ReduceOp::Sum) {
+                    first = Some(e);
+                    break;
+                }
+            }
+            let small = c.shrink().map(|s| {
+                let mut x = [me as u64 + 1];
+                s.all_reduce(&mut x, ReduceOp::Sum).map(|()| (s.world_size(), x[0]))
+            });
+            (first, small)
+        });
+        for (me, (first, small)) in out.into_iter().enumerate() {
+            let e = first.expect("the revoke ended the loop");
+            assert!(matches!(&e, Error::Revoked { rank: 0, .. }), "trial {trial}, rank {me}: {e}");
+            let got = small.and_then(|r| r);
+            assert!(matches!(got, Ok((2, 3))), "trial {trial}, rank {me}: shrink gave {got:?}");
+        }
+    }
+}

@@ -185,6 +185,31 @@ impl WriteState {
         Ok(complete)
     }
 
+    /// Finishes the frame `head` + `payload` that `s` says is partly written, by `deadline`;
+    /// whether it is complete (`mid_frame` then cleared). A socket error or the deadline:
+    /// `false`, and the caller closes the connection.
+    pub(super) fn finish_frame(
+        &mut self,
+        conn: &Conn,
+        head: &[u8; HEADER_LEN],
+        payload: &[u8],
+        s: &mut Sending,
+        deadline: Instant,
+    ) -> bool {
+        loop {
+            match self.write_now(conn, head, payload, s) {
+                Ok(true) => return true,
+                Ok(false) => {}
+                Err(_) => return false,
+            }
+            let left = remaining(deadline);
+            if left.is_zero() {
+                return false;
+            }
+            writable_within(conn, s, left.min(Duration::from_millis(100)));
+        }
+    }
+
     /// Writes the frame `head` + `payload` to `conn` by `deadline`, striped across its
     /// lanes when its length says so.
     pub(super) fn write_frame_to(
