@@ -289,9 +289,14 @@ impl TcpLinks {
             },
             Err(DialError::Yielded) => {
                 t.dialed(peer, Dialed::Yielded);
-                // The peer's own connection is on its way: give it a moment to arrive.
-                let pause = remaining(deadline).min(CROSSED_PAUSE);
-                drop(sh.wait_change(t, pause));
+                // The peer's own connection is on its way: give it a moment to arrive, unless
+                // it arrived already (between the dial's end and this lock: its notice was
+                // then sent before this wait, which would sleep the whole pause).
+                if !t.connected(peer) {
+                    let pause = remaining(deadline).min(CROSSED_PAUSE);
+                    t = sh.wait_change(t, pause);
+                }
+                drop(t);
                 sh.table_changed();
                 return Ok(());
             }

@@ -193,7 +193,6 @@ impl<S> PeerTable<S> {
     }
 
     /// Whether `peer` is connected.
-    #[cfg(test)]
     pub(super) fn connected(&self, peer: usize) -> bool {
         matches!(self.slots[peer], Slot::Connected)
     }
