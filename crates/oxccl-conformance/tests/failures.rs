@@ -212,25 +212,34 @@ fn a_newcomer_replaces_a_dead_rank_over_tcp() {
     kill_shrink_and_grow("tcp");
 }
 
-/// The same through the launcher: `oxccl run --max-restarts 1` sees rank 1 die, keeps the
-/// others running and starts the replacement itself; the job succeeds.
-#[test]
-fn oxccl_run_max_restarts_replaces_a_dead_rank_end_to_end() {
-    // The CLI is built beside the probe by `cargo test --workspace` (the README's command).
+/// Runs `oxccl run ARGS` (the CLI, built beside the probe by `cargo test --workspace`, the
+/// README's command) with `env` on top of the test settings; its status, stdout, stderr, and
+/// all three for messages (printed too).
+fn oxccl_run(args: &[&std::ffi::OsStr], env: &[(&str, &str)]) -> (std::process::ExitStatus, String, String, String) {
     let cli = std::path::Path::new(PROBE).with_file_name("oxccl");
     assert!(cli.exists(), "{} is missing: run `cargo build -p oxccl-cli` (or cargo test --workspace)", cli.display());
     let out = std::process::Command::new(&cli)
-        .args(["run", "-n", "3", "--max-restarts", "1", "--timeout", "60", "--", PROBE, "elastic"])
-        .env("PROBE_STEPS", "30")
-        .env("PROBE_SECONDS", "40")
+        .arg("run")
+        .args(args)
+        .envs(env.iter().copied())
         .env("OXCCL_TIMEOUT", "30s")
         .env("OXCCL_FR_DIR", concat!(env!("CARGO_TARGET_TMPDIR"), "/flight-records"))
         .output()
         .expect("running oxccl run");
-    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let (stdout, stderr) =
+        (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned());
     let all = format!("status {}\n--- stdout\n{stdout}\n--- stderr\n{stderr}", out.status);
     println!("{all}");
-    assert!(out.status.success(), "{all}");
+    (out.status, stdout, stderr, all)
+}
+
+/// The same through the launcher: `oxccl run --max-restarts 1` sees rank 1 die, keeps the
+/// others running and starts the replacement itself; the job succeeds.
+#[test]
+fn oxccl_run_max_restarts_replaces_a_dead_rank_end_to_end() {
+    let args = ["-n", "3", "--max-restarts", "1", "--timeout", "60", "--", PROBE, "elastic"].map(std::ffi::OsStr::new);
+    let (status, stdout, stderr, all) = oxccl_run(&args, &[("PROBE_STEPS", "30"), ("PROBE_SECONDS", "40")]);
+    assert!(status.success(), "{all}");
     assert!(stderr.contains("rank 1 failed (killed by signal 9 (SIGKILL)); starting a replacement"), "{all}");
     let ends: Vec<&str> = stdout.lines().filter(|l| l.contains("PROBE-ELASTIC ")).collect();
     assert_eq!(ends.len(), 3, "{all}");
@@ -245,28 +254,12 @@ fn oxccl_run_max_restarts_replaces_a_dead_rank_end_to_end() {
 /// sequential reference of the membership schedule.
 #[test]
 fn the_elastic_training_example_ends_with_the_reference_weights() {
-    let dir = std::path::Path::new(PROBE).parent().expect("the binaries' folder");
-    let (cli, example) = (dir.join("oxccl"), dir.join("examples").join("elastic_train"));
-    for p in [&cli, &example] {
-        assert!(
-            p.exists(),
-            "{} is missing: run cargo test --workspace (it builds the CLI and the examples)",
-            p.display()
-        );
-    }
-    let out = std::process::Command::new(&cli)
-        .args(["run", "-n", "4", "--max-restarts", "1", "--timeout", "90", "--"])
-        .arg(&example)
-        .env("ELASTIC_KILL_RANK", "2")
-        .env("ELASTIC_KILL_STEP", "7")
-        .env("OXCCL_TIMEOUT", "30s")
-        .env("OXCCL_FR_DIR", concat!(env!("CARGO_TARGET_TMPDIR"), "/flight-records"))
-        .output()
-        .expect("running oxccl run");
-    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    let all = format!("status {}\n--- stdout\n{stdout}\n--- stderr\n{stderr}", out.status);
-    println!("{all}");
-    assert!(out.status.success(), "{all}");
+    let example = std::path::Path::new(PROBE).with_file_name("examples").join("elastic_train");
+    assert!(example.exists(), "{} is missing: run cargo test --workspace (it builds the examples)", example.display());
+    let args = ["-n", "4", "--max-restarts", "1", "--timeout", "90", "--"].map(std::ffi::OsStr::new);
+    let args: Vec<&std::ffi::OsStr> = args.into_iter().chain([example.as_os_str()]).collect();
+    let (status, stdout, _, all) = oxccl_run(&args, &[("ELASTIC_KILL_RANK", "2"), ("ELASTIC_KILL_STEP", "7")]);
+    assert!(status.success(), "{all}");
     // The newcomer joins at the first agree after it reached the store: step 8 or later.
     let trail = stdout.lines().find_map(|l| l.strip_prefix("[rank 0] membership: ")).unwrap_or_default();
     let rest = trail.strip_prefix("step 0 size 4, step 7 size 3, step ").unwrap_or_else(|| panic!("{all}"));
@@ -280,22 +273,13 @@ fn the_elastic_training_example_ends_with_the_reference_weights() {
 /// report (the peer it lost, through the store) makes `oxccl run` blame rank 0.
 #[test]
 fn oxccl_run_blames_the_rank_the_others_report_losing() {
-    let cli = std::path::Path::new(PROBE).with_file_name("oxccl");
-    assert!(cli.exists(), "{} is missing: run `cargo build -p oxccl-cli` (or cargo test --workspace)", cli.display());
-    let out = std::process::Command::new(&cli)
-        .args(["run", "-n", "2", "--timeout", "60", "--", PROBE, "drop"])
-        .env("OXCCL_TIMEOUT", "30s")
-        .env("OXCCL_FR_DIR", concat!(env!("CARGO_TARGET_TMPDIR"), "/flight-records"))
-        .output()
-        .expect("running oxccl run");
-    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    let all = format!("status {}\n--- stdout\n{stdout}\n--- stderr\n{stderr}", out.status);
-    println!("{all}");
+    let args = ["-n", "2", "--timeout", "60", "--", PROBE, "drop"].map(std::ffi::OsStr::new);
+    let (status, stdout, stderr, all) = oxccl_run(&args, &[]);
     assert!(stdout.contains("[rank 1] PROBE-ERROR rank=1 kind=PeerLost peer=0"), "{all}");
     assert!(stdout.contains("[rank 0] PROBE-DROPPED"), "{all}");
     assert!(stderr.contains("oxccl run: rank 0 failed first: exit code 1"), "{all}");
     assert!(stderr.contains("rank 1: exit code 3"), "{all}");
-    assert_eq!(out.status.code(), Some(1), "{all}");
+    assert_eq!(status.code(), Some(1), "{all}");
 }
 
 #[test]

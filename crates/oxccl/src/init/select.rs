@@ -100,17 +100,23 @@ pub(crate) fn init_process(cfg: &ResolvedConfig) -> Result<Arc<dyn Backend>> {
     first_available(cfg, |f| f.create_process(cfg))
 }
 
-/// Joins a running job as a newcomer on the configured backend (`auto` means `cpu`: only
-/// it can grow).
-pub(crate) fn join_process(cfg: &ResolvedConfig) -> Result<Arc<dyn Backend>> {
-    install_staging_loader();
-    let factory: &dyn BackendFactory = match &cfg.backend {
+/// The factory of a communicator made through a store (a caller's, or the job's for a
+/// newcomer): `auto` means `cpu` here; a named backend must be available.
+fn store_factory(cfg: &ResolvedConfig) -> Result<&'static dyn BackendFactory> {
+    Ok(match &cfg.backend {
         BackendChoice::Auto => &CpuFactory,
         named => candidates(named)?
             .into_iter()
             .next()
             .ok_or_else(|| Error::Internal("a named, available backend has no factory".into()))?,
-    };
+    })
+}
+
+/// Joins a running job as a newcomer on the configured backend (`auto` means `cpu`: only
+/// it can grow).
+pub(crate) fn join_process(cfg: &ResolvedConfig) -> Result<Arc<dyn Backend>> {
+    install_staging_loader();
+    let factory = store_factory(cfg)?;
     factory.join_process(cfg)
 }
 
@@ -126,13 +132,7 @@ pub(crate) fn init_rendezvous(
     secret: &str,
 ) -> Result<Arc<dyn Backend>> {
     install_staging_loader();
-    let factory: &dyn BackendFactory = match &cfg.backend {
-        BackendChoice::Auto => &CpuFactory,
-        named => candidates(named)?
-            .into_iter()
-            .next()
-            .ok_or_else(|| Error::Internal("a named, available backend has no factory".into()))?,
-    };
+    let factory = store_factory(cfg)?;
     factory.create_rendezvous(cfg, rank, n, rdv, secret)
 }
 

@@ -244,6 +244,23 @@ pub(crate) fn rendezvous_over(
     Ok(Arc::new(Engine::create(parts(name, lib, rt, host, cfg, device))?))
 }
 
+impl GpuFactory {
+    /// This process's GPU rank over the host side `host` makes (the launcher's world, or a
+    /// newcomer's place in a grown one), on the device of its local rank.
+    fn over_host(
+        &self,
+        cfg: &ResolvedConfig,
+        host: impl FnOnce(&ResolvedConfig) -> Result<Arc<dyn Backend>>,
+    ) -> Result<Arc<dyn Backend>> {
+        let rt = runtime(self.flavor)?;
+        let lib = self.library(cfg)?;
+        let host = host(cfg)?;
+        let local_rank = LaunchInfo::from_env().map(|l| l.local_rank).unwrap_or_else(|_| host.rank());
+        let device = Self::device(cfg, rt.as_ref(), local_rank)?;
+        Ok(Arc::new(Engine::create(parts(self.flavor.backend(), &lib, &rt, host, cfg, device))?))
+    }
+}
+
 impl BackendFactory for GpuFactory {
     fn name(&self) -> &'static str {
         self.flavor.backend()
@@ -268,12 +285,7 @@ impl BackendFactory for GpuFactory {
     }
 
     fn create_process(&self, cfg: &ResolvedConfig) -> Result<Arc<dyn Backend>> {
-        let rt = runtime(self.flavor)?;
-        let lib = self.library(cfg)?;
-        let host = CpuFactory.create_process(cfg)?;
-        let local_rank = LaunchInfo::from_env().map(|l| l.local_rank).unwrap_or_else(|_| host.rank());
-        let device = Self::device(cfg, rt.as_ref(), local_rank)?;
-        Ok(Arc::new(Engine::create(parts(self.flavor.backend(), &lib, &rt, host, cfg, device))?))
+        self.over_host(cfg, |cfg| CpuFactory.create_process(cfg))
     }
 
     fn create_rendezvous(
@@ -292,12 +304,7 @@ impl BackendFactory for GpuFactory {
     /// A newcomer: its host side joins through the cpu backend (admitted by the members'
     /// grow), then the grown world makes its NCCL communicator as any world does.
     fn join_process(&self, cfg: &ResolvedConfig) -> Result<Arc<dyn Backend>> {
-        let rt = runtime(self.flavor)?;
-        let lib = self.library(cfg)?;
-        let host = CpuFactory.join_process(cfg)?;
-        let local_rank = LaunchInfo::from_env().map(|l| l.local_rank).unwrap_or_else(|_| host.rank());
-        let device = Self::device(cfg, rt.as_ref(), local_rank)?;
-        Ok(Arc::new(Engine::create(parts(self.flavor.backend(), &lib, &rt, host, cfg, device))?))
+        self.over_host(cfg, |cfg| CpuFactory.join_process(cfg))
     }
 }
 

@@ -43,6 +43,7 @@ mod p2p;
 mod pending;
 mod pool;
 mod progress;
+mod recovery;
 mod route;
 mod stage;
 #[cfg(test)]
@@ -321,22 +322,6 @@ impl Inner {
     /// `Ok` unless the communicator is poisoned.
     fn poisoned(&self) -> Result<()> {
         relock(&self.poison).check()
-    }
-
-    /// What a new communicator over `host` is made of: this one's library, device and
-    /// settings.
-    fn parts(&self, host: Arc<dyn Backend>) -> Parts {
-        Parts {
-            name: self.name,
-            lib: Arc::clone(&self.lib),
-            rt: Arc::clone(&self.rt),
-            device: self.device,
-            host,
-            check: self.host.checks(),
-            host_buffers: self.host_buffers,
-            timeout: self.timeout,
-            algorithms: self.algorithms.clone(),
-        }
     }
 
     /// What a wait watches besides its event: NCCL's asynchronous error and lost peers.
@@ -880,36 +865,19 @@ impl Backend for Engine {
         i.abort_both(reason);
     }
 
-    /// Revokes the host side, which every rank's waits watch (their next look at it ends
-    /// them with `Revoked`, and aborts their NCCL communicator, which stops its kernels);
-    /// this rank's communicator fails the same way now.
     fn revoke(&self, reason: &str) -> Result<()> {
-        let i = &self.inner;
-        i.host.comm().revoke(reason)?;
-        let _ = i.fail(Error::Revoked { rank: i.rank, reason: reason.to_string() });
-        Ok(())
+        self.inner.revoke(reason)
     }
 
-    /// The host side's agreement (it works on a failed host communicator).
     fn agree(&self, flag: u64, opts: &CallOptions) -> Result<crate::backend::Agreement> {
         self.inner.host.comm().agree(flag, opts)
     }
 
-    /// The survivors agree on the membership over the host side; their new NCCL
-    /// communicator is made from a unique id sent over the new host communicator (NCCL's
-    /// `ncclCommShrink` needs every member's old communicator healthy, which a failure rules
-    /// out).
     fn shrink(&self, exclude: &[usize], opts: &CallOptions) -> Result<Option<Arc<dyn Backend>>> {
-        let i = &self.inner;
-        let Some(host) = i.host.comm().shrink(exclude, opts)? else { return Ok(None) };
-        Ok(Some(Arc::new(Engine::create(i.parts(host))?)))
+        self.inner.shrink(exclude, opts)
     }
 
-    /// The members and newcomers meet over the host side's grow; their NCCL communicator
-    /// is made from a unique id sent over the grown host communicator.
     fn grow(&self, joiners: usize, opts: &CallOptions) -> Result<Arc<dyn Backend>> {
-        let i = &self.inner;
-        let host = i.host.comm().grow(joiners, opts)?;
-        Ok(Arc::new(Engine::create(i.parts(host))?))
+        self.inner.grow(joiners, opts)
     }
 }
