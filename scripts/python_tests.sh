@@ -23,6 +23,11 @@ fi
 if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
   "$VENV/bin/python" -m pip install -q torch || echo "note: could not install torch; the torch backend tests will be skipped"
 fi
+# torchft (PyPI), for oxccl.torchft's tests: its process group contract and its DDP example
+# with a replica killed and restarted. Without it those tests are skipped, said below.
+if "$VENV/bin/python" -c "import torch" 2>/dev/null && ! "$VENV/bin/python" -c "import torchft" 2>/dev/null; then
+  "$VENV/bin/python" -m pip install -q "torchft>=0.2,<0.3" || echo "note: could not install torchft; the torchft tests will be skipped"
+fi
 # The extension builds in its own target directory (python/target, or $CARGO_TARGET_DIR).
 "$VENV/bin/python" -m pip install -q "$ROOT/python"
 # From outside the checkout, so `import oxccl` is the installed package, not python/oxccl.

@@ -157,10 +157,11 @@ class _Completer:
     """A daemon thread that waits for a group's async operations in the order they started
     and completes their torch futures (with the tensors, or the operation's error)."""
 
-    def __init__(self):
+    def __init__(self, on_error=None):
         self._queue = queue.SimpleQueue()
         self._thread = None
         self._lock = threading.Lock()
+        self._on_error = on_error
 
     def submit(self, work, result):
         """Completes the returned work's future with ``result`` once ``work`` (one operation,
@@ -172,6 +173,14 @@ class _Completer:
                 self._thread.start()
         self._queue.put((work, done))
         return done
+
+    def stop(self):
+        """Stops the thread once it has completed what was submitted, without waiting for
+        it (from any thread, a completion callback's included)."""
+        with self._lock:
+            thread, self._thread = self._thread, None
+        if thread is not None:
+            self._queue.put(None)
 
     def close(self):
         """Completes what was submitted, then stops the thread and waits for it. A daemon
@@ -195,6 +204,8 @@ class _Completer:
                     if got is not None:  # a receive: (source, count)
                         done._source = got[0]
             except BaseException as e:  # the operation's error goes to its waiter
+                if self._on_error is not None:
+                    self._on_error(e)
                 done._fail(e)
             else:
                 done._fut.set_result(done._result)
@@ -227,9 +238,11 @@ class ProcessGroupOxccl(dist.ProcessGroup):
         self._set_default_backend(custom)
         for device in ("cpu", "cuda"):
             self._register_backend(torch.device(device), custom, self._device_backend)
-        self._completer = _Completer()
+        # The first error an async operation met, for errored().
+        self._error = None
+        self._completer = _Completer(self._note_error)
         # Point-to-point completes apart from the collectives (a receive waits for its peer).
-        self._p2p_completer = _Completer()
+        self._p2p_completer = _Completer(self._note_error)
         self._monitored = 0
         self._bootstrap = bootstrap
         # CUDA tensors' communicator, once made: (raw communicator or None for staging,
@@ -597,11 +610,24 @@ class ProcessGroupOxccl(dist.ProcessGroup):
         _monitored_barrier(self._c, self.rank(), self.size(), tag, seconds, wait_all_ranks)
         return _done([])
 
+    def _note_error(self, e):
+        if self._error is None:
+            self._error = e
+
+    def errored(self):
+        """The first error an async operation of this group failed with, or None (torchft's
+        question before it commits a step: an error nobody waited for still counts)."""
+        return self._error
+
     def abort(self):
+        """Ends every pending and later operation of the group with ``AbortedError`` at once
+        (on this rank), and lets the helper threads end once they have failed them."""
         why = "torch.distributed aborted the process group"
         if self._cuda is not None and self._cuda[0] is not None:
             self._cuda[0].abort(why)
         self._c.abort(why)
+        self._completer.stop()
+        self._p2p_completer.stop()
 
     def shutdown(self):
         """torch's destroy_process_group: the async operations already started complete,
