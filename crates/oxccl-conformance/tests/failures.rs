@@ -292,6 +292,52 @@ fn survivors_shrink_after_rank_0_is_killed_over_tcp() {
     kill_and_shrink("tcp", 0);
 }
 
+/// Issue 39's randomized trials, a fixed sample (`scripts/chaos_bench.sh` runs hundreds):
+/// ranks of a training loop die by SIGKILL between calls, inside an all_reduce, inside
+/// `agree`, or inside the shrink that follows another's death (the kill lands in the
+/// agreement or in the new communicator's set-up, depending on the delay); every survivor
+/// must end with the same members, exactly the ranks not killed, and right sums.
+#[test]
+fn ranks_killed_anywhere_leave_survivors_that_agree() {
+    let cases = [
+        ("shrink", "1,2", 0),
+        ("shrink", "3,0", 400),
+        ("shrink", "0,4", 1200),
+        ("shrink", "2,3", 2500),
+        ("agree", "4", 300),
+        ("agree", "0,2", 0),
+        ("collective", "0,3", 700),
+        ("between", "1", 0),
+    ];
+    for (at, victims, delay) in cases {
+        let killed: Vec<usize> = victims.split(',').map(|v| v.parse().unwrap()).collect();
+        let spec = WorldSpec::new(PROBE, 5)
+            .label(format!("5 ranks over shm, ranks {victims} killed ({at}, +{delay} us)"))
+            .args(["chaos"])
+            .env("OXCCL_TRANSPORT", "shm")
+            .env("PROBE_VICTIMS", victims)
+            .env("PROBE_KILL_WHERE", at)
+            .env("PROBE_KILL_DELAY_US", &delay.to_string())
+            .env("PROBE_DIE_AT", "2")
+            .env("PROBE_STEPS", "5")
+            .env("PROBE_BYTES", &(256 << 10).to_string())
+            .oxccl_timeout("30s")
+            .deadline(Duration::from_secs(40));
+        let out = World::spawn(&spec).wait();
+        let d = out.describe();
+        let want = (0..5).filter(|r| !killed.contains(r)).map(|r| r.to_string()).collect::<Vec<_>>().join(",");
+        for r in &out.ranks {
+            if killed.contains(&r.rank) {
+                assert_eq!(r.status.signal(), Some(9), "rank {} should have been killed\n{d}", r.rank);
+                continue;
+            }
+            assert_eq!(r.code(), Some(0), "rank {}\n{d}", r.rank);
+            let line = r.stdout.lines().find(|l| l.starts_with("PROBE-CHAOS ")).unwrap_or_default();
+            assert!(line.contains(&format!(" members={want} steps=5 ")), "rank {}: {line}\n{d}", r.rank);
+        }
+    }
+}
+
 #[test]
 fn killed_rank_is_detected_over_shm() {
     kill_one("shm");

@@ -48,6 +48,19 @@
 //!   iter=I` when its call returns `Revoked` (a script takes the last minus the revoke),
 //!   then stays `PROBE_LINGER_MS` (default 1000) before it exits.
 //!
+//! - `chaos`: issue 39's randomized trials. A training loop of `PROBE_STEPS` steps (default
+//!   10): each step gathers the members' first ranks (after a shrink) and all_reduces
+//!   `PROBE_BYTES` (default 1 MiB) of u64 holding first rank + 1, checked against the sum over
+//!   the members, then `agree`s; a failure (a call's error, `agree`'s flag 0 or dead ranks)
+//!   shrinks and redoes the step. The ranks in `PROBE_VICTIMS` (comma-separated first ranks,
+//!   default `1`) die by SIGKILL at step `PROBE_DIE_AT` (default 3), where `PROBE_KILL_WHERE`
+//!   says: `between` (before the step's first call), `collective` (`PROBE_KILL_DELAY_US`
+//!   after entering the step's all_reduce), `agree` (that long after entering its `agree`),
+//!   or `shrink` (the first victim between calls, the others that long after entering the
+//!   shrink that follows). A victim whose armed call returns before the kill waits for it.
+//!   Each survivor prints `PROBE-CHAOS rank=R members=A,B,.. steps=N shrinks=S`; a wrong sum
+//!   prints `PROBE-ERROR ... kind=Wrong`.
+//!
 //! `PROBE_LINGER_MS` (default 0): how long a rank whose call failed waits before it exits.
 //! `PROBE_BACKEND` picks the backend (default `cpu`; `mpi` under mpirun, in a build with the
 //! `mpi` feature).
@@ -71,7 +84,8 @@ use oxccl::bootstrap::auth::Secret;
 use oxccl::bootstrap::store::StoreClient;
 use oxccl::{Communicator, Config, Error, ReduceOp};
 
-const USAGE: &str = "usage: oxccl-failure-probe loop|mismatch|barrier|skip|hang|recv_any|shrink|elastic|drop|revoke";
+const USAGE: &str =
+    "usage: oxccl-failure-probe loop|mismatch|barrier|skip|hang|recv_any|shrink|elastic|drop|revoke|chaos";
 
 /// The variant's name and the rank it names, if any.
 fn describe(e: &Error) -> (&'static str, Option<usize>) {
@@ -323,6 +337,142 @@ fn run_revoke(comm: &Communicator) -> ExitCode {
     ExitCode::from(3)
 }
 
+/// Where `chaos` kills its victims.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum KillAt {
+    Between,
+    Collective,
+    Agree,
+    Shrink,
+}
+
+/// SIGKILLs this process `delay` from now (from another thread), so the kill lands inside
+/// the call the caller makes next.
+fn kill_after(delay: Duration) {
+    std::thread::spawn(move || {
+        std::thread::sleep(delay);
+        // SAFETY: kill(2) on this process with SIGKILL: nothing runs after it.
+        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+    });
+}
+
+/// A victim whose armed call came back before the kill: it waits for the kill.
+fn await_kill() -> ! {
+    loop {
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+/// One step on `comm`: the members' first ranks (when `members` is stale), then the
+/// all_reduce of first rank + 1, checked: whether the calls succeeded; `Err` says how a
+/// result was wrong.
+fn chaos_step(
+    comm: &Communicator,
+    first_rank: usize,
+    members: &mut Option<Vec<usize>>,
+    buf: &mut [u64],
+) -> Result<bool, String> {
+    if members.is_none() {
+        let mut all = vec![0u64; comm.world_size()];
+        if comm.all_gather(&[first_rank as u64], &mut all).is_err() {
+            return Ok(false);
+        }
+        *members = Some(all.into_iter().map(|r| r as usize).collect());
+    }
+    buf.fill(first_rank as u64 + 1);
+    if comm.all_reduce(buf, ReduceOp::Sum).is_err() {
+        return Ok(false);
+    }
+    let want: u64 = members.as_ref().map_or(0, |m| m.iter().map(|&r| r as u64 + 1).sum());
+    match buf.iter().position(|&x| x != want) {
+        None => Ok(true),
+        Some(at) => Err(format!("element {at} is {} where the members {members:?} sum to {want}", buf[at])),
+    }
+}
+
+fn run_chaos(first: Communicator) -> ExitCode {
+    let first_rank = first.rank();
+    let steps = env_number("PROBE_STEPS", 10);
+    let die_at = env_number("PROBE_DIE_AT", 3);
+    let delay = Duration::from_micros(env_number("PROBE_KILL_DELAY_US", 0));
+    let victims: Vec<usize> = std::env::var("PROBE_VICTIMS")
+        .unwrap_or_else(|_| "1".into())
+        .split(',')
+        .filter_map(|v| v.trim().parse().ok())
+        .collect();
+    let at = match std::env::var("PROBE_KILL_WHERE").as_deref() {
+        Ok("collective") => KillAt::Collective,
+        Ok("agree") => KillAt::Agree,
+        Ok("shrink") => KillAt::Shrink,
+        _ => KillAt::Between,
+    };
+    // Under `shrink` the first victim dies between calls and the others inside the shrink.
+    let victim = victims.iter().position(|&v| v == first_rank);
+    let lead = victim == Some(0) || at != KillAt::Shrink;
+    let started = Instant::now();
+    let mut buf = vec![0u64; (env_number("PROBE_BYTES", 1 << 20) as usize / 8).max(1)];
+    let mut comm = first;
+    let mut members: Option<Vec<usize>> = Some((0..comm.world_size()).collect());
+    let (mut step, mut shrinks) = (0, 0);
+    while step < steps {
+        let mine = victim.is_some() && step == die_at;
+        if mine && lead && (at == KillAt::Between || at == KillAt::Shrink) {
+            // SAFETY: kill(2) on this process with SIGKILL: nothing runs after it.
+            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        }
+        if mine && at == KillAt::Collective {
+            kill_after(delay);
+        }
+        let ok = match chaos_step(&comm, first_rank, &mut members, &mut buf) {
+            Ok(ok) => ok,
+            Err(wrong) => {
+                println!("PROBE-ERROR rank={first_rank} kind=Wrong peer=- iter={step} elapsed_ms=0 error={wrong}");
+                return ExitCode::from(3);
+            }
+        };
+        if mine && at == KillAt::Collective {
+            await_kill();
+        }
+        if mine && at == KillAt::Agree {
+            kill_after(delay);
+        }
+        let agreed = comm.agree(u64::from(ok));
+        if mine && at == KillAt::Agree {
+            await_kill();
+        }
+        let failed = match &agreed {
+            Ok(a) => a.flag == 0 || !a.failed.is_empty(),
+            Err(e) => {
+                eprintln!("chaos: agree failed at step {step}");
+                return report_error(first_rank, e, step, started);
+            }
+        };
+        if !failed {
+            step += 1;
+            continue;
+        }
+        let arm = victim.is_some() && !lead && at == KillAt::Shrink && shrinks == 0;
+        if arm {
+            kill_after(delay);
+        }
+        comm = match comm.shrink() {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("chaos: shrink failed at step {step}");
+                return report_error(first_rank, &e, step, started);
+            }
+        };
+        if arm {
+            await_kill();
+        }
+        shrinks += 1;
+        members = None;
+    }
+    let list = members.unwrap_or_default().iter().map(ToString::to_string).collect::<Vec<_>>().join(",");
+    println!("PROBE-CHAOS rank={first_rank} members={list} steps={step} shrinks={shrinks}");
+    ExitCode::SUCCESS
+}
+
 fn run_mismatch(comm: &Communicator) -> ExitCode {
     let rank = comm.rank();
     let mut buf = vec![1.0f32; 4096];
@@ -419,7 +569,17 @@ fn main() -> ExitCode {
     let scenario = std::env::args().nth(1).unwrap_or_default();
     if !matches!(
         scenario.as_str(),
-        "loop" | "mismatch" | "barrier" | "skip" | "hang" | "recv_any" | "shrink" | "elastic" | "drop" | "revoke"
+        "loop"
+            | "mismatch"
+            | "barrier"
+            | "skip"
+            | "hang"
+            | "recv_any"
+            | "shrink"
+            | "elastic"
+            | "drop"
+            | "revoke"
+            | "chaos"
     ) {
         eprintln!("{USAGE}");
         return ExitCode::from(64);
@@ -443,6 +603,9 @@ fn main() -> ExitCode {
     }
     if scenario == "revoke" {
         return run_revoke(&comm);
+    }
+    if scenario == "chaos" {
+        return run_chaos(comm);
     }
     if scenario == "drop" {
         let rank = comm.rank();

@@ -250,16 +250,22 @@ impl CpuBackend {
     /// [`Error::Internal`] when the communicator is already shared (call it right after
     /// [`CpuBackend::new`]); communication errors.
     pub fn with_host_shared_memory(mut self, slot_bytes: usize, wait: WaitPolicy) -> Result<Self> {
+        self.share_host_memory(slot_bytes, wait)?;
+        Ok(self)
+    }
+
+    /// [`with_host_shared_memory`](Self::with_host_shared_memory) in place: on an error the
+    /// communicator is poisoned with it (and still knows the setting, for its children).
+    fn share_host_memory(&mut self, slot_bytes: usize, wait: WaitPolicy) -> Result<()> {
         let inner = Arc::get_mut(&mut self.inner)
             .ok_or_else(|| Error::Internal("with_host_shared_memory on a communicator already in use".into()))?;
         // Kept for the splits, whatever this communicator's layout.
         let _ = inner.native_setup.set((slot_bytes, wait));
         if inner.host_groups.is_none() {
-            return Ok(self);
+            return Ok(());
         }
         inner.selector.set_host_collectives(Some(slot_bytes));
-        self.inner.exec.run_inline(|| self.inner.setup_host_native(slot_bytes, wait))?;
-        Ok(self)
+        self.inner.exec.run_inline(|| self.inner.setup_host_native(slot_bytes, wait))
     }
 }
 
@@ -676,13 +682,19 @@ impl Inner {
             .position(|&(_, i)| i == self.rank)
             .ok_or_else(|| Error::invalid("split: this rank is missing from its own color group (internal error)"))?;
         let id = derive_comm_id(self.comm_id, seq, u64::from(color));
-        self.child(id, ranks, rank).map(Some)
+        self.child(id, ranks, rank, false).map(Some)
     }
 
     /// A communicator over the same transport with id `id`, whose rank i is transport rank
     /// `ranks[i]` (this one being `rank`), priced and set up as this one (shared memory where
     /// its ranks allow: a collective among them).
-    fn child(&self, id: u64, ranks: Arc<[usize]>, rank: usize) -> Result<CpuBackend> {
+    ///
+    /// `keep_failed`: a set-up that fails (a member died since the members agreed, as in a
+    /// shrink) leaves the child poisoned with the failure instead of failing the call, so
+    /// that every survivor holds a communicator, whose first call fails and which can be
+    /// agreed on and shrunk again. (A member whose set-up finished first holds a healthy
+    /// child whose first call needing the dead rank fails: the same next step.)
+    fn child(&self, id: u64, ranks: Arc<[usize]>, rank: usize, keep_failed: bool) -> Result<CpuBackend> {
         let mut child = CpuBackend::new(self.name, Arc::clone(&self.transport), id, ranks, rank, self.cfg.clone())?
             .with_machine(Arc::clone(self.selector.profile()), self.selector.crowd())?;
         if let Some(&(slot, wait)) = self.native_setup.get() {
@@ -691,10 +703,19 @@ impl Inner {
             // room left, the child uses the ordinary algorithms.
             let host = |t: &usize| self.transport.host_of(*t);
             let first = child.inner.ranks.first().map(host);
-            if child.inner.ranks.iter().all(|t| Some(host(t)) == first) {
-                child.inner.setup_native(slot, wait, false)?;
+            let made = if child.inner.ranks.iter().all(|t| Some(host(t)) == first) {
+                child.inner.setup_native(slot, wait, false)
             } else {
-                child = child.with_host_shared_memory(slot, wait)?;
+                child.share_host_memory(slot, wait)
+            };
+            match made {
+                Ok(()) => {}
+                Err(e) if keep_failed && child.inner.poisoned.load(Ordering::Acquire) => {
+                    // Its children set up shared memory as every other survivor's do.
+                    let _ = child.inner.native_setup.set((slot, wait));
+                    tracing::debug!("the shrunk communicator failed while it was set up: {e}");
+                }
+                Err(e) => return Err(e),
             }
         }
         Ok(child)

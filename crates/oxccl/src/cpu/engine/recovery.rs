@@ -42,7 +42,7 @@ impl Inner {
         let Some(rank) = m.kept.iter().position(|&r| r == self.rank) else { return Ok(None) };
         let ranks: Arc<[usize]> = m.kept.iter().map(|&r| self.ranks[r]).collect();
         let id = derive_comm_id(self.comm_id, m.number, SHRINK_COLOR);
-        let child = self.child(id, ranks, rank)?;
+        let child = self.child(id, ranks, rank, true)?;
         if let Some(l) = self.lineage.get() {
             child.set_lineage(Arc::clone(l));
         }
