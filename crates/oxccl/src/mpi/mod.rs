@@ -35,8 +35,9 @@
 //! * **Device buffers**: [`cuda`].
 //!
 //! Not provided: a dead *process* cannot be reported as `PeerLost` (under MPI, `mpirun`
-//! ends the whole job), and counts above 2^31-1 elements are refused (no MPI-4 large-count
-//! calls).
+//! ends the whole job), recovery (`revoke`, `agree`, `shrink`, `grow`: `ulfm.rs`, an error
+//! naming the ULFM functions the MPI lacks), and counts above 2^31-1 elements are refused
+//! (no MPI-4 large-count calls).
 
 pub mod cuda;
 
@@ -60,6 +61,8 @@ mod ops;
 mod request;
 #[cfg(feature = "mpi")]
 mod side;
+#[cfg(feature = "mpi")]
+mod ulfm;
 
 pub use crate::backend::staging::{register_device_copy, DeviceCopy, DeviceKind};
 pub use crate::config::mpi::{CudaAware, HalfReduce, MpiConfig, ThreadLevel};
@@ -88,7 +91,7 @@ mod with_mpi {
     use super::engine::{Comm, Shared};
     use super::init::{self, check, Runtime};
     use super::request::MpiPending;
-    use super::{launched_by_mpi, MpiConfig, NAME};
+    use super::{launched_by_mpi, ulfm, MpiConfig, NAME};
     use crate::backend::factory::BackendFactory;
     use crate::backend::CallOptions;
     use crate::backend::{Backend, MessageInfo, Mode, Op, Pending};
@@ -152,6 +155,18 @@ mod with_mpi {
         }
         fn abort(&self, reason: &str) {
             self.shared.abort(reason)
+        }
+        fn revoke(&self, _reason: &str) -> Result<()> {
+            Err(ulfm::unavailable("revoke", self.library(), &ulfm::missing()))
+        }
+        fn agree(&self, _flag: u64, _opts: &CallOptions) -> Result<crate::backend::Agreement> {
+            Err(ulfm::unavailable("agree", self.library(), &ulfm::missing()))
+        }
+        fn shrink(&self, _exclude: &[usize], _opts: &CallOptions) -> Result<Option<Arc<dyn Backend>>> {
+            Err(ulfm::unavailable("shrink", self.library(), &ulfm::missing()))
+        }
+        fn grow(&self, _joiners: usize, _opts: &CallOptions) -> Result<Arc<dyn Backend>> {
+            Err(ulfm::unavailable("grow", self.library(), &ulfm::missing()))
         }
     }
 
