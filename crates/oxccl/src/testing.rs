@@ -104,7 +104,14 @@ fn double_of(
         other => return Err(crate::Error::invalid(format!("no GPU double of `{other}`; nccl or rccl"))),
     };
     let opts = if old_library {
-        DoubleOptions { split: false, all_to_all: false, gather_scatter: false, ..DoubleOptions::default() }
+        DoubleOptions {
+            split: false,
+            shrink: false,
+            grow: false,
+            all_to_all: false,
+            gather_scatter: false,
+            ..DoubleOptions::default()
+        }
     } else {
         DoubleOptions::default()
     };

@@ -245,19 +245,21 @@ pub(crate) fn rendezvous_over(
 }
 
 impl GpuFactory {
-    /// This process's GPU rank over the host side `host` makes (the launcher's world, or a
-    /// newcomer's place in a grown one), on the device of its local rank.
+    /// This process's GPU rank over the host side `host` makes (the launcher's world, or,
+    /// when `joining`, a newcomer's place in a grown one), on the device of its local rank.
     fn over_host(
         &self,
         cfg: &ResolvedConfig,
         host: impl FnOnce(&ResolvedConfig) -> Result<Arc<dyn Backend>>,
+        joining: bool,
     ) -> Result<Arc<dyn Backend>> {
         let rt = runtime(self.flavor)?;
         let lib = self.library(cfg)?;
         let host = host(cfg)?;
         let local_rank = LaunchInfo::from_env().map(|l| l.local_rank).unwrap_or_else(|_| host.rank());
         let device = Self::device(cfg, rt.as_ref(), local_rank)?;
-        Ok(Arc::new(Engine::create(parts(self.flavor.backend(), &lib, &rt, host, cfg, device))?))
+        let parts = parts(self.flavor.backend(), &lib, &rt, host, cfg, device);
+        Ok(Arc::new(if joining { Engine::join(parts)? } else { Engine::create(parts)? }))
     }
 }
 
@@ -285,7 +287,7 @@ impl BackendFactory for GpuFactory {
     }
 
     fn create_process(&self, cfg: &ResolvedConfig) -> Result<Arc<dyn Backend>> {
-        self.over_host(cfg, |cfg| CpuFactory.create_process(cfg))
+        self.over_host(cfg, |cfg| CpuFactory.create_process(cfg), false)
     }
 
     fn create_rendezvous(
@@ -302,9 +304,10 @@ impl BackendFactory for GpuFactory {
     }
 
     /// A newcomer: its host side joins through the cpu backend (admitted by the members'
-    /// grow), then the grown world makes its NCCL communicator as any world does.
+    /// grow), then its NCCL communicator comes from `ncclCommGrow` with the members, or from
+    /// a fresh id, as all of them decide (see `engine/recovery.rs`).
     fn join_process(&self, cfg: &ResolvedConfig) -> Result<Arc<dyn Backend>> {
-        self.over_host(cfg, |cfg| CpuFactory.join_process(cfg))
+        self.over_host(cfg, |cfg| CpuFactory.join_process(cfg), true)
     }
 }
 

@@ -1,7 +1,10 @@
 //! The GPU engine: one rank of an `nccl` or `rccl` communicator, as a [`Backend`].
 //!
 //! Rooms:
-//! - `comm.rs`: the NCCL communicator handle (created non-blocking, aborted safely);
+//! - `comm.rs`: the NCCL communicator handle (created non-blocking, aborted safely; split,
+//!   shrink and grow);
+//! - `meet.rs`: what the ranks of a new communicator exchange over the host side first
+//!   (the unique id and how it is used; gathers to decide together);
 //! - `issue.rs`: how each operation becomes NCCL calls;
 //! - `p2p.rs`: envelopes, buffered sends, the queue of point-to-point batches and
 //!   whole-group receives;
@@ -9,7 +12,8 @@
 //!   busy elsewhere;
 //! - `pool.rs`: the cache of device temporaries and pinned blocks (no free on the hot path);
 //! - `pending.rs`: completion by event, with deadline, asynchronous error and lost peers;
-//! - `stage.rs`: host buffers through pinned memory and device temporaries.
+//! - `stage.rs`: host buffers through pinned memory and device temporaries;
+//! - `recovery.rs`: revoke, shrink and grow (NCCL's own calls or a fresh communicator).
 //!
 //! # Streams
 //! Each communicator has its own stream (and a second one where buffered sends are copied).
@@ -39,11 +43,14 @@
 
 mod comm;
 mod issue;
+mod meet;
 mod p2p;
 mod pending;
 mod pool;
 mod progress;
 mod recovery;
+#[cfg(test)]
+mod recovery_tests;
 mod route;
 mod stage;
 #[cfg(test)]
@@ -54,21 +61,21 @@ use std::time::{Duration, Instant};
 
 use self::comm::{Comm, Guard, NCCL_SPLIT_NOCOLOR};
 use self::issue::{Target, Transfer};
+use self::meet::{exchange, fresh_id, host_all_gather, Make};
 use self::p2p::Queued;
 use self::pending::{DeviceTemp, GpuPending, Issued, PooledEvent, Ticket};
 use self::route::Route;
 use self::stage::Staged;
 use crate::algorithm::AlgorithmOverrides;
 use crate::backend::poison::Poison;
-use crate::backend::{Backend, CallOptions, MessageInfo, Mode, Op, Pending, RawBuf, RawBufMut, StreamOrder};
+use crate::backend::{Backend, CallOptions, MessageInfo, Mode, Op, Pending, StreamOrder};
 use crate::config::HostBuffers;
 use crate::device::Device;
-use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::fingerprint::OpKind;
 use crate::sync::relock;
-use crate::xccl::host_side::{run_blocking, HostSide};
-use crate::xccl::library::types::{NcclUniqueId, NCCL_UNIQUE_ID_BYTES};
+use crate::xccl::host_side::HostSide;
+use crate::xccl::library::types::NcclUniqueId;
 use crate::xccl::library::{Library, NcclResult};
 use crate::xccl::runtime::{enter, DeviceRuntime, RawEvent, RawStream, Vendor};
 
@@ -164,37 +171,6 @@ fn device_of(rt: &dyn DeviceRuntime, ordinal: u32) -> Device {
     }
 }
 
-/// Rank 0 makes an NCCL unique id and every rank receives it over the host communicator
-/// (whose connections were authenticated with the job's secret when it was set up).
-fn exchange_id(lib: &Library, host: &dyn Backend, timeout: Duration) -> Result<NcclUniqueId> {
-    let mut id = NcclUniqueId::zeroed();
-    if host.rank() == 0 {
-        // SAFETY: ncclGetUniqueId writes one `ncclUniqueId` through a valid pointer.
-        let r = unsafe { (lib.table.get_unique_id)(&mut id) };
-        lib.check("ncclGetUniqueId", r, std::ptr::null_mut())?;
-    }
-    let mut bytes = *id.as_bytes();
-    let output =
-        RawBufMut { ptr: bytes.as_mut_ptr(), count: NCCL_UNIQUE_ID_BYTES, dtype: DType::U8, device: Device::Cpu };
-    let input = (host.rank() == 0).then(|| output.as_const());
-    // SAFETY: `bytes` outlives the blocking call.
-    unsafe { run_blocking(host, Op::Broadcast { input, output, root: 0 }, timeout)? };
-    NcclUniqueId::from_bytes(&bytes)
-}
-
-/// Every rank's `value`, gathered over the host communicator.
-fn host_all_gather(host: &dyn Backend, value: u64, timeout: Duration) -> Result<Vec<u64>> {
-    let mine = [value];
-    let mut all = vec![0u64; host.world_size()];
-    let op = Op::AllGather {
-        input: RawBuf { ptr: mine.as_ptr().cast(), count: 1, dtype: DType::U64, device: Device::Cpu },
-        output: RawBufMut { ptr: all.as_mut_ptr().cast(), count: all.len(), dtype: DType::U64, device: Device::Cpu },
-    };
-    // SAFETY: both buffers outlive the blocking call.
-    unsafe { run_blocking(host, op, timeout)? };
-    Ok(all)
-}
-
 impl Engine {
     /// Creates this rank's communicator: the unique id travels over the host communicator,
     /// the NCCL communicator is created non-blocking and waited for within the timeout.
@@ -205,9 +181,15 @@ impl Engine {
     pub(crate) fn create(parts: Parts) -> Result<Engine> {
         let rt = Arc::clone(&parts.rt);
         let _cur = enter(rt.as_ref(), parts.device)?;
-        let id = exchange_id(&parts.lib, parts.host.as_ref(), parts.timeout)?;
+        let (_, id) = exchange(parts.host.as_ref(), parts.timeout, || Ok((Make::Init, fresh_id(&parts.lib)?)))?;
+        Self::from_id(parts, &id)
+    }
+
+    /// This rank's communicator from `id`, every rank's (`ncclCommInitRankConfig`), on the
+    /// device the caller made current.
+    fn from_id(parts: Parts, id: &NcclUniqueId) -> Result<Engine> {
         let host = HostSide::new(Arc::clone(&parts.host), parts.check);
-        let comm = Self::init_comm(&parts, &host, &id)?;
+        let comm = Self::init_comm(&parts, &host, id)?;
         Self::assemble(parts, host, comm)
     }
 
@@ -225,30 +207,8 @@ impl Engine {
         };
         let guard = Guard { deadline: Instant::now() + parts.timeout, watch: &|| host.liveness(), late: &late };
         let comm = Comm::init(&parts.lib, size, id, rank, &guard)?;
-        Self::verify(&comm, &parts.lib, size, rank, parts.device)?;
+        comm.verify(size, rank, parts.device)?;
         Ok(comm)
-    }
-
-    /// Checks that NCCL sees the communicator as oxccl made it (count, rank, device): a
-    /// mismatch would mean every later call goes wrong.
-    fn verify(comm: &Comm, lib: &Library, size: usize, rank: usize, device: u32) -> Result<()> {
-        let t = &lib.table;
-        let ask = |name: &str, f: crate::xccl::library::table::CommIntFn| -> Result<i64> {
-            let mut v: std::ffi::c_int = -1;
-            // SAFETY: a live communicator (lock held by `with`); writes one int.
-            let (r, raw) = comm.with(|c| (unsafe { f(c, &mut v) }, c))?;
-            lib.check(name, r, raw)?;
-            Ok(i64::from(v))
-        };
-        let seen = (ask("ncclCommCount", t.comm_count)?, ask("ncclCommUserRank", t.comm_user_rank)?);
-        let dev = ask("ncclCommCuDevice", t.comm_cu_device)?;
-        if seen != (size as i64, rank as i64) || dev != i64::from(device) {
-            return Err(Error::Internal(format!(
-                "NCCL made rank {} of {} on device {dev}, but oxccl asked for rank {rank} of {size} on device {device}",
-                seen.1, seen.0
-            )));
-        }
-        Ok(())
     }
 
     /// The engine around a ready communicator: its stream, scratch word and events.
@@ -849,11 +809,8 @@ impl Backend for Engine {
         match child_host {
             None => Ok(None),
             Some(host) => {
-                let id = exchange_id(&i.lib, host.as_ref(), timeout)?;
-                let p = parts(host);
-                let side = HostSide::new(Arc::clone(&p.host), p.check);
-                let comm = Engine::init_comm(&p, &side, &id)?;
-                Ok(Some(Arc::new(Engine::assemble(p, side, comm)?) as Arc<dyn Backend>))
+                let (_, id) = exchange(host.as_ref(), timeout, || Ok((Make::Init, fresh_id(&i.lib)?)))?;
+                Ok(Some(Arc::new(Engine::from_id(parts(host), &id)?) as Arc<dyn Backend>))
             }
         }
     }

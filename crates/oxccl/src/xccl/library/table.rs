@@ -3,9 +3,11 @@
 //!
 //! Every signature is `nccl.h`'s (NVIDIA/nccl `src/nccl.h.in`, tags `v2.14.3-1` for the
 //! required functions and the first tag named in [`OPTIONAL_SINCE`] for the optional ones,
-//! checked again against `v2.30.7-1` and the 2.32.3 wheel's `nccl.h`; RCCL declares the same
-//! with `hipStream_t`, ROCm/rccl `src/nccl.h.in`). Streams are `*mut c_void`: a
-//! `cudaStream_t`/`hipStream_t`, which is a pointer to an opaque struct in both runtimes.
+//! checked again against `v2.30.7-1` and the 2.32.3 wheel's `nccl.h`, except
+//! `ncclCommGetUniqueId` and `ncclCommGrow`, checked against `v2.29.2-1`, `v2.30.7-1` and
+//! master (2.30) only; RCCL declares the same with `hipStream_t`, ROCm/rccl
+//! `src/nccl.h.in`). Streams are `*mut c_void`: a `cudaStream_t`/`hipStream_t`, which is a
+//! pointer to an opaque struct in both runtimes.
 //!
 //! [`OPTIONAL_SINCE`]: super::version::OPTIONAL_SINCE
 
@@ -136,6 +138,21 @@ pub(crate) type CommShrinkFn = unsafe extern "C" fn(
     config: *mut NcclConfig,
     shrink_flags: c_int,
 ) -> NcclResult;
+/// `ncclResult_t ncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId* uniqueId);` (since
+/// 2.29.2): the id of a grow of `comm`, made by one of its ranks (the root).
+pub(crate) type CommGetUniqueIdFn = unsafe extern "C" fn(comm: NcclComm, unique_id: *mut NcclUniqueId) -> NcclResult;
+/// `ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId* uniqueId, int
+/// rank, ncclComm_t* newcomm, ncclConfig_t* config);` (since 2.29.2; `nRanks` is the new
+/// total; existing ranks pass their communicator and rank -1, new ones a null communicator,
+/// the id and their rank)
+pub(crate) type CommGrowFn = unsafe extern "C" fn(
+    comm: NcclComm,
+    nranks: c_int,
+    unique_id: *const NcclUniqueId,
+    rank: c_int,
+    newcomm: *mut NcclComm,
+    config: *mut NcclConfig,
+) -> NcclResult;
 /// `ncclResult_t ncclMemAlloc(void** ptr, size_t size);` (since 2.19.1)
 pub(crate) type MemAllocFn = unsafe extern "C" fn(ptr: *mut *mut c_void, size: usize) -> NcclResult;
 /// `ncclResult_t ncclMemFree(void *ptr);` (since 2.19.1)
@@ -212,6 +229,10 @@ pub(crate) struct Table {
     pub(crate) comm_split: Option<CommSplitFn>,
     /// `ncclCommShrink` (NCCL 2.27.3+).
     pub(crate) comm_shrink: Option<CommShrinkFn>,
+    /// `ncclCommGetUniqueId` (NCCL 2.29.2+).
+    pub(crate) comm_get_unique_id: Option<CommGetUniqueIdFn>,
+    /// `ncclCommGrow` (NCCL 2.29.2+).
+    pub(crate) comm_grow: Option<CommGrowFn>,
     /// `ncclAlltoAll` (NCCL 2.28.3+), or RCCL's older `ncclAllToAll` (same signature).
     pub(crate) all_to_all: Option<GatherAllFn>,
     /// `ncclGather` (NCCL 2.28.3+; RCCL earlier).
@@ -361,6 +382,8 @@ impl Table {
                 optional {
                     comm_split = r.optional(c"ncclCommSplit"),
                     comm_shrink = r.optional(c"ncclCommShrink"),
+                    comm_get_unique_id = r.optional(c"ncclCommGetUniqueId"),
+                    comm_grow = r.optional(c"ncclCommGrow"),
                     all_to_all = r.optional(c"ncclAlltoAll").or_else(|| r.optional(RCCL_ALL_TO_ALL)),
                     gather = r.optional(c"ncclGather"),
                     scatter = r.optional(c"ncclScatter"),
@@ -393,6 +416,8 @@ impl Table {
         let present = [
             ("ncclCommSplit", self.comm_split.is_some()),
             ("ncclCommShrink", self.comm_shrink.is_some()),
+            ("ncclCommGetUniqueId", self.comm_get_unique_id.is_some()),
+            ("ncclCommGrow", self.comm_grow.is_some()),
             ("ncclAlltoAll", self.all_to_all.is_some()),
             ("ncclGather", self.gather.is_some()),
             ("ncclScatter", self.scatter.is_some()),

@@ -230,6 +230,9 @@ fn optional_since_names_every_optional_table_entry() {
         assert!(optional_since(&c).is_some_and(|v| v > Version::new(2, 10, 0)), "{name}");
     }
     assert_eq!(optional_since(c"ncclCommSplit"), Some(Version::new(2, 18, 1)));
+    assert_eq!(optional_since(c"ncclCommShrink"), Some(Version::new(2, 27, 3)));
+    assert_eq!(optional_since(c"ncclCommGrow"), Some(Version::new(2, 29, 2)));
+    assert_eq!(optional_since(c"ncclCommGetUniqueId"), Some(Version::new(2, 29, 2)));
     assert_eq!(optional_since(c"ncclAllReduce"), None);
 }
 
@@ -513,6 +516,7 @@ fn a_library_that_is_not_nccl_is_rejected_naming_what_it_lacks() {
 fn a_table_with_every_required_function_loads_and_lacks_the_optional_ones() {
     let table = Fake::new(fake_version_2_21_5).table().expect("every required function");
     assert!(table.comm_split.is_none() && table.comm_shrink.is_none() && table.all_to_all.is_none());
+    assert!(table.comm_get_unique_id.is_none() && table.comm_grow.is_none());
     assert!(table.gather.is_none() && table.scatter.is_none());
     assert!(table.mem_alloc.is_none() && table.mem_free.is_none());
     assert!(table.comm_register.is_none() && table.comm_deregister.is_none());

@@ -34,7 +34,7 @@ pub(crate) const MIN_SUPPORTED: Version = Version::new(2, 14, 0);
 /// decided by looking the symbol up, never by version: RCCL had `ncclGather`, `ncclScatter`
 /// and `ncclAllToAll` long before NCCL did, and a library may be built without some.
 #[cfg_attr(not(test), allow(dead_code))] // documentation in code; the tests check the table against it
-pub(crate) const OPTIONAL_SINCE: [(&CStr, Version); 11] = [
+pub(crate) const OPTIONAL_SINCE: [(&CStr, Version); 13] = [
     (c"ncclRedOpCreatePreMulSum", Version::new(2, 11, 4)),
     (c"ncclRedOpDestroy", Version::new(2, 11, 4)),
     (c"ncclCommSplit", Version::new(2, 18, 1)),
@@ -46,6 +46,8 @@ pub(crate) const OPTIONAL_SINCE: [(&CStr, Version); 11] = [
     (c"ncclAlltoAll", Version::new(2, 28, 3)),
     (c"ncclGather", Version::new(2, 28, 3)),
     (c"ncclScatter", Version::new(2, 28, 3)),
+    (c"ncclCommGetUniqueId", Version::new(2, 29, 2)),
+    (c"ncclCommGrow", Version::new(2, 29, 2)),
 ];
 
 /// The NCCL release that introduced the optional function `name`, if it is one of the

@@ -1,5 +1,6 @@
-//! Communicators of the double: how ranks meet (by unique id, or by splitting a parent),
-//! the registry of live handles, abort, async errors, and fault injection.
+//! Communicators of the double: init by unique id, the registry of live handles, the state
+//! a communicator's background work leaves (a child's late handle, see `child.rs`; a grown
+//! communicator's, see `grow.rs`), abort, async errors, and fault injection.
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::c_int;
@@ -7,9 +8,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
-pub(crate) use super::gathering::NCCL_SPLIT_NOCOLOR;
-use super::gathering::{Gathering, Member, Net, Poll};
-use super::{fail, guard, is_our_id, set_last_error};
+use super::gathering::{Child, Gathering, Member, Net, Poll};
+use super::{counted, fail, guard, is_grow_id, is_our_id, set_last_error};
 use crate::error::Error;
 use crate::sync::relock;
 use crate::xccl::library::types::{
@@ -19,8 +19,8 @@ use crate::xccl::runtime::host::codes::LAUNCH_FAILED;
 use crate::xccl::runtime::host::{enqueue_anywhere, Closure, CurrentDevice};
 use crate::xccl::runtime::RawStream;
 
-/// How long a blocking init or split waits for the other ranks before giving up (so a test
-/// never hangs for ever).
+/// How long a blocking init, split, shrink or grow waits for the other ranks before giving
+/// up (so a test never hangs for ever).
 const BLOCKING_LIMIT: Duration = Duration::from_secs(60);
 
 /// A stall of a communicator's next operation (from [`hang_next`]).
@@ -67,7 +67,8 @@ impl Drop for HangGuard {
 pub(super) struct Shared {
     /// Where its ranks meet.
     gathering: Arc<Gathering>,
-    /// Its slot there (the rank at init; the parent's rank for a split).
+    /// Its slot there (the rank at init; the parent's rank for a split; the new rank for a
+    /// shrink or grow).
     slot: usize,
     /// The device current on the creating thread.
     pub(super) device: u32,
@@ -86,8 +87,8 @@ struct CommState {
     error: Option<NcclResult>,
     /// The index of the next collective.
     next_coll: u64,
-    /// The index of the next split.
-    next_split: u64,
+    /// The index of the next split, shrink and grow of this communicator.
+    next_child: HashMap<Child, u64>,
     /// A hang for the next operation.
     hang: Option<Arc<Hang>>,
     /// Live registration handles.
@@ -96,8 +97,11 @@ struct CommState {
     warmed: HashSet<String>,
     /// Work held while a call that returned `ncclInProgress` is "connecting".
     busy: Option<Busy>,
-    /// A non-blocking split whose new handle is not written yet.
-    pending_split: Option<PendingSplit>,
+    /// A non-blocking split or shrink whose new handle is not written yet.
+    pending_child: Option<PendingChild>,
+    /// A grown communicator's `(newcomm, handle)`: as NCCL's grow job does at its end, the
+    /// handle is written into the caller's `ncclComm_t*` again when the grow completes.
+    late_write: Option<(usize, usize)>,
 }
 
 /// How many polls of `ncclCommGetAsyncError` a first use of an algorithm stays in progress.
@@ -118,22 +122,54 @@ impl std::fmt::Debug for Busy {
     }
 }
 
-/// A non-blocking `ncclCommSplit` in progress: as NCCL does, the new handle is written into
-/// the caller's slot only when the split's background job finishes (the parent's async
-/// error turns from `ncclInProgress` to `ncclSuccess`); until then the slot holds null.
+/// A non-blocking `ncclCommSplit` or `ncclCommShrink` in progress: as NCCL does, the new
+/// handle is written into the caller's slot only when the child's background job finishes
+/// (the parent's async error turns from `ncclInProgress` to `ncclSuccess`); until then the
+/// slot holds null.
 #[derive(Debug)]
-struct PendingSplit {
+pub(super) struct PendingChild {
+    /// The call, for messages.
+    pub(super) call: &'static str,
     /// The caller's `ncclComm_t*`.
-    slot: usize,
+    pub(super) slot: usize,
     /// The new communicator (null for `NCCL_SPLIT_NOCOLOR`).
-    handle: usize,
-    /// The ranks of the split meeting.
-    gathering: Arc<Gathering>,
-    /// This rank's slot there (its rank in the parent).
-    rank: usize,
+    pub(super) handle: usize,
+    /// The ranks of the child meeting.
+    pub(super) gathering: Arc<Gathering>,
+    /// This rank's slot there.
+    pub(super) rank: usize,
 }
 
 impl Shared {
+    /// A communicator of `gathering`'s slot `slot`, on `device`.
+    pub(super) fn new(gathering: Arc<Gathering>, slot: usize, device: u32, blocking: bool) -> Shared {
+        Shared { gathering, slot, device, blocking, st: Mutex::new(CommState::default()) }
+    }
+
+    /// Takes the index of this rank's next child of `kind`.
+    pub(super) fn next_child(&self, kind: Child) -> u64 {
+        let mut st = relock(&self.st);
+        let next = st.next_child.entry(kind).or_insert(0);
+        *next += 1;
+        *next - 1
+    }
+
+    /// The index this rank's next child of `kind` will take (not taken).
+    pub(super) fn peek_child(&self, kind: Child) -> u64 {
+        relock(&self.st).next_child.get(&kind).copied().unwrap_or(0)
+    }
+
+    /// Records a non-blocking child in progress (see [`PendingChild`]).
+    pub(super) fn set_pending(&self, p: PendingChild) {
+        relock(&self.st).pending_child = Some(p);
+    }
+
+    /// Writes `handle` into the caller's `newcomm` again once the grow completes (see
+    /// `late_write`).
+    pub(super) fn write_when_ready(&self, newcomm: usize, handle: usize) {
+        relock(&self.st).late_write = Some((newcomm, handle));
+    }
+
     /// Its place in the communicator.
     ///
     /// # Errors
@@ -147,6 +183,15 @@ impl Shared {
         match self.gathering.poll(self.slot) {
             Poll::Ready(Some(m)) => {
                 st.member = Some(m.clone());
+                if let Some((newcomm, handle)) = st.late_write.take() {
+                    // SAFETY: ncclCommGrow's caller keeps `newcomm` valid and writable until
+                    // the new communicator's async error is no longer ncclInProgress, which
+                    // is what completion makes it: NCCL's grow job writes it last, as here.
+                    unsafe {
+                        std::ptr::with_exposed_provenance_mut::<NcclComm>(newcomm)
+                            .write(std::ptr::with_exposed_provenance_mut(handle))
+                    };
+                }
                 Ok(m)
             }
             Poll::Ready(None) => Err(fail(NcclResult::INTERNAL_ERROR, "the double made a communicator for no color")),
@@ -158,8 +203,9 @@ impl Shared {
         }
     }
 
-    /// Waits (up to [`BLOCKING_LIMIT`]) for the other ranks, for a blocking init or split.
-    fn wait_ready(&self, call: &str) -> NcclResult {
+    /// Waits (up to [`BLOCKING_LIMIT`]) for the other ranks, for a blocking init, split,
+    /// shrink or grow.
+    pub(super) fn wait_ready(&self, call: &str) -> NcclResult {
         match self.gathering.wait(self.slot, BLOCKING_LIMIT) {
             Poll::Ready(_) => match self.member() {
                 Ok(_) => NcclResult::SUCCESS,
@@ -175,7 +221,7 @@ impl Shared {
 
     /// `ncclCommGetAsyncError`'s answer. Polling is what moves the double's background
     /// work on: a held first use is queued after [`CONNECT_POLLS`] polls, and a finished
-    /// split writes its handle.
+    /// split or shrink writes its handle.
     pub(super) fn async_error(&self) -> NcclResult {
         if let Some(e) = relock(&self.st).error {
             return e;
@@ -183,7 +229,7 @@ impl Shared {
         if let Some(code) = self.poll_busy() {
             return code;
         }
-        if let Some(code) = self.poll_split() {
+        if let Some(code) = self.poll_child() {
             return code;
         }
         match self.gathering.poll(self.slot) {
@@ -216,25 +262,26 @@ impl Shared {
         None
     }
 
-    /// Writes a finished split's handle; `Some(code)` while it runs or when it failed.
-    fn poll_split(&self) -> Option<NcclResult> {
+    /// Writes a finished child's handle; `Some(code)` while it runs or when it failed.
+    fn poll_child(&self) -> Option<NcclResult> {
         let mut st = relock(&self.st);
-        let pending = st.pending_split.as_ref()?;
+        let pending = st.pending_child.as_ref()?;
         match pending.gathering.poll(pending.rank) {
             Poll::Pending => Some(NcclResult::IN_PROGRESS),
             Poll::Aborted(why) => {
-                let p = st.pending_split.take();
+                let p = st.pending_child.take();
                 drop(st);
+                let call = p.as_ref().map_or("ncclCommSplit", |p| p.call);
                 if let Some(p) = p {
-                    drop_pending_split(p);
+                    drop_pending_child(p);
                 }
-                Some(fail(NcclResult::REMOTE_ERROR, format!("ncclCommSplit: aborted: {why}")))
+                Some(fail(NcclResult::REMOTE_ERROR, format!("{call}: aborted: {why}")))
             }
             Poll::Ready(_) => {
-                let p = st.pending_split.take()?;
-                // SAFETY: the caller of the non-blocking ncclCommSplit keeps its slot valid
-                // until the parent's async error is no longer ncclInProgress (NCCL's
-                // contract: the handle is written by the split's background job).
+                let p = st.pending_child.take()?;
+                // SAFETY: the caller of the non-blocking ncclCommSplit or ncclCommShrink keeps
+                // its slot valid until the parent's async error is no longer ncclInProgress
+                // (NCCL's contract: the handle is written by the child's background job).
                 unsafe {
                     std::ptr::with_exposed_provenance_mut::<NcclComm>(p.slot)
                         .write(std::ptr::with_exposed_provenance_mut(p.handle))
@@ -247,7 +294,7 @@ impl Shared {
     /// Whether the communicator is busy with a call that returned `ncclInProgress`.
     pub(super) fn busy(&self) -> bool {
         let st = relock(&self.st);
-        st.busy.is_some() || st.pending_split.is_some()
+        st.busy.is_some() || st.pending_child.is_some()
     }
 
     /// Whether any of `keys` is used for the first time on this non-blocking communicator
@@ -272,17 +319,18 @@ impl Shared {
         busy.held.extend(jobs);
     }
 
-    /// Drops what a failed or aborted communicator still holds: held work, a split's
+    /// Drops what a failed or aborted communicator still holds: held work, a child's
     /// unwritten handle (its communicator is aborted and freed, as NCCL's abort joins the
-    /// split's job).
+    /// child's job), a grow's last write (an abort ends the grow job: nothing writes after).
     fn drop_background(&self) {
-        let (busy, split) = {
+        let (busy, child) = {
             let mut st = relock(&self.st);
-            (st.busy.take(), st.pending_split.take())
+            st.late_write = None;
+            (st.busy.take(), st.pending_child.take())
         };
         drop(busy);
-        if let Some(p) = split {
-            drop_pending_split(p);
+        if let Some(p) = child {
+            drop_pending_child(p);
         }
     }
 
@@ -333,7 +381,7 @@ struct Handle {
 static COMMS: LazyLock<Mutex<HashMap<usize, Arc<Shared>>>> = LazyLock::new(|| Mutex::new(HashMap::new()));
 
 /// A new handle for `shared`.
-fn new_handle(shared: Shared) -> NcclComm {
+pub(super) fn new_handle(shared: Shared) -> NcclComm {
     let ptr = Box::into_raw(Box::new(Handle { _byte: 0 }));
     relock(&COMMS).insert(ptr.addr(), Arc::new(shared));
     ptr.cast::<NcclCommOpaque>()
@@ -355,11 +403,43 @@ pub(super) fn lookup(comm: NcclComm, call: &str) -> Result<Arc<Shared>, NcclResu
     })
 }
 
+/// `comm`, checked as NCCL's `ncclCommEnsureReady` checks the parent of a split, shrink or
+/// grow (and the communicator of `ncclCommGetUniqueId`): live, initialized, not failed or
+/// aborted, and not busy with a call that has not settled; and this rank's place in it.
+///
+/// # Errors
+/// As [`lookup`]; the sticky error or the abort's code; `ncclInvalidArgument` for a
+/// communicator still initializing or busy (NCCL: "Attempt to use communicator before the
+/// previous operation returned ncclSuccess").
+pub(super) fn ready_parent(comm: NcclComm, call: &str) -> Result<(Arc<Shared>, Member), NcclResult> {
+    let parent = lookup(comm, call)?;
+    if let Some(e) = parent.sticky() {
+        return Err(fail(e, format!("{call}: the communicator has failed ({e})")));
+    }
+    let not_ready = || {
+        fail(
+            NcclResult::INVALID_ARGUMENT,
+            format!(
+                "{call}: the communicator is busy with a call that has not returned ncclSuccess yet; poll \
+                 ncclCommGetAsyncError until it does first"
+            ),
+        )
+    };
+    let member = parent.member().map_err(|code| if code == NcclResult::IN_PROGRESS { not_ready() } else { code })?;
+    if let Some(code) = member.net.abort_code(member.rank) {
+        return Err(fail(code, format!("{call}: the communicator was aborted")));
+    }
+    if parent.busy() {
+        return Err(not_ready());
+    }
+    Ok((parent, member))
+}
+
 /// Removes `comm` from the registry and frees its handle.
 ///
 /// # Errors
 /// As [`lookup`].
-fn release(comm: NcclComm, call: &str) -> Result<Arc<Shared>, NcclResult> {
+pub(super) fn release(comm: NcclComm, call: &str) -> Result<Arc<Shared>, NcclResult> {
     let shared = lookup(comm, call)?;
     if relock(&COMMS).remove(&comm.addr()).is_none() {
         // Released by another thread in between.
@@ -382,7 +462,7 @@ static USED_IDS: LazyLock<Mutex<HashSet<[u8; 128]>>> = LazyLock::new(|| Mutex::n
 ///
 /// # Safety
 /// `config` is null or points to an [`NcclConfig`].
-unsafe fn blocking_of(config: *const NcclConfig, call: &str, default: bool) -> Result<bool, NcclResult> {
+pub(super) unsafe fn blocking_of(config: *const NcclConfig, call: &str, default: bool) -> Result<bool, NcclResult> {
     if config.is_null() {
         return Ok(default);
     }
@@ -412,6 +492,7 @@ pub(super) unsafe extern "C" fn nccl_comm_init_rank_config(
     config: *mut NcclConfig,
 ) -> NcclResult {
     const CALL: &str = "ncclCommInitRankConfig";
+    counted(|c| c.init += 1);
     guard(CALL, || {
         if comm.is_null() {
             return fail(NcclResult::INVALID_ARGUMENT, format!("{CALL}: comm is null"));
@@ -429,6 +510,12 @@ pub(super) unsafe extern "C" fn nccl_comm_init_rank_config(
         }
         if !is_our_id(&comm_id) {
             return fail(NcclResult::INVALID_ARGUMENT, format!("{CALL}: not a unique id of the double"));
+        }
+        if is_grow_id(&comm_id) {
+            return fail(
+                NcclResult::INVALID_ARGUMENT,
+                format!("{CALL}: the unique id is ncclCommGetUniqueId's, which only ncclCommGrow takes"),
+            );
         }
         let key = comm_id.internal;
         let gathering = {
@@ -457,8 +544,7 @@ pub(super) unsafe extern "C" fn nccl_comm_init_rank_config(
             g
         };
         let device = CurrentDevice::get().map_or(0, |d| d.device());
-        let shared = Shared { gathering, slot: r, device, blocking, st: Mutex::new(CommState::default()) };
-        let handle = new_handle(shared);
+        let handle = new_handle(Shared::new(gathering, r, device, blocking));
         // SAFETY: non-null and writable (our caller's contract).
         unsafe { comm.write(handle) };
         if !blocking {
@@ -471,107 +557,12 @@ pub(super) unsafe extern "C" fn nccl_comm_init_rank_config(
     })
 }
 
-/// `ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
-/// ncclConfig_t* config)`: every rank of `comm` calls it; the ranks of one color form a new
-/// communicator, ordered by (key, rank); [`NCCL_SPLIT_NOCOLOR`] gets null. A null config
-/// inherits the parent's blocking mode.
-///
-/// # Safety
-/// `newcomm` is null or writable; `config` is null or an `ncclConfig_t`.
-pub(super) unsafe extern "C" fn nccl_comm_split(
-    comm: NcclComm,
-    color: c_int,
-    key: c_int,
-    newcomm: *mut NcclComm,
-    config: *mut NcclConfig,
-) -> NcclResult {
-    const CALL: &str = "ncclCommSplit";
-    guard(CALL, || {
-        if newcomm.is_null() {
-            return fail(NcclResult::INVALID_ARGUMENT, format!("{CALL}: newcomm is null"));
-        }
-        if color < NCCL_SPLIT_NOCOLOR {
-            return fail(NcclResult::INVALID_ARGUMENT, format!("{CALL}: color {color} is negative"));
-        }
-        let parent = match lookup(comm, CALL) {
-            Ok(p) => p,
-            Err(code) => return code,
-        };
-        if let Some(e) = parent.sticky() {
-            return fail(e, format!("{CALL}: the communicator has failed ({e})"));
-        }
-        let member = match parent.member() {
-            Ok(m) => m,
-            Err(code) => return code,
-        };
-        // SAFETY: `config` is null or a config (our caller's contract).
-        let blocking = match unsafe { blocking_of(config, CALL, parent.blocking) } {
-            Ok(b) => b,
-            Err(code) => return code,
-        };
-        let index = {
-            let mut st = relock(&parent.st);
-            st.next_split += 1;
-            st.next_split - 1
-        };
-        let gathering = {
-            let mut splits = relock(&member.net.splits);
-            let g = Arc::clone(splits.entry(index).or_insert_with(|| Gathering::new(member.nranks)));
-            match g.arrive(member.rank, color, key) {
-                Ok(true) => {
-                    splits.remove(&index);
-                }
-                Ok(false) => {}
-                Err(why) => return fail(NcclResult::INTERNAL_ERROR, format!("{CALL}: {why}")),
-            }
-            g
-        };
-        if let Some(why) = member.net.world.aborted() {
-            gathering.abort(&why);
-        }
-        let handle = (color != NCCL_SPLIT_NOCOLOR).then(|| {
-            new_handle(Shared {
-                gathering: Arc::clone(&gathering),
-                slot: member.rank,
-                device: parent.device,
-                blocking,
-                st: Mutex::new(CommState::default()),
-            })
-        });
-        if !blocking {
-            // As NCCL since 2.18: null now, the handle once the split's job is done.
-            // SAFETY: non-null and writable (our caller's contract).
-            unsafe { newcomm.write(std::ptr::null_mut()) };
-            relock(&parent.st).pending_split = Some(PendingSplit {
-                slot: newcomm.expose_provenance(),
-                handle: handle.map_or(0, |h| h.expose_provenance()),
-                gathering,
-                rank: member.rank,
-            });
-            // And, as NCCL 2.28 does, ncclSuccess: its ncclCommSplit drops the group's
-            // ncclInProgress, so only the parent's async error says when the job is done.
-            return NcclResult::SUCCESS;
-        }
-        let Some(handle) = handle else {
-            // SAFETY: non-null and writable (our caller's contract).
-            unsafe { newcomm.write(std::ptr::null_mut()) };
-            return NcclResult::SUCCESS;
-        };
-        // SAFETY: non-null and writable (our caller's contract).
-        unsafe { newcomm.write(handle) };
-        match lookup(handle, CALL) {
-            Ok(s) => s.wait_ready(CALL),
-            Err(code) => code,
-        }
-    })
-}
-
-/// Frees the communicator of a split that will never be handed out (its parent failed or
-/// was aborted first), ending its gathering.
-fn drop_pending_split(p: PendingSplit) {
-    p.gathering.abort("the parent communicator was aborted during the split");
+/// Frees the communicator of a split or shrink that will never be handed out (its parent
+/// failed or was aborted first), ending its gathering.
+fn drop_pending_child(p: PendingChild) {
+    p.gathering.abort(&format!("the parent communicator was aborted during {}", p.call));
     if p.handle != 0 {
-        let _ = release(std::ptr::with_exposed_provenance_mut(p.handle), "ncclCommSplit");
+        let _ = release(std::ptr::with_exposed_provenance_mut(p.handle), p.call);
     }
 }
 

@@ -1,6 +1,7 @@
 //! How the ranks of the double meet to form a communicator: those of
-//! `ncclCommInitRankConfig` with one unique id, or a parent's ranks calling `ncclCommSplit`;
-//! what the ranks of one communicator then share ([`Net`]) and each one's place ([`Member`]).
+//! `ncclCommInitRankConfig` with one unique id, a parent's ranks calling `ncclCommSplit` or
+//! `ncclCommShrink`, or a parent's ranks and new ones calling `ncclCommGrow`; what the ranks
+//! of one communicator then share ([`Net`]) and each one's place ([`Member`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::c_int;
@@ -14,13 +15,25 @@ use crate::xccl::library::types::NcclResult;
 /// `NCCL_SPLIT_NOCOLOR`: the color of ranks that get no communicator from a split.
 pub(crate) const NCCL_SPLIT_NOCOLOR: c_int = -1;
 
+/// The kinds of communicators made from a parent; each kind is numbered in every rank's call
+/// order (a rank's n-th split meets the others' n-th split).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) enum Child {
+    /// `ncclCommSplit`.
+    Split,
+    /// `ncclCommShrink`.
+    Shrink,
+    /// `ncclCommGrow`.
+    Grow,
+}
+
 /// What the ranks of one communicator share.
 #[derive(Debug)]
 pub(super) struct Net {
     /// Where collectives and messages meet.
     pub(super) world: World,
-    /// The splits in progress, by their index in each rank's call order.
-    pub(super) splits: Mutex<HashMap<u64, Arc<Gathering>>>,
+    /// The splits, shrinks and grows in progress, by kind and index.
+    children: Mutex<HashMap<(Child, u64), Arc<Gathering>>>,
     /// The rank that aborted the communicator (or died) first.
     aborted_by: Mutex<Option<usize>>,
 }
@@ -28,18 +41,61 @@ pub(super) struct Net {
 impl Net {
     /// A communicator of `n` ranks.
     pub(super) fn new(n: usize) -> Net {
-        Net { world: World::new(n), splits: Mutex::new(HashMap::new()), aborted_by: Mutex::new(None) }
+        Net { world: World::new(n), children: Mutex::new(HashMap::new()), aborted_by: Mutex::new(None) }
     }
 
     /// Aborts the communicator on behalf of `rank`: every wait of every rank ends, now and
-    /// later, splits in progress included.
+    /// later, splits, shrinks and grows in progress included.
     pub(super) fn abort(&self, rank: usize, why: &str) {
         relock(&self.aborted_by).get_or_insert(rank);
         self.world.abort(why);
-        let splits: Vec<Arc<Gathering>> = relock(&self.splits).values().cloned().collect();
-        for g in splits {
+        let children: Vec<Arc<Gathering>> = relock(&self.children).values().cloned().collect();
+        for g in children {
             g.abort(why);
         }
+    }
+
+    /// Slot `slot` arrives (with `color` and `key`) at the gathering of child `child` of this
+    /// communicator, made for `n` slots and `terms` (what every rank must pass alike: a
+    /// shrink's sorted exclusion list) by its first arrival. The gathering, and whether this
+    /// arrival completed it. `who` names the caller in messages (`ncclCommShrink: rank 2`).
+    ///
+    /// # Errors
+    /// `ncclInvalidUsage` (with the last error set) when the arrival disagrees with the first
+    /// one about `n` or `terms` (the gathering is then aborted: the others' waits end), or
+    /// its slot is out of range or taken.
+    pub(super) fn meet(
+        &self,
+        child: (Child, u64),
+        n: usize,
+        terms: &[c_int],
+        (slot, color, key): (usize, c_int, c_int),
+        who: &str,
+    ) -> Result<(Arc<Gathering>, bool), NcclResult> {
+        let mut children = relock(&self.children);
+        let g = Arc::clone(children.entry(child).or_insert_with(|| Gathering::with_terms(n, terms.to_vec())));
+        if g.n != n || g.terms != terms {
+            let why = format!(
+                "{who} asks for {n} ranks with {terms:?}, an earlier rank asked for {} with {:?}",
+                g.n, g.terms
+            );
+            children.remove(&child);
+            drop(children);
+            g.abort(&why);
+            return Err(super::fail(NcclResult::INVALID_USAGE, why));
+        }
+        let complete = match g.arrive(slot, color, key) {
+            Ok(complete) => complete,
+            Err(why) => return Err(super::fail(NcclResult::INVALID_USAGE, format!("{who}: {why}"))),
+        };
+        if complete {
+            children.remove(&child);
+        }
+        drop(children);
+        if let Some(why) = self.world.aborted() {
+            g.abort(&why);
+        }
+        Ok((g, complete))
     }
 
     /// What an operation of `rank` that failed because of an abort reports: a peer's abort
@@ -61,12 +117,15 @@ pub(super) struct Member {
 }
 
 /// Ranks meeting to form communicators: those of `ncclCommInitRankConfig` with one id
-/// (everyone color 0, key its rank), or a parent's ranks calling `ncclCommSplit`. Once all
-/// `n` have arrived, each color's ranks, ordered by (key, slot), form one communicator.
+/// (everyone color 0, key its rank), a parent's ranks calling `ncclCommSplit`, those of a
+/// shrink or a grow (color 0, slot and key the new rank). Once all `n` have arrived, each
+/// color's ranks, ordered by (key, slot), form one communicator.
 #[derive(Debug)]
 pub(super) struct Gathering {
     /// How many ranks are expected.
     pub(super) n: usize,
+    /// What every rank must pass alike besides `n` (a shrink's exclusion list).
+    terms: Vec<c_int>,
     /// Who has arrived, and the outcome.
     st: Mutex<GatherState>,
     /// Signals completion or abort.
@@ -98,8 +157,14 @@ pub(super) enum Poll {
 impl Gathering {
     /// A gathering of `n` ranks.
     pub(super) fn new(n: usize) -> Arc<Gathering> {
+        Gathering::with_terms(n, Vec::new())
+    }
+
+    /// A gathering of `n` ranks that all pass `terms`.
+    fn with_terms(n: usize, terms: Vec<c_int>) -> Arc<Gathering> {
         Arc::new(Gathering {
             n,
+            terms,
             st: Mutex::new(GatherState { arrived: vec![None; n], members: None, aborted: None }),
             cv: Condvar::new(),
         })

@@ -4,9 +4,11 @@
 //! [`Table`] of them.
 //!
 //! - `comm.rs`: communicators: the live-handle registry (a bad or destroyed `ncclComm_t` is
-//!   `ncclInvalidArgument`, never undefined behaviour), init by unique id, split, abort,
-//!   async errors, and the fault injection tests use ([`hang_next`], [`kill`]).
-//! - `gathering.rs`: how ranks meet (by unique id, or by splitting a parent).
+//!   `ncclInvalidArgument`, never undefined behaviour), init by unique id, abort, async
+//!   errors, and the fault injection tests use ([`hang_next`], [`kill`]).
+//! - `child.rs`: split and shrink (a parent's ranks make a child; its handle comes late).
+//! - `grow.rs`: `ncclCommGetUniqueId` and `ncclCommGrow` (existing and new ranks meet).
+//! - `gathering.rs`: how ranks meet (by unique id, or as a parent's child).
 //! - `calls.rs`: collectives, point-to-point, memory, registration, pre-mul-sum ops.
 //! - `group.rs`: groups, the kernel of a group's sends and receives, `ncclInProgress` at
 //!   first use.
@@ -18,14 +20,18 @@
 //! thread ([`CurrentDevice`]).
 //!
 //! Every function catches panics (returning `ncclInternalError`) so none unwinds into C.
+//! The functions that make communicators count their calls per thread ([`calls`]), so a
+//! test can tell which way the engine made one.
 //!
 //! [`enqueue_anywhere`]: crate::xccl::runtime::host::enqueue_anywhere
 //! [`CurrentDevice`]: crate::xccl::runtime::host::CurrentDevice
 
 mod calls;
+mod child;
 mod comm;
 mod gathering;
 mod group;
+mod grow;
 #[cfg(test)]
 mod tests;
 
@@ -46,10 +52,15 @@ pub(crate) use comm::{hang_next, hold_polls, kill, HangGuard};
 /// What the double's library looks like.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct DoubleOptions {
-    /// What `ncclGetVersion` reports (an `NCCL_VERSION` code; 22803 is 2.28.3).
+    /// What `ncclGetVersion` reports (an `NCCL_VERSION` code; 22902 is 2.29.2). The
+    /// optional functions are decided by the flags below, never by the version.
     pub(crate) version: i32,
     /// Whether `ncclCommSplit` is exported.
     pub(crate) split: bool,
+    /// Whether `ncclCommShrink` is exported.
+    pub(crate) shrink: bool,
+    /// Whether `ncclCommGetUniqueId` and `ncclCommGrow` are exported.
+    pub(crate) grow: bool,
     /// Whether `ncclAlltoAll` is exported.
     pub(crate) all_to_all: bool,
     /// Whether `ncclGather` and `ncclScatter` are exported.
@@ -62,11 +73,13 @@ pub(crate) struct DoubleOptions {
 }
 
 impl Default for DoubleOptions {
-    /// NCCL 2.28.3 with every optional function.
+    /// NCCL 2.29.2 (the first with `ncclCommGrow`) with every optional function.
     fn default() -> DoubleOptions {
         DoubleOptions {
-            version: 22803,
+            version: 22902,
             split: true,
+            shrink: true,
+            grow: true,
             all_to_all: true,
             gather_scatter: true,
             mem_alloc_register: true,
@@ -85,8 +98,10 @@ pub(crate) fn table(opts: &DoubleOptions) -> Table {
     let get_version = version_fn(opts.version);
     let mut lookup = |name: &CStr| -> Option<*mut c_void> {
         use calls::*;
+        use child::*;
         use comm::*;
         use group::*;
+        use grow::*;
         let on = |flag: bool, f: *mut c_void| flag.then_some(f);
         Some(match name.to_bytes() {
             b"ncclGetVersion" => get_version as *mut c_void,
@@ -111,6 +126,9 @@ pub(crate) fn table(opts: &DoubleOptions) -> Table {
             b"ncclGroupStart" => nccl_group_start as *mut c_void,
             b"ncclGroupEnd" => nccl_group_end as *mut c_void,
             b"ncclCommSplit" => on(opts.split, nccl_comm_split as *mut c_void)?,
+            b"ncclCommShrink" => on(opts.shrink, nccl_comm_shrink as *mut c_void)?,
+            b"ncclCommGetUniqueId" => on(opts.grow, nccl_comm_get_unique_id as *mut c_void)?,
+            b"ncclCommGrow" => on(opts.grow, nccl_comm_grow as *mut c_void)?,
             b"ncclAlltoAll" => on(opts.all_to_all, nccl_all_to_all as *mut c_void)?,
             b"ncclGather" => on(opts.gather_scatter, nccl_gather as *mut c_void)?,
             b"ncclScatter" => on(opts.gather_scatter, nccl_scatter as *mut c_void)?,
@@ -124,8 +142,8 @@ pub(crate) fn table(opts: &DoubleOptions) -> Table {
         })
     };
     // SAFETY: every address the lookup gives is the double's function of that name, declared
-    // with the signature of the table's type for it (see `calls.rs`, `group.rs`, `comm.rs` and
-    // `get_version`); they are plain functions, valid for the life of the process.
+    // with the signature of the table's type for it (see `calls.rs`, `group.rs`, `comm.rs`,
+    // `child.rs`, `grow.rs` and `get_version`); they are plain functions, valid for the life of the process.
     match unsafe { Table::resolve(&mut lookup) } {
         Ok(table) => table,
         // Unreachable: the lookup has every required name.
@@ -270,8 +288,23 @@ pub(super) const ID_MAGIC: &[u8; 16] = b"oxccl-nccl-dbl\0\x01";
 /// Numbers the unique ids of the process.
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
-/// `ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId)`: a fresh id per call (the magic, a
-/// process-wide counter and the process id).
+/// Where an id says which call made it.
+const ID_KIND: usize = 28;
+/// The kind byte of `ncclCommGetUniqueId`'s ids (0 for `ncclGetUniqueId`'s).
+const GROW_KIND: u8 = b'g';
+
+/// A fresh id (the magic, a process-wide counter, the process id and its kind: `grow` for
+/// `ncclCommGetUniqueId`'s).
+pub(super) fn fresh_id(grow: bool) -> NcclUniqueId {
+    let mut id = NcclUniqueId::zeroed();
+    id.internal[..16].copy_from_slice(ID_MAGIC);
+    id.internal[16..24].copy_from_slice(&NEXT_ID.fetch_add(1, Ordering::Relaxed).to_le_bytes());
+    id.internal[24..ID_KIND].copy_from_slice(&std::process::id().to_le_bytes());
+    id.internal[ID_KIND] = if grow { GROW_KIND } else { 0 };
+    id
+}
+
+/// `ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId)`: a fresh id per call.
 ///
 /// # Safety
 /// `unique_id` is null or valid for writing an id.
@@ -280,12 +313,8 @@ pub(super) unsafe extern "C" fn nccl_get_unique_id(unique_id: *mut NcclUniqueId)
         if unique_id.is_null() {
             return fail(NcclResult::INVALID_ARGUMENT, "ncclGetUniqueId: uniqueId is null");
         }
-        let mut id = NcclUniqueId::zeroed();
-        id.internal[..16].copy_from_slice(ID_MAGIC);
-        id.internal[16..24].copy_from_slice(&NEXT_ID.fetch_add(1, Ordering::Relaxed).to_le_bytes());
-        id.internal[24..28].copy_from_slice(&std::process::id().to_le_bytes());
         // SAFETY: non-null and writable (the caller's contract).
-        unsafe { unique_id.write(id) };
+        unsafe { unique_id.write(fresh_id(false)) };
         NcclResult::SUCCESS
     })
 }
@@ -293,4 +322,45 @@ pub(super) unsafe extern "C" fn nccl_get_unique_id(unique_id: *mut NcclUniqueId)
 /// Whether `id` is one the double made.
 pub(super) fn is_our_id(id: &NcclUniqueId) -> bool {
     id.internal.len() == NCCL_UNIQUE_ID_BYTES && &id.internal[..16] == ID_MAGIC
+}
+
+/// Whether `id` is one of the double's `ncclCommGetUniqueId`.
+pub(super) fn is_grow_id(id: &NcclUniqueId) -> bool {
+    is_our_id(id) && id.internal[ID_KIND] == GROW_KIND
+}
+
+/// How many times the calling thread called each function of the double that makes
+/// communicators (every call, failed ones included).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Calls {
+    /// `ncclCommInitRankConfig`.
+    pub(crate) init: u32,
+    /// `ncclCommSplit`.
+    pub(crate) split: u32,
+    /// `ncclCommShrink`.
+    pub(crate) shrink: u32,
+    /// `ncclCommGetUniqueId`.
+    pub(crate) get_unique_id: u32,
+    /// `ncclCommGrow`.
+    pub(crate) grow: u32,
+}
+
+thread_local! {
+    /// This thread's [`Calls`].
+    static CALLS: std::cell::Cell<Calls> = const { std::cell::Cell::new(Calls { init: 0, split: 0, shrink: 0, get_unique_id: 0, grow: 0 }) };
+}
+
+/// The calling thread's [`Calls`] so far (a test takes the difference around what it runs).
+#[cfg_attr(not(test), allow(dead_code))] // the tests read it
+pub(crate) fn calls() -> Calls {
+    CALLS.with(std::cell::Cell::get)
+}
+
+/// Counts a call of the calling thread.
+pub(super) fn counted(count: impl FnOnce(&mut Calls)) {
+    CALLS.with(|c| {
+        let mut calls = c.get();
+        count(&mut calls);
+        c.set(calls);
+    });
 }

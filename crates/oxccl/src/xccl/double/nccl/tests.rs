@@ -128,9 +128,13 @@ fn init_blocking_and_non_blocking_and_queries() {
 #[test]
 fn version_ids_strings_and_optional_symbols() {
     let t = table(&DoubleOptions::default());
-    let lib = Library::from_table(t.clone(), Flavor::Nccl, "double").expect("2.28.3 loads");
+    let lib = Library::from_table(t.clone(), Flavor::Nccl, "double").expect("2.29.2 loads");
+    assert_eq!(lib.version.to_string(), "2.29.2");
+    assert_eq!(t.optional_present().len(), crate::xccl::library::version::OPTIONAL_SINCE.len(), "everything");
+    let t228 = table(&DoubleOptions { version: 22803, grow: false, ..DoubleOptions::default() });
+    let lib = Library::from_table(t228.clone(), Flavor::Nccl, "double").expect("2.28.3 loads");
     assert_eq!(lib.version.to_string(), "2.28.3");
-    assert_eq!(t.optional_present().len(), 10, "everything but ncclCommShrink");
+    assert!(t228.comm_shrink.is_some() && t228.comm_grow.is_none() && t228.comm_get_unique_id.is_none());
     assert_ne!(new_id(&t), new_id(&t), "ids are fresh per call");
     // SAFETY: the double's function returns static strings.
     let s = unsafe { CStr::from_ptr((t.get_error_string)(NcclResult::INVALID_USAGE)) };
@@ -138,6 +142,8 @@ fn version_ids_strings_and_optional_symbols() {
     let old = DoubleOptions {
         version: 21803,
         split: false,
+        shrink: false,
+        grow: false,
         all_to_all: false,
         gather_scatter: false,
         mem_alloc_register: false,
@@ -145,6 +151,7 @@ fn version_ids_strings_and_optional_symbols() {
     };
     let t = table(&old);
     assert!(t.comm_split.is_none() && t.all_to_all.is_none() && t.gather.is_none() && t.scatter.is_none());
+    assert!(t.comm_shrink.is_none() && t.comm_grow.is_none() && t.comm_get_unique_id.is_none());
     assert!(t.mem_alloc.is_none() && t.comm_register.is_none() && t.red_op_create_pre_mul_sum.is_none());
     assert!(t.optional_present().is_empty());
     let too_old = table(&DoubleOptions { version: 21305, ..DoubleOptions::default() });
@@ -535,5 +542,211 @@ fn mem_alloc_register_and_pre_mul_sum() {
     // (2 + 3) * x
     for out in got {
         assert_eq!(out, [5.0, 10.0, 15.0, 20.0]);
+    }
+}
+
+/// The sum of `value` over `comm`'s ranks, on `stream` (waited for).
+fn sum_on(t: &Table, rt: &HostRuntime, comm: NcclComm, stream: *mut c_void, value: i32) -> i32 {
+    let x = [value];
+    let mut y = [0i32];
+    // SAFETY: the double's function; the buffers outlive the sync below.
+    let e = unsafe {
+        (t.all_reduce)(x.as_ptr().cast(), y.as_mut_ptr().cast(), 1, NcclDataType::INT32, NcclRedOp::SUM, comm, stream)
+    };
+    let e = if e == NcclResult::IN_PROGRESS { settle(t, comm) } else { e };
+    assert_eq!(e, NcclResult::SUCCESS, "all_reduce: {}", last_error());
+    rt.stream_synchronize(RawStream(stream)).expect("stream");
+    y[0]
+}
+
+/// `(count, rank)` of `comm`.
+fn count_and_rank(t: &Table, comm: NcclComm) -> (c_int, c_int) {
+    let (mut count, mut rank) = (0, 0);
+    // SAFETY: the double's functions, with writable ints.
+    unsafe {
+        assert!((t.comm_count)(comm, &mut count).is_success(), "{}", last_error());
+        assert!((t.comm_user_rank)(comm, &mut rank).is_success(), "{}", last_error());
+    }
+    (count, rank)
+}
+
+#[test]
+fn shrink_keeps_the_order_of_the_ranks_not_excluded_and_checks_its_list() {
+    // Ranks 1 and 3 of 5 excluded: 0, 2, 4 become 0, 1, 2.
+    let got = ranks(5, false, |r| {
+        let shrink = r.t.comm_shrink.expect("ncclCommShrink");
+        let mut new: NcclComm = std::ptr::null_mut();
+        let me = r.rank as c_int;
+        // SAFETY: the double's function with valid pointers (or the null ones tested); the
+        // lists outlive the calls; `slot` lives until the parent settled.
+        unsafe {
+            let flags = 0;
+            let mut with_me = [me, (me + 1) % 5];
+            let e = shrink(r.comm, with_me.as_mut_ptr(), 2, &mut new, std::ptr::null_mut(), flags);
+            assert_eq!(e, NcclResult::INVALID_ARGUMENT, "rank {me} excluded itself");
+            assert!(last_error().contains("must not call"), "{}", last_error());
+            let mut other = [(me + 1) % 5];
+            let checks: [(&mut [c_int], c_int, c_int, &str); 4] = [
+                (&mut [], 0, flags, "must be positive"),
+                (&mut [5], 1, flags, "out of range"),
+                (&mut [(me + 1) % 5, (me + 1) % 5], 2, flags, "excluded twice"),
+                (&mut other, 1, 0x10, "unknown shrinkFlags"),
+            ];
+            for (list, count, f, why) in checks {
+                let e = shrink(r.comm, list.as_mut_ptr(), count, &mut new, std::ptr::null_mut(), f);
+                assert_eq!(e, NcclResult::INVALID_ARGUMENT, "{why}");
+                assert!(last_error().contains(why), "{why}: {}", last_error());
+            }
+            let e = shrink(r.comm, std::ptr::null_mut(), 1, &mut new, std::ptr::null_mut(), flags);
+            assert_eq!(e, NcclResult::INVALID_ARGUMENT);
+            let e = shrink(r.comm, other.as_mut_ptr(), 1, std::ptr::null_mut(), std::ptr::null_mut(), flags);
+            assert_eq!(e, NcclResult::INVALID_ARGUMENT);
+            if r.rank % 2 == 1 {
+                return None;
+            }
+            let slot: *mut NcclComm = Box::into_raw(Box::new(std::ptr::null_mut()));
+            let mut list = [3, 1];
+            let e = shrink(r.comm, list.as_mut_ptr(), 2, slot, std::ptr::null_mut(), flags);
+            assert_eq!(e, NcclResult::SUCCESS, "{}", last_error());
+            assert_eq!(list, [1, 3], "NCCL sorts the list in place");
+            assert!(slot.read().is_null(), "the handle is written when the shrink is done, not at the call");
+            assert_eq!(settle(r.t, r.comm), NcclResult::SUCCESS);
+            let new = *Box::from_raw(slot);
+            assert!(!new.is_null(), "the handle was written once the parent settled");
+            assert_eq!(settle(r.t, new), NcclResult::SUCCESS);
+            let out = (count_and_rank(r.t, new), sum_on(r.t, r.rt, new, r.stream, me + 1));
+            r.ok("destroy", (r.t.comm_destroy)(new));
+            Some(out)
+        }
+    });
+    let want = 1 + 3 + 5;
+    assert_eq!(got, vec![Some(((3, 0), want)), None, Some(((3, 1), want)), None, Some(((3, 2), want))]);
+
+    // Lists that differ: the later rank's call is invalid usage, the earlier one's shrink
+    // fails on the parent; rank 2 (excluded by both) calls nothing.
+    let got = ranks(3, false, |r| {
+        let shrink = r.t.comm_shrink.expect("ncclCommShrink");
+        let mut list = [if r.rank == 0 { 2 } else { 0 }];
+        if r.rank == 2 {
+            return None;
+        }
+        let slot: *mut NcclComm = Box::into_raw(Box::new(std::ptr::null_mut()));
+        // SAFETY: as above; `slot` is freed once the parent settled.
+        unsafe {
+            let e = shrink(r.comm, list.as_mut_ptr(), 1, slot, std::ptr::null_mut(), 0);
+            let e = if e == NcclResult::SUCCESS { settle(r.t, r.comm) } else { e };
+            assert!(Box::from_raw(slot).is_null());
+            Some(e)
+        }
+    });
+    let mut codes: Vec<NcclResult> = got.into_iter().flatten().collect();
+    codes.sort_by_key(|c| c.0);
+    assert_eq!(codes, vec![NcclResult::INVALID_USAGE, NcclResult::REMOTE_ERROR]);
+}
+
+#[test]
+fn grow_meets_existing_and_new_ranks_and_checks_its_arguments() {
+    let got = ranks(3, false, |r| {
+        let (t, rt) = (r.t, r.rt);
+        let (grow_fn, get_fn) =
+            (t.comm_grow.expect("ncclCommGrow"), t.comm_get_unique_id.expect("ncclCommGetUniqueId"));
+        // Every caller passes `new` null or writable and alive until its grow settled, and
+        // `id` null or a live id.
+        let grow = |comm: NcclComm, n: c_int, id: *const NcclUniqueId, rank: c_int, new: *mut NcclComm| {
+            let mut config = NcclConfig::with_blocking(false);
+            // SAFETY: the double's ncclCommGrow; the pointers as said above; the config lives
+            // through the call.
+            unsafe { grow_fn(comm, n, id, rank, new, &mut config) }
+        };
+        // SAFETY: the double's ncclCommGetUniqueId; every caller passes null or a writable id.
+        let get_id = |comm: NcclComm, id: *mut NcclUniqueId| unsafe { get_fn(comm, id) };
+        // SAFETY: the double's ncclCommDestroy, which takes any handle (unknown ones are an
+        // error); every caller destroys its grown communicator once.
+        let destroy = |comm: NcclComm| unsafe { (t.comm_destroy)(comm) };
+        let null_id: *const NcclUniqueId = std::ptr::null();
+        let mut new: NcclComm = std::ptr::null_mut();
+        let e = grow(r.comm, 3, null_id, -1, &mut new);
+        assert_eq!(e, NcclResult::INVALID_ARGUMENT, "not more ranks");
+        assert!(last_error().contains("not more than"), "{}", last_error());
+        let e = grow(r.comm, 5, null_id, 0, &mut new);
+        assert_eq!(e, NcclResult::INVALID_ARGUMENT, "an existing rank passes -1");
+        assert!(last_error().contains("rank -1"), "{}", last_error());
+        let e = grow(r.comm, 5, null_id, -1, std::ptr::null_mut());
+        assert_eq!(e, NcclResult::INVALID_ARGUMENT);
+        let id = (r.rank == 0).then(|| {
+            let mut id = NcclUniqueId::zeroed();
+            assert!(get_id(r.comm, &mut id).is_success(), "{}", last_error());
+            let mut again = NcclUniqueId::zeroed();
+            assert_eq!(get_id(r.comm, &mut again), NcclResult::INVALID_USAGE, "one id at a time");
+            assert_eq!(get_id(r.comm, std::ptr::null_mut()), NcclResult::INVALID_ARGUMENT);
+            // A new rank's checks, none of which joins the grow.
+            let plain = new_id(r.t);
+            let checks: [(c_int, *const NcclUniqueId, c_int, &str); 6] = [
+                (5, &id, -1, "rank >= 0"),
+                (5, null_id, 3, "unique id, not null"),
+                (5, &id, 5, "not below the total"),
+                (5, &id, 1, "existing rank's"),
+                (2, &id, 1, "not more than"),
+                (5, &plain, 3, "not an id of ncclCommGetUniqueId"),
+            ];
+            for (n, which, rank, why) in checks {
+                let e = grow(std::ptr::null_mut(), n, which, rank, &mut new);
+                assert_eq!(e, NcclResult::INVALID_ARGUMENT, "{why}");
+                assert!(last_error().contains(why), "{why}: {}", last_error());
+            }
+            let mut init: NcclComm = std::ptr::null_mut();
+            let mut config = NcclConfig::with_blocking(false);
+            // SAFETY: the double's function, with valid pointers.
+            let e = unsafe { (t.comm_init_rank_config)(&mut init, 5, id, 3, &mut config) };
+            assert_eq!(e, NcclResult::INVALID_ARGUMENT, "a grow id is not for init");
+            id
+        });
+        std::thread::scope(|s| {
+            // The newcomers, on the devices of ranks 0 and 1.
+            let newcomers: Vec<_> = match &id {
+                None => Vec::new(),
+                Some(id) => (3..5)
+                    .map(|rank: usize| {
+                        let (grow, destroy, id) = (&grow, &destroy, *id);
+                        s.spawn(move || {
+                            rt.set_current((rank - 3) as u32).expect("set_current");
+                            let stream = rt.stream_create((rank - 3) as u32).expect("stream").0;
+                            let mut new: NcclComm = std::ptr::null_mut();
+                            let e = grow(std::ptr::null_mut(), 5, &id, rank as c_int, &mut new);
+                            assert_eq!(e, NcclResult::SUCCESS, "{}", last_error());
+                            assert_eq!(settle(t, new), NcclResult::SUCCESS);
+                            let out = (count_and_rank(t, new), sum_on(t, rt, new, stream, rank as i32));
+                            assert!(destroy(new).is_success());
+                            out
+                        })
+                    })
+                    .collect(),
+            };
+            let which = id.as_ref().map_or(null_id, std::ptr::from_ref);
+            let e = grow(r.comm, 5, which, -1, &mut new);
+            assert_eq!(e, NcclResult::SUCCESS, "{}", last_error());
+            assert!(!new.is_null(), "the handle is written at the call");
+            assert_eq!(settle(r.t, new), NcclResult::SUCCESS);
+            let mine = (count_and_rank(r.t, new), sum_on(r.t, r.rt, new, r.stream, r.rank as i32));
+            r.ok("destroy", destroy(new));
+            let theirs: Vec<_> = newcomers.into_iter().map(|h| h.join().expect("newcomer")).collect();
+            if let Some(id) = &id {
+                // Used: neither a newcomer nor this communicator's next grow can take it.
+                let e = grow(std::ptr::null_mut(), 5, id, 3, &mut new);
+                assert_eq!(e, NcclResult::INVALID_ARGUMENT);
+                assert!(last_error().contains("used by a grow already"), "{}", last_error());
+                let e = grow(r.comm, 5, id, -1, &mut new);
+                assert_eq!(e, NcclResult::INVALID_ARGUMENT);
+                assert!(last_error().contains("not the one"), "{}", last_error());
+            }
+            (mine, theirs)
+        })
+    });
+    // Existing ranks keep their ranks, new ones take 3 and 4; the sum of the ranks is 10.
+    for (rank, (mine, theirs)) in got.into_iter().enumerate() {
+        assert_eq!(mine, ((5, rank as c_int), 10), "existing rank {rank}");
+        if rank == 0 {
+            assert_eq!(theirs, vec![((5, 3), 10), ((5, 4), 10)]);
+        }
     }
 }
