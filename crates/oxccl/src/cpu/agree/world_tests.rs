@@ -239,3 +239,45 @@ fn revoke_from_another_thread_ends_this_ranks_own_wait() {
         assert!(matches!(&o, Err(Error::Revoked { rank: 0, .. })), "rank {r}: {o:?}");
     }
 }
+
+/// A coordinator killed halfway through its commits: rank 1 takes the shrink's decision and
+/// drops the old communicator at once, as a training loop does (`comm = comm.shrink()?`);
+/// only then does rank 0 die, and ranks 2 and 3, who never got the commit, ask rank 1, their
+/// new coordinator, for it. The shrunk communicator keeps the old one's agreements answering
+/// until its own first decision, so they get it: without that they waited until their
+/// deadline.
+#[test]
+fn a_member_that_took_the_decision_and_dropped_the_old_communicator_still_answers() {
+    let n = 4;
+    let (hub, comms) = world(n, Duration::from_secs(5));
+    // Rank 0 coordinates: its 3 proposals and its commit to rank 1 go out, no other.
+    hub.mute_after_agreement_sends(0, n);
+    let dropped = std::sync::Barrier::new(2);
+    let out = run(comms, |r, c| {
+        let shrunk = c.shrink();
+        drop(c);
+        match r {
+            0 => {
+                dropped.wait();
+                hub.kill(0);
+                return None;
+            }
+            1 => {
+                dropped.wait();
+            }
+            _ => {}
+        }
+        let mut comm = shrunk.unwrap_or_else(|e| panic!("rank {r}: shrink: {e}"));
+        // Rank 0 died after the decision: the next agreement finds it, the next shrink drops it.
+        let a = comm.agree(1).unwrap_or_else(|e| panic!("rank {r}: agree: {e}"));
+        if !a.failed.is_empty() {
+            comm = comm.shrink().unwrap_or_else(|e| panic!("rank {r}: second shrink: {e}"));
+        }
+        let mut x = [r as u64 + 1];
+        comm.all_reduce(&mut x, ReduceOp::Sum).unwrap_or_else(|e| panic!("rank {r}: all_reduce: {e}"));
+        Some((comm.world_size(), comm.rank(), x[0]))
+    });
+    for (r, got) in out.iter().enumerate().skip(1) {
+        assert_eq!(*got, Some((3, r - 1, 2 + 3 + 4)), "rank {r}");
+    }
+}

@@ -88,7 +88,13 @@ struct Inner {
     /// Time waited for each peer, for the profiler (off unless it turns it on).
     waits: Arc<PeerWaits>,
     /// Agreements and shrinks: their thread and state, made by the first.
-    agreements: OnceLock<Agreements>,
+    agreements: OnceLock<Arc<Agreements>>,
+    /// The agreements of the communicator this one was shrunk or grown from, kept (their
+    /// thread answering) until this one's first agreement decides: a member that took the
+    /// parent's last decision from a coordinator that died halfway through its commits may
+    /// be the one the others ask for it, after it dropped the parent. A decision here means
+    /// every live member has left the parent's call.
+    ancestor: Mutex<Option<Arc<Agreements>>>,
     /// The store-made world this communicator descends from (by shrinks and grows), which
     /// it can grow; none for splits and worlds made without a store.
     lineage: OnceLock<Arc<Lineage<CpuBackend>>>,
@@ -189,6 +195,7 @@ impl CpuBackend {
                 native_setup: OnceLock::new(),
                 waits: Arc::new(PeerWaits::new(n_ranks)),
                 agreements: OnceLock::new(),
+                ancestor: Mutex::new(None),
                 lineage: OnceLock::new(),
             }),
             keep: Vec::new(),

@@ -10,14 +10,28 @@ use crate::cpu::agree::protocol::Contribution;
 use crate::cpu::agree::service::Agreements;
 use crate::cpu::agree::shrink;
 use crate::error::{Error, Result};
+use crate::sync::relock;
 
 impl Inner {
     /// This communicator's agreements (made at first use).
-    pub(super) fn agreements(&self) -> &Agreements {
+    pub(super) fn agreements(&self) -> &Arc<Agreements> {
         self.agreements.get_or_init(|| {
             let id = derive_comm_id(self.comm_id, AGREE_ID.0, AGREE_ID.1);
-            Agreements::new(self.name, Arc::clone(&self.transport), id, Arc::clone(&self.ranks), self.rank)
+            Arc::new(Agreements::new(self.name, Arc::clone(&self.transport), id, Arc::clone(&self.ranks), self.rank))
         })
+    }
+
+    /// Keeps `parent`'s agreements answering until this communicator's first decision (see
+    /// the `ancestor` field).
+    fn keep_ancestor(&self, parent: &Arc<Agreements>) {
+        *relock(&self.ancestor) = Some(Arc::clone(parent));
+    }
+
+    /// An agreement of this communicator decided: every live member has left the parent's
+    /// call, so the parent's agreements may end.
+    fn decided(&self) {
+        let parent = relock(&self.ancestor).take();
+        drop(parent);
     }
 
     /// See [`Backend::agree`]. Not in the collectives' order: it works on a communicator
@@ -31,6 +45,7 @@ impl Inner {
         let deadline = Instant::now() + self.timeout(opts);
         let waiting = if self.rank == 0 { self.lineage.get().map_or(0, |l| l.waiting()) } else { 0 };
         let (_, d) = self.agreements().agree(Contribution { and: flag, or: waiting }, deadline)?;
+        self.decided();
         let joiners = usize::try_from(d.or).unwrap_or(usize::MAX);
         Ok(Agreement { flag: d.and, failed: d.dead, joiners })
     }
@@ -39,10 +54,12 @@ impl Inner {
     pub(super) fn shrink(&self, exclude: &[usize], opts: &CallOptions) -> Result<Option<CpuBackend>> {
         let deadline = Instant::now() + self.timeout(opts);
         let m = shrink::agree_membership(self.agreements(), self.ranks.len(), exclude, deadline)?;
+        self.decided();
         let Some(rank) = m.kept.iter().position(|&r| r == self.rank) else { return Ok(None) };
         let ranks: Arc<[usize]> = m.kept.iter().map(|&r| self.ranks[r]).collect();
         let id = derive_comm_id(self.comm_id, m.number, SHRINK_COLOR);
         let child = self.child(id, ranks, rank, true)?;
+        child.inner.keep_ancestor(self.agreements());
         if let Some(l) = self.lineage.get() {
             child.set_lineage(Arc::clone(l));
         }
@@ -62,6 +79,7 @@ impl Inner {
         let deadline = Instant::now() + self.timeout(opts);
         let count = joiners as u64;
         let (_, d) = self.agreements().agree(Contribution { and: count, or: count }, deadline)?;
+        self.decided();
         if let Some(&dead) = d.dead.first() {
             return Err(Error::PeerLost {
                 rank: dead,
@@ -77,6 +95,7 @@ impl Inner {
             ));
         }
         let grown = lineage.grow(self.rank, self.ranks.len(), joiners)?;
+        grown.inner.keep_ancestor(self.agreements());
         grown.set_lineage(Arc::clone(lineage));
         Ok(grown)
     }

@@ -15,6 +15,10 @@ pub struct MemoryHub {
     endpoints: Vec<Mailbox>,
     /// Endpoints killed ([`MemoryHub::kill`]): their sends go nowhere.
     killed: Vec<AtomicBool>,
+    /// For tests ([`MemoryHub::mute_after_agreement_sends`]): a rank, and how many more
+    /// agreement messages it sends before the rest are dropped.
+    #[cfg(test)]
+    mute_plan: std::sync::Mutex<Option<(usize, usize)>>,
     /// How long a receiver looks for its frame, spinning and then yielding, before it sleeps
     /// (see [`Mailbox::recv_polling`]).
     poll_for: Duration,
@@ -32,6 +36,8 @@ impl MemoryHub {
         Arc::new(MemoryHub {
             endpoints: (0..n).map(|_| Mailbox::new()).collect(),
             killed: (0..n).map(|_| AtomicBool::new(false)).collect(),
+            #[cfg(test)]
+            mute_plan: std::sync::Mutex::new(None),
             poll_for,
             yield_for,
         })
@@ -48,6 +54,30 @@ impl MemoryHub {
             if r != rank {
                 mb.lose(rank, &format!("rank {rank} was killed"));
             }
+        }
+    }
+
+    /// Makes endpoint `rank` drop every agreement message after its next `sends` ones, as
+    /// if those never left it (it goes on otherwise; a test kills it later with
+    /// [`MemoryHub::kill`]). For tests that stop a coordinator halfway through its commits.
+    #[cfg(test)]
+    pub fn mute_after_agreement_sends(&self, rank: usize, sends: usize) {
+        *crate::sync::relock(&self.mute_plan) = Some((rank, sends));
+    }
+
+    /// Whether [`MemoryHub::mute_after_agreement_sends`] drops this message of `rank`.
+    #[cfg(test)]
+    fn muted(&self, rank: usize, header: &Header) -> bool {
+        if header.fingerprint.op != crate::fingerprint::OpKind::Agree {
+            return false;
+        }
+        match crate::sync::relock(&self.mute_plan).as_mut() {
+            Some((r, 0)) => *r == rank,
+            Some((r, left)) if *r == rank => {
+                *left -= 1;
+                false
+            }
+            _ => false,
         }
     }
 
@@ -92,6 +122,10 @@ impl Transport for MemoryTransport {
     }
 
     fn send(&self, peer: usize, header: &Header, payload: &[u8], _deadline: Instant) -> Result<(), TransportError> {
+        #[cfg(test)]
+        if self.hub.muted(self.rank, header) {
+            return Ok(());
+        }
         if self.killed() {
             return Err(TransportError::Aborted(format!("rank {} was killed", self.rank)));
         }
