@@ -176,20 +176,19 @@ class _Completer:
 
     def stop(self):
         """Stops the thread once it has completed what was submitted, without waiting for
-        it (from any thread, a completion callback's included)."""
+        it (from any thread, a completion callback's included); returns the thread."""
         with self._lock:
             thread, self._thread = self._thread, None
         if thread is not None:
             self._queue.put(None)
+        return thread
 
     def close(self):
         """Completes what was submitted, then stops the thread and waits for it. A daemon
         thread still completing a future while the interpreter exits is stopped inside torch's
         C++ code, which aborts the process ("terminate called without an active exception")."""
-        with self._lock:
-            thread, self._thread = self._thread, None
+        thread = self.stop()
         if thread is not None:
-            self._queue.put(None)
             thread.join()
 
     def _run(self):

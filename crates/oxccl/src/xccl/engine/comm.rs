@@ -70,9 +70,8 @@ impl Comm {
         rank: usize,
         guard: &Guard<'_>,
     ) -> Result<Comm> {
-        let nranks =
-            c_int::try_from(n).map_err(|_| Error::invalid(format!("NCCL takes at most {} ranks", c_int::MAX)))?;
-        let me = c_int::try_from(rank).map_err(|_| Error::invalid("rank out of NCCL's range"))?;
+        let nranks = ranks_for_nccl(n)?;
+        let me = rank_for_nccl(rank)?;
         let mut raw: NcclComm = std::ptr::null_mut();
         let mut config = NcclConfig::with_blocking(false);
         // SAFETY: ncclCommInitRankConfig writes the new handle through `raw`, reads the id by
@@ -370,7 +369,7 @@ impl Comm {
     ) -> Result<Comm> {
         let grow = grow_fn(lib)?;
         let n = ranks_for_nccl(total)?;
-        let me = c_int::try_from(rank).map_err(|_| Error::invalid("rank out of NCCL's range"))?;
+        let me = rank_for_nccl(rank)?;
         Comm::grown(lib, guard, |slot, config| {
             // SAFETY: a null parent is a newcomer's call; `id` is valid for the call; the new
             // handle is written through `slot`, which `grown` keeps valid until NCCL's job is
@@ -486,4 +485,9 @@ fn grow_fn(lib: &Library) -> Result<crate::xccl::library::table::CommGrowFn> {
 /// [`Error::InvalidArgument`] past `c_int::MAX`.
 fn ranks_for_nccl(n: usize) -> Result<c_int> {
     c_int::try_from(n).map_err(|_| Error::invalid(format!("NCCL takes at most {} ranks", c_int::MAX)))
+}
+
+/// Rank `r` as NCCL's `int`.
+pub(crate) fn rank_for_nccl(r: usize) -> Result<c_int> {
+    c_int::try_from(r).map_err(|_| Error::invalid("rank out of NCCL's range"))
 }

@@ -780,9 +780,7 @@ impl Backend for Engine {
                 }
             };
             let nccl_key = match &child_host {
-                Some(h) => {
-                    std::ffi::c_int::try_from(h.rank()).map_err(|_| Error::invalid("rank out of NCCL's range"))?
-                }
+                Some(h) => comm::rank_for_nccl(h.rank())?,
                 None => 0,
             };
             let late = Inner::late(OpKind::Barrier, order.collectives);

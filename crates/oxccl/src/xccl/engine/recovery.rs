@@ -27,7 +27,7 @@ use std::ffi::c_int;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::comm::{Comm, Guard};
+use super::comm::{rank_for_nccl, Comm, Guard};
 use super::meet::{everyone, exchange, fresh_id, Make};
 use super::{Engine, Inner, Parts};
 use crate::backend::{Backend, CallOptions};
@@ -81,28 +81,46 @@ impl Inner {
         if !everyone(host.as_ref(), able, timeout)? {
             return Ok(Some(Arc::new(Engine::create(self.parts(host))?)));
         }
-        let list = excluded
-            .iter()
-            .map(|&r| c_int::try_from(r).map_err(|_| Error::invalid("rank out of NCCL's range")))
-            .collect::<Result<Vec<c_int>>>()?;
-        let parts = self.parts(host);
+        let list = excluded.iter().map(|&r| rank_for_nccl(r)).collect::<Result<Vec<c_int>>>()?;
         let _cur = enter(self.rt.as_ref(), self.device)?;
+        self.from_parent(self.parts(host), "shrinking", timeout, |parent, guard, _| {
+            // A failure here is the old communicator's (`Comm::shrink` aborted it).
+            let child = parent.shrink(&list, guard).map_err(|e| self.fail(e))?;
+            // Once the old communicator's part is done (the order lock goes), the new one's
+            // own creation: its failure is the new communicator's, not the old one's, which
+            // stays usable. Dropping the child on the way out aborts it.
+            Ok((child, Some("ncclCommShrink")))
+        })
+        .map(Some)
+    }
+
+    /// The engine of a communicator NCCL makes from this one: `make` runs under the order
+    /// lock (after a flush, so nothing of this communicator is queued), given the guard
+    /// and the new host rank; when it names its call, the new communicator is then waited
+    /// for outside the lock. Verified as the host side's rank of its size.
+    fn from_parent(
+        self: &Arc<Self>,
+        parts: Parts,
+        doing: &'static str,
+        timeout: Duration,
+        make: impl FnOnce(&Comm, &Guard<'_>, usize) -> Result<(Comm, Option<&'static str>)>,
+    ) -> Result<Arc<dyn Backend>> {
         let side = HostSide::new(Arc::clone(&parts.host), parts.check);
         let (rank, size) = (side.comm().rank(), side.comm().world_size());
-        let late = late("shrinking", &self.lib.describe(), rank, size);
+        let late = late(doing, &self.lib.describe(), rank, size);
         let watch = || self.poisoned().and_then(|()| side.liveness());
         let guard = Guard { deadline: Instant::now() + timeout, watch: &watch, late: &late };
         let mut order = relock(&self.order);
         order.touched = Instant::now();
         self.flush(&mut order)?;
-        // A failure here is the old communicator's (`Comm::shrink` aborted it).
-        let child = self.comm.shrink(&list, &guard).map_err(|e| self.fail(e))?;
+        let made = make(&self.comm, &guard, rank);
         drop(order);
-        // The new communicator's own creation: its failure is the new communicator's, not
-        // this one's, which stays usable. Dropping the child on the way out aborts it.
-        child.wait_ready("ncclCommShrink", &guard)?;
+        let (child, settle) = made?;
+        if let Some(call) = settle {
+            child.wait_ready(call, &guard)?;
+        }
         child.verify(size, rank, self.device)?;
-        Ok(Some(Arc::new(Engine::assemble(parts, side, child)?)))
+        Ok(Arc::new(Engine::assemble(parts, side, child)?))
     }
 
     /// The members and newcomers, met over the host side's grow, then `ncclCommGrow` or a
@@ -122,21 +140,12 @@ impl Inner {
         if how == Make::Init {
             return Ok(Arc::new(Engine::from_id(parts, &id)?));
         }
-        let side = HostSide::new(Arc::clone(&parts.host), parts.check);
-        let (rank, size) = (side.comm().rank(), side.comm().world_size());
-        let late = late("growing", &self.lib.describe(), rank, size);
-        let watch = || self.poisoned().and_then(|()| side.liveness());
-        let guard = Guard { deadline: Instant::now() + timeout, watch: &watch, late: &late };
+        let size = parts.host.world_size();
         // Under the order lock until the new communicator is ready: NCCL's grow job uses the
         // old communicator's bootstrap meanwhile.
-        let mut order = relock(&self.order);
-        order.touched = Instant::now();
-        self.flush(&mut order)?;
-        let comm = self.comm.grow_member(size, (rank == 0).then_some(&id), &guard);
-        drop(order);
-        let comm = comm?;
-        comm.verify(size, rank, self.device)?;
-        Ok(Arc::new(Engine::assemble(parts, side, comm)?))
+        self.from_parent(parts, "growing", timeout, |parent, guard, rank| {
+            Ok((parent.grow_member(size, (rank == 0).then_some(&id), guard)?, None))
+        })
     }
 }
 
