@@ -1,12 +1,13 @@
 //! `oxccl::local`: run N ranks as threads of this process, each with its communicator of a
-//! new `local` world (the CPU algorithms over the in-memory transport).
+//! new `local` world (the CPU algorithms over the in-memory transport); or make a world whose
+//! members can grow, with the entrance newcomer threads join it through.
 
 use std::sync::Arc;
 
 use crate::backend::Backend;
 use crate::communicator::Communicator;
 use crate::config::Config;
-use crate::cpu::local::world;
+use crate::cpu::local::{growable_world, world};
 use crate::error::Result;
 
 pub use crate::cpu::local::NAME;
@@ -70,4 +71,59 @@ pub fn run_with<R: Send>(cfg: &Config, n: usize, f: impl Fn(Communicator) -> R +
         }
     }
     Ok(out)
+}
+
+/// Makes a `local` world of `n` ranks that can grow, configured by `cfg`: its communicators
+/// (rank order; hand each to a thread) and the [`Entrance`] through which newcomer threads
+/// join it. A newcomer comes in when the members call [`Communicator::grow`] (every member,
+/// the same count), as a process joins a job with [`oxccl::join`](crate::join); the members'
+/// [`agree`](Communicator::agree) says how many newcomers wait. A world shrunk after a rank
+/// died grows the same way.
+///
+/// # Errors
+/// As [`run`].
+///
+/// ```
+/// let (comms, entrance) = oxccl::local::growable(&oxccl::Config::new(), 2).unwrap();
+/// let sum = |c: &oxccl::Communicator| {
+///     let mut x = [c.rank() as u32 + 1];
+///     c.all_reduce(&mut x, oxccl::ReduceOp::Sum).map(|()| (c.rank(), c.world_size(), x[0]))
+/// };
+/// let (entrance, sum) = (&entrance, &sum);
+/// let out: Vec<oxccl::Result<_>> = std::thread::scope(|s| {
+///     let mut threads: Vec<_> = comms.into_iter().map(|c| s.spawn(move || sum(&c.grow(1)?))).collect();
+///     threads.push(s.spawn(move || sum(&entrance.join()?)));
+///     threads.into_iter().map(|t| t.join().unwrap()).collect()
+/// });
+/// assert_eq!(out, vec![Ok((0, 3, 6)), Ok((1, 3, 6)), Ok((2, 3, 6))]);
+/// ```
+pub fn growable(cfg: &Config, n: usize) -> Result<(Vec<Communicator>, Entrance)> {
+    let cfg = cfg.resolve()?;
+    crate::perf::log::install(&cfg.log);
+    let perf = Arc::new(cfg.perf.clone());
+    let (ranks, inner) = growable_world(&cfg, n)?;
+    let comms =
+        ranks.into_iter().map(|b| Communicator::observed(Arc::new(b) as Arc<dyn Backend>, Arc::clone(&perf))).collect();
+    Ok((comms, Entrance { inner, perf }))
+}
+
+/// The way into a [`growable`] `local` world for newcomer threads (share it by reference).
+#[derive(Debug)]
+pub struct Entrance {
+    inner: crate::cpu::local::Entrance,
+    perf: Arc<crate::config::perf::PerfSettings>,
+}
+
+impl Entrance {
+    /// Waits until the members admit this thread with [`Communicator::grow`] (at most the
+    /// world's setup timeout, `OXCCL_TIMEOUT`), and returns its communicator of the grown
+    /// world: its rank follows the members', in the order the newcomers came.
+    ///
+    /// # Errors
+    /// [`Error::Store`](crate::Error::Store) when no grow admits it in time (the members
+    /// must call `grow` with the number of newcomers).
+    pub fn join(&self) -> Result<Communicator> {
+        let b = self.inner.join()?;
+        Ok(Communicator::observed(Arc::new(b) as Arc<dyn Backend>, Arc::clone(&self.perf)))
+    }
 }

@@ -223,8 +223,8 @@ impl CpuBackend {
         let _ = self.inner.lineage.set(lineage);
     }
 
-    /// The lineage this communicator can grow (tests: newcomer threads join through it).
-    #[cfg(test)]
+    /// The lineage this communicator can grow (newcomer threads of a world of threads join
+    /// through it).
     pub(crate) fn lineage(&self) -> Option<&Arc<Lineage<CpuBackend>>> {
         self.inner.lineage.get()
     }

@@ -171,7 +171,6 @@ impl<B> Lineage<B> {
 
     /// The lineage as a newcomer in another thread sees it (same store, prefix and way of
     /// building; the state it learns from its admission).
-    #[cfg(test)]
     pub(crate) fn newcomer(&self) -> Lineage<B> {
         Lineage {
             board: Arc::clone(&self.board),
