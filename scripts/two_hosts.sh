@@ -12,7 +12,12 @@
 #      included) is killed (SIGKILL) in the middle of an all_reduce loop, and the three
 #      survivors must shrink and sum exactly themselves; timed from the kill to the last
 #      survivor's working shrunk communicator. RECOVERY_TRIALS trials (default 3; the
-#      target's measurement: 50), then min / p50 / p99 / max.
+#      target's measurement: 50), then min / p50 / p99 / max; then growing back across the
+#      hosts: `oxccl run --nnodes 2 --max-restarts 1` on each host (node 0's launcher hosts
+#      the store) of the probe's `elastic` training loop, a random victim (rank 0 included)
+#      killing itself at a random step; its launcher starts a replacement, which joins, and
+#      every rank must end at 4 ranks with every step done. GROW_TRIALS trials (default 2),
+#      then the replacements' join times (start of main to the members' state in hand).
 #
 # Usage: scripts/two_hosts.sh [BIN_DIR]   (BIN_DIR holds oxccl-conformance and
 # oxccl-failure-probe; default target/release). Needs root (ip netns); where network
@@ -134,6 +139,7 @@ recovery_trials() {
     results+=($((last - killed)))
     say "recovery trial $t: rank $victim killed; the 3 survivors shrank in $((last - killed)) ms"
   done
+  [ "${#results[@]}" -gt 0 ] || return 0
   printf '%s\n' "${results[@]}" | sort -n | awk '
     { v[NR] = $1 }
     END {
@@ -142,8 +148,55 @@ recovery_trials() {
       printf "two-hosts: recovery, 2+2 ranks: %d trials ok; kill to shrunk communicator: min %d ms, p50 %d ms, p99 %d ms, max %d ms\n", NR, v[1], v[i50], v[i99], v[NR]
     }'
 }
+
+# 3b. Growing back across the hosts (see the header): one `oxccl run` per host.
+grow_trials() {
+  local trials=${GROW_TRIALS:-2} joins=() t victim die_at node ends j
+  local oxccl="$BIN_DIR/oxccl"
+  [ -x "$oxccl" ] || { say "note: $oxccl not built; grow trials not run"; return 0; }
+  for ((t = 1; t <= trials; t++)); do
+    victim=$((RANDOM % 4))
+    die_at=$((3 + RANDOM % 15))
+    PORT=$((PORT + 1))
+    PIDS=()
+    for node in 0 1; do
+      local ns=$NS_A; [ $node = 1 ] && ns=$NS_B
+      ip netns exec "$ns" env PROBE_VICTIM=$victim PROBE_DIE_AT=$die_at PROBE_STEPS=25 PROBE_SECONDS=60 \
+        OXCCL_TIMEOUT=30s OXCCL_FR_SIZE=0 timeout 120 "$oxccl" run -n 2 --nnodes 2 --node-rank $node \
+        --master-addr "$ADDR_A" --master-port $PORT --secret "$SECRET" --max-restarts 1 -- \
+        "$PROBE" elastic >"$WORK/grow-$t.$node.log" 2>&1 &
+      PIDS+=($!)
+    done
+    for node in 0 1; do
+      if ! wait "${PIDS[$node]}"; then
+        say "FAIL: grow trial $t: node $node's job failed (victim rank $victim at step $die_at)"
+        for k in 0 1; do echo "--- node $k"; tail -n 15 "$WORK/grow-$t.$k.log"; done
+        exit 1
+      fi
+    done
+    PIDS=()
+    ends=$(cat "$WORK"/grow-$t.*.log | grep -c "PROBE-ELASTIC rank=[0-9]* size=4 steps=25" || true)
+    j=$(cat "$WORK"/grow-$t.*.log | grep -o 'join_ms=[0-9]*' | sed 's/join_ms=//' | head -n 1)
+    if [ "$ends" != 4 ] || [ -z "$j" ]; then
+      say "FAIL: grow trial $t: $ends of 4 ranks ended at 4 ranks after 25 steps (victim $victim), join: ${j:-none}"
+      for k in 0 1; do echo "--- node $k"; tail -n 15 "$WORK/grow-$t.$k.log"; done
+      exit 1
+    fi
+    joins+=("$j")
+    say "grow trial $t: rank $victim died at step $die_at; its replacement joined in $j ms; 4 ranks ended every step"
+  done
+  printf '%s\n' "${joins[@]}" | sort -n | awk '
+    { v[NR] = $1 }
+    END {
+      i50 = int(NR * 0.50); if (i50 < NR * 0.50) i50++
+      i99 = int(NR * 0.99); if (i99 < NR * 0.99) i99++
+      printf "two-hosts: grow, 2+2 ranks: %d trials ok; replacement join: min %d ms, p50 %d ms, p99 %d ms, max %d ms\n", NR, v[1], v[i50], v[i99], v[NR]
+    }'
+}
+
 if [ -x "$PROBE" ] && [ "${ONLY_RECOVERY:-0}" = 1 ]; then
   recovery_trials
+  grow_trials
   say "PASS"
   exit 0
 fi
@@ -165,7 +218,7 @@ for run in auto hierarchical; do
   grep -h "conformance:" "$WORK/conformance-$run.0.log" | sed "s/^/two-hosts ($run): /"
 done
 
-[ -x "$PROBE" ] && recovery_trials
+if [ -x "$PROBE" ]; then recovery_trials; grow_trials; fi
 
 # 2. Cut the link in the middle of an all_reduce loop. The deadline (OXCCL_TIMEOUT=5s) is
 # what ends the waits across the cut link (a cut cable sends no FIN); ranks on the same
