@@ -7,6 +7,7 @@
 # communicator (PROBE-SHRUNK done_unix_ms). Prints each trial, then min / p50 / p99 / max.
 #
 # usage: scripts/recovery_bench.sh [TRIALS=50] [RANKS=8] [TRANSPORT=shm|tcp]
+#   KEEP_SLOW_MS=M keeps the ranks' output of every trial that took M ms or more.
 #   TCP: every rank on an emulated host of its own (OXCCL_HOST_ID), so all traffic is TCP.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -62,7 +63,12 @@ for ((t = 1; t <= trials; t++)); do
     echo "trial $t: killed rank $victim of $n over $transport; only $ok of $((n - 1)) survivors shrunk:"
     cat "$dir"/*.out | grep -v PROBE-READY | head -5
   fi
-  rm -rf "$dir"
+  if [ -n "${KEEP_SLOW_MS:-}" ] && [ "${ms:-0}" -ge "$KEEP_SLOW_MS" ]; then
+    echo "trial $t: logs kept in $dir"
+  else
+    rm -rf "$dir"
+  fi
+  ms=0
 done
 if [ "${#results[@]}" -gt 0 ]; then
   printf '%s\n' "${results[@]}" | sort -n | awk -v bad="$bad" -v n="$n" -v tr="$transport" '

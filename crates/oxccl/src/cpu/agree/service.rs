@@ -132,6 +132,12 @@ impl Agreements {
         let mut st = relock(&sh.state);
         loop {
             if let Some(d) = st.machines.get(&number).and_then(|m| m.decision()).filter(|_| st.sending == 0) {
+                tracing::debug!(
+                    "rank {}: agreement {number} decided after {:?}: dead {:?}",
+                    sh.rank,
+                    started.elapsed(),
+                    d.dead
+                );
                 return Ok((number, d.clone()));
             }
             let now = Instant::now();
@@ -202,6 +208,7 @@ impl Shared {
         if peer == self.rank || peer >= self.ranks.len() || !st.dead.insert(peer) {
             return;
         }
+        tracing::debug!("rank {}: the agreements count rank {peer} dead", self.rank);
         for m in st.machines.values_mut() {
             m.on_dead(peer);
         }

@@ -35,7 +35,7 @@ pub(super) struct Conn {
 
 impl Conn {
     /// A connection to `peer` over `sock` (lane 0) and `lanes` (lanes 1 and up), watched by
-    /// `poller`, lane 0 armed.
+    /// `poller`, no lane armed (see [`Readiness::new`]).
     ///
     /// # Errors
     /// When the kernel refuses to watch a socket.

@@ -183,7 +183,7 @@ fn auth_failure(context: String, e: AuthError) -> Error {
 /// How long a peer whose port refuses connections is tried again before it counts as gone:
 /// its address was published only once it listened, so a refusal means its listener closed
 /// (its process ended, or it shut its connections down).
-pub(super) const REFUSED_PATIENCE: Duration = Duration::from_millis(500);
+pub(super) const REFUSED_PATIENCE: Duration = Duration::from_millis(100);
 
 /// Why a dial did not give a connection.
 #[derive(Debug)]

@@ -549,9 +549,12 @@ impl Link for TcpLinks {
         if let Some(conn) = self.conn(peer) {
             // The progress thread re-arms after reading only while no caller polls: the last
             // one to stop re-arms here, so bytes that arrived meanwhile wake it. A count that
-            // is already zero (the connection was made after its caller started) stays zero.
+            // is already zero (the connection was made after this caller started, so it
+            // polled uncounted) stays zero, and re-arms too: the thread, woken by bytes while
+            // this caller held the connection, found it taken and did not re-arm, and the
+            // next bytes would otherwise wait for its once-a-second look.
             let was = conn.pollers.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
-            if was == Ok(1) {
+            if matches!(was, Ok(1) | Err(0)) {
                 conn.readiness.arm();
             }
         }

@@ -132,6 +132,10 @@ impl Shared {
         let sock = socks.remove(0);
         let conn = Arc::new(Conn::new(peer, sock, socks, &self.poller)?);
         self.conns[peer].set(Arc::clone(&conn)).map_err(|_| io::Error::other("a second connection"))?;
+        // Armed only once published: the peer may have written already (its side of the
+        // handshake ended first), and a wake-up before this point would find no connection
+        // and be spent, leaving those bytes to the thread's once-a-second look.
+        conn.readiness.arm_where(|lane| lane == 0);
         Ok(conn)
     }
 

@@ -159,16 +159,17 @@ pub(super) struct Readiness {
 }
 
 impl Readiness {
-    /// Watches the lanes `fds` of the connection to `peer`, lane 0 armed. The sockets must
-    /// outlive the returned value.
+    /// Watches the lanes `fds` of the connection to `peer`, none armed: the owner arms lane 0
+    /// once the connection can be found (a wake-up for a connection the thread cannot find
+    /// yet would be spent, and the peer's first bytes would wait for the thread's
+    /// once-a-second look). The sockets must outlive the returned value.
     ///
     /// # Errors
     /// When the kernel refuses.
     pub(super) fn new(poller: &Arc<Poller>, peer: usize, fds: Vec<RawFd>) -> io::Result<Readiness> {
         let r = Readiness { poller: Arc::clone(poller), peer, fds };
         for (lane, &fd) in r.fds.iter().enumerate() {
-            let events = if lane == 0 { ARMED } else { DISARMED };
-            r.poller.ctl(libc::EPOLL_CTL_ADD, fd, Token::Lane { peer, lane }, events)?;
+            r.poller.ctl(libc::EPOLL_CTL_ADD, fd, Token::Lane { peer, lane }, DISARMED)?;
         }
         Ok(r)
     }
@@ -239,11 +240,15 @@ mod tests {
         p.wait(&mut events, Duration::from_secs(5), &mut out);
         assert_eq!(out, vec![Token::Waker]);
         p.drain_waker();
-        // A socket pair: bytes on lane 0 fire once, then not again until re-armed.
+        // A socket pair: bytes that came before lane 0 was armed wake nobody until it is;
+        // then they fire once, and not again until re-armed.
         let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
-        let r = Readiness::new(&p, 5, vec![a.as_raw_fd()]).unwrap();
         use std::io::Write;
         (&b).write_all(b"x").unwrap();
+        let r = Readiness::new(&p, 5, vec![a.as_raw_fd()]).unwrap();
+        p.wait(&mut events, Duration::from_millis(20), &mut out);
+        assert!(out.is_empty(), "watched, not armed");
+        r.arm_where(|lane| lane == 0);
         p.wait(&mut events, Duration::from_secs(5), &mut out);
         assert_eq!(out, vec![Token::Lane { peer: 5, lane: 0 }]);
         p.wait(&mut events, Duration::from_millis(20), &mut out);
