@@ -61,6 +61,14 @@
 //!   Each survivor prints `PROBE-CHAOS rank=R members=A,B,.. steps=N shrinks=S`; a wrong sum
 //!   prints `PROBE-ERROR ... kind=Wrong`.
 //!
+//! - `agree`: a barrier, then rank `PROBE_VICTIM` (default 1) dies by SIGKILL; the others
+//!   wait `PROBE_AGREE_DELAY_MS` (default 0) and `agree` on a flag with their own bit
+//!   (rank mod 64) cleared, and print `PROBE-AGREED rank=R flag=0x.. failed=A,B` (the same on
+//!   every survivor; every survivor's bit cleared).
+//! - `exclude`: every rank calls `shrink_excluding(PROBE_VICTIM)` (default 1); that rank
+//!   prints `PROBE-EXCLUDED rank=R`, the others check an all_reduce of old rank + 1 on the new
+//!   communicator and print `PROBE-SHRUNK rank=R size=S new_rank=N sum=X`.
+//!
 //! `PROBE_LINGER_MS` (default 0): how long a rank whose call failed waits before it exits.
 //! `PROBE_BACKEND` picks the backend (default `cpu`; `mpi` under mpirun, in a build with the
 //! `mpi` feature).
@@ -85,7 +93,7 @@ use oxccl::bootstrap::store::StoreClient;
 use oxccl::{Communicator, Config, Error, ReduceOp};
 
 const USAGE: &str =
-    "usage: oxccl-failure-probe loop|mismatch|barrier|skip|hang|recv_any|shrink|elastic|drop|revoke|chaos";
+    "usage: oxccl-failure-probe loop|mismatch|barrier|skip|hang|recv_any|shrink|elastic|drop|revoke|chaos|agree|exclude";
 
 /// The variant's name and the rank it names, if any.
 fn describe(e: &Error) -> (&'static str, Option<usize>) {
@@ -473,6 +481,46 @@ fn run_chaos(first: Communicator) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+fn run_agree(comm: &Communicator) -> ExitCode {
+    let rank = comm.rank();
+    let t = Instant::now();
+    if let Err(e) = comm.barrier() {
+        return report_error(rank, &e, 0, t);
+    }
+    if rank == env_number("PROBE_VICTIM", 1) as usize {
+        // SAFETY: kill(2) on this process with SIGKILL: nothing runs after it.
+        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+    }
+    std::thread::sleep(Duration::from_millis(env_number("PROBE_AGREE_DELAY_MS", 0)));
+    match comm.agree(!(1u64 << (rank % 64))) {
+        Ok(a) => {
+            let failed = a.failed.iter().map(ToString::to_string).collect::<Vec<_>>().join(",");
+            println!("PROBE-AGREED rank={rank} flag={:#x} failed={failed}", a.flag);
+            ExitCode::SUCCESS
+        }
+        Err(e) => report_error(rank, &e, 1, t),
+    }
+}
+
+fn run_exclude(comm: &Communicator) -> ExitCode {
+    let rank = comm.rank();
+    let t = Instant::now();
+    let shrunk = match comm.shrink_excluding(&[env_number("PROBE_VICTIM", 1) as usize]) {
+        Ok(Some(c)) => c,
+        Ok(None) => {
+            println!("PROBE-EXCLUDED rank={rank}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => return report_error(rank, &e, 0, t),
+    };
+    let mut mine = [(rank + 1) as u64];
+    if let Err(e) = shrunk.all_reduce(&mut mine, ReduceOp::Sum) {
+        return report_error(rank, &e, 1, t);
+    }
+    println!("PROBE-SHRUNK rank={rank} size={} new_rank={} sum={}", shrunk.world_size(), shrunk.rank(), mine[0]);
+    ExitCode::SUCCESS
+}
+
 fn run_mismatch(comm: &Communicator) -> ExitCode {
     let rank = comm.rank();
     let mut buf = vec![1.0f32; 4096];
@@ -580,6 +628,8 @@ fn main() -> ExitCode {
             | "drop"
             | "revoke"
             | "chaos"
+            | "agree"
+            | "exclude"
     ) {
         eprintln!("{USAGE}");
         return ExitCode::from(64);
@@ -632,6 +682,8 @@ fn main() -> ExitCode {
         "hang" => run_skip_or_hang(&comm, true),
         "recv_any" => run_recv_any(&comm),
         "shrink" => run_shrink(&comm),
+        "agree" => run_agree(&comm),
+        "exclude" => run_exclude(&comm),
         _ => run_barrier(&comm),
     };
     if code != ExitCode::SUCCESS {

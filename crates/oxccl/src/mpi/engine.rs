@@ -29,6 +29,11 @@
 //! the failure notice), MPI may complete it into the user's buffer after the caller got its
 //! error back; the notice races with that peer's next call only.
 //!
+//! Where the MPI has ULFM (`ulfm/`), its error classes become oxccl's: a process failure is
+//! [`Error::PeerLost`] naming the failed rank, a revoked communicator [`Error::Revoked`]
+//! (which replaces an earlier failure, as on the cpu backend, and is not relayed: MPI revokes
+//! the communicator at every rank). `agree` and `shrink` work on a poisoned communicator.
+//!
 //! Dropping a communicator abandons its queued operations, sends `LEFT` to every peer and
 //! hands the MPI communicator to the graveyard, which frees it once every peer has left.
 
@@ -148,6 +153,8 @@ pub(crate) struct Shared {
     pub rank: usize,
     pub n: usize,
     pub cfg: ResolvedConfig,
+    /// Recovery's state (ULFM: `ulfm/`).
+    pub recovery: super::ulfm::Recovery,
     state: Mutex<State>,
 }
 
@@ -182,7 +189,7 @@ fn host_work(op: &Op) -> bool {
 impl Shared {
     pub(crate) fn new(rt: Arc<Runtime>, comm: Comm, rank: usize, n: usize, cfg: ResolvedConfig) -> Shared {
         let state = State { stash: (0..n).map(|_| VecDeque::new()).collect(), ..State::default() };
-        Shared { rt, comm, rank, n, cfg, state: Mutex::new(state) }
+        Shared { rt, comm, rank, n, cfg, recovery: super::ulfm::Recovery::default(), state: Mutex::new(state) }
     }
 
     fn lock(&self) -> (Option<MutexGuard<'static, ()>>, MutexGuard<'_, State>) {
@@ -239,8 +246,14 @@ impl Shared {
 
     /// Marks the communicator failed with `e`: queued operations fail, peers are told
     /// (when `notify`).
+    ///
+    /// A revoke ([`Error::Revoked`]) replaces an earlier failure and is not relayed: the
+    /// revoking rank tells its peers itself ([`Shared::revoke_here`]) and MPI revokes the
+    /// communicator everywhere.
     fn poison(&self, st: &mut State, e: Error, notify: bool) {
-        if !st.poisoned.set(e.clone()) {
+        let revoked = matches!(e, Error::Revoked { .. });
+        let first = if revoked { st.poisoned.revoke(e.clone()) } else { st.poisoned.set(e.clone()) };
+        if !first {
             return;
         }
         let aborted = match st.poisoned.check() {
@@ -250,7 +263,7 @@ impl Shared {
         for a in std::mem::take(&mut st.queue) {
             self.abandon(st, a, aborted.clone());
         }
-        if notify {
+        if notify && !revoked {
             let msg = side::notice_msg(&e);
             for p in self.peers() {
                 let _ = st.outbox.send(self.comm, p, msg);
@@ -264,6 +277,24 @@ impl Shared {
         if !a.posted.reqs.is_empty() {
             st.abandoned.push(Abandoned { _posted: a.posted, _staged: a.staged });
         }
+    }
+
+    /// ULFM's error classes as oxccl's errors (see `ulfm/mod.rs`).
+    fn classify(&self, e: Error) -> Error {
+        super::ulfm::classify(self, e)
+    }
+
+    /// The local half of a revoke: a `REVOKE` notice to every peer (before MPI revokes the
+    /// communicator, so that a peer that receives it in time can name this rank and the
+    /// reason), then the communicator poisoned with [`Error::Revoked`]: every wait here ends.
+    pub(crate) fn revoke_here(&self, reason: &str) {
+        let (_g, mut st) = self.lock();
+        let msg = side::revoke_msg(self.rank, reason);
+        for p in self.peers() {
+            let _ = st.outbox.send(self.comm, p, msg);
+        }
+        let e = Error::Revoked { rank: self.rank, reason: reason.to_string() };
+        self.poison(&mut st, e, false);
     }
 
     fn lost(&self, peer: usize, fp: &Fingerprint) -> Error {
@@ -339,6 +370,7 @@ impl Shared {
         match r {
             Ok(()) => st.queue.push_back(a),
             Err(e) => {
+                let e = self.classify(e);
                 self.abandon(&mut st, a, e.clone());
                 self.poison(&mut st, e, true);
             }
@@ -373,6 +405,7 @@ impl Shared {
     /// Advances every queued operation as far as it goes; deadlines are checked here.
     fn progress(&self, st: &mut State) {
         if let Err(e) = self.drain_side(st) {
+            let e = self.classify(e);
             self.poison(st, e, true);
         }
         st.outbox.flush();
@@ -410,7 +443,7 @@ impl Shared {
                     // is a broken invariant.
                     let e = match e {
                         Error::InvalidArgument(m) => Error::Internal(m),
-                        e => e,
+                        e => self.classify(e),
                     };
                     self.abandon(st, a, e.clone());
                     failed = Some(e);
@@ -632,6 +665,7 @@ impl Shared {
             match self.peers().try_for_each(|p| st.outbox.send(self.comm, p, msg)) {
                 Ok(()) => st.queue.push_back(a),
                 Err(e) => {
+                    let e = self.classify(e);
                     self.abandon(&mut st, a, e.clone());
                     self.poison(&mut st, e, true);
                 }
@@ -650,8 +684,9 @@ impl Shared {
         let (_g, mut st) = self.lock();
         st.poisoned.check()?;
         if let Err(e) = self.drain_side(&mut st) {
+            let e = self.classify(e);
             self.poison(&mut st, e.clone(), true);
-            return Err(e);
+            return Err(st.poisoned.revoked().cloned().unwrap_or(e));
         }
         match side::peek(&st.stash[peer], |m| side::is_hdr(m, tag)) {
             Ok(Some(m)) => {
@@ -698,7 +733,8 @@ impl Drop for Shared {
         let waiting = (0..self.n).map(|p| p != self.rank && !side::has_left(&st.stash[p])).collect();
         let outbox = std::mem::take(&mut st.outbox);
         let abandoned = std::mem::take(&mut st.abandoned);
-        graveyard::bury(self.comm, waiting, outbox, abandoned);
+        let revoked = st.poisoned.revoked().is_some();
+        graveyard::bury(self.comm, waiting, outbox, abandoned, revoked);
         drop(st);
         graveyard::drain_grave();
     }

@@ -15,9 +15,14 @@
 //! abandoned operation holds requests on it, the communicator is freed. It takes the
 //! graveyard's lock with `try_lock`, so a progress never waits for another thread's drain.
 //! Communicators with abandoned requests are never freed here (MPI may still complete those
-//! requests): at finalisation [`bury_all`] frees every communicator left and leaks the
-//! abandoned requests, their temporaries and the unfinished sends' buffers, since MPI may
-//! still refer to them.
+//! requests); at finalisation [`bury_all`] frees only those whose peers have all left, as
+//! here, and leaks the others (see its doc: freeing a communicator with unreceived messages
+//! hangs Open MPI 5's finalisation in ULFM mode).
+//!
+//! A revoked communicator (ULFM) is never freed, not even at finalisation: Open MPI 5 frees
+//! it, but the peers' `MPI_Finalize` then hangs in its barrier when a collective was still in
+//! flight on it (seen with a revoke during a 64 MiB all_reduce; a plain C program that frees
+//! the revoked communicator hangs the same way). Its handle is leaked instead.
 //!
 //! Every function here makes MPI calls: the caller holds the runtime's lock when MPI is not
 //! thread-multiple.
@@ -36,48 +41,58 @@ struct Dead {
     waiting: Vec<bool>,
     outbox: Outbox,
     abandoned: Vec<Abandoned>,
+    /// Revoked (ULFM): never freed.
+    revoked: bool,
 }
 
 static GRAVE: Mutex<Vec<Dead>> = Mutex::new(Vec::new());
 
 /// Hands a dropped communicator to the graveyard: `waiting[p]` says whether peer `p`'s
-/// `LEFT` is still to come; `outbox` and `abandoned` are what MPI may still use.
-pub(super) fn bury(comm: Comm, waiting: Vec<bool>, outbox: Outbox, abandoned: Vec<Abandoned>) {
-    relock(&GRAVE).push(Dead { comm, waiting, outbox, abandoned });
+/// `LEFT` is still to come; `outbox` and `abandoned` are what MPI may still use; a `revoked`
+/// one is never freed.
+pub(super) fn bury(comm: Comm, waiting: Vec<bool>, outbox: Outbox, abandoned: Vec<Abandoned>, revoked: bool) {
+    relock(&GRAVE).push(Dead { comm, waiting, outbox, abandoned, revoked });
 }
 
 /// Receives what arrives on dropped communicators and frees those whose peers all left.
 /// The caller holds the runtime's lock when MPI is not thread-multiple.
 pub(super) fn drain_grave() {
     let Ok(mut g) = GRAVE.try_lock() else { return };
-    g.retain_mut(|d| {
-        if d.waiting.iter().any(|&w| w) {
-            while let Ok(Some((src, m))) = side::recv_raw(d.comm) {
-                if side::is_left(&m) {
-                    if let Some(w) = usize::try_from(src).ok().and_then(|s| d.waiting.get_mut(s)) {
-                        *w = false;
-                    }
+    g.retain_mut(|d| !settle(d));
+}
+
+/// Receives what arrived on `d`, and frees it once every peer has left, every send has
+/// completed and no abandoned request holds it (never when revoked): whether it was freed.
+fn settle(d: &mut Dead) -> bool {
+    if d.waiting.iter().any(|&w| w) {
+        while let Ok(Some((src, m))) = side::recv_raw(d.comm) {
+            if side::is_left(&m) {
+                if let Some(w) = usize::try_from(src).ok().and_then(|s| d.waiting.get_mut(s)) {
+                    *w = false;
                 }
             }
         }
-        d.outbox.flush();
-        let done = !d.waiting.iter().any(|&w| w) && d.outbox.is_empty();
-        if done && d.abandoned.is_empty() {
-            // SAFETY: every peer has left and nothing of ours is pending on the communicator.
-            unsafe { ffi::MPI_Comm_free(&mut d.comm.0) };
-            return false;
-        }
-        true
-    });
+    }
+    d.outbox.flush();
+    let done = !d.waiting.iter().any(|&w| w) && d.outbox.is_empty();
+    if done && d.abandoned.is_empty() && !d.revoked {
+        // SAFETY: every peer has left and nothing of ours is pending on the communicator.
+        unsafe { ffi::MPI_Comm_free(&mut d.comm.0) };
+        return true;
+    }
+    false
 }
 
-/// Frees every dropped communicator (at finalisation). Abandoned requests and their
-/// temporaries are leaked: MPI may still refer to them.
+/// At finalisation: frees the dropped communicators that [`drain_grave`] would free now, and
+/// leaks the others' handles (MPI_Finalize reclaims them), with their abandoned requests,
+/// temporaries and unfinished sends' buffers, since MPI may still refer to them. Freeing a
+/// communicator on which peers' messages may still arrive unreceived makes Open MPI 5's
+/// `MPI_Finalize` hang in its barrier under `mpiexec --with-ft ulfm` (seen with a plain C
+/// program too); leaving it unfreed does not.
 pub(super) fn bury_all() {
     let mut g = relock(&GRAVE);
     for mut d in g.drain(..) {
-        // SAFETY: finalisation: nothing of oxccl uses the communicator any more.
-        unsafe { ffi::MPI_Comm_free(&mut d.comm.0) };
+        settle(&mut d);
         std::mem::forget(std::mem::take(&mut d.abandoned));
         std::mem::forget(std::mem::take(&mut d.outbox));
     }

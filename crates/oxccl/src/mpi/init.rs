@@ -118,7 +118,14 @@ impl Runtime {
     }
 }
 
+/// `MPI_Get_library_version`'s first line (callable before MPI is initialised).
 pub(crate) fn library_version() -> String {
+    library_text().lines().next().unwrap_or("unknown MPI").trim().to_string()
+}
+
+/// `MPI_Get_library_version`'s whole text (MPICH names its device there); "unknown MPI"
+/// when the call fails. Callable before MPI is initialised.
+pub(crate) fn library_text() -> String {
     let mut buf = vec![0 as c_char; 8192];
     let mut len: c_int = 0;
     // SAFETY: the buffer exceeds MPI_MAX_LIBRARY_VERSION_STRING of every implementation.
@@ -132,7 +139,12 @@ pub(crate) fn library_version() -> String {
         .map(|&c| c as u8)
         .take_while(|&b| b != 0)
         .collect();
-    String::from_utf8_lossy(&bytes).lines().next().unwrap_or("unknown MPI").trim().to_string()
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    if text.trim().is_empty() {
+        "unknown MPI".into()
+    } else {
+        text
+    }
 }
 
 /// `MPI_IN_PLACE` of the library named by `version` (it is a macro, not a symbol).

@@ -22,7 +22,9 @@
 //!   Types and reductions: `dtype.rs` (f16/bf16 and float min/max through user operations;
 //!   `Avg` = `Sum`, then a division).
 //! * **Errors**: every communicator has `MPI_ERRORS_RETURN`; MPI's failures come back as
-//!   [`Error::Backend`](crate::Error::Backend) with MPI's own error string. Argument
+//!   [`Error::Backend`](crate::Error::Backend) with MPI's own error string, except ULFM's
+//!   classes where the MPI has ULFM (a failed process: [`Error::PeerLost`](crate::Error::PeerLost);
+//!   a revoked communicator: [`Error::Revoked`](crate::Error::Revoked)). Argument
 //!   errors are the front door's (and this backend's limit checks), before any communication.
 //!   Mismatches, timeouts, aborts and lost peers: see `engine.rs` (a fingerprint exchange
 //!   before each collective, polling against deadlines) and `side.rs` (the side channel:
@@ -34,10 +36,17 @@
 //!   works on top unchanged.
 //! * **Device buffers**: [`cuda`].
 //!
-//! Not provided: a dead *process* cannot be reported as `PeerLost` (under MPI, `mpirun`
-//! ends the whole job), recovery (`revoke`, `agree`, `shrink`, `grow`: `ulfm.rs`, an error
-//! naming the ULFM functions the MPI lacks), and counts above 2^31-1 elements are refused
-//! (no MPI-4 large-count calls).
+//! * **Recovery** (`ulfm/`): `revoke`, `agree`, `shrink` and `shrink_excluding` through
+//!   ULFM where the MPI that runs exports it and implements it (Open MPI 5, launched with
+//!   `mpiexec --with-ft ulfm` so that a dead rank does not end the job; found at run time, so
+//!   the crate still builds against MPIs without it). Elsewhere (Debian's Open MPI 4.1;
+//!   MPICH's ch4 device, which exports ULFM's functions but aborts in them) these calls
+//!   answer [`Error::BackendUnavailable`](crate::Error::BackendUnavailable) saying why.
+//!   `grow` never works here (ULFM has none): use the cpu backend.
+//!
+//! Not provided: without ULFM a dead *process* cannot be reported as `PeerLost` (`mpirun`
+//! ends the whole job), and counts above 2^31-1 elements are refused (no MPI-4 large-count
+//! calls).
 
 pub mod cuda;
 
@@ -156,17 +165,25 @@ mod with_mpi {
         fn abort(&self, reason: &str) {
             self.shared.abort(reason)
         }
-        fn revoke(&self, _reason: &str) -> Result<()> {
-            Err(ulfm::unavailable("revoke", self.library(), &ulfm::missing()))
+        /// `MPIX_Comm_revoke` where the MPI has ULFM (see `ulfm/`); else
+        /// [`Error::BackendUnavailable`] naming what it lacks.
+        fn revoke(&self, reason: &str) -> Result<()> {
+            ulfm::revoke(&self.shared, reason)
         }
-        fn agree(&self, _flag: u64, _opts: &CallOptions) -> Result<crate::backend::Agreement> {
-            Err(ulfm::unavailable("agree", self.library(), &ulfm::missing()))
+        /// Rounds of `MPIX_Comm_agree` where the MPI has ULFM; `joiners` is always 0.
+        fn agree(&self, flag: u64, opts: &CallOptions) -> Result<crate::backend::Agreement> {
+            ulfm::agree(&self.shared, flag, opts)
         }
-        fn shrink(&self, _exclude: &[usize], _opts: &CallOptions) -> Result<Option<Arc<dyn Backend>>> {
-            Err(ulfm::unavailable("shrink", self.library(), &ulfm::missing()))
+        /// `MPIX_Comm_shrink`, then `MPI_Comm_split` without `exclude`, where the MPI has ULFM.
+        fn shrink(&self, exclude: &[usize], opts: &CallOptions) -> Result<Option<Arc<dyn Backend>>> {
+            let Some(comm) = ulfm::shrink(&self.shared, exclude, opts)? else { return Ok(None) };
+            let rt = Arc::clone(&self.shared.rt);
+            let b = from_comm(rt, comm, self.shared.cfg.clone())?;
+            Ok(Some(Arc::new(b) as Arc<dyn Backend>))
         }
+        /// ULFM has no grow: [`Error::BackendUnavailable`].
         fn grow(&self, _joiners: usize, _opts: &CallOptions) -> Result<Arc<dyn Backend>> {
-            Err(ulfm::unavailable("grow", self.library(), &ulfm::missing()))
+            Err(ulfm::no_grow())
         }
     }
 

@@ -10,17 +10,19 @@ use crate::backend::{Completion, Pending};
 use crate::error::Result;
 
 /// Spins briefly, then yields (ranks often share cores), then naps.
-struct Backoff {
+pub(crate) struct Backoff {
     polls: u32,
     since: Instant,
 }
 
 impl Backoff {
-    fn new() -> Backoff {
+    /// A backoff that starts spinning.
+    pub(crate) fn new() -> Backoff {
         Backoff { polls: 0, since: Instant::now() }
     }
 
-    fn snooze(&mut self) {
+    /// Waits a little, longer as the wait goes on.
+    pub(crate) fn snooze(&mut self) {
         self.polls = self.polls.saturating_add(1);
         if self.polls < 64 || !self.polls.is_multiple_of(16) {
             // MPI's non-blocking collectives progress only inside MPI calls (MPI_Test):

@@ -25,6 +25,10 @@
 //!   [`Shared::probe`](super::engine::Shared::probe) reads them.
 //! * `ABORT` / `FAIL`: this rank aborted or failed; the peer poisons its communicator
 //!   ([`Error::Aborted`]) at once, which ends its waits.
+//! * `REVOKE`: the sender revoked the communicator (ULFM: it calls `MPIX_Comm_revoke` right
+//!   after); the peer poisons its communicator with [`Error::Revoked`] naming the sender and
+//!   its reason. It may arrive after MPI's revoke, and then cannot be received: the peer
+//!   reports MPI's revoke instead (see `ulfm/mod.rs`).
 //! * `LEFT`: the sender dropped its communicator. It is the last message from that peer, so
 //!   a rank waiting for that peer's fingerprint or header reads `LEFT` instead and reports
 //!   [`Error::PeerLost`]. (A dead *process* is MPI's business: `mpirun` ends the job.) A
@@ -39,6 +43,7 @@
 //! HDR    tag, dtype, count, seq
 //! ABORT  the reason, UTF-8, at most 72 bytes (cut on a character boundary), zero-padded
 //! FAIL   as ABORT: the error's text
+//! REVOKE the revoking rank, then the reason, UTF-8, at most 64 bytes, zero-padded
 //! LEFT   nothing
 //! ```
 //!
@@ -70,6 +75,7 @@ const HDR: u64 = 2;
 const ABORT: u64 = 3;
 const FAIL: u64 = 4;
 const LEFT: u64 = 5;
+const REVOKE: u64 = 6;
 
 /// The `LEFT` message.
 pub(super) const LEFT_MSG: Msg = [LEFT, 0, 0, 0, 0, 0, 0, 0, 0, 0];
@@ -159,9 +165,15 @@ pub(super) fn recv_raw(comm: Comm) -> std::result::Result<Option<(c_int, Msg)>, 
 }
 
 fn text_words(kind: u64, text: &str) -> Msg {
+    text_words_from(kind, 1, text)
+}
+
+/// A message of `kind` whose text starts at word `first`.
+fn text_words_from(kind: u64, first: usize, text: &str) -> Msg {
     let mut m = [0u64; WORDS];
     m[0] = kind;
     let mut bytes = [0u8; (WORDS - 1) * 8];
+    let bytes = &mut bytes[..(WORDS - first) * 8];
     let mut end = text.len().min(bytes.len());
     while !text.is_char_boundary(end) {
         end -= 1;
@@ -170,13 +182,17 @@ fn text_words(kind: u64, text: &str) -> Msg {
     for (i, c) in bytes.chunks(8).enumerate() {
         let mut w = [0u8; 8];
         w.copy_from_slice(c);
-        m[i + 1] = u64::from_le_bytes(w);
+        m[i + first] = u64::from_le_bytes(w);
     }
     m
 }
 
 fn words_text(m: &Msg) -> String {
-    let bytes: Vec<u8> = m[1..].iter().flat_map(|w| w.to_le_bytes()).take_while(|&b| b != 0).collect();
+    words_text_from(m, 1)
+}
+
+fn words_text_from(m: &Msg, first: usize) -> String {
+    let bytes: Vec<u8> = m[first..].iter().flat_map(|w| w.to_le_bytes()).take_while(|&b| b != 0).collect();
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
@@ -190,10 +206,21 @@ pub(super) fn notice_msg(e: &Error) -> Msg {
     text_words(kind, &text)
 }
 
-/// The error an `ABORT` or `FAIL` notice from rank `src` poisons the communicator with;
-/// `None` for every other kind.
+/// The `REVOKE` notice of `rank` revoking the communicator because of `reason`.
+pub(super) fn revoke_msg(rank: usize, reason: &str) -> Msg {
+    let mut m = text_words_from(REVOKE, 2, reason);
+    m[1] = rank as u64;
+    m
+}
+
+/// The error an `ABORT`, `FAIL` or `REVOKE` notice from rank `src` poisons the communicator
+/// with; `None` for every other kind.
 pub(super) fn decode_notice(src: usize, m: &Msg) -> Option<Error> {
     match m[0] {
+        REVOKE => {
+            let rank = usize::try_from(m[1]).unwrap_or(src);
+            Some(Error::Revoked { rank, reason: words_text_from(m, 2) })
+        }
         ABORT | FAIL => {
             let what = if m[0] == ABORT { "aborted the communicator" } else { "failed" };
             let reason = format!("rank {src} {what}: {}", words_text(m));
@@ -372,6 +399,11 @@ mod tests {
         assert!(matches!(decode_notice(1, &fail),
             Some(Error::Aborted { reason }) if reason.starts_with("rank 1 failed: ") && reason.contains("boom")));
         assert!(decode_notice(0, &h).is_none() && decode_notice(0, &LEFT_MSG).is_none());
+        let revoke = revoke_msg(3, &"x".repeat(100));
+        assert!(matches!(decode_notice(3, &revoke),
+            Some(Error::Revoked { rank: 3, reason }) if reason == "x".repeat(64)));
+        assert!(matches!(decode_notice(1, &revoke_msg(2, "step 7 failed")),
+            Some(Error::Revoked { rank: 2, reason }) if reason == "step 7 failed"));
 
         let fp = Fingerprint::of_split(1, Algorithm::Auto);
         let m = split_msg(&fp, Some(7), -3);
