@@ -25,7 +25,7 @@ def _free_port():
 
 def _start(r, n, port, scenario, env, script):
     # The caller's settings stay out, except where failed cases dump their flight
-    # recorders (scripts/python_tests.sh keeps them out of /tmp).
+    # recorders (scripts/ci/python_tests.sh keeps them out of /tmp).
     e = {k: v for k, v in os.environ.items() if not k.startswith("OXCCL_") or k == "OXCCL_FR_DIR"}
     e.update(RANK=str(r), WORLD_SIZE=str(n), LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(n),
              MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OXCCL_SECRET="python-tests",

@@ -1,7 +1,7 @@
 // The raw reference for oxccl's overhead: ncclAllReduce called directly, in the same loop
 // `oxccl bench` runs (float sum, in place, every call waited for), on one GPU per rank.
 //
-// Ranks are separate processes started by scripts/gpu_check.sh with RANK and WORLD_SIZE set
+// Ranks are separate processes started by scripts/gpu/gpu_check.sh with RANK and WORLD_SIZE set
 // (and NCCL_HOSTID per rank, so several ranks can share the one GPU). Rank 0 writes the NCCL
 // unique id to the file named by NCCL_ID_FILE; the others wait for it.
 //

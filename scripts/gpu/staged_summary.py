@@ -1,4 +1,4 @@
-"""The table of scripts/gpu_staged_check.sh: all_reduce float sum, in place, loop-mean time of
+"""The table of scripts/gpu/gpu_staged_check.sh: all_reduce float sum, in place, loop-mean time of
 one call (us), with issue 11's figures: device/host at 64 MiB (<= 1.3), gloo/device at 64 MiB
 (>= 2), device at 8 B (< 50 us).
 

@@ -1,4 +1,4 @@
-"""The side-by-side table of scripts/gpu_check.sh: for each world size and message size, the
+"""The side-by-side table of scripts/gpu/gpu_check.sh: for each world size and message size, the
 loop-mean time of one all_reduce (float sum, in place, waited for) through oxccl, through
 NCCL called from C, and through PyTorch, with oxccl's overhead over C and the ratios.
 

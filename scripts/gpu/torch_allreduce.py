@@ -2,7 +2,7 @@
 each call waited for), printing the same columns as nccl_allreduce.cu.
 
 Run: python3 -m torch.distributed.run --nproc-per-node N scripts/gpu/torch_allreduce.py
-(scripts/gpu_check.sh starts the ranks itself, with RANK, WORLD_SIZE, MASTER_ADDR/PORT as
+(scripts/gpu/gpu_check.sh starts the ranks itself, with RANK, WORLD_SIZE, MASTER_ADDR/PORT as
 torchrun sets them and NCCL_HOSTID per rank so several ranks share one GPU; ITERS and WARMUP
 set the iterations.)
 """

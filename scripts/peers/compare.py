@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The driver of scripts/compare_peers.sh: runs oxccl's `bench` and its peers on the same
+"""The driver of scripts/peers/compare_peers.sh: runs oxccl's `bench` and its peers on the same
 points, interleaved size by size in one run, and prints one table per (op, ranks).
 
 Standard library only. compare_peers.sh installs and builds what the peers need and passes

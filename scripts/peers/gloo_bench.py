@@ -17,7 +17,7 @@ With --env this process is one rank of a job that the caller started, described 
 style by the environment: RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT (rank 0 hosts the
 store there; GLOO_SOCKET_IFNAME picks the interface). Rank 0 prints the same JSON line; no
 child is started and --timeout bounds the rendezvous and every collective. Used across
-network namespaces by scripts/compare_tcp.sh.
+network namespaces by scripts/peers/compare_tcp.sh.
 """
 import argparse
 import json

@@ -1,4 +1,4 @@
-"""One rank of the init-time comparison (scripts/scale_init.sh): times torch.distributed's
+"""One rank of the init-time comparison (scripts/peers/scale_init.sh): times torch.distributed's
 init_process_group with gloo (torch imported before the clock starts) and a barrier, and
 prints: scale rank=R world=N init_start_ns=.. init_end_ns=.. ok=1. Rank, world and the
 rendezvous come from RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (env:// init)."""

@@ -1,5 +1,5 @@
-# Installing what the peer comparisons need, shared by scripts/compare_peers.sh and
-# scripts/compare_tcp.sh (sourced, not run). The caller sets INSTALL (1: may install), LOG
+# Installing what the peer comparisons need, shared by scripts/peers/compare_peers.sh and
+# scripts/peers/compare_tcp.sh (sourced, not run). The caller sets INSTALL (1: may install), LOG
 # (where the tools' output goes), VENV and PY (the venv and its python) and defines `say`.
 
 SUDO=()

@@ -1,4 +1,4 @@
-/* One rank of the init-time comparison (scripts/scale_init.sh): times MPI_Init and a barrier
+/* One rank of the init-time comparison (scripts/peers/scale_init.sh): times MPI_Init and a barrier
  * (the point where every rank can talk, as oxccl::init returns), and prints the same line as
  * crates/oxccl/examples/scale_rank.rs: scale rank=R world=N init_start_ns=.. init_end_ns=..
  * ok=1. Build: mpicc -O2 -o mpi_init_time mpi_init_time.c */

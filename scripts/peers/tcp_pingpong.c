@@ -1,5 +1,5 @@
 /* A raw TCP ping-pong: the round trip of an 8-byte message over one connection with
- * TCP_NODELAY, the reference for small collectives across hosts (scripts/compare_tcp.sh).
+ * TCP_NODELAY, the reference for small collectives across hosts (scripts/peers/compare_tcp.sh).
  *
  *   tcp_pingpong server ADDR PORT ITERS      (answers ITERS messages, then exits)
  *   tcp_pingpong client ADDR PORT ITERS      (prints {"rtt_us": mean, "iters": ITERS, "bytes": 8})

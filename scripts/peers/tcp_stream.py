@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """A plain TCP socket stream, one direction, one connection: the reference that
-scripts/compare_tcp.sh measures beside iperf3 (and instead of it where iperf3 is missing).
+scripts/peers/compare_tcp.sh measures beside iperf3 (and instead of it where iperf3 is missing).
 
   python tcp_stream.py server --bind 10.0.0.2 --port 5201          # on the receiving side
   python tcp_stream.py client --connect 10.0.0.2 --port 5201 --seconds 3

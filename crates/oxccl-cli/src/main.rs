@@ -3,12 +3,14 @@
 //! - `oxccl run`: start the ranks of a program on this node, like torchrun ([`run`]);
 //! - `oxccl bench`: measure collectives like nccl-tests ([`mod@bench`]);
 //! - `oxccl plot`: draw the results of bench runs ([`bench::plot`]);
+//! - `oxccl trace`: read the flight recorders' dumps, join the profiler's traces ([`trace`]);
 //! - `oxccl info`: the doctor (`oxccl::info`).
 //!
 //! This file holds the command-line definitions and dispatches to those modules.
 
 mod bench;
 mod run;
+mod trace;
 mod tune;
 
 use std::ffi::OsString;
@@ -655,60 +657,14 @@ fn bench_dispatch(args: &BenchArgs) -> Result<BenchEnd, String> {
     }
 }
 
-/// `oxccl trace analyze DIR`: 0 when the dumps show no problem, 1 when they do, 2 when they
-/// cannot be read.
-fn trace_analyze(dir: &std::path::Path) -> ExitCode {
-    match oxccl::perf::analyze::analyze(dir) {
-        Ok(a) => {
-            println!("{} dump(s) in {}", a.dumps, dir.display());
-            for f in &a.findings {
-                println!("{} {f}", if f.is_problem() { "PROBLEM" } else { "note   " });
-            }
-            if a.has_problems() {
-                ExitCode::from(1)
-            } else {
-                println!("no problem found");
-                ExitCode::SUCCESS
-            }
-        }
-        Err(e) => {
-            eprintln!("oxccl trace analyze: {e}");
-            ExitCode::from(2)
-        }
-    }
-}
-
-/// `oxccl trace merge DIR [-o FILE]`.
-fn trace_merge(dir: &std::path::Path, output: Option<std::path::PathBuf>) -> ExitCode {
-    let out = output.unwrap_or_else(|| dir.join("merged.json"));
-    let merged = match oxccl::perf::profiler::merge_traces(dir) {
-        Ok(m) => m,
-        Err(e) => {
-            eprintln!("oxccl trace merge: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let events = merged["traceEvents"].as_array().map_or(0, Vec::len);
-    match std::fs::write(&out, merged.to_string()) {
-        Ok(()) => {
-            println!("{events} events written to {}", out.display());
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("oxccl trace merge: writing {}: {e}", out.display());
-            ExitCode::from(2)
-        }
-    }
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Run(args) => run_command(args),
         Command::Bench(args) => bench_command(args),
         Command::Tune(args) => tune_command(args),
-        Command::Trace(TraceCommand::Analyze { dir }) => trace_analyze(&dir),
-        Command::Trace(TraceCommand::Merge { dir, output }) => trace_merge(&dir, output),
+        Command::Trace(TraceCommand::Analyze { dir }) => trace::analyze_command(&dir),
+        Command::Trace(TraceCommand::Merge { dir, output }) => trace::merge_command(&dir, output),
         Command::Plot(args) => plot_command(args),
         Command::Info { json } => info_command(json),
     }

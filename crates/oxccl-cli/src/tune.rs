@@ -69,8 +69,7 @@ const ROUNDS: usize = 5;
 /// Seconds per call of `step`: after a tenth of `iters` (and three) untimed calls, the best
 /// of [`ROUNDS`] rounds of `iters / ROUNDS` calls each. Noise (another process taking the
 /// CPU a moment, a VM's vCPU descheduled) only adds time, and a mean over all calls took it
-/// in: three runs of `oxccl tune` on a 2-CPU VM measured TCP's cached exchange bandwidth at
-/// 1.1, 2.1 and 2.4 GB/s.
+/// in (measurements: docs/selector.md).
 fn best_time(iters: usize, mut step: impl FnMut() -> oxccl::Result<()>) -> oxccl::Result<f64> {
     for _ in 0..iters / 10 + 3 {
         step()?;
@@ -89,9 +88,8 @@ fn best_time(iters: usize, mut step: impl FnMut() -> oxccl::Result<()>) -> oxccl
 
 /// Seconds of rank 0's time per message when it streams `msgs` messages of `bytes` to rank
 /// 1, which sends nothing until it answers once after the last: the best of `rounds` such
-/// rounds (noise, another process taking the CPU a moment, only adds: one noisy round of
-/// 2000 8-byte messages moved the result by half, 0.63-0.81 µs per message over shared
-/// memory on a 2-CPU VM, once 1.14). Ranks other than 0 and 1 return 0 at once.
+/// rounds (noise, another process taking the CPU a moment, only adds, and one noisy round
+/// can move the result by half). Ranks other than 0 and 1 return 0 at once.
 fn stream(comm: &Communicator, bytes: usize, msgs: usize, rounds: usize) -> oxccl::Result<f64> {
     let r = comm.rank();
     if r > 1 {
@@ -248,8 +246,8 @@ fn unpin(saved: &[(libc::pid_t, libc::cpu_set_t)]) {
 /// The `wait` of `comm`'s links: ranks 0 and 1 pin every thread of theirs to `cpu` (one
 /// CPU for both, as on a host whose ranks outnumber its CPUs) and time 8-byte exchanges.
 /// `comm` must wait as such a host's ranks do (no spin, polls between yields): a receiver
-/// that spins holds the CPU its peer needs for the whole spin (50 µs over TCP), which a
-/// crowded host's ranks never do (measured so on a 2-CPU VM: 60 µs per exchange against 6).
+/// that spins holds the CPU its peer needs for the whole spin, which a crowded host's ranks
+/// never do (measurements: docs/selector.md).
 /// The cost model prices such an exchange at one exchanging round (two waits: each rank
 /// runs once its partner has) plus both messages' work on one CPU, `t = 4w`. Meaningful on
 /// rank 0. `threads`: each rank is a thread of this process (the `local` backend), which
@@ -312,9 +310,9 @@ fn local_speeds(len: usize) -> oxccl::Result<(f64, f64)> {
 /// ping-pong, where each message carries the acknowledgement of the one before it): the
 /// difference per message, each side the best of [`ROUNDS`] rounds. Read one way, the
 /// kernel acknowledges what was read with a segment of its own (about every message or every
-/// other one: 1.5-2 segments per message on a 2-CPU VM, against 1 in the ping-pong). Over
-/// loopback the reading thread does both ends' work for that segment; between hosts it is
-/// split between them, so this prices the network path at the host's cost.
+/// other one, against one segment per message in the ping-pong). Over loopback the reading
+/// thread does both ends' work for that segment; between hosts it is split between them, so
+/// this prices the network path at the host's cost.
 ///
 /// # Errors
 /// [`oxccl::Error::Io`] when the loopback connection cannot be set up or used.
@@ -347,8 +345,8 @@ fn tcp_ack() -> oxccl::Result<f64> {
 
 /// The in-process transport's costs (two threads of the `local` backend), measured on the
 /// host's CPUs: rank 0 is bound to one CPU (`--bind-to auto`), where the two threads would
-/// take turns and measure a crowded world (8-byte exchange 3-3.9 µs; the local backend's
-/// all_reduce of 8 bytes takes 1.1). The threads inherit the calling thread's CPU set.
+/// take turns and measure a crowded world (measurements: docs/selector.md). The threads
+/// inherit the calling thread's CPU set.
 fn memory_link(cache: usize) -> oxccl::Result<LinkCost> {
     // The host's online CPUs (a container's cpuset narrows them when they are used).
     let host = crate::run::bind::cpu_set(0..online_cpus().clamp(1, libc::CPU_SETSIZE as usize));

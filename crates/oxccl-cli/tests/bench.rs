@@ -200,7 +200,7 @@ fn bad_arguments_explain_themselves() {
 
 /// `--device cpu` is the host (as without it); a GPU that is not there is refused by every
 /// rank with the runtime's reason, not a panic or a hang. (The GPU check measures real
-/// device buffers: scripts/gpu_staged_check.sh.)
+/// device buffers: scripts/gpu/gpu_staged_check.sh.)
 #[test]
 fn device_buffers_need_the_device() {
     let f =

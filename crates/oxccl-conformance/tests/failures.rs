@@ -292,7 +292,7 @@ fn survivors_shrink_after_rank_0_is_killed_over_tcp() {
     kill_and_shrink("tcp", 0);
 }
 
-/// Issue 39's randomized trials, a fixed sample (`scripts/chaos_bench.sh` runs hundreds):
+/// Issue 39's randomized trials, a fixed sample (`scripts/bench/chaos_bench.sh` runs hundreds):
 /// ranks of a training loop die by SIGKILL between calls, inside an all_reduce, inside
 /// `agree`, or inside the shrink that follows another's death (the kill lands in the
 /// agreement or in the new communicator's set-up, depending on the delay); every survivor

@@ -6,7 +6,7 @@
 //! Every rank must pass, and hold at most 8 threads and 64 descriptors once the suite ran;
 //! its sockets (its TCP lanes, 2 per connected peer, its listener, the store's connections)
 //! must stay far below one per rank: connections are made on demand, to the peers the
-//! algorithms name. Larger worlds (1,024 ranks) are `scripts/scale_check.sh`'s.
+//! algorithms name. Larger worlds (1,024 ranks) are `scripts/bench/scale_check.sh`'s.
 
 use std::fs::File;
 use std::path::Path;

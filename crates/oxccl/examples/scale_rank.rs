@@ -1,4 +1,4 @@
-//! One rank of a scale check (`scripts/scale_check.sh` starts many): `oxccl::init()` from the
+//! One rank of a scale check (`scripts/bench/scale_check.sh` starts many): `oxccl::init()` from the
 //! launcher's variables, then all_reduce, broadcast from the last rank, reduce_scatter and
 //! barrier, each checked against the value every rank can compute. It prints one line:
 //!

@@ -3,9 +3,7 @@
 //! every thread it starts.
 //!
 //! Why: ranks that the scheduler may move share a CPU's run queue now and then, and then
-//! neither runs while the other waits for it. Measured on a 2-CPU VM, 2 ranks and one
-//! busy-looping process beside them, 16 KiB all_reduce: 2.0x the quiet time bound, 2.6-3.3x
-//! unbound; TCP between 2 ranks at 256 KiB-2 MiB, quiet: 0.7x the unbound time.
+//! neither runs while the other waits for it (measurements: docs/performance.md).
 //!
 //! Why not always: a bound rank's threads (data loaders, a framework's compute pool) share
 //! its one CPU. So `oxccl run` binds only when asked (as torchrun, which never binds), and

@@ -180,7 +180,7 @@ fn run_shrink(comm: &Communicator) -> ExitCode {
                 return report_error(rank, &e, iter, last_ok);
             }
             let recovery = failed_at.elapsed().as_millis();
-            // For scripts that time from the kill (scripts/recovery_bench.sh).
+            // For scripts that time from the kill (scripts/bench/recovery_bench.sh).
             let done_unix_ms =
                 std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
             println!(

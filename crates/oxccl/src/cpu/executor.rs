@@ -4,11 +4,11 @@
 //!
 //! The common case, a blocking call with nothing running or queued, takes one atomic
 //! compare-and-swap to start and one to finish (a lock and an unlock of a mutex on each
-//! side cost four, about 8 ns of a 90 ns call on an AMD EPYC VM). The state word holds
-//! whether an operation runs ([`BUSY`]), whether jobs are queued ([`QUEUED`]) and whether
-//! threads wait ([`WAITERS`]); the last two change only under the queue's lock, so a call
-//! that finds either set takes the lock, and a finishing call that finds either set wakes
-//! the waiting threads under it.
+//! side cost four; measurements: docs/performance.md). The state word holds whether an
+//! operation runs ([`BUSY`]), whether jobs are queued ([`QUEUED`]) and whether threads wait
+//! ([`WAITERS`]); the last two change only under the queue's lock, so a call that finds
+//! either set takes the lock, and a finishing call that finds either set wakes the waiting
+//! threads under it.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -78,7 +78,7 @@ impl<J> Executor<J> {
         }
         // Ended by a guard rather than after a `let r = f()`: `f`'s result goes straight to
         // the caller (an operation's result is some 80 bytes, and the copy out of a local,
-        // read back right after `f` wrote it, stalled on store forwarding, about 4 ns).
+        // read back right after `f` wrote it, stalled on store forwarding).
         let _turn = Turn { exec: self, on_panic };
         f()
     }

@@ -450,57 +450,6 @@ impl Profiler {
     }
 }
 
-/// Joins the Chrome traces in `dir` (`oxccl-trace-*.json`, one per rank and communicator)
-/// into one timeline: each file's timestamps move by its communicator's creation time
-/// (wall clock) minus the earliest one, and the events are ordered by time.
-///
-/// # Errors
-/// [`Error::Io`] when `dir` or a file cannot be read; [`Error::InvalidArgument`] when `dir`
-/// holds no trace or a file is not one.
-pub fn merge_traces(dir: &Path) -> Result<serde_json::Value> {
-    let mut traces = Vec::new();
-    let entries = std::fs::read_dir(dir).map_err(|e| Error::io(format!("reading {}", dir.display()), &e))?;
-    for e in entries.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        if !(name.starts_with("oxccl-trace-") && name.ends_with(".json")) {
-            continue;
-        }
-        let path = e.path();
-        let text = std::fs::read_to_string(&path).map_err(|e| Error::io(format!("reading {}", path.display()), &e))?;
-        let v: serde_json::Value = serde_json::from_str(&text)
-            .map_err(|e| Error::invalid(format!("{} is not a trace: {e}", path.display())))?;
-        let created = v["otherData"]["created_unix_us"].as_u64().ok_or_else(|| {
-            Error::invalid(format!("{} is not an oxccl trace (no otherData.created_unix_us)", path.display()))
-        })?;
-        traces.push((created, v));
-    }
-    let Some(first) = traces.iter().map(|t| t.0).min() else {
-        return Err(Error::invalid(format!(
-            "{} holds no trace (oxccl-trace-*.json); OXCCL_PROFILE=trace:DIR writes them",
-            dir.display()
-        )));
-    };
-    let mut meta = Vec::new();
-    let mut events = Vec::new();
-    for (created, v) in traces {
-        let shift = (created - first) as f64;
-        if let Some(list) = v["traceEvents"].as_array() {
-            for e in list {
-                let mut e = e.clone();
-                if let Some(ts) = e["ts"].as_f64() {
-                    e["ts"] = (ts + shift).into();
-                    events.push(e);
-                } else {
-                    meta.push(e);
-                }
-            }
-        }
-    }
-    events.sort_by(|a, b| a["ts"].as_f64().unwrap_or(0.0).total_cmp(&b["ts"].as_f64().unwrap_or(0.0)));
-    meta.extend(events);
-    Ok(serde_json::json!({ "traceEvents": meta, "displayTimeUnit": "ns", "otherData": { "created_unix_us": first } }))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

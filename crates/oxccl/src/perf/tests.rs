@@ -159,7 +159,6 @@ fn the_profiler_counts_every_call_and_writes_one_trace_event_per_operation() {
         assert!((ar.busbw_gbps - ar.algbw_gbps * 4.0 / 3.0).abs() < 1e-9, "{ar:?}");
     }
     // The communicators are gone: each rank wrote its trace.
-    let mut per_rank = Vec::new();
     for rank in 0..3 {
         let path = std::fs::read_dir(&dir)
             .unwrap()
@@ -179,12 +178,7 @@ fn the_profiler_counts_every_call_and_writes_one_trace_event_per_operation() {
             .collect();
         assert_eq!(ops.len(), 6, "one event per operation on rank {rank}");
         assert_eq!(ops.iter().filter(|o| *o == "all_reduce").count(), 5);
-        per_rank.push(ops.len());
     }
-    let merged = super::profiler::merge_traces(&dir).unwrap();
-    let ts: Vec<f64> = merged["traceEvents"].as_array().unwrap().iter().filter_map(|e| e["ts"].as_f64()).collect();
-    assert_eq!(ts.len(), per_rank.iter().sum::<usize>());
-    assert!(ts.windows(2).all(|w| w[0] <= w[1]), "the merged timeline is ordered");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -1,10 +1,9 @@
 //! NVIDIA's Multi-Process Service (MPS): whether its control daemon runs for this user.
 //!
 //! Without MPS, processes that share one GPU take turns on it (time-slicing): a device copy
-//! waits for the other processes' slices. Measured on one H200 with 2 ranks staging 8-byte
-//! all_reduces through host memory (`scripts/gpu_staged_check.sh`): about 270 µs per
-//! operation without MPS, 16 µs with it (1 rank alone: 15 µs). Several ranks on one GPU (a
-//! test box, a small job) want MPS; a rank per GPU does not need it.
+//! waits for the other processes' slices, which makes small staged operations many times
+//! slower (measurements: docs/gpu.md). Several ranks on one GPU (a test box, a small job)
+//! want MPS; a rank per GPU does not need it.
 //!
 //! The daemon is found by its control pipe, `control` in `CUDA_MPS_PIPE_DIRECTORY` (CUDA's
 //! variable, read here as the CUDA driver reads it), default `/tmp/nvidia-mps`.

@@ -106,7 +106,7 @@ mod tests {
     use super::*;
 
     /// Compile-time: cudarc's slices and views are collective buffers. (Making one needs a
-    /// GPU, which CI does not have; the calls themselves run in scripts/gpu_check.sh.)
+    /// GPU, which CI does not have; the calls themselves run in scripts/gpu/gpu_check.sh.)
     #[test]
     fn cudarc_slices_and_views_are_buffers() {
         fn takes<B: BufferMut<Elem = f32>>() {}

@@ -104,11 +104,12 @@ impl Clock {
         Clock { timeout: self.timeout, times: self.times.clone(), look: self.look.clone() }
     }
 
-    /// Until when a receive waits on its peer before it looks at the others: [`LOOK_ELSEWHERE`]
-    /// after the operation's start, or after the last look ([`Clock::looked`]); at most the
-    /// deadline. No clock read: a receive per frame would otherwise read it once more (on a
-    /// 2-CPU VM, a quarter of the clock reads of a stream of 8-byte frames). A receive that
-    /// starts past this time looks at the others once after its first look at its peer.
+    /// Until when a receive waits on its peer before it looks at the others:
+    /// [`LOOK_ELSEWHERE`] after the operation's start, or after the last look
+    /// ([`Clock::looked`]); at most the deadline. No clock read: a receive per frame would
+    /// otherwise read it once more (a quarter of the clock reads of a stream of small
+    /// frames). A receive that starts past this time looks at the others once after its
+    /// first look at its peer.
     fn look_until(&self) -> Instant {
         let (started, deadline) = self.times();
         self.look.get().unwrap_or(started + LOOK_ELSEWHERE).min(deadline)

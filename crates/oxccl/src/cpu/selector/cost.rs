@@ -29,9 +29,7 @@
 //! `α` and `β` are measured in exchanges (both ranks of a pair send at once, as in a ring's
 //! or recursive doubling's rounds). A tree's rounds move one way: with latency `α₁` (half a
 //! ping-pong), and up to half the cache at `β₁` (the profile's `oneway_gbps`), past it at
-//! `β`. On a host with a CPU per rank one way can be twice as fast (TCP over loopback on a
-//! 2-CPU VM: 1.9 against 4-5.6 GB/s; 2 ranks, 256 KiB all_reduce: recursive doubling
-//! 115-170 µs, the binomial tree 76-87).
+//! `β`. On a host with a CPU per rank one way can be twice as fast.
 //!
 //! Each exchanging algorithm is written down as a [`Plan`]: the messages of its critical
 //! path round by round, and every message the job sends with the bytes it combines and
@@ -60,10 +58,7 @@
 //!   ring's messages all go to the successor, so from 3 ranks on each pays it; Bruck and
 //!   dissemination pay it in the rounds that no round answers (`d` along, with nothing
 //!   sent `n − d` along: none at 3 ranks); pairwise exchanges and recursive doubling and
-//!   halving use every connection both ways. Over loopback on a 2-CPU VM, 3 ranks, a 60 B
-//!   all_gather sent 10.4 TCP segments with the ring against 7.8 with Bruck (6 messages
-//!   each), and took 21-27% longer up to 4 KiB; the same gap was 10-24% on a 16-core Xeon,
-//!   where the model without acknowledgements priced the two equal and chose the ring.
+//!   halving use every connection both ways.
 //! - **Crowded hosts.** When the ranks outnumber the CPUs they take turns, and an
 //!   exchanging algorithm costs at least all of the job's work shared by the CPUs: every
 //!   message's `w` (the link's `wait`: all the CPU time a message takes when ranks share
@@ -72,12 +67,10 @@
 //!   byte combined and copied; plus the turns of the critical path, in place of its
 //!   latencies α (measured between ranks that spin, each on a CPU of its own): `2w` per
 //!   exchanging round (it ends once both partners ran after each other's send), `w` per
-//!   one-way round.
-//!   `oxccl tune` measures `w` as a quarter of an 8-byte exchange between two ranks on one
-//!   CPU (one exchanging round and two messages' work). Fewer messages and one-way rounds
-//!   win small sizes (4 ranks on 2 CPUs over TCP: a binomial tree 20 µs, recursive
-//!   doubling 28; 8 ranks: 43 against 166) and fewer bytes, and messages that fit the cache,
-//!   win large ones (the ring's `m/n` pieces).
+//!   one-way round. `oxccl tune` measures `w` as a quarter of an 8-byte exchange between
+//!   two ranks on one CPU (one exchanging round and two messages' work). Fewer messages and
+//!   one-way rounds win small sizes, and fewer bytes, and messages that fit the cache, win
+//!   large ones (the ring's `m/n` pieces).
 //! - **One-way operations.** Broadcast, reduce, gather and scatter over point-to-point
 //!   never wait for a reply, so back-to-back calls overlap: they cost the busiest rank's
 //!   messages (`⌈lg n⌉` for a tree's root, `n−1` for linear) times `o/2 + 3mκ` (half the
@@ -90,26 +83,19 @@
 //!   crowded hosts the busiest CPU runs the busiest rank and `c − 1` average ones beside
 //!   it (`busiest + (c − 1)·total/n` messages), and every message's bytes cost `β`
 //!   whatever their size: the copies of its two ends no longer overlap, and run cold
-//!   after another rank's turn. Measured on an AMD VM (2 CPUs, β = 0.26 ns per byte), the
-//!   busiest rank's messages grew by 0.33-0.42 ns per byte at 3, 4 and 8 ranks against
-//!   the 0.12 of `3κ`, and the crossover with the shared-memory collectives is at 2-4 KiB
-//!   (3, 4 ranks) and 4-16 KiB (8), not the 16 KiB so predicted; priced so, at 1-2, 2-4
-//!   and 4-8 KiB.
+//!   after another rank's turn.
 //! - **Crowded rendezvous.** A shared-memory step waits for every rank: when `c > 1` the
 //!   ranks must also be switched in and out, `σ + 2(c − 1)(σ₂ − σ)` per step (`σ₂`: the
 //!   step `oxccl tune` measures with two ranks on one CPU, whose turns take `σ₂ − σ`).
 //!   Across several CPUs the turns of each are not in step with the others', and about
 //!   half of them find their rank still waiting for another CPU's: twice the turns. With
 //!   3 ranks on 2 CPUs one CPU runs a single rank, which needs no switch: `c` = 1.5, not
-//!   the busiest CPU's 2. Fitted on a Xeon VM with σ = 0.38 and σ₂ = 1.18 µs: 3, 4 and 8
-//!   ranks on 2 cores predicted 1.2, 2.0 and 5.2 µs per step, measured 1.4-1.6, 1.9 and
-//!   5-9; on an AMD VM with σ = 0.21 and σ₂ = 2.03 µs, 2.0, 3.9 and 11.1 against 2.3-3.1,
-//!   4.3-4.6 and 9-11 (a broadcast's step; priced with the busiest CPU's ranks, 3 ranks
-//!   came out at 3.9). The switch cost alone does not predict it: the same 0.65-0.78 µs
-//!   per switch gave 3.6 µs per step at 4 ranks on the AMD VM. This makes the tree and
-//!   linear algorithms win the small rooted operations on such hosts, as measured (a rank
-//!   that names another root is still caught: the shared-memory collectives keep a tally
-//!   of point-to-point frames, see `algorithms/shared_memory`).
+//!   the busiest CPU's 2. This makes the tree and linear algorithms win the small rooted
+//!   operations on such hosts (a rank that names another root is still caught: the
+//!   shared-memory collectives keep a tally of point-to-point frames, see
+//!   `algorithms/shared_memory`).
+//!
+//! Measurements: docs/selector.md.
 
 use super::profile::{LinkCost, Profile};
 use crate::algorithm::Algorithm;
@@ -119,23 +105,18 @@ use crate::fingerprint::OpKind;
 /// The shared-memory collectives reduce messages up to this size in one step.
 const NATIVE_DIRECT: f64 = 16.0 * 1024.0;
 
-/// What each peer's single-copy read of a scatter's root costs besides its bytes (fitted on
-/// the 16-core Xeon: the kernel pins the pages it reads, and readers of the same root queue
-/// behind each other, see the shared-memory collectives' `reads_directly`). Without it,
-/// single copy was priced at 47 µs for 1 MiB on 8 and 16 ranks, which took 78 and 94, more
-/// than linear sends (65 and 72).
+/// What each peer's single-copy read of a scatter's root costs besides its bytes: the
+/// kernel pins the pages it reads, and readers of the same root queue behind each other
+/// (see the shared-memory collectives' `reads_directly`). Fitted on a 16-core machine
+/// (docs/selector.md).
 const SINGLE_COPY_READER: f64 = 2e-6;
 
 /// The part of a link's overhead `o` that the busiest rank of a one-way operation on 3
 /// ranks or more pays per message, on a host with a CPU per rank. `oxccl tune` measures `o`
 /// as the pace of a stream between two ranks, which the receiver's work sets (back-to-back
-/// operations between two ranks are such a stream, and pay it: AMD VM, 2 ranks, 8 B
-/// broadcast by the tree and linear gather and scatter, 0.22-0.25 µs for an `o` of 0.22);
-/// a root that sends to or receives from several peers, each on a CPU of its own, pays
-/// about half of it. 16-core Xeon (`o` = 0.46 µs): a linear scatter's and gather's root
-/// 0.16-0.39 µs per message on 3, 8 and 16 ranks, a binomial tree's broadcast 0.24-0.35 per
-/// round on 3. Priced at the whole `o`, the shared-memory collectives won the small rooted
-/// operations on 3 ranks where the tree and linear sends were 11-52% faster.
+/// operations between two ranks are such a stream, and pay all of it); a root that sends to
+/// or receives from several peers, each on a CPU of its own, pays about half of it.
+/// Measurements: docs/selector.md.
 const ONE_WAY_SHARE: f64 = 0.5;
 
 fn lg_ceil(n: usize) -> f64 {
@@ -390,8 +371,7 @@ pub fn predict(op: OpKind, algo: Algorithm, n: usize, bytes: usize, costs: &Cost
     let b = 1.0 / link.bandwidth;
     let slot = costs.slot.max(4096) as f64;
     // The shared-memory family streams through its slots in pieces that stay in the cache:
-    // its copies and reductions run at the cached rates (2 ranks, 1 MiB all_reduce: 91 us
-    // measured, 86 us so predicted; at the rates past the cache, 267).
+    // its copies and reductions run at the cached rates.
     let g = 1.0 / prof.cached_reduce;
     let k = 1.0 / prof.cached_copy;
     let crowd = costs.crowd.max(1.0);
@@ -415,13 +395,11 @@ pub fn predict(op: OpKind, algo: Algorithm, n: usize, bytes: usize, costs: &Cost
     };
     // A message that a rank receives to pass on or keep is copied three times (into the
     // link, out into the mailbox's buffer, into the caller's), from one core to another, at
-    // the copy rate past the cache whatever its size (measured on 4 ranks, a tree's
-    // broadcast grows by 0.3 ns per byte).
+    // the copy rate past the cache whatever its size.
     let relayed = 3.0 / prof.copy;
     // A linear scatter's root copies each block once, from its input (in the cache: the
     // caller wrote it) into the link (past it: the receiver read those lines last), half of
     // the bytes' traffic at each rate; the receivers' copies overlap the root's next sends.
-    // 16-core Xeon, 8 and 16 ranks: 0.063-0.068 ns per byte at the root, so priced 0.062.
     // Between two ranks the receiver's copies pace the stream.
     let sent_once = if several_peers { (1.0 / prof.copy + k) / 2.0 } else { relayed };
     let lgn = lg_ceil(n);
@@ -434,9 +412,7 @@ pub fn predict(op: OpKind, algo: Algorithm, n: usize, bytes: usize, costs: &Cost
         (O::ReduceScatter, A::SharedMemory) => chunks(slot) * s + m * k + (nf - 1.0) / nf * m * g,
         (O::Broadcast, A::BinomialTree) => one_way(lgn, nf - 1.0, m, relayed, 0.0),
         // The root copies its input into its slot (cached); each peer then copies the
-        // root's lines out from the root's core, at the copy rate past the cache. 16-core
-        // Xeon, 3 ranks: 32 KiB 5.5-5.7 µs (priced 4.6; as two cached copies, 2.8), 256 KiB
-        // 31-33 (33; 19); 8 ranks, where more readers share the root's lines: 6.4-7.3 and 42.
+        // root's lines out from the root's core, at the copy rate past the cache.
         (O::Broadcast, A::SharedMemory) => chunks(slot) * s + m * k + m / prof.copy,
         (O::Reduce, A::BinomialTree) => one_way(lgn, nf - 1.0, m, relayed, g),
         // The root combines n chunks in one pass: reading n sources costs about n/2
@@ -449,9 +425,7 @@ pub fn predict(op: OpKind, algo: Algorithm, n: usize, bytes: usize, costs: &Cost
         // Single copy: every peer reads its block of the root's input at once (see
         // `scatter_reads_directly`), each at the copy rate past the cache, all of them
         // together at about twice that, and each reader's call costs the root
-        // [`SINGLE_COPY_READER`]. 16-core Xeon, 2 MiB: 3 ranks 51 µs (priced 98), 8 ranks
-        // 108 (108), 16 ranks 116 (124); 1 MiB on 8 and 16 ranks: 78 and 94 (61 and 77,
-        // where linear sends took 65 and 72 and are priced 58 and 64).
+        // [`SINGLE_COPY_READER`].
         (O::Scatter, A::SharedMemory)
             if costs.single_copy && crowd <= 1.0 && shared_memory::scatter_reads_directly(n, bytes) =>
         {
@@ -460,11 +434,7 @@ pub fn predict(op: OpKind, algo: Algorithm, n: usize, bytes: usize, costs: &Cost
         // The root fills its slot with a chunk for each peer (chunks of `1/n` of a slot),
         // writing lines that the peers read last, at the copy rate past the cache; then each
         // peer copies its chunk out (at that rate too). A fill overlaps the copies of the
-        // step before it, so only the last one adds. 16-core Xeon, slots without
-        // single copy: 8 ranks 128 KiB 12.4-14.0 µs (priced 12.7), 1 MiB 85 (91); 16 ranks
-        // 1 MiB 98 (93). Priced with cached copies and no read, the slots won where linear
-        // sends were 15-53% faster (3 ranks 16-128 KiB, 8 ranks 16 KiB-1 MiB, 16 ranks 32
-        // KiB-4 MiB).
+        // step before it, so only the last one adds.
         (O::Scatter, A::SharedMemory) => {
             let chunk = (slot / nf).max(64.0);
             chunks(chunk) * s + ((nf - 1.0) * m + m.min(chunk)) / prof.copy + m * k

@@ -22,6 +22,15 @@
 
 pub mod cost;
 pub mod profile;
+
+/// A file of recorded sweeps and profiles (`crates/oxccl/testdata/selector/`), for tests.
+#[cfg(test)]
+macro_rules! recorded {
+    ($name:literal) => {
+        include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/selector/", $name))
+    };
+}
+
 #[cfg(test)]
 mod replay;
 
@@ -123,9 +132,8 @@ impl Selector {
     /// Whether the shared-memory collectives move large buffers by single-copy reads: as
     /// the settings say, on hosts with a CPU per rank (where ranks take turns on the CPUs,
     /// the kernel's copies serialize behind each other and the slots' pipelined chunks are
-    /// faster: 4 ranks on 2 CPUs, broadcast of 1 MiB 290 against 140 µs). The same on every
-    /// rank: the crowd is the job's. The engine sets its collectives up so, and the cost
-    /// model prices them so.
+    /// faster; measurements: docs/selector.md). The same on every rank: the crowd is the
+    /// job's. The engine sets its collectives up so, and the cost model prices them so.
     pub fn single_copy(&self) -> bool {
         self.single_copy && self.crowd <= 1.0
     }
@@ -346,8 +354,7 @@ mod tests {
     fn tcp_acknowledgements_tip_three_ranks_from_the_ring_to_bruck() {
         // At 3 ranks the ring and Bruck both take two exchanging rounds of one block; the
         // ring's messages travel one way on their connections and pay TCP's separate
-        // acknowledgement (measured on a 2-CPU VM: 10.4 segments per all_gather against
-        // Bruck's 7.8, and 21-27% slower up to 4 KiB; on a 16-core Xeon 10-24%).
+        // acknowledgement (measured: docs/selector.md, "TCP's acknowledgements").
         let tcp = |ack| Profile { tcp: LinkCost { ack, ..Profile::default().tcp }, ..Profile::default() };
         let s = Selector::new(Arc::new(tcp(2e-6)), LinkKind::Tcp, 3, 1.0);
         assert_eq!(s.choose(OpKind::AllGather, 4096, Algorithm::Auto, None), Algorithm::Bruck);
@@ -459,7 +466,7 @@ mod tests {
             let (p2p, native_t) = shm(2, 1.0, op, 8);
             assert!(native_t < p2p, "{op}");
             // 3 and 8 ranks on 2 CPUs: each step waits for every rank to be scheduled in,
-            // while one-way point-to-point calls overlap (measured: 0.4-1.5 us against 2.3-8).
+            // while one-way point-to-point calls overlap (measured: docs/selector.md).
             for (n, crowd) in [(3, 1.5), (4, 2.0), (8, 4.0)] {
                 let (p2p, native_t) = shm(n, crowd, op, 8);
                 assert!(p2p < native_t, "{op} on {n} ranks, {crowd} per CPU");
@@ -469,11 +476,10 @@ mod tests {
             let (p2p, native_t) = shm(4, 2.0, op, 4 << 20);
             assert!(native_t < p2p, "{op}");
         }
-        // The crowded step is the machine's: where turns are cheap (a Xeon VM: σ = 0.37,
-        // σ₂ = 1.2 µs; measured 2.5 µs through shared memory against 4.1-4.8 by the tree; an
-        // AMD VM: σ₂ = 2.0 µs, 3.5-5.1 against 4.6-6.9), a 4 KiB broadcast on 4 ranks and 2
-        // CPUs takes the rendezvous; where they are dear (σ₂ = 4 µs), the tree. Small ones
-        // take the tree on all.
+        // The crowded step is the machine's: where turns are cheap (σ = 0.37 and σ₂ = 1.2
+        // or 2.0 µs, as on the two VMs of docs/selector.md), a 4 KiB broadcast on 4 ranks
+        // and 2 CPUs takes the rendezvous; where they are dear (σ₂ = 4 µs), the tree. Small
+        // ones take the tree on all.
         for (crowded, bytes, want) in [
             (1.2e-6, 4096, Algorithm::SharedMemory),
             (2.0e-6, 4096, Algorithm::SharedMemory),
@@ -486,10 +492,9 @@ mod tests {
             assert_eq!(s.explain(OpKind::Broadcast, bytes, native).algorithm, want, "σ₂ {crowded}, {bytes} B");
         }
         // A tree's rounds move one way: where that is faster than an exchange (a CPU per
-        // rank, TCP over loopback on a 2-CPU VM: 1.9 against 4.7 GB/s, α 7.8 against 4.2
-        // µs; 256 KiB on 2 ranks measured 76-87 µs by the tree, 115-170 by recursive
-        // doubling), the tree takes 2 ranks' mid sizes; where it is not, recursive doubling
-        // (one exchange) keeps them. Past half the cache one way gains nothing.
+        // rank; the link below is a 2-CPU VM's TCP over loopback, docs/selector.md), the
+        // tree takes 2 ranks' mid sizes; where it is not, recursive doubling (one exchange)
+        // keeps them. Past half the cache one way gains nothing.
         let two = |oneway_gbps: f64, bytes| {
             let tcp = LinkCost {
                 alpha: 7.8e-6,
@@ -518,10 +523,8 @@ mod tests {
         assert_eq!(tcp8(4.0).explain(OpKind::AllReduce, 8, None).algorithm, Algorithm::BinomialTree);
         // With the measured costs of the reference machine, 8 ranks on 2 CPUs over TCP: the
         // binomial tree's 14 messages and one-way rounds beat recursive doubling's 24
-        // messages (measured there 107 against 148 us at 8 B, when receivers slept; on a
-        // Xeon VM whose receivers yield, 43-54 against 166); at 2 MiB the ring's
-        // 256 KiB pieces fit the cache where Rabenseifner's 1 MiB ones stream from memory
-        // (measured 9.2 against 11.0 ms).
+        // messages at 8 B; at 2 MiB the ring's 256 KiB pieces fit the cache where
+        // Rabenseifner's 1 MiB ones stream from memory (measured: docs/selector.md).
         let tcp =
             |n, crowd, op, bytes| Selector::new(Arc::clone(&prof), LinkKind::Tcp, n, crowd).explain(op, bytes, None);
         assert_eq!(tcp(8, 4.0, OpKind::AllReduce, 8).algorithm, Algorithm::BinomialTree);
@@ -562,27 +565,23 @@ mod tests {
 
     #[test]
     fn the_xeons_profile_picks_its_fastest_scatter_and_small_broadcast() {
-        // What `oxccl tune --ranks 2` wrote on the GPU machine's 16-core Xeon (2026-11-28),
+        // What `oxccl tune --ranks 2` wrote on the GPU machine's 16-core host (2026-11-28),
         // the profile the replay reads too.
-        let prof = Arc::new(Profile::parse(include_str!("recorded/xeon16.profile")).expect("a valid profile"));
+        let prof = Arc::new(Profile::parse(recorded!("xeon16.profile")).expect("a valid profile"));
         let at = |n, single_copy, op, bytes| {
             Selector::new(Arc::clone(&prof), LinkKind::Shm, n, 1.0)
                 .with_single_copy(single_copy)
                 .explain(op, bytes, Some(256 << 10))
                 .algorithm
         };
-        // Measured there (`oxccl bench scatter --algo all`, µs, linear against the slots or
-        // single copy): 8 ranks, 1 KiB blocks 3.1-3.3 against 2.7; 16 KiB blocks 10.3
-        // against 12.4-15.9; 256 KiB blocks 148-188 against 108 by single copy; 16 ranks,
-        // 64 KiB blocks without single copy, 69 against 98; 8 ranks, 128 KiB blocks, 65
-        // against 78 by single copy.
+        // The fastest there, as measured (docs/selector.md, "Scatter").
         assert_eq!(at(8, true, OpKind::Scatter, 1 << 10), Algorithm::SharedMemory);
         assert_eq!(at(8, true, OpKind::Scatter, 16 << 10), Algorithm::Linear);
         assert_eq!(at(8, true, OpKind::Scatter, 256 << 10), Algorithm::SharedMemory);
         assert_eq!(at(8, false, OpKind::Scatter, 256 << 10), Algorithm::Linear);
         assert_eq!(at(16, false, OpKind::Scatter, 64 << 10), Algorithm::Linear);
         assert_eq!(at(8, true, OpKind::Scatter, 128 << 10), Algorithm::Linear);
-        // A 64-byte broadcast on 8 ranks: the slots 0.8-0.9, the tree 1.0-1.2.
+        // A 64-byte broadcast on 8 ranks: the slots beat the tree.
         assert_eq!(at(8, true, OpKind::Broadcast, 64), Algorithm::SharedMemory);
     }
 

@@ -7,8 +7,7 @@
 //!
 //! Bandwidth depends on the message size, as in Kielmann et al.'s parameterized LogP: a
 //! message that fits a core's cache (`cache_kib`, the per-core L2) moves at `cached_gbps`,
-//! a larger one streams from memory at `gbps` (TCP over loopback on the reference machine:
-//! 2.2 GB/s at 512 KiB, 1.4 at 1 MiB and beyond).
+//! a larger one streams from memory at `gbps`. Measurements: docs/selector.md.
 //!
 //! The file is `key = value` lines (`#` starts a comment); every key is optional and
 //! overrides the default (a link's `gbps` given alone stands for its `cached_gbps` too):
@@ -65,8 +64,7 @@ pub struct LinkCost {
     /// Bandwidth of messages that fit the cache when they move one way (the receiver sends
     /// nothing meanwhile, as in a tree's rounds), in bytes per second. The two bandwidths
     /// above are measured in exchanges, both ranks sending at once, which on a host with
-    /// a CPU per rank share each CPU between the rank's sending and its receiving (TCP over
-    /// loopback on a 2-CPU VM: 1.9 GB/s each way in an exchange, 4-5.6 one way).
+    /// a CPU per rank share each CPU between the rank's sending and its receiving.
     pub oneway_bandwidth: f64,
     /// CPU time per message of a one-way stream, in seconds.
     pub overhead: f64,
@@ -97,8 +95,7 @@ impl LinkCost {
 
     /// [`LinkCost::transfer`] for a message that moves one way: at the one-way bandwidth up
     /// to half of `cache` (the size `oxccl tune` measures it at; never below the exchange's
-    /// rate), above as an exchange (there memory is the limit: TCP over loopback on a 2-CPU
-    /// VM with 2 MiB of L2, 2 MiB one way moved at 1.7 GB/s, in exchanges at 1.9).
+    /// rate), above as an exchange (there memory is the limit).
     pub fn transfer_oneway(&self, bytes: f64, cache: f64) -> f64 {
         if bytes <= cache / 2.0 {
             bytes / self.oneway_bandwidth.max(self.cached_bandwidth)
@@ -140,11 +137,8 @@ pub struct Profile {
 
 impl Default for Profile {
     /// The values `oxccl tune --ranks 2` measured on the reference machine (a 2-core VM,
-    /// 2026-11-25; the middle of three runs). A machine unlike it is better served by its
-    /// own profile. The links' crowded waits are that machine's 8-byte exchange on one CPU
-    /// (`2o + 3w` in the model of its day) as the model prices it now (`4w`). TCP's
-    /// acknowledgement came later: 2.12-2.26 µs in five runs on a 2-CPU AMD EPYC VM
-    /// (2026-11-27).
+    /// 2026-11-25). A machine unlike it is better served by its own profile. Where each
+    /// value comes from: docs/selector.md.
     fn default() -> Self {
         Profile {
             shm: LinkCost {
@@ -178,7 +172,7 @@ impl Default for Profile {
                 wait: 1.17e-6,
             },
             native_step: 0.17e-6,
-            // What gives the 3.6 µs per step measured with 4 ranks on its 2 cores.
+            // Fitted to the step measured with 4 ranks on its 2 cores (docs/selector.md).
             crowded_step: 1.89e-6,
             cache: 512.0 * 1024.0,
             copy: 11.4e9,

@@ -1,11 +1,11 @@
 //! The cost model against measured sweeps: `oxccl bench --algo all` tables recorded on real
-//! machines (in `recorded/`, each beside the profile `oxccl tune` wrote there), replayed
-//! through [`predict`]. At every point the model picks among the algorithms the table
-//! measured, and the pick's measured time is compared with the fastest's: issue 10 asks for
-//! every pick within 10% of the best. The test bounds the misses at what the model does now
-//! (some points are run-to-run noise, see the notes in `cost`); a change of the model that
-//! picks worse on the recorded machines fails it, one that picks better can lower the
-//! bound.
+//! machines (in `crates/oxccl/testdata/selector/`, each beside the profile `oxccl tune`
+//! wrote there), replayed through [`predict`]. At every point the model picks among the
+//! algorithms the table measured, and the pick's measured time is compared with the
+//! fastest's: issue 10 asks for every pick within 10% of the best. The test bounds the
+//! misses at what the model does now (some points are run-to-run noise, see
+//! docs/selector.md); a change of the model that picks worse on the recorded machines fails
+//! it, one that picks better can lower the bound.
 //!
 //! The ignored test [`replay`] does the same for any sweep and profile (e.g. from a device
 //! run) and prints every miss:
@@ -115,9 +115,9 @@ fn misses(profile: &Profile, cpus: f64, tcp: bool, text: &str) -> (Vec<String>, 
 fn the_model_picks_near_the_best_on_the_recorded_machines() {
     let cases = [
         // 16 ranks on 16 CPUs at most: one rank per CPU.
-        (include_str!("recorded/xeon16.profile"), include_str!("recorded/xeon16.txt"), 16.0, 325, 24),
+        (recorded!("xeon16.profile"), recorded!("xeon16.txt"), 16.0, 325, 24),
         // 3 and 4 ranks on 2 CPUs: crowded.
-        (include_str!("recorded/amd2.profile"), include_str!("recorded/amd2.txt"), 2.0, 147, 2),
+        (recorded!("amd2.profile"), recorded!("amd2.txt"), 2.0, 147, 2),
     ];
     for (profile, sweeps, cpus, points, bound) in cases {
         let profile = Profile::parse(profile).expect("a recorded profile parses");

@@ -41,9 +41,8 @@ const SPARES: usize = 8;
 /// The capacities of the payload buffers it keeps. Smaller ones come from the allocator's
 /// per-thread cache; from 1 KiB on, a buffer that one thread (a link's reader) allocates and
 /// another (the caller) frees goes through the allocator's shared bins, and often comes back
-/// as fresh pages to fault in and zero (measured, 2 ranks, 32 KiB binomial-tree broadcast:
-/// 16-27 µs per call in three runs with buffers allocated per frame, 5.5-18 kept). Larger
-/// ones would hold too much memory idle.
+/// as fresh pages to fault in and zero (measurements: docs/performance.md). Larger ones
+/// would hold too much memory idle.
 const SPARE_CAPACITY: std::ops::RangeInclusive<usize> = (1 << 10)..=(4 << 20);
 
 /// Hashes the mailbox's keys, communicator ids and ranks, with one multiplication: every
@@ -447,9 +446,9 @@ impl Mailbox {
     /// then for up to `yield_for` with a `sched_yield` between looks (each look after the
     /// first only when the mailbox changed): where the sender is a running thread of this
     /// process, its frame usually comes within a microsecond or two, and sleeping on the
-    /// condition variable would add two thread wake-ups to every message (2 threads on 2
-    /// CPUs, 8-byte all_reduce: 22-41 µs sleeping); where the threads outnumber the CPUs,
-    /// a yield lets the sender run at once.
+    /// condition variable would add two thread wake-ups to every message (measurements:
+    /// docs/performance.md); where the threads outnumber the CPUs, a yield lets the sender
+    /// run at once.
     ///
     /// # Errors
     /// As [`Mailbox::recv`].

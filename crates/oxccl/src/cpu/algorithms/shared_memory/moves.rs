@@ -69,8 +69,7 @@ impl ShmCollectives {
         // In place, our input is block `me` of the output: it already holds our bytes.
         let in_place = std::ptr::eq(input.ptr, output.ptr.wrapping_add(me * bytes));
         // Out of place, our own block is one copy of `bytes` from a chunk just read: cached
-        // stores unless the block itself is large (measured on 2 ranks: 4 MiB outputs took
-        // 450 µs with streaming stores and 372 with cached ones; 16 MiB outputs 2200 and 2500).
+        // stores unless the block itself is large (measurements: docs/performance.md).
         let own_streaming = bytes >= copy::STREAM_FROM;
         self.in_steps(
             ctx,

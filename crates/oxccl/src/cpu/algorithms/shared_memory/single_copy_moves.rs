@@ -6,21 +6,20 @@
 //! read returns only when they all are done with it.
 //!
 //! Cost: two synchronizations and `n − 1` reads (`process_vm_readv`: a system call and the
-//! peer's pages pinned, about 1–2 µs, then memory speed) per rank; the slots' chunked
-//! copies stay cheaper below [`SINGLE_COPY_FROM`] per read, and below more where several
-//! ranks read the same source at once ([`reads_directly`]: a broadcast reads directly only
-//! between two ranks).
+//! peer's pages pinned, then memory speed) per rank; the slots' chunked copies stay cheaper
+//! below [`SINGLE_COPY_FROM`] per read, and below more where several ranks read the same
+//! source at once ([`reads_directly`]: a broadcast reads directly only between two ranks).
 //!
 //! A broadcast's root has nothing to read: in place, from [`ROOT_SHARE_FROM`] up, it writes
 //! the last `1/n` of the buffer into every peer (`process_vm_writev`) while they read the
-//! rest, so the root's core copies too. Every rank then copies `(n − 1)/n` of the buffer:
-//! 2 processes on a 2-CPU Xeon VM, 16 MiB, 2.5 ms read by the peer alone against 1.3 ms
-//! split (4 MiB: 364 against 174 µs; 1 MiB: 85 against 44). Writing into a peer is safe
-//! only while the peer cannot return: the root writes into a peer only once it said its
-//! buffer is ready (after it passed the arrivals, where it could still fail and leave), and
-//! a ready peer returns only after the root's `done`, however long that takes (but not if
-//! the root fails or the operation is aborted), then fails if the root reports that its
-//! writes failed.
+//! rest, so the root's core copies too. Every rank then copies `(n − 1)/n` of the buffer,
+//! which halves a 2-rank broadcast's time. Writing into a peer is safe only while the peer
+//! cannot return: the root writes into a peer only once it said its buffer is ready (after
+//! it passed the arrivals, where it could still fail and leave), and a ready peer returns
+//! only after the root's `done`, however long that takes (but not if the root fails or the
+//! operation is aborted), then fails if the root reports that its writes failed.
+//!
+//! Measurements: docs/performance.md.
 
 use std::sync::atomic::Ordering;
 
@@ -66,31 +65,19 @@ pub(super) enum Move {
 /// reads them by single copy (where the host allows it) rather than through the slots.
 /// The kernel's reads of the same pages by several processes at once slow each other down
 /// (each pins the pages it reads), so the threshold depends on how many ranks read each
-/// source. Measured on a 16-core Xeon VM (slots against single copy, µs, in place):
+/// source (measured on a 16-core machine: docs/performance.md):
 /// - all_to_all, where each rank reads its own part of every source: from
-///   [`SINGLE_COPY_FROM`] per peer (16 ranks, 8 KiB blocks: out of place 61 against 46;
-///   128 KiB: 1443 against 522).
-/// - all_gather, where the `n − 1` peers read every block: from `n − 1` times that (8 KiB
-///   blocks: 4 ranks 5.4 against 9.6, 16 ranks 24 against 49-128; 16 KiB blocks on 8 ranks
-///   15 against 35; 128 KiB blocks: 4 ranks 76 against 40, 16 ranks 996 against 553).
+///   [`SINGLE_COPY_FROM`] per peer.
+/// - all_gather, where the `n − 1` peers read every block: from `n − 1` times that.
 /// - scatter, where the `n − 1` peers each read their own block of the root's input: from
 ///   [`SCATTER_FROM`] per block, and from 5 ranks up only where the root's input reaches
-///   1 MiB. Many readers of small blocks queue behind each other (16 ranks, 1 KiB blocks:
-///   16 µs against 5 through the slots; 8 ranks, 8 KiB: 12 against 9), probably on the
-///   root's page-table locks, which the kernel takes for every page it pins (one lock per
-///   2 MiB of the root's address space; not measured). Where they pay, the root's core no
-///   longer copies every block into its slot while the peers wait. Out of place, slots /
-///   linear sends / single copy: 3 ranks, 87 KiB blocks, 27 / 17 / 14 µs; 8 ranks, 256 KiB,
-///   193 / 155 / 102; 16 ranks, 64 KiB, 107 / 71 / 57; 16 ranks, 512 KiB, 1036 / 900 / 227.
-///   Below, the single copy lost: 3 ranks, 22 KiB, 7.0 / 8.0 / 8.1; 16 ranks, 32 KiB, 46 /
-///   37 / 60. At 8 ranks, 128 KiB, it ties the slots (87-105 against 89 in two runs), both
-///   behind linear sends (69-71).
+///   1 MiB. Many readers of small blocks queue behind each other, probably on the root's
+///   page-table locks, which the kernel takes for every page it pins (one lock per 2 MiB
+///   of the root's address space). Where they pay, the root's core no longer copies every
+///   block into its slot while the peers wait.
 /// - broadcast, where every peer reads the root's buffer: between two ranks only (there
 ///   the root also writes a part, see the module documentation). From 3 ranks up the slots
-///   were as fast or faster at every size from 8 KiB to 8 MiB in place (3 ranks: 8 KiB 3.0
-///   against 6.4, 2 MiB 243 against 456 even with the reads spread over the peers; 16
-///   ranks: 32 KiB 8 against 85, 2 MiB 517 against 3260, where 15 peers read the root
-///   at about 10 GB/s in all).
+///   were as fast or faster at every size from 8 KiB to 8 MiB.
 pub(super) fn reads_directly(mv: Move, n: usize, per_peer: usize) -> bool {
     match mv {
         Move::AllToAll => per_peer >= SINGLE_COPY_FROM,

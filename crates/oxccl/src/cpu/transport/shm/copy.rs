@@ -8,20 +8,21 @@
 //!   `oxccl bench --memcpy` compares against. Small results keep ordinary stores: the
 //!   caller is about to read them, and they fit in the cache.
 //! - [`copy_cached`]: ordinary stores, avoiding one trap. glibc's `memcpy` copies mid-sized
-//!   buffers with `rep movsb`, which on some CPUs (AMD Zen, measured here) runs about 20×
-//!   slower when the destination is 1 to 63 bytes ahead of the source modulo 4096. The
-//!   segment's slots are page-aligned and a user buffer from `malloc` typically starts 16
-//!   bytes into a page: exactly that distance, for every chunk. In that window the copy
-//!   uses an AVX2 loop instead (CPUs without AVX2 predate the trap and keep `memcpy`).
+//!   buffers with `rep movsb`, which on some CPUs (AMD Zen) runs far slower when the
+//!   destination is 1 to 63 bytes ahead of the source modulo 4096. The segment's slots are
+//!   page-aligned and a user buffer from `malloc` typically starts 16 bytes into a page:
+//!   exactly that distance, for every chunk. In that window the copy uses an AVX2 loop
+//!   instead (CPUs without AVX2 predate the trap and keep `memcpy`).
+//!
+//! Measurements: docs/performance.md.
 
 /// Results at least this large are written with streaming stores.
 pub const STREAM_FROM: usize = 4 << 20;
 
 /// ... when written over their input (in place): the lines a chunk's result goes to were
 /// read a chunk earlier and are still in the cache, where ordinary stores are cheaper and a
-/// streaming store must first evict the line. 2 ranks on a Xeon VM, all_reduce in place:
-/// 4 MiB 770 µs cached against 940 streaming, 32 MiB 6.3 ms against 7.2, 64 MiB even, 128 MiB
-/// 1-3% slower cached.
+/// streaming store must first evict the line (the two are even at 64 MiB:
+/// docs/performance.md).
 pub const STREAM_IN_PLACE_FROM: usize = 64 << 20;
 
 /// Whether a result of `bytes` is written with streaming stores (`in_place`: over the input).

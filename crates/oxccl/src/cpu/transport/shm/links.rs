@@ -11,12 +11,11 @@
 //! **Caller-driven progress.** A caller waiting for a frame reads the rings itself
 //! ([`Link::poll`], for as long as the host's waits spin) and announces that it polls, so
 //! senders skip the progress thread's wake-up: a hand-off then costs no system call and no
-//! thread switch (8-byte send/recv pairs on 2 ranks: 4.0 µs through the progress thread,
-//! 1.1–1.7 µs this way). Whoever holds the incoming rings' lock reads them; a caller that
+//! thread switch. Whoever holds the incoming rings' lock reads them; a caller that
 //! stops polling reads once more, for frames sent while it still counted as polling. The
 //! frame the caller waits for, when it is next in its sender's ring and the mailbox holds
 //! nothing, goes straight into the caller's buffer ([`Link::poll`]'s `Took`): no mailbox,
-//! no payload buffer (8-byte send/recv pairs on 2 ranks: 0.55 against 0.45 µs).
+//! no payload buffer.
 //!
 //! A sender writes a frame's header and payload with one publication and one notice, and
 //! reads the receiver's position in the ring only when the space it last saw is too small
@@ -26,9 +25,9 @@
 //! incoming rings while it waits, and spins only [`SPACE_SPIN`] before it sleeps until the
 //! receiver makes room. Two ranks exchanging frames larger than a ring then drain each
 //! other's rings themselves; and a sender never holds, for a whole spin of the host's wait
-//! policy, the core that the receiver's progress thread needs to make room (measured, 2
-//! ranks on 2 cores exchanging 1 MiB: 8.7 ms per exchange with the 10 ms spin, 0.17 ms
-//! without).
+//! policy, the core that the receiver's progress thread needs to make room.
+//!
+//! Measurements: docs/performance.md.
 //!
 //! Layout: a 64-byte header (magic, rank count, ring size), one 64-byte line per local rank
 //! (pid, doorbell, sleepers, pollers), then the rings, `ring[src * n + dst]`.
@@ -55,8 +54,7 @@ pub const LIVENESS_CHECK: Duration = Duration::from_millis(100);
 const MAGIC: u64 = u64::from_le_bytes(*b"OXSHMLK1");
 /// How long the progress thread polls (yielding) for more frames before it sleeps. Short: a
 /// polling progress thread is one more runnable thread per rank, and the ranks' own waits
-/// assume one runnable thread per rank (measured: after ring traffic, with 2 ms of polling,
-/// an 8-byte shared-memory all_reduce on 2 ranks took 53 us instead of 0.25). The ranks' own
+/// assume one runnable thread per rank (measurements: docs/performance.md). The ranks' own
 /// wait policy (`OXCCL_SPIN_US`, `OXCCL_YIELD_US`) does not apply to this thread.
 const PROGRESS_YIELD: Duration = Duration::from_micros(50);
 
@@ -400,8 +398,7 @@ fn progress_loop(shared: &Shared, me: usize, inbox: &Inbox, stop: &AtomicBool) {
         }
         // Never a busy spin here: the thread that needs the CPU next is usually this
         // process's own caller, woken by the frame just delivered; a spinning progress
-        // thread would hold the core it needs (measured: 8-byte send/recv on 2 ranks took
-        // 57 us with a 50 us spin, the spin itself).
+        // thread would hold the core it needs for the whole spin.
         let _ = futex::wait_until(
             shared.doorbell(me),
             shared.sleepers(me),

@@ -137,9 +137,7 @@ impl Segment {
 
     /// Maps the pages of the first `len` bytes into this process now, writable
     /// (`MADV_POPULATE_WRITE`, Linux 5.14), without touching their contents: the first
-    /// operations that use them then take no page faults (measured: the first 20 8-byte
-    /// all_reduce calls on 2 ranks, timed from the very first, averaged 1.25 µs with it and
-    /// 1.35 µs without; most of the rest is the first call's own one-time work).
+    /// operations that use them then take no page faults (measurements: docs/performance.md).
     /// Best effort: an older kernel refuses the advice and the pages fault in on first use.
     pub fn prefault(&self, len: usize) {
         let len = len.min(self.len);

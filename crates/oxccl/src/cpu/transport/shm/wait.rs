@@ -6,12 +6,11 @@
 //!    peer runs on another core at the same time; wasted, and worse, when the peer needs the
 //!    core we hold (oversubscription).
 //! 2. **yield** (`OXCCL_YIELD_US`): poll, calling `sched_yield` between looks. With no other
-//!    runnable thread on our core this is a spin with a 0.2 µs system call in it; with one,
+//!    runnable thread on our core this is a spin with a short system call in it; with one,
 //!    that thread runs at once, for its whole time slice. When that thread is a peer rank
-//!    sharing the core, this is what removes the latency cliff of oversubscribed hosts:
-//!    measured on 2 cores with 4 ranks, an 8-byte all_reduce took ~600 µs with a 200 µs spin
-//!    and a futex sleep, 11 µs with yielding polls. When it is anything else (another
-//!    process, a data loader), it hands our core away while a peer waits for us.
+//!    sharing the core, this is what removes the latency cliff of oversubscribed hosts.
+//!    When it is anything else (another process, a data loader), it hands our core away
+//!    while a peer waits for us.
 //! 3. **sleep**: a futex wait until a writer rings the doorbell. A long wait (a peer still
 //!    computing) costs no CPU, at the price of a wake-up system call and scheduling delay.
 //!
@@ -21,11 +20,9 @@
 //! - **a CPU per rank**: spin for [`SPIN_DEDICATED`], longer than a scheduler tick, then
 //!   sleep; never yield. The thread a yield would let run is not a peer (each has its own
 //!   CPU) but some other work, and a rank that sleeps or yields while its peer was switched
-//!   out for one tick falls into a chain of wake-ups. Measured on 2 cores, 2 ranks and one
-//!   busy-looping process beside them, 8-byte all_reduce, loop mean of 50 000 calls (quiet:
-//!   0.25 µs): spin 50 µs then yield 2 ms: 0.5–16 µs from run to run; spin 1 or 2 ms then
-//!   sleep: 0.4–39 µs; spin 5 or 20 ms then sleep: 0.48 µs in 15 runs of 16 (the kernel's
-//!   tick is 4 ms there).
+//!   out for one tick falls into a chain of wake-ups.
+//!
+//! Measurements: docs/performance.md.
 
 use std::time::Duration;
 

@@ -1300,7 +1300,7 @@ fn the_progress_thread_and_a_caller_taking_turns_keep_frames_in_order() {
 /// A revoke that stops a ring step in the middle of a large frame: the frame is finished
 /// (not cut), so the live peer gets `Revoked`, never `PeerLost` from a truncated frame, and
 /// both still shrink to a communicator of two that computes. Before the fix the cut frame
-/// made the peer count this live rank dead in some runs (4 of 20 in scripts/revoke_bench.sh).
+/// made the peer count this live rank dead in some runs (4 of 20 in scripts/bench/revoke_bench.sh).
 #[test]
 fn a_revoke_in_the_middle_of_a_large_frame_leaves_the_peer_alive() {
     for trial in 0..4 {

@@ -6,9 +6,9 @@
 # revoke call to the last rank's `Revoked` (ranks share one host's clock). Prints each trial,
 # then min / p50 / p99 / max.
 #
-# usage: scripts/revoke_bench.sh [TRIALS=20] [RANKS=4] [TRANSPORT=shm|tcp]
+# usage: scripts/bench/revoke_bench.sh [TRIALS=20] [RANKS=4] [TRANSPORT=shm|tcp]
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 trials=${1:-20}
 n=${2:-4}
 transport=${3:-shm}

@@ -10,9 +10,9 @@
 # init_* is each rank's own oxccl::init call; wall is from the first rank's init start to
 # the last rank's init end (it includes starting the processes). Rank 0 hosts the store.
 #
-# usage: scripts/scale_check.sh [WORLDS=64,256,1024] [RANKS_PER_HOST=8]
+# usage: scripts/bench/scale_check.sh [WORLDS=64,256,1024] [RANKS_PER_HOST=8]
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 worlds=${1:-64,256,1024}
 per_host=${2:-8}
 cargo build --release -q -p oxccl --example scale_rank
@@ -36,7 +36,7 @@ for n in ${worlds//,/ }; do
   done
   failed=0
   for p in "${pids[@]}"; do wait "$p" || failed=$((failed + 1)); done
-  cat "$dir"/*.out | awk -v n="$n" -v k="$per_host" -v label=oxccl -f scripts/scale_summary.awk
+  cat "$dir"/*.out | awk -v n="$n" -v k="$per_host" -v label=oxccl -f scripts/bench/scale_summary.awk
   if [ "$failed" -gt 0 ]; then
     echo "  $failed of $n ranks failed; first errors:" >&2
     cat "$dir"/*.err | grep -v '^$' | head -5 >&2

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The TCP path across two emulated hosts, measured side by side in one run: two network
-# namespaces joined by a veth pair (built as scripts/two_hosts.sh builds them), ranks placed
+# namespaces joined by a veth pair (built as scripts/ci/two_hosts.sh builds them), ranks placed
 # torchrun style (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR = host A's veth
 # address), the first half of the ranks on host A and the second half on host B:
 #   oxccl    `oxccl bench all_reduce` (cpu backend, float sum; TCP across the hosts, shared
@@ -15,7 +15,7 @@
 # shaped like a 10 Gbit/s link with 50 us latency: tc qdisc netem delay 50us rate 10gbit;
 # where netem is missing, tbf rate 10gbit, without the latency, and the output says so).
 #
-#   scripts/compare_tcp.sh [--sizes 8,64K,1M,16M,64M] [--modes none,shaped]
+#   scripts/peers/compare_tcp.sh [--sizes 8,64K,1M,16M,64M] [--modes none,shaped]
 #       [--ranks-per-host 1,2] [--iters-scale X] [--iperf-seconds S] [--timeout SECS]
 #       [--json FILE] [--no-gloo] [--no-install]
 #
@@ -46,14 +46,14 @@
 # Needs root and ip (iproute2); where network namespaces or veth devices are not permitted it
 # prints SKIP and exits 0. It installs what is missing, idempotently (--no-install: nothing;
 # a peer that is missing is then skipped with a note): iperf3 (apt), and for gloo the venv at
-# ${PEERS_VENV:-target/peers-venv} with torch, as scripts/compare_peers.sh does
+# ${PEERS_VENV:-target/peers-venv} with torch, as scripts/peers/compare_peers.sh does
 # (PEERS_VENV=/path/to/venv reuses one that has torch; PEERS_TORCH_PIP overrides what pip is
 # given). target/release/oxccl is built (cargo build --release -p oxccl-cli) when missing.
 # OXCCL_* variables of the environment reach every rank (OXCCL_TIMEOUT defaults to 60s).
 # The namespaces, the veth pair, its qdiscs and every process started in them are removed on
 # exit, Ctrl-C and failure included; their names carry this script's PID.
 set -uo pipefail
-cd "$(dirname "$0")/.." || exit 1
+cd "$(dirname "$0")/../.." || exit 1
 ROOT=$(pwd)
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 VENV=${PEERS_VENV:-target/peers-venv}

@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
 # The GPU check of the nccl backend, run ON the GPU machine from the repository root with the
-# binaries of scripts/gpu_build.sh in gpu-bin/ (see ../shared/GPU.md). Several ranks share the
+# binaries of scripts/gpu/gpu_build.sh in gpu-bin/ (see ../shared/GPU.md). Several ranks share the
 # one GPU through NCCL_HOSTID (scripts/gpu/per_rank_env.sh). Every step runs even when an
 # earlier one failed; each prints PASS or FAIL, and the script exits 1 if any failed.
 # Everything is logged under $OUT (default ./gpu-check-out).
 #
-# Usage: scripts/gpu_check.sh [first | second | steps...]
+# Usage: scripts/gpu/gpu_check.sh [first | second | steps...]
 #   steps: machine reference conformance failures speed (default: all, whose budgets add up to
 #   805 s, cut to 570: too long for one device call). A session lent the GPU (15 minutes of
 #   device time in all, at most 10 a call, about 1 to start a machine) runs the two halves, one
 #   device call each:
 #     first  = machine reference conformance (2 ranks)                    budget 315 s
 #     second = machine reference conformance (1, 4 ranks) failures speed  budget 505 s
-#   (device tool: `run` with carry ["gpu-bin"], command `scripts/gpu_check.sh first`, timeout_s
+#   (device tool: `run` with carry ["gpu-bin"], command `scripts/gpu/gpu_check.sh first`, timeout_s
 #   330; then the same with `second`, timeout_s 520.) Budgets are limits for a check that goes
 #   wrong: on the H200 (November 2026) `second` took 27 s without its conformance worlds, and
 #   the device bills the time used, not the limit.
@@ -50,8 +50,8 @@
 #      1-rank figures compare kernels.
 # shellcheck disable=SC2317 # stop_ranks, cleanup and on_signal run from traps
 set -uo pipefail
-cd "$(dirname "$0")/.." || exit 2
-SELF="$PWD/scripts/gpu_check.sh"
+cd "$(dirname "$0")/../.." || exit 2
+SELF="$PWD/scripts/gpu/gpu_check.sh"
 OUT="${OUT:-$PWD/gpu-check-out}"
 export OUT
 mkdir -p "$OUT"
@@ -116,7 +116,7 @@ if [ "${1:-}" = __ranks ]; then
   exit $?
 fi
 
-usage() { echo "usage: scripts/gpu_check.sh [first | second | machine reference conformance failures speed]" >&2; }
+usage() { echo "usage: scripts/gpu/gpu_check.sh [first | second | machine reference conformance failures speed]" >&2; }
 steps=()
 CONF_WORLDS="${GPU_CONF_WORLDS:-}"
 for a in "${@:-all}"; do
@@ -294,7 +294,7 @@ if wanted machine; then
     [ -x "$BIN/$b" ] || missing+=" $b"
   done
   [ -z "$missing" ]
-  verdict $? "the binaries in $BIN${missing:+ (missing:$missing: run scripts/gpu_build.sh first and carry gpu-bin)}"
+  verdict $? "the binaries in $BIN${missing:+ (missing:$missing: run scripts/gpu/gpu_build.sh first and carry gpu-bin)}"
 fi
 
 ref_pid=

@@ -6,11 +6,11 @@
 # is in the loop; the time is from just before the kill to the last survivor's working shrunk
 # communicator (PROBE-SHRUNK done_unix_ms). Prints each trial, then min / p50 / p99 / max.
 #
-# usage: scripts/recovery_bench.sh [TRIALS=50] [RANKS=8] [TRANSPORT=shm|tcp]
+# usage: scripts/bench/recovery_bench.sh [TRIALS=50] [RANKS=8] [TRANSPORT=shm|tcp]
 #   KEEP_SLOW_MS=M keeps the ranks' output of every trial that took M ms or more.
 #   TCP: every rank on an emulated host of its own (OXCCL_HOST_ID), so all traffic is TCP.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 trials=${1:-50}
 n=${2:-8}
 transport=${3:-shm}

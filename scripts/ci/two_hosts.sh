@@ -19,7 +19,7 @@
 #      every rank must end at 4 ranks with every step done. GROW_TRIALS trials (default 2),
 #      then the replacements' join times (start of main to the members' state in hand).
 #
-# Usage: scripts/two_hosts.sh [BIN_DIR]   (BIN_DIR holds oxccl-conformance and
+# Usage: scripts/ci/two_hosts.sh [BIN_DIR]   (BIN_DIR holds oxccl-conformance and
 # oxccl-failure-probe; default target/release). Needs root (ip netns); where network
 # namespaces are not permitted it prints SKIP and exits 0. ONLY_RECOVERY=1 runs phase 3 only.
 set -euo pipefail

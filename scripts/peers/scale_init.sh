@@ -3,7 +3,7 @@
 # one run on this machine (issue 38). Each library's ranks print when their init began and
 # ended (oxccl: oxccl::init, crates/oxccl/examples/scale_rank.rs; Open MPI: MPI_Init and a
 # barrier, scripts/peers/mpi_init_time.c; gloo: init_process_group and a barrier, torch
-# imported first, scripts/peers/gloo_init_time.py), and scripts/scale_summary.awk prints a
+# imported first, scripts/peers/gloo_init_time.py), and scripts/bench/scale_summary.awk prints a
 # row per library and world: init_max_ms is the slowest rank's own init, wall_ms from the
 # first rank's start to the last rank's end.
 #
@@ -11,10 +11,10 @@
 # one machine; gloo runs up to GLOO_MAX ranks (default 64: each rank is a Python process
 # with torch loaded, ~250 MB), Open MPI up to OMPI_MAX (default 1024).
 #
-# usage: scripts/scale_init.sh [WORLDS=64,256,1024]   (PY: a python with torch,
+# usage: scripts/peers/scale_init.sh [WORLDS=64,256,1024]   (PY: a python with torch,
 #        default target/py-venv/bin/python)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 worlds=${1:-64,256,1024}
 py=${PY:-${CARGO_TARGET_DIR:-target}/py-venv/bin/python}
 gloo_max=${GLOO_MAX:-64}
@@ -49,7 +49,7 @@ launch() {
     pids+=($!)
   done
   for p in "${pids[@]}"; do wait "$p" || true; done
-  cat "$dir"/*.out | awk -v n="$n" -v k="$k" -v label="$label" -f scripts/scale_summary.awk
+  cat "$dir"/*.out | awk -v n="$n" -v k="$k" -v label="$label" -f scripts/bench/scale_summary.awk
   rm -rf "$dir"
 }
 
@@ -68,7 +68,7 @@ for n in ${worlds//,/ }; do
     (OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
       timeout 900 mpirun --oversubscribe -n "$n" "$mpi_bin" >"$dir/out" 2>"$dir/err") || true
     pkill -f "$mpi_bin" 2>/dev/null || true # ranks a failed launch left behind
-    awk -v n="$n" -v k="$n" -v label=ompi -f scripts/scale_summary.awk "$dir/out"
+    awk -v n="$n" -v k="$n" -v label=ompi -f scripts/bench/scale_summary.awk "$dir/out"
     rm -rf "$dir"
   else
     echo "ompi   $n: skipped (mpicc/mpirun missing, or above OMPI_MAX=$ompi_max)"

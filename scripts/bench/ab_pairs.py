@@ -4,7 +4,7 @@ after the other (the order alternates between pairs), and the script prints ever
 the median of the pairs' differences B - A. On a shared, noisy machine the difference within
 a pair is far steadier than either binary's times across minutes.
 
-  python3 scripts/ab_pairs.py A B PAIRS [--op OP] [--size BYTES] [--ranks N] [--iters N]
+  python3 scripts/bench/ab_pairs.py A B PAIRS [--op OP] [--size BYTES] [--ranks N] [--iters N]
       [--env K=V ...]
 
 --env settings apply to both binaries (e.g. OXCCL_ALGO=broadcast:binomial_tree,

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # The GPU check of issue 11 (device buffers on the host backends), run ON the GPU machine
-# from the repository root with the binaries of `scripts/gpu_build.sh --mpi` in gpu-bin/
+# from the repository root with the binaries of `scripts/gpu/gpu_build.sh --mpi` in gpu-bin/
 # (see ../shared/GPU.md). Every step runs even when an earlier one failed; each prints PASS
 # or FAIL, and the script exits 1 if any failed. Everything is logged under $OUT.
 #
-# Usage: [GPU_MPS=1] scripts/gpu_staged_check.sh [info] [conformance] [mpi] [speed] [cpu16]
+# Usage: [GPU_MPS=1] scripts/gpu/gpu_staged_check.sh [info] [conformance] [mpi] [speed] [cpu16]
 #        (default: all steps). GPU_MPS=1 runs everything under NVIDIA MPS (the daemon is
 #        started first and stopped at the end): the ranks share the GPU instead of taking turns,
-#        which is what several ranks on one GPU want (topology/mps.rs has the figures).
+#        which is what several ranks on one GPU want (docs/gpu.md has the figures).
 #
 #   info         oxccl info (human and --json), also under mpirun with CUDA support on
 #   conformance  the conformance suite with every buffer on cuda:0 (OXCCL_CONFORMANCE_DEVICE)
@@ -24,9 +24,9 @@
 #                gloo's all_gather on CUDA tensors at 64 MiB
 #   cpu16        issue 10 on 16 cores: the cpu backend (host buffers) beside Open MPI's C
 #                API, all_reduce at 2 and 16 ranks, steady and in the first 20 iterations
-#                (the `steady first` steps of scripts/cpu16_check.sh, the whole check of issue 10)
+#                (the `steady first` steps of scripts/gpu/cpu16_check.sh, the whole check of issue 10)
 set -uo pipefail
-cd "$(dirname "$0")/.." || exit 2
+cd "$(dirname "$0")/../.." || exit 2
 OUT="${OUT:-$PWD/gpu-check-out}"
 mkdir -p "$OUT"
 BIN="${GPU_BIN:-$PWD/gpu-bin}"
@@ -38,7 +38,7 @@ wanted() { [[ " $want " == *" $1 "* ]]; }
 step() { echo; echo "== $* ($(date +%T))"; }
 verdict() { if [ "$1" = 0 ]; then echo "PASS $2"; else echo "FAIL $2"; failed=1; fi; }
 for b in oxccl oxccl-conformance; do
-  [ -x "$BIN/$b" ] || { echo "missing $BIN/$b: run scripts/gpu_build.sh --mpi first and carry gpu-bin"; exit 2; }
+  [ -x "$BIN/$b" ] || { echo "missing $BIN/$b: run scripts/gpu/gpu_build.sh --mpi first and carry gpu-bin"; exit 2; }
 done
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/machine.txt"
 if [ "${GPU_MPS:-0}" = 1 ]; then
@@ -147,8 +147,8 @@ fi
 
 if wanted cpu16; then
   step "cpu backend vs Open MPI (C), 16 cores"
-  # scripts/cpu16_check.sh's all_reduce steps: steady state and the first 20 iterations.
-  OUT="$OUT/cpu16" GPU_BIN="$BIN" timeout 240 scripts/cpu16_check.sh steady first
+  # scripts/gpu/cpu16_check.sh's all_reduce steps: steady state and the first 20 iterations.
+  OUT="$OUT/cpu16" GPU_BIN="$BIN" timeout 240 scripts/gpu/cpu16_check.sh steady first
   verdict $? "compare with Open MPI, steady and first 20 iterations"
 fi
 

@@ -2,7 +2,7 @@
 # Issue 10 on a many-core machine (the GPU machine's 16 cores; see ../shared/GPU.md): the cpu
 # backend with host buffers beside Open MPI's C API, and the algorithm selector's sweep, ranks
 # up to the core count. Run ON that machine from the repository root, with the binaries that
-# `scripts/cpu16_check.sh --build` puts in gpu-bin/ here (carry ["gpu-bin"]). Every step has a
+# `scripts/gpu/cpu16_check.sh --build` puts in gpu-bin/ here (carry ["gpu-bin"]). Every step has a
 # time limit so that the whole check ends within 8 minutes (the default steps and tcp took 7
 # on 2026-11-28). Results go to a few files under $OUT: machine.txt, tune.txt, compare.txt
 # (the tables), compare.jsonl, sweep.txt, sweep-tcp.txt and scatter.txt (the device tool
@@ -12,11 +12,11 @@
 # REPLAY_SWEEPS=sweep.txt REPLAY_CPUS=16 cargo test -p oxccl --lib replay -- --ignored
 # --nocapture (absolute paths: the test runs in crates/oxccl).
 #
-#   scripts/cpu16_check.sh --build       here: scripts/gpu_build.sh --mpi (gpu-bin/oxccl, ompi_bench...)
-#   scripts/cpu16_check.sh --build --exp REF [--exp REF]...   the same, and the oxccl of each git
+#   scripts/gpu/cpu16_check.sh --build       here: scripts/gpu/gpu_build.sh --mpi (gpu-bin/oxccl, ompi_bench...)
+#   scripts/gpu/cpu16_check.sh --build --exp REF [--exp REF]...   the same, and the oxccl of each git
 #                                        REF (an experiment's branch) as gpu-bin/oxccl-exp-NAME
 #                                        (NAME: the ref's last path part), for the `ab` step
-#   scripts/cpu16_check.sh [STEP...]     there (default: all steps, in this order):
+#   scripts/gpu/cpu16_check.sh [STEP...]     there (default: all steps, in this order):
 #     tune     oxccl tune into tune.txt, the profile (OXCCL_TUNE_FILE) every later step's auto uses
 #     steady   all_reduce, 2 and 16 ranks, 8 B to 16 MiB, iterations adapted to the size
 #     first    the same with 20 iterations (5 warm-up): the first operations after start-up
@@ -40,7 +40,7 @@
 #              then the experiment beside Open MPI,
 #              into compare.txt (about 2 minutes per experiment)
 set -uo pipefail
-cd "$(dirname "$0")/.." || exit 2
+cd "$(dirname "$0")/../.." || exit 2
 if [ "${1:-}" = --build ]; then
   shift
   while [ "${1:-}" = --exp ]; do
@@ -65,13 +65,13 @@ if [ "${1:-}" = --build ]; then
     echo "$exp: oxccl at $(git rev-parse --short "$ref") ($ref)"
   done
   # The GPU checks' one build: oxccl and Open MPI's C benchmark among its binaries.
-  exec scripts/gpu_build.sh --mpi
+  exec scripts/gpu/gpu_build.sh --mpi
 fi
 OUT="${OUT:-$PWD/gpu-check-out}"
 mkdir -p "$OUT"
 BIN="${GPU_BIN:-$PWD/gpu-bin}"
 for b in oxccl ompi_bench; do
-  [ -x "$BIN/$b" ] || { echo "missing $BIN/$b: run scripts/cpu16_check.sh --build here first and carry gpu-bin"; exit 2; }
+  [ -x "$BIN/$b" ] || { echo "missing $BIN/$b: run scripts/gpu/cpu16_check.sh --build here first and carry gpu-bin"; exit 2; }
 done
 want="${*:-tune steady first busy ops sweep worlds}"
 wanted() { [[ " $want " == *" $1 "* ]]; }
@@ -215,7 +215,7 @@ if wanted ab; then
     done
   }
   exps=("$BIN"/oxccl-exp-*)
-  [ -x "${exps[0]}" ] || echo "no $BIN/oxccl-exp-*: build them with scripts/cpu16_check.sh --build --exp REF" | tee -a "$LOG"
+  [ -x "${exps[0]}" ] || echo "no $BIN/oxccl-exp-*: build them with scripts/gpu/cpu16_check.sh --build --exp REF" | tee -a "$LOG"
   for exp in "${exps[@]}"; do
     [ -x "$exp" ] || continue
     step "A/B: gpu-bin/oxccl against ${exp##*/}"

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The Python package's tests: a venv (${PY_VENV:-target/py-venv}) with maturin, numpy,
 # pytest and torch, `pip install ./python` into it (builds the pyo3 extension), then pytest on
-# python/tests (1-4 processes per test). Run from anywhere; installs what is missing.
+# python/tests (1-4 processes per test). Run from anywhere; installs what is missing. CI runs it.
+#
+# Usage: scripts/ci/python_tests.sh
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 ROOT=$(pwd)
 VENV=${PY_VENV:-${CARGO_TARGET_DIR:-$ROOT/target}/py-venv}
 if [ ! -x "$VENV/bin/python" ]; then

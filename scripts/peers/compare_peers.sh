@@ -6,7 +6,7 @@
 #   gloo     torch.distributed with gloo (scripts/peers/gloo_bench.py)
 # and one table per (op, ranks): size, place, the µs per op of each peer, oxccl/ompi-c.
 #
-#   scripts/compare_peers.sh [--ops all_reduce,all_gather,reduce_scatter,broadcast,all_to_all]
+#   scripts/peers/compare_peers.sh [--ops all_reduce,all_gather,reduce_scatter,broadcast,all_to_all]
 #       [--ranks 2,4] [--sizes 8,1K,64K,1M,16M] [--reps K] [--stat median|best]
 #       [--peers oxccl,ompi-c,ompi-py,gloo] [--no-gloo] [--extra "ARGS for oxccl bench"]
 #       [--json FILE] [--iters N] [--timeout SECS] [--mpi-bind auto|none|core|core:overload-allowed]
@@ -27,7 +27,7 @@
 # Measurement: scripts/peers/compare.py (the same iterations for every peer, loop mean per
 # op, max over ranks; JSON lines in --json FILE or target/peers/compare-DATE.jsonl).
 set -uo pipefail
-cd "$(dirname "$0")/.." || exit 1
+cd "$(dirname "$0")/../.." || exit 1
 ROOT=$(pwd)
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 VENV=${PEERS_VENV:-target/peers-venv}

@@ -1,8 +1,10 @@
-# Summarizes the `scale ...` lines of the ranks of one world (scripts/scale_check.sh,
-# scripts/scale_init.sh): ranks that succeeded, each rank's own init time (max and median),
+# Summarizes the `scale ...` lines of the ranks of one world (scripts/bench/scale_check.sh,
+# scripts/peers/scale_init.sh): ranks that succeeded, each rank's own init time (max and median),
 # the wall from the first rank's init start to the last rank's init end, the longest
 # operations, and the most threads and descriptors of any rank. Variables: n (ranks),
 # k (ranks per host), label (first column, optional).
+#
+# Usage: awk -v n=N -v k=K -v label=NAME -f scripts/bench/scale_summary.awk RANK_OUTPUT...
 /^scale / {
   for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
   if (v["ok"] != 1) next

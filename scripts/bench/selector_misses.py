@@ -6,7 +6,7 @@ and 8 ranks, over shared memory and TCP.
 
   oxccl bench all_reduce all_gather reduce_scatter broadcast reduce gather scatter \\
       --ranks N -b 8 -e 4M -f 8 --algo all > sweepN.txt
-  python3 scripts/selector_misses.py [--limit 1.10] sweep*.txt
+  python3 scripts/bench/selector_misses.py [--limit 1.10] sweep*.txt
 
 Prints, per file, the misses out of the points, and each miss: operation, size, ratio, the
 pick and the best.
@@ -17,7 +17,7 @@ each point several times) and each miss is judged against every pass of its poin
 none was (the fastest algorithm changed from pass to pass by more than the limit, so no
 choice made before the run could have been within it every time).
 
-  python3 scripts/selector_misses.py --passes pass1.txt pass2.txt pass3.txt
+  python3 scripts/bench/selector_misses.py --passes pass1.txt pass2.txt pass3.txt
 """
 import argparse
 import re

@@ -8,10 +8,10 @@
 # hang), every survivor reports the same members (no disagreement) and those are exactly the
 # ranks that were not killed, and no result was wrong (the probe checks every sum).
 #
-# usage: scripts/chaos_bench.sh [TRIALS=200] [RANKS=6] [TRANSPORT=shm|tcp] [SEED]
+# usage: scripts/bench/chaos_bench.sh [TRIALS=200] [RANKS=6] [TRANSPORT=shm|tcp] [SEED]
 #   TCP: every rank on an emulated host of its own (OXCCL_HOST_ID), so all traffic is TCP.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 trials=${1:-200}
 n=${2:-6}
 transport=${3:-shm}

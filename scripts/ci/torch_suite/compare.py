@@ -1,5 +1,5 @@
 """Compares the outcomes of PyTorch's distributed suite on gloo and on oxccl standing in for
-gloo, test by test, from the JUnit files ``scripts/torch_suite.sh`` wrote.
+gloo, test by test, from the JUnit files ``scripts/ci/torch_suite.sh`` wrote.
 
     python compare.py OUT_DIR
 

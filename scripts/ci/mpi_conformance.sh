@@ -14,9 +14,11 @@
 # Prints SKIP and exits 0 where `mpirun` is missing.
 #
 # Environment: OXCCL_MPI_NP4_QUICK=1 runs the reduced matrix at -np 4;
-# OXCCL_MPI_BENCH_MAX (default 16M) is the largest benchmark size.
+# OXCCL_MPI_BENCH_MAX (default 16M) is the largest benchmark size. CI runs it.
+#
+# Usage: scripts/ci/mpi_conformance.sh   (from anywhere)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
 if ! command -v mpirun >/dev/null 2>&1; then
     echo "SKIP: mpirun not found (apt-get install openmpi-bin libopenmpi-dev libclang-dev clang)"

@@ -6,7 +6,7 @@ Run it as torch runs it: ``BACKEND=gloo WORLD_SIZE=N TEMP_DIR=... python -m pyte
 With ``OXCCL_STAND_IN=1`` every process group torch would make on gloo (``init_process_group``,
 ``new_group``, subgroups, "cpu:gloo,cuda:..." configurations) is made on ``oxccl`` instead, as a
 user who replaces "gloo" by "oxccl" gets; the tests still see ``BACKEND == "gloo"``, so they run
-the cases written for gloo. ``scripts/torch_suite.sh`` runs both and compares.
+the cases written for gloo. ``scripts/ci/torch_suite.sh`` runs both and compares.
 
 The patch is applied at import, so the ranks that torch's test harness spawns (which import
 this module again) have it too.

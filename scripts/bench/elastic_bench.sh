@@ -8,9 +8,9 @@
 # trial, then min / p50 / p99 / max of each; a trial fails when the job does not succeed or a
 # rank does not end at the first size with every step done.
 #
-# usage: scripts/elastic_bench.sh [TRIALS=20] [RANKS=4] [TRANSPORT=shm|tcp]
+# usage: scripts/bench/elastic_bench.sh [TRIALS=20] [RANKS=4] [TRANSPORT=shm|tcp]
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 trials=${1:-20}
 n=${2:-4}
 transport=${3:-shm}

@@ -3,9 +3,11 @@
 # wheel nvidia-nccl-cu12 (downloaded once into ${NCCL_WHEEL_DIR:-target/nccl-wheel}, only the
 # library is unpacked). Loads it, checks its version and optional functions, and makes a
 # unique id (xccl::library::tests::real_libnccl_*). Skipped with a note when the wheel cannot
-# be downloaded (no pip, no network); a failing test fails the script.
+# be downloaded (no pip, no network); a failing test fails the script. CI runs it.
+#
+# Usage: scripts/ci/nccl_wheel_check.sh   (from anywhere)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 dir="${NCCL_WHEEL_DIR:-${CARGO_TARGET_DIR:-target}/nccl-wheel}"
 mkdir -p "$dir"
 # Absolute: cargo runs the test from the crate's own directory, where a relative path is wrong.
