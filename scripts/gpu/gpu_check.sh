@@ -7,11 +7,11 @@
 #
 # Usage: scripts/gpu/gpu_check.sh [first | second | steps...]
 #   steps: machine reference conformance failures speed (default: all, whose budgets add up to
-#   805 s, cut to 570: too long for one device call). A session lent the GPU (15 minutes of
+#   890 s, cut to 570: too long for one device call). A session lent the GPU (15 minutes of
 #   device time in all, at most 10 a call, about 1 to start a machine) runs the two halves, one
 #   device call each:
 #     first  = machine reference conformance (2 ranks)                    budget 315 s
-#     second = machine reference conformance (1, 4 ranks) failures speed  budget 505 s
+#     second = machine reference conformance (1, 4 ranks) failures speed  budget 590 s, cut to 570
 #   (device tool: `run` with carry ["gpu-bin"], command `scripts/gpu/gpu_check.sh first`, timeout_s
 #   330; then the same with `second`, timeout_s 520.) Budgets are limits for a check that goes
 #   wrong: on the H200 (November 2026) `second` took 27 s without its conformance worlds, and
@@ -37,10 +37,12 @@
 #      by its limit shows the case it was in); 2 ranks run the whole matrix (300 s), 1 and 4
 #      ranks a sample of it (CONF_FILTER; 60 and 120 s). GPU_CONF_WORLDS adds worlds to
 #      `first`/`second`; `conformance` alone runs all three.
-#   4. failures (125 s): a rank killed with SIGKILL mid-loop (the others must fail within 10 s;
+#   4. failures (210 s): a rank killed with SIGKILL mid-loop (the others must fail within 10 s;
 #      OXCCL_TIMEOUT 20 s; 50 s), a mismatched collective with the fingerprint check (Mismatch on
 #      both ranks; 35 s) and without it (NCCL cannot tell: the job must still end, by Timeout at
-#      OXCCL_TIMEOUT=10s or by completing, instead of hanging; 40 s)
+#      OXCCL_TIMEOUT=10s or by completing, instead of hanging; 40 s); recovery: a rank killed,
+#      the survivors shrink and sum (40 s), and `oxccl run --max-restarts 1` of the elastic loop,
+#      whose replacement joins by grow (45 s)
 #   5. speed (185 s with 1 and 2 ranks): oxccl bench --backend nccl against the C program and
 #      PyTorch (its ranks started like the others, not through torchrun), all_reduce float sum
 #      in place, 8 B to 16 MiB (x8), 20 iterations after 3 warm-ups each (reduced from 50 and 5,
@@ -147,8 +149,8 @@ declare -A CONF_FILTER=(
   [2]=""
   [4]="f32/sum/auto/,f32/auto/,^broadcast/f32,^p2p/ring/,^p2p/probe,^groups/split,^barrier,^errors/peer_lost"
 )
-B_KILL=50 B_CHECKED=35 B_UNCHECKED=40
-B_FAILURES=$((B_KILL + B_CHECKED + B_UNCHECKED))
+B_KILL=50 B_CHECKED=35 B_UNCHECKED=40 B_SHRINK=40 B_ELASTIC=45
+B_FAILURES=$((B_KILL + B_CHECKED + B_UNCHECKED + B_SHRINK + B_ELASTIC))
 SPEED_RANKS="${GPU_SPEED_RANKS:-1 2}"
 # Per world: C, oxccl, PyTorch (the first PyTorch start imports torch from a cold disk).
 declare -A B_C=([1]=20 [2]=20 [4]=25) B_OX=([1]=25 [2]=25 [4]=30) B_TORCH=([1]=50 [2]=40 [4]=45)
@@ -344,12 +346,12 @@ fi
 
 if wanted failures; then
   step "4. failures" "$B_FAILURES"
-  # A rank killed mid-loop: rank 0 must report an error within 10 s (OXCCL_TIMEOUT is 20 s).
-  rm -f "$OUT"/rank*.log "$OUT/rank-pids"
-  OXCCL_BACKEND=nccl OXCCL_GPU_HOST_BUFFERS=stage OXCCL_TIMEOUT=20s PROBE_SECONDS=40 \
-    bounded_bg $B_KILL "$SELF" __ranks 3 "$BIN/oxccl-failure-probe" loop
-  job=$bg_pid victim=
-  if [ -n "$job" ]; then
+  # Kills rank 1 of the probe job $1 with SIGKILL once it is in its loop, and waits for the
+  # job; the victim's pid in $victim (empty when it never got there).
+  kill_rank1() {
+    local job=$1 i
+    victim=
+    [ -n "$job" ] || return 0
     # Up to 20 s for rank 1 to be in the loop (or until the job ends).
     for ((i = 0; i < 200; i++)); do
       grep -q PROBE-READY "$OUT/rank1.log" 2>/dev/null && break
@@ -366,7 +368,12 @@ if wanted failures; then
       fi
     fi
     reap "$job"
-  fi
+  }
+  # A rank killed mid-loop: rank 0 must report an error within 10 s (OXCCL_TIMEOUT is 20 s).
+  rm -f "$OUT"/rank*.log "$OUT/rank-pids"
+  PROBE_BACKEND=nccl OXCCL_BACKEND=nccl OXCCL_GPU_HOST_BUFFERS=stage OXCCL_TIMEOUT=20s PROBE_SECONDS=40 \
+    bounded_bg $B_KILL "$SELF" __ranks 3 "$BIN/oxccl-failure-probe" loop
+  kill_rank1 "$bg_pid"
   for r in 0 2; do cp "$OUT/rank$r.log" "$OUT/kill-rank$r.log" 2>/dev/null || : > "$OUT/kill-rank$r.log"; done
   rm -f "$OUT"/rank*.log
   line=$(grep -h PROBE-ERROR "$OUT/kill-rank0.log" | head -n 1)
@@ -375,14 +382,14 @@ if wanted failures; then
   [ -n "$victim" ] && [ -n "$ms" ] && [ "$ms" -lt 10000 ]
   verdict $? "kill -9: the survivors fail within 10 s (${ms:-?} ms)"
   # Mismatched collectives: with the fingerprint check, Mismatch; without, Timeout at the deadline.
-  OXCCL_BACKEND=nccl OXCCL_GPU_HOST_BUFFERS=stage OXCCL_GPU_FINGERPRINT=1 OXCCL_TIMEOUT=15s \
+  PROBE_BACKEND=nccl OXCCL_BACKEND=nccl OXCCL_GPU_HOST_BUFFERS=stage OXCCL_GPU_FINGERPRINT=1 OXCCL_TIMEOUT=15s \
     ranks $B_CHECKED 2 "$BIN/oxccl-failure-probe" mismatch
   rc=$?
   cat "$OUT"/rank*.log 2>/dev/null | grep -h PROBE-ERROR | tee "$OUT/mismatch-checked.log"
   [ "$(grep -c 'kind=Mismatch' "$OUT/mismatch-checked.log")" = 2 ]
   verdict $? "mismatch with OXCCL_GPU_FINGERPRINT=1: both ranks get Mismatch$(why $rc)"
   start=$SECONDS
-  OXCCL_BACKEND=nccl OXCCL_GPU_HOST_BUFFERS=stage OXCCL_TIMEOUT=10s \
+  PROBE_BACKEND=nccl OXCCL_BACKEND=nccl OXCCL_GPU_HOST_BUFFERS=stage OXCCL_TIMEOUT=10s \
     ranks $B_UNCHECKED 2 "$BIN/oxccl-failure-probe" mismatch
   rc=$?
   took=$((SECONDS - start))
@@ -392,6 +399,25 @@ if wanted failures; then
   # both ranks must have got that far (a PROBE-OK or PROBE-ERROR line each).
   [ -z "$(why $rc)" ] && [ "$(grep -c '^PROBE-\(OK\|ERROR\)' "$OUT/mismatch-unchecked.log")" = 2 ]
   verdict $? "mismatch without the check: the job ends (${took} s of $B_UNCHECKED) instead of hanging$(why $rc)"
+  # Recovery (issue 39; never run on a GPU before): rank 1 of 3 killed mid-loop, the survivors
+  # shrink (agreement over the host side, a new NCCL communicator) and sum 1 + 3 over it.
+  PROBE_BACKEND=nccl OXCCL_BACKEND=nccl OXCCL_GPU_HOST_BUFFERS=stage OXCCL_TIMEOUT=20s PROBE_SECONDS=30 \
+    bounded_bg $B_SHRINK "$SELF" __ranks 3 "$BIN/oxccl-failure-probe" shrink
+  kill_rank1 "$bg_pid"
+  cat "$OUT"/rank0.log "$OUT"/rank2.log 2>/dev/null | grep -h "PROBE-SHRUNK\|PROBE-ERROR" | tee "$OUT/shrink.log"
+  [ -n "$victim" ] && [ "$(grep -c 'PROBE-SHRUNK .*size=2 .*sum=4 ' "$OUT/shrink.log")" = 2 ]
+  verdict $? "kill -9 then shrink on nccl: both survivors sum over the shrunk communicator"
+  # Growing back: `oxccl run --max-restarts 1` of the elastic loop on nccl; rank 1 dies at
+  # step 5, its replacement joins (a grown NCCL communicator), all end at 3 ranks, 15 steps.
+  rm -f "$OUT"/rank*.log
+  PROBE_BACKEND=nccl OXCCL_BACKEND=nccl OXCCL_GPU_HOST_BUFFERS=stage OXCCL_TIMEOUT=20s PROBE_SECONDS=30 \
+    PROBE_VICTIM=1 PROBE_DIE_AT=5 PROBE_STEPS=15 \
+    bounded $B_ELASTIC "$BIN/oxccl" run -n 3 --max-restarts 1 -- "$WRAP" "$BIN/oxccl-failure-probe" elastic \
+    > "$OUT/elastic.log" 2>&1
+  rc=$?
+  grep -h "PROBE-\|oxccl run" "$OUT/elastic.log" | tail -n 8
+  [ "$(grep -c 'PROBE-ELASTIC rank=[0-9]* size=3 steps=15' "$OUT/elastic.log")" = 3 ]
+  verdict $? "elastic on nccl: a replacement joins by grow, 3 ranks end every step$(why $rc)"
   rm -f "$OUT"/rank*.log
 fi
 
