@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 10 on a many-core machine (the GPU machine's 16 cores; see ../shared/GPU.md): the cpu
+# Issue 10 on a many-core machine (the GPU machine's 16 cores; see docs/gpu.md): the cpu
 # backend with host buffers beside Open MPI's C API, and the algorithm selector's sweep, ranks
 # up to the core count. Run ON that machine from the repository root, with the binaries that
 # `scripts/gpu/cpu16_check.sh --build` puts in gpu-bin/ here (carry ["gpu-bin"]). Every step has a

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU check of the nccl backend, run ON the GPU machine from the repository root with the
-# binaries of scripts/gpu/gpu_build.sh in gpu-bin/ (see ../shared/GPU.md). Several ranks share the
+# binaries of scripts/gpu/gpu_build.sh in gpu-bin/ (see docs/gpu.md). Several ranks share the
 # one GPU through NCCL_HOSTID (scripts/gpu/per_rank_env.sh). Every step runs even when an
 # earlier one failed; each prints PASS or FAIL, and the script exits 1 if any failed.
 # Everything is logged under $OUT (default ./gpu-check-out).

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check of issue 11 (device buffers on the host backends), run ON the GPU machine
 # from the repository root with the binaries of `scripts/gpu/gpu_build.sh --mpi` in gpu-bin/
-# (see ../shared/GPU.md). Every step runs even when an earlier one failed; each prints PASS
+# (see docs/gpu.md). Every step runs even when an earlier one failed; each prints PASS
 # or FAIL, and the script exits 1 if any failed. Everything is logged under $OUT.
 #
 # Usage: [GPU_MPS=1] scripts/gpu/gpu_staged_check.sh [info] [conformance] [mpi] [speed] [cpu16]

@@ -9,7 +9,7 @@ Launches N ranks as child processes of itself on 127.0.0.1 (no affinity set) and
 one checked call, WARMUP untimed calls, a barrier, ITERS timed calls; the loop mean per call,
 maximum over ranks. torch's calls decide the placement: all_reduce and broadcast are in
 place; all_gather (all_gather_into_tensor), reduce_scatter (reduce_scatter_tensor) and
-all_to_all (all_to_all_single) out of place. Adapted from shared/peers/gloo_bench.py.
+all_to_all (all_to_all_single) out of place. Adapted from an earlier peer harness.
 
   python gloo_bench.py --env --op all_reduce --bytes 65536 --iters 1000 --warmup 100
 

@@ -9,7 +9,7 @@ Same protocol and output as ompi_bench.c (the C harness): the nccl-tests size co
 multiple of the world size for blocked ops), out of place and in place (MPI.IN_PLACE;
 Bcast has one form), one checked call, WARMUP untimed calls, a barrier, ITERS timed calls;
 the loop mean per call, maximum over ranks. Rank 0 prints one JSON line per placement.
-Adapted from shared/peers/mpi_bench.py.
+Adapted from an earlier peer harness.
 """
 import argparse
 import json

@@ -201,3 +201,42 @@ fn the_scanner_sees_paths_braces_and_skips_comments_and_tests() {
     );
     assert_eq!(named_modules(&code), vec!["backend", "error", "dtype"]);
 }
+
+/// The repository's text files (sources, scripts, docs, manifests) below `dir`, without
+/// build outputs, caches and hidden folders.
+fn repo_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("the repository is readable") {
+        let path = entry.expect("directory entry").path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        if path.is_dir() {
+            let skipped = ["target", "gpu-bin", "gpu-check-out", "__pycache__", "node_modules"];
+            if !name.starts_with('.') && !skipped.contains(&name) {
+                repo_files(&path, out);
+            }
+        } else if ["rs", "md", "sh", "py", "toml", "c", "cu", "awk", "txt"]
+            .iter()
+            .any(|e| path.extension().is_some_and(|x| x == *e))
+            || name == "run"
+        {
+            out.push(path);
+        }
+    }
+}
+
+/// The repository stands alone: no file points outside it to the workplace's shared notes
+/// folder beside it (what a GPU user needs is in docs/gpu.md).
+#[test]
+fn no_file_points_outside_the_repository() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut files = Vec::new();
+    repo_files(&root, &mut files);
+    files.push(root.join(".ci/run"));
+    let needle = ["..", "/shared/"].concat();
+    let bad: Vec<String> = files
+        .iter()
+        .filter(|p| std::fs::read_to_string(p).is_ok_and(|t| t.contains(&needle)))
+        .map(|p| p.strip_prefix(&root).unwrap_or(p).display().to_string())
+        .collect();
+    assert!(files.len() > 100, "the scan sees the repository ({} files)", files.len());
+    assert!(bad.is_empty(), "files that point to {needle}: {bad:?}");
+}
