@@ -102,6 +102,18 @@ wait_world() {
   say "$name: exit codes ${CODES[*]} after ${ELAPSED}s"
 }
 
+# percentiles WHAT MEASURE MS... : one line, the trials' min / p50 / p99 / max (nearest rank).
+percentiles() {
+  local what=$1 measure=$2; shift 2
+  printf '%s\n' "$@" | sort -n | awk -v what="$what" -v measure="$measure" '
+    { v[NR] = $1 }
+    END {
+      i50 = int(NR * 0.50); if (i50 < NR * 0.50) i50++
+      i99 = int(NR * 0.99); if (i99 < NR * 0.99) i99++
+      printf "two-hosts: %s: %d trials ok; %s: min %d ms, p50 %d ms, p99 %d ms, max %d ms\n", what, NR, measure, v[1], v[i50], v[i99], v[NR]
+    }'
+}
+
 # 3. Recovery across the hosts (see the header), before the link-cut phase takes the link
 # down: a random victim per trial, killed once it is in its all_reduce loop.
 recovery_trials() {
@@ -140,13 +152,7 @@ recovery_trials() {
     say "recovery trial $t: rank $victim killed; the 3 survivors shrank in $((last - killed)) ms"
   done
   [ "${#results[@]}" -gt 0 ] || return 0
-  printf '%s\n' "${results[@]}" | sort -n | awk '
-    { v[NR] = $1 }
-    END {
-      i50 = int(NR * 0.50); if (i50 < NR * 0.50) i50++
-      i99 = int(NR * 0.99); if (i99 < NR * 0.99) i99++
-      printf "two-hosts: recovery, 2+2 ranks: %d trials ok; kill to shrunk communicator: min %d ms, p50 %d ms, p99 %d ms, max %d ms\n", NR, v[1], v[i50], v[i99], v[NR]
-    }'
+  percentiles "recovery, 2+2 ranks" "kill to shrunk communicator" "${results[@]}"
 }
 
 # 3b. Growing back across the hosts (see the header): one `oxccl run` per host.
@@ -185,13 +191,8 @@ grow_trials() {
     joins+=("$j")
     say "grow trial $t: rank $victim died at step $die_at; its replacement joined in $j ms; 4 ranks ended every step"
   done
-  printf '%s\n' "${joins[@]}" | sort -n | awk '
-    { v[NR] = $1 }
-    END {
-      i50 = int(NR * 0.50); if (i50 < NR * 0.50) i50++
-      i99 = int(NR * 0.99); if (i99 < NR * 0.99) i99++
-      printf "two-hosts: grow, 2+2 ranks: %d trials ok; replacement join: min %d ms, p50 %d ms, p99 %d ms, max %d ms\n", NR, v[1], v[i50], v[i99], v[NR]
-    }'
+  [ "${#joins[@]}" -gt 0 ] || return 0
+  percentiles "grow, 2+2 ranks" "replacement join" "${joins[@]}"
 }
 
 if [ -x "$PROBE" ] && [ "${ONLY_RECOVERY:-0}" = 1 ]; then

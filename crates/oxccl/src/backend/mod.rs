@@ -12,6 +12,7 @@
 
 pub mod buffer;
 pub mod completion;
+pub(crate) mod exclude;
 pub mod factory;
 pub mod op;
 pub mod options;

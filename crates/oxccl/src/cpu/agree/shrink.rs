@@ -17,6 +17,7 @@ use std::time::Instant;
 
 use super::protocol::Contribution;
 use super::service::Agreements;
+use crate::backend::exclude::check_exclude;
 use crate::error::{Error, Result};
 
 /// A shrunk communicator's members.
@@ -31,34 +32,13 @@ pub(crate) struct Membership {
     pub(crate) number: u64,
 }
 
-/// Checks `exclude` against a world of `n` ranks.
-///
-/// # Errors
-/// [`Error::InvalidArgument`] for a rank out of range, a rank listed twice, or every rank.
-pub(crate) fn check_exclude(exclude: &[usize], n: usize) -> Result<()> {
-    let mut seen = BTreeSet::new();
-    for &r in exclude {
-        if r >= n {
-            return Err(Error::invalid(format!("shrink_excluding: rank {r} is not in this communicator of {n}")));
-        }
-        if !seen.insert(r) {
-            return Err(Error::invalid(format!("shrink_excluding: rank {r} is listed twice")));
-        }
-    }
-    if seen.len() == n {
-        return Err(Error::invalid("shrink_excluding: every rank is excluded; keep at least one"));
-    }
-    Ok(())
-}
-
 /// The membership after this rank (`me` of `n`) and every survivor call it with `exclude`.
 ///
 /// # Errors
 /// [`Error::InvalidArgument`] when the survivors passed different lists; the agreement's
 /// errors (a timeout at `deadline`).
 pub(crate) fn agree_membership(ag: &Agreements, n: usize, exclude: &[usize], deadline: Instant) -> Result<Membership> {
-    check_exclude(exclude, n)?;
-    let excluded: BTreeSet<usize> = exclude.iter().copied().collect();
+    let excluded = check_exclude(exclude, n)?;
     // The list's hash in the high 63 bits; bit 0 says "everything I know dead is agreed".
     let list = {
         let mut h = std::collections::hash_map::DefaultHasher::new();

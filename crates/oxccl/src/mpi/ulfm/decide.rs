@@ -137,26 +137,5 @@ pub(crate) fn same_everywhere(a: &mut impl Agreer, digest: u32) -> Result<bool> 
     Ok(and == !and_of_complements)
 }
 
-/// Checks `exclude` against a communicator of `n` ranks, as the cpu backend does: the same
-/// answer on every rank that passes the same list.
-///
-/// # Errors
-/// [`Error::InvalidArgument`] for a rank out of range, a rank listed twice, or every rank.
-pub(crate) fn check_exclude(exclude: &[usize], n: usize) -> Result<BTreeSet<usize>> {
-    let mut seen = BTreeSet::new();
-    for &r in exclude {
-        if r >= n {
-            return Err(Error::invalid(format!("shrink_excluding: rank {r} is not in this communicator of {n}")));
-        }
-        if !seen.insert(r) {
-            return Err(Error::invalid(format!("shrink_excluding: rank {r} is listed twice")));
-        }
-    }
-    if seen.len() == n {
-        return Err(Error::invalid("shrink_excluding: every rank is excluded; keep at least one"));
-    }
-    Ok(seen)
-}
-
 #[cfg(test)]
 mod tests;

@@ -245,7 +245,7 @@ pub(crate) fn agree(s: &Shared, flag: u64, opts: &CallOptions) -> Result<Agreeme
 /// between ranks (on every rank); as [`agree`]; MPI's errors of the shrink and split.
 pub(crate) fn shrink(s: &Shared, exclude: &[usize], opts: &CallOptions) -> Result<Option<Comm>> {
     let u = ulfm("shrink")?;
-    let excluded = decide::check_exclude(exclude, s.n)?;
+    let excluded = crate::backend::exclude::check_exclude(exclude, s.n)?;
     check_broken(s)?;
     if !decide::same_everywhere(&mut agreer(u, s, opts), decide::list_digest(&excluded))? {
         return Err(Error::invalid(

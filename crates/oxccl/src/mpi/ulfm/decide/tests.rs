@@ -187,16 +187,3 @@ fn lists_are_the_same_only_when_every_digest_is() {
     assert!(!same(vec![da, db, da], db));
     assert!(same(vec![db], db));
 }
-
-#[test]
-fn exclusion_lists_are_checked_as_on_the_cpu_backend() {
-    assert_eq!(check_exclude(&[2, 0], 4).unwrap(), [0, 2].into_iter().collect());
-    assert!(check_exclude(&[], 1).unwrap().is_empty());
-    let e = check_exclude(&[4], 4).unwrap_err().to_string();
-    assert!(e.contains("rank 4 is not in this communicator of 4"), "{e}");
-    let e = check_exclude(&[1, 1], 4).unwrap_err().to_string();
-    assert!(e.contains("rank 1 is listed twice"), "{e}");
-    let e = check_exclude(&[0, 1], 2).unwrap_err().to_string();
-    assert!(e.contains("every rank is excluded"), "{e}");
-    assert!(matches!(check_exclude(&[9], 2), Err(Error::InvalidArgument(_))));
-}
