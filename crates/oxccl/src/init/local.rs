@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use crate::backend::Backend;
 use crate::communicator::Communicator;
-use crate::config::Config;
+use crate::config::{Config, PerfSettings};
+use crate::cpu::engine::CpuBackend;
 use crate::cpu::local::{growable_world, world};
 use crate::error::Result;
 
@@ -41,11 +42,7 @@ pub fn run<R: Send>(n: usize, f: impl Fn(Communicator) -> R + Sync) -> Result<Ve
 pub fn run_with<R: Send>(cfg: &Config, n: usize, f: impl Fn(Communicator) -> R + Sync) -> Result<Vec<R>> {
     let cfg = cfg.resolve()?;
     crate::perf::log::install(&cfg.log);
-    let perf = Arc::new(cfg.perf.clone());
-    let comms: Vec<Communicator> = world(&cfg, n)?
-        .into_iter()
-        .map(|b| Communicator::observed(Arc::new(b) as Arc<dyn Backend>, Arc::clone(&perf)))
-        .collect();
+    let comms = observed(world(&cfg, n)?, &Arc::new(cfg.perf.clone()));
     let f = &f;
     let results: Vec<std::thread::Result<R>> = std::thread::scope(|s| {
         let handles: Vec<_> = comms
@@ -102,16 +99,19 @@ pub fn growable(cfg: &Config, n: usize) -> Result<(Vec<Communicator>, Entrance)>
     crate::perf::log::install(&cfg.log);
     let perf = Arc::new(cfg.perf.clone());
     let (ranks, inner) = growable_world(&cfg, n)?;
-    let comms =
-        ranks.into_iter().map(|b| Communicator::observed(Arc::new(b) as Arc<dyn Backend>, Arc::clone(&perf))).collect();
-    Ok((comms, Entrance { inner, perf }))
+    Ok((observed(ranks, &perf), Entrance { inner, perf }))
+}
+
+/// The communicators of `ranks`, observed with `perf`.
+fn observed(ranks: Vec<CpuBackend>, perf: &Arc<PerfSettings>) -> Vec<Communicator> {
+    ranks.into_iter().map(|b| Communicator::observed(Arc::new(b) as Arc<dyn Backend>, Arc::clone(perf))).collect()
 }
 
 /// The way into a [`growable`] `local` world for newcomer threads (share it by reference).
 #[derive(Debug)]
 pub struct Entrance {
     inner: crate::cpu::local::Entrance,
-    perf: Arc<crate::config::perf::PerfSettings>,
+    perf: Arc<PerfSettings>,
 }
 
 impl Entrance {

@@ -68,17 +68,19 @@ pub(crate) fn world_on_hub(
         Some(path) => Profile::load(path)?,
         None => Profile::default(),
     });
-    let machine = Machine { cfg: cfg.clone(), name, profile };
+    // One process: its threads share its CPUs.
+    let machine = Machine { cfg: cfg.clone(), name, profile, cpus: wait::allowed_cpus().len() };
     let hub = machine.hub(n);
-    let world = (0..n).map(|r| machine.rank(hub.endpoint(r)?, n, r)).collect::<Result<Vec<CpuBackend>>>()?;
+    let ranks: Arc<[usize]> = (0..n).collect();
+    let world = (0..n).map(|r| machine.rank(hub.endpoint(r)?, &ranks, r)).collect::<Result<Vec<CpuBackend>>>()?;
     // The world's lineage: every rank's own, over one board and one set of grown hubs.
     let board: Arc<dyn Board> = Arc::new(MemoryBoard::default());
     let (machine, hubs) = (Arc::new(machine), Arc::new(Hubs::default()));
     for b in &world {
         let (machine, hubs) = (Arc::clone(&machine), Arc::clone(&hubs));
         let build_again = move |rank: usize, size: usize, prefix: &str| {
-            let t = hubs.meet(prefix, size, rank, machine.cfg.timeout, || machine.hub(size))?;
-            machine.rank(t, size, rank)
+            let (t, ranks) = hubs.meet(prefix, size, rank, machine.cfg.timeout, || machine.hub(size))?;
+            machine.rank(t, &ranks, rank)
         };
         b.set_lineage(Arc::new(Lineage::new(Arc::clone(&board), WORLD_PREFIX, Box::new(build_again), Vec::new())));
     }
@@ -91,21 +93,22 @@ struct Machine {
     name: &'static str,
     /// One process: every rank reads the same profile.
     profile: Arc<Profile>,
+    /// The CPUs this process may run on.
+    cpus: usize,
 }
 
 impl Machine {
     /// A hub for a world of `n` threads, which share this process's CPUs: receivers look for
     /// their frames before they sleep, as over TCP.
     fn hub(&self, n: usize) -> Arc<MemoryHub> {
-        let cpus = wait::allowed_cpus().len();
-        let policy = wait::WaitPolicy::for_host(n, cpus, self.cfg.cpu.spin, self.cfg.cpu.yield_for);
+        let policy = wait::WaitPolicy::for_host(n, self.cpus, self.cfg.cpu.spin, self.cfg.cpu.yield_for);
         MemoryHub::polling(n, receive_poll(&policy), policy.yield_for)
     }
 
-    /// Rank `rank` of a world of `n` over endpoint `t`.
-    fn rank(&self, t: MemoryTransport, n: usize, rank: usize) -> Result<CpuBackend> {
-        let crowd = wait::crowd(n, wait::allowed_cpus().len());
-        CpuBackend::new(self.name, Arc::new(t), WORLD_COMM_ID, (0..n).collect(), rank, self.cfg.clone())?
+    /// Rank `rank` of the world of `ranks` over endpoint `t`.
+    fn rank(&self, t: MemoryTransport, ranks: &Arc<[usize]>, rank: usize) -> Result<CpuBackend> {
+        let crowd = wait::crowd(ranks.len(), self.cpus);
+        CpuBackend::new(self.name, Arc::new(t), WORLD_COMM_ID, Arc::clone(ranks), rank, self.cfg.clone())?
             .with_machine(Arc::clone(&self.profile), crowd)
     }
 }
@@ -119,16 +122,17 @@ struct Hubs {
     meetings: Mutex<HashMap<String, Arc<Meeting>>>,
 }
 
-/// One grown world's hub and who has taken an endpoint of it.
+/// One grown world's hub, its ranks, and who has taken an endpoint of it.
 struct Meeting {
     hub: Arc<MemoryHub>,
+    ranks: Arc<[usize]>,
     came: Mutex<Vec<bool>>,
     all_came: Condvar,
 }
 
 impl Hubs {
-    /// Rank `rank`'s endpoint of the world of `size` met at under `prefix`, once every rank
-    /// has come (at most `timeout`); `make` makes the hub.
+    /// Rank `rank`'s endpoint of the world of `size` met at under `prefix`, and the world's
+    /// ranks, once every rank has come (at most `timeout`); `make` makes the hub.
     fn meet(
         &self,
         prefix: &str,
@@ -136,11 +140,16 @@ impl Hubs {
         rank: usize,
         timeout: Duration,
         make: impl FnOnce() -> Arc<MemoryHub>,
-    ) -> Result<MemoryTransport> {
+    ) -> Result<(MemoryTransport, Arc<[usize]>)> {
         let meeting = {
             let mut all = relock(&self.meetings);
             let m = all.entry(prefix.to_string()).or_insert_with(|| {
-                Arc::new(Meeting { hub: make(), came: Mutex::new(vec![false; size]), all_came: Condvar::new() })
+                Arc::new(Meeting {
+                    hub: make(),
+                    ranks: (0..size).collect(),
+                    came: Mutex::new(vec![false; size]),
+                    all_came: Condvar::new(),
+                })
             });
             Arc::clone(m)
         };
@@ -155,14 +164,14 @@ impl Hubs {
         }
         meeting.all_came.notify_all();
         loop {
-            let missing: Vec<usize> = came.iter().enumerate().filter(|(_, c)| !**c).map(|(r, _)| r).collect();
-            if missing.is_empty() {
+            if came.iter().all(|&c| c) {
                 drop(came);
                 relock(&self.meetings).remove(prefix);
-                return Ok(t);
+                return Ok((t, Arc::clone(&meeting.ranks)));
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
+                let missing: Vec<usize> = (0..size).filter(|&r| !came[r]).collect();
                 drop(came);
                 relock(&self.meetings).remove(prefix);
                 return Err(Error::Store(format!(
