@@ -14,6 +14,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+mod graph;
+mod source;
+
 /// Top-level modules by layer, bottom (0) to top.
 const LAYERS: &[(&str, &[&str])] = &[
     ("vocabulary", &["error", "dtype", "reduce_op", "device", "algorithm", "fingerprint", "sync", "clock", "config"]),
@@ -239,4 +242,21 @@ fn no_file_points_outside_the_repository() {
         .collect();
     assert!(files.len() > 100, "the scan sees the repository ({} files)", files.len());
     assert!(bad.is_empty(), "files that point to {needle}: {bad:?}");
+}
+
+#[test]
+fn dump_cycles() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    for (src, file) in [("crates/oxccl/src", "lib.rs"), ("crates/oxccl-cli/src", "main.rs"), ("crates/oxccl-conformance/src", "lib.rs")] {
+        let c = graph::Crate::read(&root.join(src), file);
+        let edges = c.edges();
+        println!("{src}: {} files, {} with edges", c.files().count(), edges.len());
+        for scc in graph::cycles(&edges) {
+            println!("CYCLE {}", scc.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(" "));
+            for a in &scc { for b in &scc { if let Some(e) = edges.get(a).and_then(|m| m.get(b)) {
+                println!("   {} -> {} : {}:{}", a.display(), b.display(), e.line, e.path);
+            }}}
+        }
+        for (f, l, p) in c.paths_through_root_reexports() { println!("ROOT {}:{l} {p}", f.display()); }
+    }
 }
