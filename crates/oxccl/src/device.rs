@@ -25,7 +25,7 @@ impl Device {
 }
 
 impl std::str::FromStr for Device {
-    type Err = crate::Error;
+    type Err = crate::error::Error;
 
     /// `cpu`, `cuda:N`, `rocm:N` (the forms [`Display`](fmt::Display) writes), `hip:N` for
     /// `rocm:N`; a bare `cuda`, `rocm` or `hip` is ordinal 0. Case and surrounding spaces are
@@ -33,9 +33,9 @@ impl std::str::FromStr for Device {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) naming the accepted forms.
-    fn from_str(s: &str) -> Result<Device, crate::Error> {
+    fn from_str(s: &str) -> Result<Device, crate::error::Error> {
         let t = s.trim().to_ascii_lowercase();
-        let bad = || crate::Error::invalid(format!("`{s}` is not a device: expected cpu, cuda:N or rocm:N"));
+        let bad = || crate::error::Error::invalid(format!("`{s}` is not a device: expected cpu, cuda:N or rocm:N"));
         let (kind, ordinal) = match t.split_once(':') {
             Some((k, n)) => (k, n.trim().parse::<u32>().map_err(|_| bad())?),
             None => (t.as_str(), 0),

@@ -1,11 +1,8 @@
 //! Element types: the [`DType`] tag and the [`Element`] trait that maps Rust types to it.
 
 use std::fmt;
-use std::str::FromStr;
 
 use half::{bf16, f16};
-
-use crate::error::Error;
 
 /// The element type of a buffer, as it travels through the type-erased backend layer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -88,35 +85,6 @@ impl DType {
 impl fmt::Display for DType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
-    }
-}
-
-impl FromStr for DType {
-    type Err = Error;
-
-    /// Parses `f32`, `float32`, `float`, `bf16`, `half`, `int32`, ... (case-insensitive).
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] listing the accepted names.
-    fn from_str(s: &str) -> Result<Self, Error> {
-        let d = match s.to_ascii_lowercase().as_str() {
-            "i8" | "int8" | "char" => DType::I8,
-            "u8" | "uint8" => DType::U8,
-            "i32" | "int32" | "int" => DType::I32,
-            "u32" | "uint32" => DType::U32,
-            "i64" | "int64" | "long" => DType::I64,
-            "u64" | "uint64" => DType::U64,
-            "f16" | "float16" | "half" => DType::F16,
-            "bf16" | "bfloat16" => DType::BF16,
-            "f32" | "float32" | "float" => DType::F32,
-            "f64" | "float64" | "double" => DType::F64,
-            _ => {
-                return Err(Error::invalid(format!(
-                    "unknown dtype `{s}`; expected one of i8 u8 i32 u32 i64 u64 f16 bf16 f32 f64"
-                )))
-            }
-        };
-        Ok(d)
     }
 }
 

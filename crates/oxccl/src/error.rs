@@ -3,7 +3,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::fingerprint::{Fingerprint, OpKind};
+use crate::fingerprint::Fingerprint;
+use crate::op_kind::OpKind;
 
 /// Result alias used throughout oxccl.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

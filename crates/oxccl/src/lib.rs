@@ -58,6 +58,8 @@ pub mod info;
 mod init;
 pub mod mesh;
 pub mod mpi;
+mod names;
+mod op_kind;
 pub mod perf;
 pub mod pinned;
 pub mod reduce_op;

@@ -1,9 +1,6 @@
 //! Reduction operators.
 
 use std::fmt;
-use std::str::FromStr;
-
-use crate::error::Error;
 
 /// How the values of all ranks are combined by all_reduce, reduce and reduce_scatter.
 ///
@@ -52,20 +49,5 @@ impl ReduceOp {
 impl fmt::Display for ReduceOp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
-    }
-}
-
-impl FromStr for ReduceOp {
-    type Err = Error;
-
-    /// Parses `sum`, `prod`, `min`, `max`, `avg` (case-insensitive).
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] listing the accepted names.
-    fn from_str(s: &str) -> Result<Self, Error> {
-        ReduceOp::ALL
-            .into_iter()
-            .find(|op| op.name().eq_ignore_ascii_case(s))
-            .ok_or_else(|| Error::invalid(format!("unknown reduce op `{s}`; expected sum, prod, min, max or avg")))
     }
 }

@@ -101,7 +101,7 @@ fn double_of(
     let (name, flavor, vendor) = match backend {
         "nccl" => ("nccl", Flavor::Nccl, Vendor::Host),
         "rccl" => ("rccl", Flavor::Rccl, Vendor::Hip),
-        other => return Err(crate::Error::invalid(format!("no GPU double of `{other}`; nccl or rccl"))),
+        other => return Err(crate::error::Error::invalid(format!("no GPU double of `{other}`; nccl or rccl"))),
     };
     let opts = if old_library {
         DoubleOptions {
@@ -115,7 +115,7 @@ fn double_of(
     } else {
         DoubleOptions::default()
     };
-    let devices = u32::try_from(n).map_err(|_| crate::Error::invalid("too many ranks for the double"))?;
+    let devices = u32::try_from(n).map_err(|_| crate::error::Error::invalid("too many ranks for the double"))?;
     let rt = Arc::new(HostRuntime::posing_as(devices, vendor));
     let lib = Arc::new(Library::from_table(table(&opts), flavor, format!("{name}-double"))?);
     Ok((name, rt, lib))

@@ -28,7 +28,7 @@ use crate::algorithm::Algorithm;
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::fingerprint::OpKind;
+use crate::op_kind::OpKind;
 
 pub use op::{Op, P2p, RawBuf, RawBufMut};
 pub use options::{CallOptions, Stream, StreamOrder};

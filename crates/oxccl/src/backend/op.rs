@@ -5,7 +5,8 @@
 use crate::algorithm::Algorithm;
 use crate::device::Device;
 use crate::dtype::DType;
-use crate::fingerprint::{Fingerprint, OpKind};
+use crate::fingerprint::Fingerprint;
+use crate::op_kind::OpKind;
 use crate::reduce_op::ReduceOp;
 
 /// A read-only buffer: `count` elements of `dtype` at `ptr` on `device`.

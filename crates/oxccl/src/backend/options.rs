@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::algorithm::{not_applicable, Algorithm, AlgorithmOverrides};
 use crate::error::Result;
-use crate::fingerprint::OpKind;
+use crate::op_kind::OpKind;
 
 /// Options of one call, set on a communicator handle with `Communicator::with_algorithm`,
 /// `Communicator::with_timeout` and `Communicator::with_stream`.

@@ -69,7 +69,7 @@ impl Rendezvous for MemoryRendezvous {
             }
             let now = std::time::Instant::now();
             if now >= deadline {
-                return Err(crate::Error::Store(format!("`{key}` was not published within {timeout:?}")));
+                return Err(crate::error::Error::Store(format!("`{key}` was not published within {timeout:?}")));
             }
             map = self.changed.wait_timeout(map, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
         }

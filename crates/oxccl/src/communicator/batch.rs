@@ -3,10 +3,10 @@
 
 use std::marker::PhantomData;
 
-use super::{raw, raw_mut, Buffer, BufferMut};
 #[cfg(doc)]
-use super::{Communicator, Scope};
-use crate::backend::P2p;
+use super::Scope;
+use super::{raw, raw_mut, Buffer, BufferMut, Communicator};
+use crate::backend::{Op, P2p};
 use crate::error::{Error, Result};
 
 /// Point-to-point operations collected for [`Communicator::run_batch`] or
@@ -54,5 +54,22 @@ impl<'a> Batch<'a> {
     /// Whether no operation was collected.
     pub fn is_empty(&self) -> bool {
         self.ops.is_empty()
+    }
+}
+
+impl Communicator {
+    /// Starts collecting point-to-point operations to issue together with
+    /// [`Communicator::run_batch`] (like NCCL group calls or torch's `batch_isend_irecv`).
+    pub fn batch<'a>(&self) -> Batch<'a> {
+        Batch { ops: Vec::new(), world_size: self.world_size(), _borrows: PhantomData }
+    }
+
+    /// Runs a batch of sends and receives; they cannot deadlock each other whatever their
+    /// order on the ranks. Returns the element count of each receive, in order.
+    ///
+    /// # Errors
+    /// As [`Communicator::send`] and [`Communicator::recv`].
+    pub fn run_batch(&self, batch: Batch<'_>) -> Result<Vec<usize>> {
+        Ok(self.run(Op::Batch(batch.ops))?.received)
     }
 }

@@ -7,7 +7,7 @@ use super::Communicator;
 use crate::algorithm::not_applicable;
 use crate::backend::{Backend, Op, RawBuf, RawBufMut};
 use crate::error::{Error, Result};
-use crate::fingerprint::OpKind;
+use crate::op_kind::OpKind;
 use crate::reduce_op::ReduceOp;
 
 pub(super) fn check_len(what: &str, name: &str, got: usize, want: usize) -> Result<()> {

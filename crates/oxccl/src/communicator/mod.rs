@@ -5,12 +5,11 @@
 //! Naming: the short name is the form users reach for first (`all_reduce` in place,
 //! `all_gather` out of place); the other form carries `_into` (out of place) or `_in_place`.
 
-use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::algorithm::Algorithm;
-use crate::backend::{Backend, Completion, MessageInfo, Mode, Op, P2p, RawBuf, RawBufMut};
+use crate::backend::{Backend, Completion, MessageInfo, Op, P2p, RawBuf, RawBufMut};
 use crate::backend::{CallOptions, Stream, StreamOrder};
 use crate::error::{Error, Result};
 use crate::perf::{FlightRecorder, Observed, PerfSettings, ProfileReport, Profiler};
@@ -163,7 +162,7 @@ impl Communicator {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when the forced algorithm cannot run `op`.
-    pub fn algorithm_for(&self, op: crate::fingerprint::OpKind, bytes: usize) -> Result<Option<Algorithm>> {
+    pub fn algorithm_for(&self, op: crate::op_kind::OpKind, bytes: usize) -> Result<Option<Algorithm>> {
         self.backend.algorithm_for(op, bytes, &self.opts)
     }
 
@@ -216,24 +215,6 @@ impl Communicator {
     /// and the peers are told, so their waits end too. The communicator stays unusable.
     pub fn abort(&self, reason: &str) {
         self.backend.abort(reason);
-    }
-
-    /// Submits a checked operation.
-    ///
-    /// # Safety
-    /// The buffers in `op` must satisfy `Backend::submit`'s contract until the returned
-    /// work completes; callers guarantee it by borrowing them for the work's lifetime `'a`.
-    pub(crate) unsafe fn submit<'a, R>(
-        &self,
-        op: Op,
-        mode: Mode,
-        finish: impl FnOnce(Completion) -> Result<R> + 'a,
-    ) -> Result<Work<'a, R>> {
-        self.check_opts(op.kind())?;
-        self.check_devices(&op)?;
-        // SAFETY: forwarded from this function's contract.
-        let pending = unsafe { self.backend.submit(op, mode, &self.opts)? };
-        Ok(Work::new(pending, Box::new(finish)))
     }
 
     /// Runs a checked operation to completion.
@@ -494,21 +475,6 @@ impl Communicator {
         self.backend.probe(peer, tag)
     }
 
-    /// Starts collecting point-to-point operations to issue together with
-    /// [`Communicator::run_batch`] (like NCCL group calls or torch's `batch_isend_irecv`).
-    pub fn batch<'a>(&self) -> Batch<'a> {
-        Batch { ops: Vec::new(), world_size: self.world_size(), _borrows: PhantomData }
-    }
-
-    /// Runs a batch of sends and receives; they cannot deadlock each other whatever their
-    /// order on the ranks. Returns the element count of each receive, in order.
-    ///
-    /// # Errors
-    /// As [`Communicator::send`] and [`Communicator::recv`].
-    pub fn run_batch(&self, batch: Batch<'_>) -> Result<Vec<usize>> {
-        Ok(self.run(Op::Batch(batch.ops))?.received)
-    }
-
     // ---- groups
 
     /// Splits the communicator (collective over all its ranks): ranks passing the same
@@ -611,19 +577,5 @@ impl Communicator {
         }
         let pos = ranks.iter().position(|&r| r == self.rank());
         self.split(pos.map(|_| 0), pos.map_or(0, |p| p as i64))
-    }
-
-    // ---- async
-
-    /// Runs `f` with a [`Scope`] in which async operations borrow buffers soundly; returns
-    /// once every operation started in it has completed. See [`work`].
-    ///
-    /// # Errors
-    /// The closure's error; otherwise the first error of an operation started in the scope.
-    pub fn scope<'env, F, R>(&'env self, f: F) -> Result<R>
-    where
-        F: for<'scope> FnOnce(&'scope Scope<'scope, 'env>) -> Result<R>,
-    {
-        work::scope(self, f)
     }
 }

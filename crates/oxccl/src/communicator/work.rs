@@ -58,7 +58,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::Communicator;
-use crate::backend::{Completion, Pending};
+use crate::backend::{Backend, Completion, Mode, Op, Pending};
 use crate::error::{Error, Result};
 
 /// The handle of an operation in flight. [`Work::wait`] returns the operation's result
@@ -170,6 +170,38 @@ impl WaitAll<'_> {
 impl Drop for WaitAll<'_> {
     fn drop(&mut self) {
         self.wait_all();
+    }
+}
+
+impl Communicator {
+    /// Submits a checked operation.
+    ///
+    /// # Safety
+    /// The buffers in `op` must satisfy `Backend::submit`'s contract until the returned
+    /// work completes; callers guarantee it by borrowing them for the work's lifetime `'a`.
+    pub(crate) unsafe fn submit<'a, R>(
+        &self,
+        op: Op,
+        mode: Mode,
+        finish: impl FnOnce(Completion) -> Result<R> + 'a,
+    ) -> Result<Work<'a, R>> {
+        self.check_opts(op.kind())?;
+        self.check_devices(&op)?;
+        // SAFETY: forwarded from this function's contract.
+        let pending = unsafe { self.backend.submit(op, mode, &self.opts)? };
+        Ok(Work::new(pending, Box::new(finish)))
+    }
+
+    /// Runs `f` with a [`Scope`] in which async operations borrow buffers soundly; returns
+    /// once every operation started in it has completed. See [`work`].
+    ///
+    /// # Errors
+    /// The closure's error; otherwise the first error of an operation started in the scope.
+    pub fn scope<'env, F, R>(&'env self, f: F) -> Result<R>
+    where
+        F: for<'scope> FnOnce(&'scope Scope<'scope, 'env>) -> Result<R>,
+    {
+        scope(self, f)
     }
 }
 

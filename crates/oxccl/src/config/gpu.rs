@@ -2,8 +2,9 @@
 
 use std::path::PathBuf;
 
+use super::parse;
+use super::reader::{choice, text, Reader};
 use super::registry as r;
-use super::{choice, parse, text, Reader};
 use crate::error::Result;
 
 /// Settings of the GPU backends (`nccl`, `rccl`).

@@ -15,6 +15,8 @@ pub mod gpu;
 pub mod mpi;
 pub mod parse;
 pub mod perf;
+mod profile;
+mod reader;
 pub mod registry;
 
 use std::collections::BTreeMap;
@@ -22,13 +24,15 @@ use std::time::Duration;
 
 use crate::algorithm::{Algorithm, AlgorithmOverrides};
 use crate::error::{Error, Result};
-use crate::fingerprint::OpKind;
-use registry::Setting;
+use crate::op_kind::OpKind;
+use reader::{choice, micros, origin, size, text, Reader};
 
 pub use cpu::{BootstrapMode, CpuSettings, SecretText, TransportChoice};
 pub use gpu::{GpuSettings, HostBuffers};
 pub use mpi::{CudaAware, HalfReduce, MpiConfig, ThreadLevel};
-pub use perf::{log_directives, PerfSettings, ProfileSettings};
+pub use parse::log_directives;
+pub use perf::PerfSettings;
+pub use profile::ProfileSettings;
 
 /// The default deadline of every blocking wait.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
@@ -94,76 +98,10 @@ pub struct ResolvedConfig {
     pub mpi: MpiConfig,
     /// Settings of the `nccl` and `rccl` backends.
     pub gpu: GpuSettings,
-    /// The log's filter directives (`OXCCL_LOG`, as [`perf::log_directives`] writes them).
+    /// The log's filter directives (`OXCCL_LOG`, as [`parse::log_directives`] writes them).
     pub log: String,
     /// The flight recorder's settings.
     pub perf: PerfSettings,
-}
-
-/// Where a setting's value came from, for error messages.
-fn origin(s: &Setting, value: &str, from_builder: bool) -> String {
-    if from_builder {
-        format!("{}={value:?} (set with Config)", s.name)
-    } else {
-        format!("{}={value:?}", s.name)
-    }
-}
-
-/// Reads settings: the builder's values first, then the environment.
-struct Reader<'a, E: Fn(&str) -> Option<String>> {
-    builder: &'a BTreeMap<&'static str, String>,
-    env: E,
-}
-
-impl<E: Fn(&str) -> Option<String>> Reader<'_, E> {
-    /// The text of `s` and whether the builder gave it; an empty variable is unset.
-    fn raw(&self, s: &Setting) -> Option<(String, bool)> {
-        if let Some(v) = self.builder.get(s.name) {
-            return Some((v.clone(), true));
-        }
-        (self.env)(s.name).filter(|v| !v.trim().is_empty()).map(|v| (v, false))
-    }
-
-    /// `s` checked against its kind and converted, or `None` when unset.
-    fn get<T>(&self, s: &Setting, conv: impl Fn(&str) -> std::result::Result<T, String>) -> Result<Option<T>> {
-        match self.raw(s) {
-            None => Ok(None),
-            Some((v, b)) => s
-                .check(&v)
-                .and_then(|()| conv(&v))
-                .map(Some)
-                .map_err(|why| Error::Config(format!("{}: {why}", origin(s, &v, b)))),
-        }
-    }
-
-    /// Like `get`, with the registry's default when unset.
-    fn or_default<T>(&self, s: &Setting, conv: impl Fn(&str) -> std::result::Result<T, String>) -> Result<T> {
-        match self.get(s, &conv)? {
-            Some(v) => Ok(v),
-            None => {
-                conv(s.default).map_err(|why| Error::Internal(format!("the default of {} is unusable: {why}", s.name)))
-            }
-        }
-    }
-}
-
-fn choice(s: &'static Setting) -> impl Fn(&str) -> std::result::Result<&'static str, String> {
-    move |v| match s.kind {
-        registry::Kind::Choice(c) => parse::choice(v, c),
-        _ => Err(format!("{} is not a choice (internal error)", s.name)),
-    }
-}
-
-fn size(v: &str) -> std::result::Result<usize, String> {
-    parse::size(v)
-}
-
-fn micros(v: &str) -> std::result::Result<Duration, String> {
-    v.trim().parse::<u64>().map(Duration::from_micros).map_err(|e| e.to_string())
-}
-
-fn text(v: &str) -> std::result::Result<String, String> {
-    Ok(v.trim().to_string())
 }
 
 impl Config {
@@ -316,11 +254,11 @@ impl Config {
         };
         let mpi = mpi::resolve(self.mpi.clone(), &rd)?;
         let gpu = gpu::resolve(&rd)?;
-        let log = rd.or_default(&r::LOG, perf::log_directives)?;
+        let log = rd.or_default(&r::LOG, parse::log_directives)?;
         let perf = PerfSettings {
             flight_records: rd.or_default(&r::FR_SIZE, |v| v.trim().parse::<usize>().map_err(|e| e.to_string()))?,
             dump_dir: rd.get(&r::FR_DIR, text)?.map(std::path::PathBuf::from),
-            profile: rd.get(&r::PROFILE, perf::ProfileSettings::parse)?.unwrap_or_default(),
+            profile: rd.get(&r::PROFILE, ProfileSettings::parse)?.unwrap_or_default(),
         };
         Ok(ResolvedConfig { backend, timeout, algorithms, cpu, mpi, gpu, log, perf })
     }

@@ -2,8 +2,9 @@
 
 use std::collections::BTreeMap;
 
+use super::parse;
+use super::reader::{choice, Reader};
 use super::registry as r;
-use super::{choice, parse, Reader};
 use crate::error::Result;
 
 /// The MPI thread support level asked for at `MPI_Init_thread`.

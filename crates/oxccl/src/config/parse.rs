@@ -151,3 +151,45 @@ pub fn assignments(s: &str) -> Result<Vec<(String, String)>, String> {
         })
         .collect()
 }
+
+/// `n` bytes as the settings write sizes, with the exact count when they differ:
+/// `4M (4194304 bytes)`, `1000 bytes`.
+pub fn format_size_exact(n: usize) -> String {
+    let short = format_size(n);
+    if short == n.to_string() {
+        format!("{n} bytes")
+    } else {
+        format!("{short} ({n} bytes)")
+    }
+}
+
+const LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
+
+/// The `OXCCL_LOG` value as `tracing` filter directives over oxccl's own targets: a bare
+/// level applies to every `oxccl` target (`debug` becomes `oxccl=debug`), `target=level`
+/// to one module path of oxccl and what is below it.
+///
+/// # Errors
+/// What is wrong with `text` (the caller names the variable): an unknown level, or a target
+/// outside oxccl.
+pub fn log_directives(text: &str) -> Result<String, String> {
+    let mut out = Vec::new();
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (target, level) = match part.split_once('=') {
+            Some((t, l)) => (t.trim(), l.trim()),
+            None => ("oxccl", part),
+        };
+        let level = level.to_ascii_lowercase();
+        if !LEVELS.contains(&level.as_str()) {
+            return Err(format!("`{level}` is not a level; use one of {}", LEVELS.join(", ")));
+        }
+        if target != "oxccl" && !target.starts_with("oxccl::") {
+            return Err(format!("`{target}` is not one of oxccl's targets (`oxccl` or `oxccl::...`)"));
+        }
+        out.push(format!("{target}={level}"));
+    }
+    if out.is_empty() {
+        return Err("no level given; use e.g. `warn` or `warn,oxccl::cpu::selector=debug`".into());
+    }
+    Ok(out.join(","))
+}

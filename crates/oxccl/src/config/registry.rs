@@ -127,8 +127,8 @@ impl Setting {
                 e => e.to_string(),
             }),
             Kind::Assignments => parse::assignments(value).map(drop),
-            Kind::Profile => super::perf::ProfileSettings::parse(value).map(drop),
-            Kind::LogFilter => super::perf::log_directives(value).map(drop),
+            Kind::Profile => super::profile::ProfileSettings::parse(value).map(drop),
+            Kind::LogFilter => parse::log_directives(value).map(drop),
         }
     }
 }

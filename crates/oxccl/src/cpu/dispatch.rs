@@ -13,7 +13,7 @@ use crate::backend::reduce::{divide, narrow, widen};
 use crate::backend::{Op, RawBuf, RawBufMut};
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::fingerprint::OpKind;
+use crate::op_kind::OpKind;
 use crate::reduce_op::ReduceOp;
 
 /// Bytes of a read-only buffer.

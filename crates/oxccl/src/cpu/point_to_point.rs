@@ -12,7 +12,8 @@ use crate::backend::peer_waits::PeerWaits;
 use crate::backend::{Completion, MessageInfo, P2p};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::fingerprint::{Fingerprint, OpKind};
+use crate::fingerprint::Fingerprint;
+use crate::op_kind::OpKind;
 
 /// The communicator a batch runs in.
 pub struct P2pCtx<'a> {

@@ -313,4 +313,19 @@ impl FlightRecorder {
     pub fn dump_to(&self, dir: &Path, reason: &str) -> Result<PathBuf> {
         self.snapshot(reason).write(dir)
     }
+
+    /// Writes the recorder's dump and says where on stderr (the one place a failing job's
+    /// user looks first).
+    pub(crate) fn report(&self, dir: &Path, reason: &str) {
+        match self.dump_to(dir, reason) {
+            Ok(path) => tracing::warn!(
+                "flight recorder of communicator {} (rank {}) written to {}; `oxccl trace analyze {}` explains the job's dumps",
+                self.comm(),
+                self.snapshot_rank(),
+                path.display(),
+                dir.display()
+            ),
+            Err(e) => tracing::error!("could not write the flight recorder's dump: {e}"),
+        }
+    }
 }

@@ -14,7 +14,7 @@ use crate::backend::{Backend, CallOptions, Completion, MessageInfo, Mode, Op, Pe
 use crate::clock::{self, Tick};
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::fingerprint::OpKind;
+use crate::op_kind::OpKind;
 
 /// A backend whose operations are recorded.
 pub(crate) struct Observed {
@@ -134,23 +134,8 @@ fn finish(recorder: &FlightRecorder, dir: &std::path::Path, seq: u64, result: Op
                 | Error::Io { .. }
         );
         if explains && recorder.first_failure() {
-            report(recorder, dir, &e.to_string());
+            recorder.report(dir, &e.to_string());
         }
-    }
-}
-
-/// Writes the recorder's dump and says where on stderr (the one place a failing job's
-/// user looks first).
-pub(super) fn report(recorder: &FlightRecorder, dir: &std::path::Path, reason: &str) {
-    match recorder.dump_to(dir, reason) {
-        Ok(path) => tracing::warn!(
-            "flight recorder of communicator {} (rank {}) written to {}; `oxccl trace analyze {}` explains the job's dumps",
-            recorder.comm(),
-            recorder.snapshot_rank(),
-            path.display(),
-            dir.display()
-        ),
-        Err(e) => tracing::error!("could not write the flight recorder's dump: {e}"),
     }
 }
 
@@ -287,7 +272,7 @@ impl Backend for Observed {
     fn abort(&self, reason: &str) {
         self.inner.abort(reason);
         if self.recorder.first_failure() {
-            report(&self.recorder, &self.dir, &format!("aborted: {reason}"));
+            self.recorder.report(&self.dir, &format!("aborted: {reason}"));
         }
     }
 }

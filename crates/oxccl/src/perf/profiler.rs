@@ -21,7 +21,8 @@ use crate::algorithm::Algorithm;
 use crate::backend::peer_waits::PeerWaits;
 use crate::clock::{self, Tick};
 use crate::error::{Error, Result};
-use crate::fingerprint::{Fingerprint, OpKind};
+use crate::fingerprint::Fingerprint;
+use crate::op_kind::OpKind;
 
 /// Histogram buckets per doubling of the duration.
 const PER_DOUBLING: f64 = 8.0;

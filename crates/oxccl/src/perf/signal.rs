@@ -37,7 +37,7 @@ fn start() -> bool {
                 let live: Vec<(Arc<FlightRecorder>, PathBuf)> =
                     crate::sync::relock(&LIVE).iter().filter_map(|(w, d)| Some((w.upgrade()?, d.clone()))).collect();
                 for (rec, dir) in live {
-                    super::observed::report(&rec, &dir, "SIGUSR1");
+                    rec.report(&dir, "SIGUSR1");
                 }
             }
         })

@@ -3,7 +3,7 @@
 use std::ptr::NonNull;
 use std::sync::OnceLock;
 
-use super::show;
+use crate::config::parse::format_size_exact;
 use crate::error::{Error, Result};
 
 /// The system's page size (4 KiB where it cannot be read).
@@ -56,7 +56,10 @@ impl Mapping {
         };
         if p == libc::MAP_FAILED {
             let err = std::io::Error::last_os_error();
-            return Err(Error::io(format!("mapping {} of host memory for the pinned pool (mmap)", show(len)), &err));
+            return Err(Error::io(
+                format!("mapping {} of host memory for the pinned pool (mmap)", format_size_exact(len)),
+                &err,
+            ));
         }
         match NonNull::new(p.cast::<u8>()) {
             Some(ptr) => Ok(Mapping { ptr, len }),
@@ -83,7 +86,7 @@ impl Drop for Mapping {
         let rc = unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
         if rc != 0 {
             let err = std::io::Error::last_os_error();
-            tracing::warn!("pinned pool: munmap of {} failed: {err}", show(self.len));
+            tracing::warn!("pinned pool: munmap of {} failed: {err}", format_size_exact(self.len));
         }
     }
 }

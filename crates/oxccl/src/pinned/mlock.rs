@@ -1,7 +1,8 @@
 //! The pinner without a device runtime: `mlock(2)`, and the error that names
 //! `RLIMIT_MEMLOCK` when the kernel refuses.
 
-use super::{show, Pinner};
+use super::pinner::Pinner;
+use crate::config::parse::format_size_exact;
 use crate::error::{Error, Result};
 
 /// Pins with `mlock(2)`/`munlock(2)`: the pages stay resident (never swapped out), which is
@@ -34,7 +35,7 @@ impl Pinner for MlockPinner {
             return Ok(());
         }
         let err = std::io::Error::last_os_error();
-        Err(Error::io(format!("unlocking {} of pinned host memory (munlock)", show(len)), &err))
+        Err(Error::io(format!("unlocking {} of pinned host memory (munlock)", format_size_exact(len)), &err))
     }
 }
 
@@ -51,7 +52,7 @@ pub(super) fn locked_bytes() -> Option<usize> {
 /// locked-memory allowance (`EPERM`, `ENOMEM`, `EAGAIN`) names `RLIMIT_MEMLOCK`, its soft and
 /// hard values and how to raise it; anything else is a plain [`Error::Io`].
 pub(super) fn memlock_error(bytes: usize, err: &std::io::Error) -> Error {
-    let context = format!("locking {} of host memory in RAM for the pinned pool (mlock)", show(bytes));
+    let context = format!("locking {} of host memory in RAM for the pinned pool (mlock)", format_size_exact(bytes));
     let kind = match err.raw_os_error() {
         Some(libc::EPERM) => std::io::ErrorKind::PermissionDenied,
         Some(libc::ENOMEM) | Some(libc::EAGAIN) => std::io::ErrorKind::OutOfMemory,
@@ -59,14 +60,14 @@ pub(super) fn memlock_error(bytes: usize, err: &std::io::Error) -> Error {
     };
     let limit = |x: Option<u64>| match x {
         None => "unlimited".to_string(),
-        Some(b) => usize::try_from(b).map(show).unwrap_or_else(|_| format!("{b} bytes")),
+        Some(b) => usize::try_from(b).map(format_size_exact).unwrap_or_else(|_| format!("{b} bytes")),
     };
     let limits = match crate::topology::host::memlock() {
         Some(l) => format!("soft {}, hard {}", limit(l.soft), limit(l.hard)),
         None => "unreadable".to_string(),
     };
     let locked = match locked_bytes() {
-        Some(b) => format!("; this process already locks {}", show(b)),
+        Some(b) => format!("; this process already locks {}", format_size_exact(b)),
         None => String::new(),
     };
     let message = format!(

@@ -205,7 +205,7 @@ fn a_memlock_refusal_names_rlimit_memlock_and_leaks_nothing() {
     assert!(matches!(e, Error::Io { kind: std::io::ErrorKind::PermissionDenied, .. }), "{e:?}");
     // The current soft and hard limits are in the message.
     let soft = crate::topology::host::memlock().unwrap().soft;
-    let soft = soft.map_or("unlimited".to_string(), |b| show(b as usize));
+    let soft = soft.map_or("unlimited".to_string(), |b| crate::config::parse::format_size_exact(b as usize));
     assert!(text.contains(&format!("soft {soft}")), "{text}");
     let s = pool.stats();
     assert_eq!((s.pinned_bytes, s.leased_bytes, s.buffers, s.misses), (0, 0, 0, 1));

@@ -7,7 +7,7 @@
 use serde::Serialize;
 
 use super::pci::{self, Gpu, Nic};
-use super::Sysfs;
+use super::sysfs::Sysfs;
 
 /// The peer-memory modules that let RDMA drivers map GPU memory, newest first.
 pub const PEER_MEMORY_MODULES: [&str; 2] = ["nvidia_peermem", "nv_peer_mem"];

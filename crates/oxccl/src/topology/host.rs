@@ -8,7 +8,7 @@ use std::os::unix::ffi::OsStrExt;
 
 use serde::Serialize;
 
-use super::Sysfs;
+use super::sysfs::Sysfs;
 
 /// Space in a file system.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -13,7 +13,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::Sysfs;
+use super::sysfs::Sysfs;
 
 /// PCI vendor ids.
 const NVIDIA: &str = "0x10de";

@@ -37,7 +37,7 @@
 use std::ffi::OsString;
 
 use super::pci::{self, Gpu, GpuVendor};
-use super::Sysfs;
+use super::sysfs::Sysfs;
 
 /// The variables that decide which GPUs a process sees and in what order, as the process
 /// has them (`None`: unset; `Some("")`: set and empty, which hides every GPU).

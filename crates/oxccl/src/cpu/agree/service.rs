@@ -24,7 +24,8 @@ use crate::algorithm::Algorithm;
 use crate::cpu::transport::{Channel, Header, Transport, TransportError};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::fingerprint::{Fingerprint, OpKind};
+use crate::fingerprint::Fingerprint;
+use crate::op_kind::OpKind;
 use crate::sync::relock;
 
 /// How long the thread waits for a message, while an agreement is under way, before it

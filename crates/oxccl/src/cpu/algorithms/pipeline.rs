@@ -86,7 +86,8 @@ impl Sink<'_> {
 /// internal bug: see [`Ctx::scratch_len`]).
 fn piece_of(tmp: &mut [u8], len: usize) -> Result<&mut [u8]> {
     let have = tmp.len();
-    tmp.get_mut(..len).ok_or_else(|| crate::Error::invalid(format!("a {have}-byte scratch for a {len}-byte piece")))
+    tmp.get_mut(..len)
+        .ok_or_else(|| crate::error::Error::invalid(format!("a {have}-byte scratch for a {len}-byte piece")))
 }
 
 /// The part `r` of a reduction's `base`, if it has one.
@@ -96,7 +97,7 @@ fn piece_of(tmp: &mut [u8], len: usize) -> Result<&mut [u8]> {
 /// result (an internal bug).
 fn base_of<'x>(base: Option<&'x [u8]>, r: &Range<usize>) -> Result<Option<&'x [u8]>> {
     base.map(|b| {
-        b.get(r.clone()).ok_or_else(|| crate::Error::invalid(format!("a {}-byte base for bytes {r:?}", b.len())))
+        b.get(r.clone()).ok_or_else(|| crate::error::Error::invalid(format!("a {}-byte base for bytes {r:?}", b.len())))
     })
     .transpose()
 }
@@ -159,6 +160,80 @@ impl Pieces for Plan<'_, '_, '_> {
 }
 
 impl Ctx<'_> {
+    /// Sends `data` to `peer` (in pieces over TCP: see the module doc).
+    ///
+    /// # Errors
+    /// The transport's errors, with this collective's context.
+    pub fn send(&self, peer: usize, data: &[u8]) -> Result<()> {
+        for r in pieces(data.len(), self.chunk_for(peer)) {
+            self.send_frame(peer, &data[r])?;
+        }
+        Ok(())
+    }
+
+    /// Receives exactly `buf.len()` bytes from `peer` (in pieces over TCP: see the module doc),
+    /// checking that every frame belongs to this collective.
+    ///
+    /// # Errors
+    /// [`Error::Mismatch`] when a frame's fingerprint or length differs from ours; the
+    /// transport's errors (timeout, lost peer, abort) with this collective's context.
+    pub fn recv(&self, peer: usize, buf: &mut [u8]) -> Result<()> {
+        let total = buf.len();
+        for r in pieces(total, self.chunk_for(peer)) {
+            let start = r.start;
+            self.recv_piece(peer, &mut buf[r], start, total)?;
+        }
+        Ok(())
+    }
+
+    /// Sends `data` to `to` and receives `buf.len()` bytes from `from`; the two proceed
+    /// together (interleaved pieces over TCP: [`Ctx::exchange`]), so rings and pairwise
+    /// exchanges cannot deadlock on bounded transports.
+    ///
+    /// # Errors
+    /// As [`Ctx::send`] and [`Ctx::recv`].
+    pub fn send_recv(&self, to: usize, data: &[u8], from: usize, buf: &mut [u8]) -> Result<()> {
+        self.exchange(to, data, from, Sink::Into(buf))
+    }
+
+    /// Sends `data` to `to` and combines `acc.len()` bytes received from `from` into `acc`,
+    /// piece by piece over TCP, each received into `tmp` first (at least
+    /// [`Ctx::scratch_len`] bytes).
+    ///
+    /// # Errors
+    /// As [`Ctx::send_recv`].
+    pub fn send_recv_reduce(
+        &self,
+        to: usize,
+        data: &[u8],
+        from: usize,
+        acc: &mut [u8],
+        k: &Kernel,
+        tmp: &mut [u8],
+    ) -> Result<()> {
+        self.exchange(to, data, from, Sink::Reduce { acc, base: None, k, tmp })
+    }
+
+    /// [`Ctx::send_recv_reduce`] where `acc` becomes `base (op) received` (`base`: as long as
+    /// `acc`, not overlapping it): what an out-of-place reduction does at the first
+    /// combination of a block, without copying `base` into `acc` first.
+    ///
+    /// # Errors
+    /// As [`Ctx::send_recv`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn send_recv_reduce_from(
+        &self,
+        to: usize,
+        data: &[u8],
+        from: usize,
+        base: &[u8],
+        acc: &mut [u8],
+        k: &Kernel,
+        tmp: &mut [u8],
+    ) -> Result<()> {
+        self.exchange(to, data, from, Sink::Reduce { acc, base: Some(base), k, tmp })
+    }
+
     /// The piece size of messages to or from communicator rank `peer` (`None`: one frame).
     /// Pieces halve a large message's time over TCP and the shared-memory rings
     /// (docs/performance.md).

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use super::agree::service::Agreements;
 use super::algorithms::hosts::HostGroups;
 use super::algorithms::shared_memory::ShmCollectives;
-use super::algorithms::{all_gather, Clock, Ctx};
+use super::algorithms::{all_gather, Clock, Ctx, FrameTally, HostPhases};
 use super::dispatch;
 use super::executor::Executor;
 use super::grow::Lineage;
@@ -39,7 +39,8 @@ use crate::config::ResolvedConfig;
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::fingerprint::{Fingerprint, OpKind};
+use crate::fingerprint::Fingerprint;
+use crate::op_kind::OpKind;
 
 /// The id of a world's first communicator; sub-communicators derive theirs from it.
 pub const WORLD_COMM_ID: u64 = 1;
@@ -389,10 +390,10 @@ impl Inner {
             rank: self.rank,
             fp,
             clock: Clock::new(self.timeout(opts)),
-            tally: self.native.get(),
+            tally: self.native.get().map(|n| n as &dyn FrameTally),
             waits: self.waits.enabled().then_some(&*self.waits),
             hosts: self.host_groups.as_ref(),
-            host_native: self.host_native.get(),
+            host_native: self.host_native.get().map(|n| n as &dyn HostPhases),
         }
     }
 

@@ -100,7 +100,7 @@
 use super::profile::{LinkCost, Profile};
 use crate::algorithm::Algorithm;
 use crate::cpu::algorithms::shared_memory;
-use crate::fingerprint::OpKind;
+use crate::op_kind::OpKind;
 
 /// The shared-memory collectives reduce messages up to this size in one step.
 const NATIVE_DIRECT: f64 = 16.0 * 1024.0;

@@ -39,7 +39,7 @@ use std::sync::Arc;
 
 use crate::algorithm::Algorithm;
 use crate::cpu::transport::LinkKind;
-use crate::fingerprint::OpKind;
+use crate::op_kind::OpKind;
 use profile::{LinkCost, Profile};
 
 /// Size classes: sizes up to 8 bytes one class each; above, each octave `(2^(k-1), 2^k]` cut

@@ -21,7 +21,7 @@
 use super::cost::{predict, Costs};
 use super::profile::Profile;
 use crate::algorithm::Algorithm;
-use crate::fingerprint::OpKind;
+use crate::op_kind::OpKind;
 
 /// The shared-memory collectives' default slot (`OXCCL_SHM_SLOT_BYTES`).
 const SLOT: usize = 256 << 10;

@@ -41,7 +41,7 @@ fn a_world_of_threads_over_tcp() {
 
 #[test]
 fn rank_0s_profile_decides_every_ranks_algorithms() {
-    use crate::fingerprint::OpKind;
+    use crate::op_kind::OpKind;
     let dir = std::env::temp_dir().join(format!("oxccl-tune-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     // TCP whose messages cost a lot (latency, and CPU time where the 3 ranks share fewer

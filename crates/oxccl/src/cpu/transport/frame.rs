@@ -30,7 +30,8 @@ use super::{Channel, Header};
 use crate::algorithm::Algorithm;
 use crate::dtype::DType;
 use crate::error::Error;
-use crate::fingerprint::{Fingerprint, OpKind};
+use crate::fingerprint::Fingerprint;
+use crate::op_kind::OpKind;
 use crate::reduce_op::ReduceOp;
 
 /// Size of an encoded header.

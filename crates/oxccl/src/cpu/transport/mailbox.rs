@@ -622,7 +622,8 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::fingerprint::{Fingerprint, OpKind};
+    use crate::fingerprint::Fingerprint;
+    use crate::op_kind::OpKind;
 
     const COMM: u64 = 7;
 

@@ -68,7 +68,7 @@ impl MemoryHub {
     /// Whether [`MemoryHub::mute_after_agreement_sends`] drops this message of `rank`.
     #[cfg(test)]
     fn muted(&self, rank: usize, header: &Header) -> bool {
-        if header.fingerprint.op != crate::fingerprint::OpKind::Agree {
+        if header.fingerprint.op != crate::op_kind::OpKind::Agree {
             return false;
         }
         match crate::sync::relock(&self.mute_plan).as_mut() {

@@ -225,7 +225,7 @@ impl RoutedTransport {
             channel: Channel::Collective,
             fingerprint: crate::fingerprint::Fingerprint {
                 seq: at.seq(),
-                op: crate::fingerprint::OpKind::Barrier,
+                op: crate::op_kind::OpKind::Barrier,
                 dtype: crate::dtype::DType::U8,
                 count: 0,
                 root: None,
@@ -435,7 +435,8 @@ impl Transport for RoutedTransport {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fingerprint::{Fingerprint, OpKind};
+    use crate::fingerprint::Fingerprint;
+    use crate::op_kind::OpKind;
 
     /// A link whose every peer has closed its connection.
     struct Closed;

@@ -7,7 +7,7 @@ pub mod ring;
 mod tests {
     use crate::algorithm::Algorithm;
     use crate::cpu::splitmix64;
-    use crate::fingerprint::OpKind;
+    use crate::op_kind::OpKind;
     use crate::reduce_op::ReduceOp;
 
     const COUNTS: [usize; 8] = [0, 1, 2, 3, 7, 13, 64, 1000];

@@ -61,7 +61,7 @@ pub fn run_blocks_from(ctx: &Ctx, input: &[u8], buf: &mut [u8], blocks: &[Range<
     let n = ctx.size();
     let r = ctx.rank();
     if input.len() != buf.len() {
-        return Err(crate::Error::invalid(format!(
+        return Err(crate::error::Error::invalid(format!(
             "an input of {} bytes for {} bytes of results",
             input.len(),
             buf.len()

@@ -17,7 +17,7 @@ use std::ops::Range;
 
 use super::ShmCollectives;
 use crate::backend::reduce::reduce_sources;
-use crate::cpu::algorithms::Ctx;
+use crate::cpu::algorithms::{Ctx, HostPhases};
 use crate::cpu::transport::shm::copy;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -134,5 +134,23 @@ impl ShmCollectives {
                 Ok(())
             },
         )
+    }
+}
+
+impl HostPhases for ShmCollectives {
+    fn reduce_scatter_blocks(
+        &self,
+        ctx: &Ctx,
+        input: Option<&[u8]>,
+        buf: &mut [u8],
+        blocks: &[Range<usize>],
+        dtype: DType,
+        op: ReduceOp,
+    ) -> Result<()> {
+        ShmCollectives::reduce_scatter_blocks(self, ctx, input, buf, blocks, dtype, op)
+    }
+
+    fn all_gather_blocks(&self, ctx: &Ctx, buf: &mut [u8], blocks: &[Range<usize>]) -> Result<()> {
+        ShmCollectives::all_gather_blocks(self, ctx, buf, blocks)
     }
 }

@@ -50,30 +50,26 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use super::{barrier, broadcast, Ctx};
+use super::{barrier, broadcast, Ctx, FrameTally};
 use crate::backend::peer_waits::PeerWaits;
-use crate::backend::Op;
-use crate::cpu::transport::shm::copy;
 use crate::cpu::transport::shm::futex;
 use crate::cpu::transport::shm::segment::{unique_name, Segment};
 use crate::cpu::transport::shm::single_copy;
 use crate::cpu::transport::shm::wait::WaitPolicy;
 use crate::cpu::transport::{Channel, Stage, TransportError};
 use crate::error::{Error, Result};
-use crate::fingerprint::{Fingerprint, OpKind};
+use crate::fingerprint::Fingerprint;
 
 mod all_reduce;
 mod blocks;
 mod moves;
 mod reductions;
+mod run;
 mod single_copy_moves;
 
 pub(crate) use single_copy_moves::scatter_reads_directly;
-use single_copy_moves::Move;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"OXSHMCL1");
-/// Chunks up to this size are reduced by every rank (one synchronization per chunk).
-const DIRECT: usize = 16 * 1024;
 const LINE: usize = 128;
 /// Where the control blocks start (after the header line and the doorbell's line).
 const CONTROL: usize = 2 * LINE;
@@ -293,20 +289,6 @@ impl ShmCollectives {
         self.u64_at(CONTROL + BLOCK * self.n + 8 * ((b * self.n + from) * self.n + to))
     }
 
-    /// Counts a frame this rank sent `to` in a point-to-point collective.
-    pub fn count_sent(&self, to: usize) {
-        if let Some(s) = self.sent.get(to) {
-            s.store(s.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-        }
-    }
-
-    /// Counts a frame this rank took from `from` in a point-to-point collective.
-    pub fn count_taken(&self, from: usize) {
-        if let Some(t) = self.taken.get(from) {
-            t.store(t.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-        }
-    }
-
     /// After every rank arrived: a frame some rank sent this one in an earlier operation
     /// that this rank never took is a mismatch (the two ran different operations). The
     /// frame itself names the peer's operation; it was written before the peer arrived, so
@@ -515,77 +497,6 @@ impl ShmCollectives {
         (step, b)
     }
 
-    /// Whether `op` runs here: every collective but the `_v` forms, on communicators whose
-    /// slots hold at least 64 bytes per rank (the block operations split a slot in n).
-    pub fn supports(&self, op: &Op) -> bool {
-        self.supports_kind(op.kind())
-    }
-
-    /// [`ShmCollectives::supports`] by the operation's kind.
-    pub fn supports_kind(&self, op: OpKind) -> bool {
-        let blocks_fit = self.slot / self.n >= 64;
-        match op {
-            OpKind::AllReduce | OpKind::Broadcast | OpKind::Barrier | OpKind::AllGather => true,
-            OpKind::Reduce | OpKind::Gather => true,
-            OpKind::ReduceScatter | OpKind::AllToAll | OpKind::Scatter => blocks_fit,
-            _ => false,
-        }
-    }
-
-    /// Runs `op` (see [`ShmCollectives::supports`]).
-    ///
-    /// # Safety
-    /// The buffers in `op` must satisfy `Backend::submit`'s contract.
-    ///
-    /// # Errors
-    /// Mismatch, timeout, abort and lost-peer errors.
-    pub unsafe fn run(&self, ctx: &Ctx, op: &Op) -> Result<()> {
-        // SAFETY: forwarded from this function's contract.
-        unsafe {
-            match op {
-                Op::AllReduce { input, output, op } => {
-                    let (es, total) = (output.dtype.size(), output.count);
-                    if total * es <= DIRECT.min(self.slot) {
-                        self.all_reduce_direct(ctx, input.ptr, output.ptr, total, output.dtype, *op)
-                    } else {
-                        let streaming = copy::streams(output.bytes(), std::ptr::eq(input.ptr, output.ptr));
-                        self.all_reduce_pipelined(ctx, input.ptr, output.ptr, total, output.dtype, *op, streaming)
-                    }
-                }
-                Op::Barrier => {
-                    let (step, _) = self.begin(ctx);
-                    self.post(Phase::Arrive, step);
-                    self.wait_all(ctx, Phase::Arrive, step)
-                }
-                Op::Broadcast { input, output, root } if self.reads_directly(Move::Broadcast, output.bytes()) => {
-                    self.broadcast_single_copy(ctx, *input, *output, *root)
-                }
-                Op::Broadcast { input, output, root } => self.broadcast(ctx, *input, *output, *root),
-                Op::AllGather { input, output } if self.reads_directly(Move::AllGather, input.bytes()) => {
-                    self.all_gather_single_copy(ctx, *input, *output)
-                }
-                Op::AllGather { input, output } => self.all_gather(ctx, *input, *output),
-                Op::AllToAll { input, output }
-                    if self.reads_directly(Move::AllToAll, output.bytes() / self.n)
-                        && !std::ptr::eq(input.ptr, output.ptr) =>
-                {
-                    self.all_to_all_single_copy(ctx, *input, *output)
-                }
-                Op::AllToAll { input, output } => self.all_to_all(ctx, *input, *output),
-                Op::Gather { input, output, root } => self.gather(ctx, *input, *output, *root),
-                Op::Scatter { input, output, root } if self.reads_directly(Move::Scatter, output.bytes()) => {
-                    self.scatter_single_copy(ctx, *input, *output, *root)
-                }
-                Op::Scatter { input, output, root } => self.scatter(ctx, *input, *output, *root),
-                Op::Reduce { input, output, op, root } => self.reduce(ctx, *input, *output, *op, *root),
-                Op::ReduceScatter { input, output, op } => self.reduce_scatter(ctx, *input, *output, *op),
-                Op::AllGatherV { .. } | Op::AllToAllV { .. } | Op::Batch(_) => {
-                    Err(Error::invalid("operation has no shared-memory implementation"))
-                }
-            }
-        }
-    }
-
     /// The step loop of the operations that move blocks through the slots: `per_block`
     /// bytes per block, in chunks of at most `1/blocks` of a slot (a multiple of 64 bytes,
     /// so of every element size). In each step `fill(at, c, b)` writes this rank's part
@@ -618,6 +529,22 @@ impl ShmCollectives {
             if at >= per_block {
                 return Ok(());
             }
+        }
+    }
+}
+
+impl FrameTally for ShmCollectives {
+    /// Counts a frame this rank sent `to` in a point-to-point collective.
+    fn count_sent(&self, to: usize) {
+        if let Some(s) = self.sent.get(to) {
+            s.store(s.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        }
+    }
+
+    /// Counts a frame this rank took from `from` in a point-to-point collective.
+    fn count_taken(&self, from: usize) {
+        if let Some(t) = self.taken.get(from) {
+            t.store(t.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
         }
     }
 }

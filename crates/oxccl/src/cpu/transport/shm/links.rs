@@ -521,7 +521,8 @@ pub(crate) mod tests {
     #[test]
     fn a_polling_receiver_takes_its_frame_from_the_ring_only_when_it_is_next_and_fits() {
         use crate::cpu::transport::Channel;
-        use crate::fingerprint::{Fingerprint, OpKind};
+        use crate::fingerprint::Fingerprint;
+        use crate::op_kind::OpKind;
         let rdv = MemoryRendezvous::default();
         let mbs = [Arc::new(Mailbox::new()), Arc::new(Mailbox::new())];
         let opts = ShmOptions { ring_bytes: 4096, ..ShmOptions::default() };
@@ -697,7 +698,8 @@ pub(crate) mod tests {
     #[test]
     fn senders_with_full_rings_drain_each_other() {
         use crate::cpu::transport::Channel;
-        use crate::fingerprint::{Fingerprint, OpKind};
+        use crate::fingerprint::Fingerprint;
+        use crate::op_kind::OpKind;
         // Both progress threads stopped: two ranks sending each other frames 16 times
         // their ring only finish if each drains its incoming ring while it waits for room.
         let (links, mailboxes) = pair(WaitPolicy::default());
@@ -736,7 +738,8 @@ pub(crate) mod tests {
     #[test]
     fn a_polling_receiver_reads_the_ring_itself() {
         use crate::cpu::transport::{Channel, Transport};
-        use crate::fingerprint::{Fingerprint, OpKind};
+        use crate::fingerprint::Fingerprint;
+        use crate::op_kind::OpKind;
         // With the receiver's progress thread stopped, only the receiving caller can move
         // the frame from the ring into the mailbox.
         let (mut links, mailboxes) = pair(WaitPolicy { spin: Duration::from_secs(5), yield_for: Duration::ZERO });

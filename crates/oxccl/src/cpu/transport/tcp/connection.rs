@@ -6,10 +6,10 @@ use std::net::TcpStream;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
 use super::incoming::Incoming;
 use super::readiness::{Poller, Readiness};
-use super::writer::WriteState;
 
 /// One established connection to a peer: lane 0's socket, and the sockets of the other
 /// lanes when there are several (`stripes`: they carry stripes of large payloads only, and
@@ -31,6 +31,15 @@ pub(super) struct Conn {
     pub(super) pollers: AtomicUsize,
     /// Set once the connection is unusable, with what was observed.
     pub(super) gone: OnceLock<String>,
+}
+
+/// The sending side of a connection, behind its mutex.
+#[derive(Default)]
+pub(super) struct WriteState {
+    /// The socket's current write timeout.
+    pub(super) timeout: Option<Duration>,
+    /// A frame was begun and not finished: the stream is out of step.
+    pub(super) mid_frame: bool,
 }
 
 impl Conn {

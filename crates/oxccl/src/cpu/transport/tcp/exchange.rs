@@ -22,9 +22,10 @@ use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::connection::Conn;
+use super::connection::WriteState;
 use super::incoming::{Incoming, Wait};
 use super::links::TcpLinks;
-use super::writer::{Sending, WriteState};
+use super::writer::Sending;
 use super::{poll_fds, remaining};
 use crate::cpu::transport::frame::{self, FrameKind};
 use crate::cpu::transport::routed::{Link, Polled, Want};

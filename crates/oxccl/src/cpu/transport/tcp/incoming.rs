@@ -8,7 +8,7 @@
 //! [`Mailbox::accept`]). A caller that waits for a frame names it ([`Direct`]): when that
 //! frame is the next one on the stream its payload is read straight into the caller's
 //! buffer, without a copy through the mailbox. A length field alone never makes it allocate
-//! more than [`PREALLOC`] bytes: a payload buffer grows as the bytes actually arrive, and the
+//! more than [`PREALLOC`](super::stripes::PREALLOC) bytes: a payload buffer grows as the bytes actually arrive, and the
 //! bytes land in its uninitialised capacity (never zeroed first).
 //!
 //! A payload striped across the connection's lanes (`stripes`) is read from all of them at
@@ -21,14 +21,12 @@ use std::net::TcpStream;
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 
-use super::stripes::Stripes;
+use super::stripes::{Stripes, PREALLOC};
 use super::{poll_fds, remaining};
 use crate::cpu::transport::frame::{self, FrameHeader, FrameKind, HEADER_LEN, MAX_NOTICE_LEN};
 use crate::cpu::transport::mailbox::Mailbox;
 use crate::cpu::transport::{Channel, Received};
 
-/// Most a payload buffer is given before its bytes arrive.
-pub(super) const PREALLOC: usize = 64 << 20;
 /// Bytes read ahead of the frame being decoded (headers and small payloads come in batches).
 const READ_BUFFER: usize = 64 * 1024;
 /// Longest single sleep of a read that waits until a deadline.

@@ -9,6 +9,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::connection::Conn;
+use super::connection::WriteState;
 use super::handshake::{address_key, dial, lookup, DialError, Ident};
 use super::incoming::{Direct, Incoming, LaneSockets, Pumped, Socket, Wait};
 use super::interface::select_address;
@@ -17,7 +18,7 @@ use super::peers::{Dialed, Next};
 use super::progress::{self, Shared};
 use super::readiness::Poller;
 use super::remaining;
-use super::writer::{WriteFail, WriteState};
+use super::writer::WriteFail;
 use crate::bootstrap::auth::Secret;
 use crate::bootstrap::Rendezvous;
 use crate::cpu::transport::frame::{self, FrameKind};

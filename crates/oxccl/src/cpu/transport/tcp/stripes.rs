@@ -16,11 +16,13 @@
 
 use std::ops::Range;
 
-use super::incoming::PREALLOC;
 use super::options::MAX_LANES;
 
 /// The smallest payload striped (smaller ones gain nothing from more streams).
 pub(super) const STRIPE_FROM: usize = 128 * 1024;
+
+/// Most a payload buffer is given before its bytes arrive.
+pub(super) const PREALLOC: usize = 64 << 20;
 
 /// How many lanes a payload of `len` bytes travels on, of `lanes`: all of them from
 /// [`STRIPE_FROM`] bytes to [`PREALLOC`] (a receiver must hold a striped payload whole

@@ -16,22 +16,13 @@ use std::net::TcpStream;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-use super::connection::Conn;
+use super::connection::{Conn, WriteState};
 use super::stripes::{lanes_for, Stripes};
 use super::{poll_fds, remaining};
 use crate::cpu::transport::frame::HEADER_LEN;
 
 /// How far past its deadline a blocked write may run before the socket's timeout is re-armed.
 const TIMEOUT_SLACK: Duration = Duration::from_millis(50);
-
-/// The sending side of a connection, behind its mutex.
-#[derive(Default)]
-pub(super) struct WriteState {
-    /// The socket's current write timeout.
-    timeout: Option<Duration>,
-    /// A frame was begun and not finished: the stream is out of step.
-    pub(super) mid_frame: bool,
-}
 
 /// How far a frame being written has gone: its header (on lane 0) and each stripe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
