@@ -16,10 +16,10 @@ use std::ffi::{c_int, c_void};
 
 use mpi::ffi;
 
-use super::init::check;
+use super::check::check;
 use crate::config::HalfReduce;
 use crate::dtype::DType;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::reduce_op::ReduceOp;
 
 /// The MPI datatype that carries `dtype`'s elements.
@@ -157,7 +157,7 @@ pub(crate) fn reduction(ops: &UserOps, half: HalfReduce, dtype: DType, op: Reduc
         (DType::F32 | DType::F64, ReduceOp::Min | ReduceOp::Max)
         | (DType::F16 | DType::BF16, _)
         | (DType::I8 | DType::U8, ReduceOp::Sum) => {
-            user.ok_or_else(|| crate::Error::Internal(format!("no MPI user operation for {wire} {base}")))?
+            user.ok_or_else(|| Error::Internal(format!("no MPI user operation for {wire} {base}")))?
         }
         _ => predefined,
     };

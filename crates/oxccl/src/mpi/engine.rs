@@ -1,6 +1,7 @@
-//! One communicator of the `mpi` backend: the MPI communicator and the queue of operations in
-//! submission order. The side channel that makes MPI's failures look like oxccl's is
-//! `side.rs`; what becomes of a dropped communicator, `graveyard.rs`.
+//! How one communicator of the `mpi` backend runs: the MPI communicator and the queue of
+//! operations in submission order ([`Shared`], whose data is in `state.rs`). The side channel
+//! that makes MPI's failures look like oxccl's is `side.rs`; what becomes of a dropped
+//! communicator, `graveyard.rs`.
 //!
 //! Everything is non-blocking: an operation is posted with MPI's `I*` calls and advanced
 //! by polling ([`Shared::poll`], from `wait`/`is_completed`; no thread per operation), so
@@ -45,13 +46,15 @@ use std::time::{Duration, Instant};
 
 use mpi::ffi;
 
+use super::backoff::Backoff;
+use super::check::check;
+use super::comm::Comm;
 use super::graveyard;
-use super::init::{check, Runtime};
 use super::ops::{self, Posted};
-use super::side::{self, Msg, Outbox, WORDS};
+use super::runtime::Runtime;
+use super::side::{self, Msg, WORDS};
+use super::state::{Abandoned, Active, Body, Cell, RecvSpec, Shared, Stage, State};
 use crate::algorithm::Algorithm;
-use crate::backend::completion::Slot;
-use crate::backend::poison::Poison;
 use crate::backend::staging::{self, Staged};
 use crate::backend::CallOptions;
 use crate::backend::{Completion, MessageInfo, Op, P2p, RawBuf, RawBufMut};
@@ -61,101 +64,24 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, OpKind};
 
-/// An MPI communicator handle.
-#[derive(Clone, Copy)]
-pub(crate) struct Comm(pub ffi::MPI_Comm);
-// SAFETY: MPI handles are process-wide identifiers; all use is serialised by the
-// communicator's state lock (and the runtime's lock below MPI_THREAD_MULTIPLE).
-unsafe impl Send for Comm {}
-// SAFETY: as above.
-unsafe impl Sync for Comm {}
-
-/// The completion of one operation: its result, and the communicator a split creates.
-#[derive(Default)]
-pub(crate) struct Cell {
-    slot: Slot,
-    split: Mutex<Option<Comm>>,
-}
-
-impl Cell {
-    pub(crate) fn result(&self) -> Option<Result<Completion>> {
-        self.slot.peek()
+/// Polls `shared` until `cell` completes or `timeout` (None: until the operation's own
+/// deadline, which the poll enforces) passes.
+pub(crate) fn wait_cell(shared: &Shared, cell: &Cell, timeout: Option<Duration>) -> Option<Result<Completion>> {
+    let until = timeout.map(|t| Instant::now() + t);
+    let mut b = Backoff::new();
+    loop {
+        if let Some(r) = cell.result() {
+            return Some(r);
+        }
+        shared.poll();
+        if let Some(r) = cell.result() {
+            return Some(r);
+        }
+        if until.is_some_and(|u| Instant::now() >= u) {
+            return None;
+        }
+        b.snooze();
     }
-
-    fn complete(&self, r: Result<Completion>) {
-        self.slot.complete(r);
-    }
-}
-
-struct RecvSpec {
-    buf: RawBufMut,
-    /// The sender; `None` for a receive from any source, until its header is taken.
-    peer: Option<usize>,
-    tag: u32,
-    got: bool,
-}
-
-enum Body {
-    Coll(Op),
-    Batch(Vec<RecvSpec>),
-    Split { color: Option<u32>, key: i64 },
-}
-
-enum Stage {
-    /// Waiting for the peers' fingerprints (index = rank).
-    Exchange(Vec<Option<Msg>>),
-    /// Ready to post once every earlier operation has posted.
-    Ready,
-    /// A batch waiting for the headers of its receives.
-    Headers,
-    /// Everything posted; waiting for the requests.
-    Running,
-}
-
-struct Active {
-    cell: Arc<Cell>,
-    body: Body,
-    fp: Fingerprint,
-    started: Instant,
-    deadline: Instant,
-    stage: Stage,
-    exchanged: Vec<Msg>,
-    posted: Posted,
-    staged: Staged,
-    received: Vec<usize>,
-    /// The sender of each receive (`usize::MAX` for a receive from any source until its
-    /// header is taken).
-    sources: Vec<usize>,
-    recv_from: usize,
-}
-
-/// What an abandoned operation leaves behind: requests MPI may still use, and their
-/// temporaries.
-pub(super) struct Abandoned {
-    _posted: Posted,
-    _staged: Staged,
-}
-
-#[derive(Default)]
-struct State {
-    seq: u64,
-    poisoned: Poison,
-    stash: Vec<VecDeque<Msg>>,
-    queue: VecDeque<Active>,
-    outbox: Outbox,
-    abandoned: Vec<Abandoned>,
-}
-
-/// One rank's membership in one communicator.
-pub(crate) struct Shared {
-    pub rt: Arc<Runtime>,
-    pub comm: Comm,
-    pub rank: usize,
-    pub n: usize,
-    pub cfg: ResolvedConfig,
-    /// Recovery's state (ULFM: `ulfm/`).
-    pub recovery: super::ulfm::Recovery,
-    state: Mutex<State>,
 }
 
 fn overlap(a: &RawBuf, b: &RawBufMut) -> bool {
@@ -673,8 +599,7 @@ impl Shared {
             self.progress(&mut st);
             cell
         };
-        super::request::wait_cell(self, &cell, None)
-            .unwrap_or_else(|| Err(Error::Internal("split still running".into())))?;
+        wait_cell(self, &cell, None).unwrap_or_else(|| Err(Error::Internal("split still running".into())))?;
         let out = relock(&cell.split).take();
         Ok(out)
     }

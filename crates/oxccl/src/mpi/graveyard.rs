@@ -31,8 +31,9 @@ use std::sync::Mutex;
 
 use mpi::ffi;
 
-use super::engine::{Abandoned, Comm};
+use super::comm::Comm;
 use super::side::{self, Outbox};
+use super::state::Abandoned;
 use crate::sync::relock;
 
 /// A dropped communicator waiting for its peers' `LEFT` before `MPI_Comm_free`.

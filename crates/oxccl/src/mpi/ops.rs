@@ -15,8 +15,9 @@ use std::ffi::{c_int, c_void};
 
 use mpi::ffi;
 
+use super::check::check;
 use super::dtype::{mpi_type, reduction, Reduction};
-use super::init::{check, Runtime};
+use super::runtime::Runtime;
 use crate::backend::reduce::{divide, narrow, widen};
 use crate::backend::{Op, P2p, RawBuf, RawBufMut};
 use crate::dtype::DType;

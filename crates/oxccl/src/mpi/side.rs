@@ -22,7 +22,7 @@
 //! * `HDR`: the dtype and count of a user message, sent ahead of it; the receiver checks
 //!   them before posting `MPI_Irecv` (a different dtype or a longer message is a
 //!   [`Error::Mismatch`], not a truncation error), and
-//!   [`Shared::probe`](super::engine::Shared::probe) reads them.
+//!   [`Shared::probe`](super::state::Shared::probe) reads them.
 //! * `ABORT` / `FAIL`: this rank aborted or failed; the peer poisons its communicator
 //!   ([`Error::Aborted`]) at once, which ends its waits.
 //! * `REVOKE`: the sender revoked the communicator (ULFM: it calls `MPIX_Comm_revoke` right
@@ -55,8 +55,8 @@ use std::ffi::c_int;
 
 use mpi::ffi;
 
-use super::engine::Comm;
-use super::init::check;
+use super::check::check;
+use super::comm::Comm;
 use crate::algorithm::Algorithm;
 use crate::dtype::DType;
 use crate::error::{Error, Result};

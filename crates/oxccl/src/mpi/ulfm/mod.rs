@@ -14,9 +14,9 @@
 //!   from MPI: a call failing with `MPIX_ERR_REVOKED`, which [`classify`] turns into
 //!   [`Error::Revoked`]. ULFM does not say who revoked, so that error names *this* rank and
 //!   says in its reason that it was revoked through MPI by a rank MPI does not name.
-//! * Errors ([`classify`], used wherever the engine turns an MPI return code into an error):
-//!   the class (`MPI_Error_class`) is looked up in the MPI family's table (`classes.rs`:
-//!   Open MPI 5's 75/76/77, MPICH's 101/102/103). `MPIX_ERR_PROC_FAILED` and
+//! * Errors ([`classify`] in `errors.rs`, used wherever the engine turns an MPI return code
+//!   into an error): the class (`MPI_Error_class`) is looked up in the MPI family's table
+//!   (`classes.rs`: Open MPI 5's 75/76/77, MPICH's 101/102/103). `MPIX_ERR_PROC_FAILED` and
 //!   `MPIX_ERR_PROC_FAILED_PENDING` become [`Error::PeerLost`] naming the lowest failed rank
 //!   (`MPIX_Comm_failure_ack`, `MPIX_Comm_failure_get_acked`, `MPI_Group_translate_ranks`
 //!   into the communicator's ranks; every failed rank is listed in the detail);
@@ -40,20 +40,17 @@
 
 mod classes;
 mod decide;
+mod errors;
 mod ops;
 mod symbols;
 
-use std::ffi::c_int;
 use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
 
-use mpi::ffi;
-
+pub(crate) use errors::classify;
 pub(crate) use ops::{agree, revoke, shrink};
 
-use super::engine::Shared;
 use crate::error::Error;
-use classes::UlfmClass;
 
 /// A communicator's recovery state.
 #[derive(Default)]
@@ -83,44 +80,6 @@ pub(crate) fn no_grow() -> Error {
               must grow back runs on the cpu backend (OXCCL_BACKEND=cpu, under `oxccl run`)"
             .into(),
     }
-}
-
-/// Turns an [`Error::Backend`] whose MPI error class is one of ULFM's into oxccl's error (see
-/// the module's doc); any other error comes back unchanged. The caller holds the runtime's
-/// lock when MPI is not thread-multiple.
-pub(crate) fn classify(s: &Shared, e: Error) -> Error {
-    let Error::Backend { code, message } = &e else { return e };
-    let Ok(u) = symbols::ulfm() else { return e };
-    let Some(kind) = class_of(*code).and_then(|c| u.classes.of(c)) else { return e };
-    match kind {
-        UlfmClass::Revoked => Error::Revoked {
-            rank: s.rank,
-            reason: format!(
-                "revoked through MPI ({message}); ULFM does not say which rank revoked it, so the rank named is this \
-                 one"
-            ),
-        },
-        UlfmClass::ProcFailed | UlfmClass::ProcFailedPending => match ops::failed_ranks(u, s) {
-            Ok(failed) if !failed.is_empty() => Error::PeerLost {
-                rank: failed[0],
-                detail: format!(
-                    "MPI reports a process failure ({message}); ranks {failed:?} of this communicator failed; agree \
-                     on it or shrink it to go on"
-                ),
-            },
-            _ => e,
-        },
-    }
-}
-
-/// MPI's error class of `code`; `None` when MPI does not know the code.
-fn class_of(code: i64) -> Option<i32> {
-    let code = c_int::try_from(code).ok()?;
-    let mut class: c_int = 0;
-    // SAFETY: MPI_Error_class reads an error code and writes one int; MPI is initialised
-    // (the code came from an MPI call).
-    let rc = unsafe { ffi::MPI_Error_class(code, &mut class) };
-    (rc == 0).then_some(class)
 }
 
 #[cfg(test)]

@@ -10,14 +10,16 @@ use mpi::ffi;
 
 use super::classes::UlfmClass;
 use super::decide::{self, Agreer};
+use super::errors::{class_of, classify, failed_ranks};
 use super::symbols::{self, Ulfm};
-use super::{class_of, classify, unavailable};
+use super::unavailable;
 use crate::backend::{Agreement, CallOptions};
 use crate::error::{Error, Result};
 use crate::fingerprint::OpKind;
-use crate::mpi::engine::{Comm, Shared};
-use crate::mpi::init::check;
-use crate::mpi::request::Backoff;
+use crate::mpi::backoff::Backoff;
+use crate::mpi::check::check;
+use crate::mpi::comm::Comm;
+use crate::mpi::state::Shared;
 use crate::sync::relock;
 
 /// The loaded MPI's ULFM for `call`, or the error that says why there is none.
@@ -69,51 +71,6 @@ pub(crate) fn revoke(s: &Shared, reason: &str) -> Result<()> {
         Some(UlfmClass::Revoked) => Ok(()),
         _ => check(rc, "MPIX_Comm_revoke"),
     }
-}
-
-/// The ranks of `s`'s communicator that MPI reports failed, acknowledged first
-/// (`MPIX_Comm_failure_ack`, `MPIX_Comm_failure_get_acked`, translated into the
-/// communicator's ranks), in order. The caller holds the runtime's lock when MPI is not
-/// thread-multiple.
-///
-/// # Errors
-/// MPI's errors.
-pub(super) fn failed_ranks(u: &Ulfm, s: &Shared) -> Result<Vec<usize>> {
-    let comm = s.comm.0;
-    // SAFETY: `comm` is a valid communicator of this process.
-    check(unsafe { (u.failure_ack)(comm) }, "MPIX_Comm_failure_ack")?;
-    // SAFETY: a zeroed handle is overwritten by the call.
-    let mut failed: ffi::MPI_Group = unsafe { std::mem::zeroed() };
-    // SAFETY: as above; MPI creates the group, freed below.
-    check(unsafe { (u.failure_get_acked)(comm, &mut failed) }, "MPIX_Comm_failure_get_acked")?;
-    let out = translate(comm, &mut failed);
-    // SAFETY: `failed` was created above and is freed once.
-    unsafe { ffi::MPI_Group_free(&mut failed) };
-    out
-}
-
-/// The ranks in `comm` of the members of `group` (a subgroup of `comm`'s), in order.
-fn translate(comm: ffi::MPI_Comm, group: &mut ffi::MPI_Group) -> Result<Vec<usize>> {
-    let mut k: c_int = 0;
-    // SAFETY: `group` is a valid group.
-    check(unsafe { ffi::MPI_Group_size(*group, &mut k) }, "MPI_Group_size")?;
-    if k <= 0 {
-        return Ok(Vec::new());
-    }
-    // SAFETY: a zeroed handle is overwritten by the call.
-    let mut all: ffi::MPI_Group = unsafe { std::mem::zeroed() };
-    // SAFETY: `comm` is a valid communicator; the group is freed below.
-    check(unsafe { ffi::MPI_Comm_group(comm, &mut all) }, "MPI_Comm_group")?;
-    let from: Vec<c_int> = (0..k).collect();
-    let mut to: Vec<c_int> = vec![0; from.len()];
-    // SAFETY: both arrays hold `k` ints; both groups are valid.
-    let rc = unsafe { ffi::MPI_Group_translate_ranks(*group, k, from.as_ptr(), all, to.as_mut_ptr()) };
-    // SAFETY: `all` was created above and is freed once.
-    unsafe { ffi::MPI_Group_free(&mut all) };
-    check(rc, "MPI_Group_translate_ranks")?;
-    let mut ranks: Vec<usize> = to.into_iter().filter_map(|r| usize::try_from(r).ok()).collect();
-    ranks.sort_unstable();
-    Ok(ranks)
 }
 
 /// One rank's ULFM primitives on one communicator, for `decide`.

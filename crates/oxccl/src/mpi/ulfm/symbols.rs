@@ -9,6 +9,7 @@ use std::sync::OnceLock;
 use mpi::ffi;
 
 use super::classes::{self, Classes};
+use crate::mpi::check::{library_text, library_version};
 
 /// `int MPIX_Comm_revoke(MPI_Comm comm)`, also `MPIX_Comm_failure_ack`.
 type CommFn = unsafe extern "C" fn(ffi::MPI_Comm) -> c_int;
@@ -80,7 +81,7 @@ unsafe fn function<F: Copy>(name: &CStr) -> Option<F> {
 /// Resolves every function; `Err` says why recovery cannot run (what is missing, or why
 /// this MPI's ULFM cannot be used), for [`super::unavailable`]'s sentence.
 fn load() -> Result<Ulfm, String> {
-    let first = super::super::library_version();
+    let first = library_version();
     let absent = missing();
     if !absent.is_empty() {
         return Err(format!(
@@ -88,7 +89,7 @@ fn load() -> Result<Ulfm, String> {
             absent.join(", ")
         ));
     }
-    let classes = classes::usable(&super::super::init::library_text())?;
+    let classes = classes::usable(&library_text())?;
     // SAFETY: each type is the prototype of its function in the MPI headers (Open MPI's
     // mpiext_ftmpi_c.h, MPICH's mpi_proto.h: the same signatures), with rsmpi's bindings of
     // the same library's MPI_Comm, MPI_Group and MPI_Request.

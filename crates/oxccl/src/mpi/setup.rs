@@ -11,40 +11,26 @@
 //! Communicators that are dropped go to a graveyard: their MPI communicator is freed only
 //! once every peer has said it left too (so that a late notice from a peer can never land in
 //! a new communicator that reuses the context id), or at finalisation.
+//!
+//! [`init_process`] and [`init_with`] create this process's rank of the world: the
+//! [`Runtime`] (`runtime.rs`), then a duplicate of `MPI_COMM_WORLD`, as an [`MpiBackend`]
+//! (`backend.rs`).
 
 use crate::sync::relock;
-use std::ffi::{c_char, c_int, c_void};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::ffi::{c_int, c_void};
+use std::sync::{Arc, Mutex, Weak};
 
 use mpi::ffi;
 
-use super::cuda::{self, CudaSupport};
+use super::backend::{from_comm, MpiBackend};
+use super::check::{check, library_version};
+use super::comm::Comm;
+use super::cuda;
 use super::dtype::UserOps;
-use crate::config::{MpiConfig, ThreadLevel};
+use super::graveyard;
+use super::runtime::Runtime;
+use crate::config::{MpiConfig, ResolvedConfig, ThreadLevel};
 use crate::error::{Error, Result};
-
-/// MPI's error string for `code`.
-pub(crate) fn error_string(code: c_int) -> String {
-    let mut buf = vec![0 as c_char; 1024];
-    let mut len: c_int = 0;
-    // SAFETY: the buffer is larger than MPI_MAX_ERROR_STRING of every MPI implementation
-    // (Open MPI: 256, MPICH: 1024).
-    let rc = unsafe { ffi::MPI_Error_string(code, buf.as_mut_ptr(), &mut len) };
-    if rc != 0 {
-        return format!("MPI error code {code}");
-    }
-    let bytes: Vec<u8> = buf[..usize::try_from(len).unwrap_or(0).min(buf.len())].iter().map(|&c| c as u8).collect();
-    String::from_utf8_lossy(&bytes).trim().to_string()
-}
-
-/// `Ok` when `rc` is `MPI_SUCCESS`, else [`Error::Backend`] with MPI's own error string.
-pub(crate) fn check(rc: c_int, what: &str) -> Result<()> {
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(Error::Backend { code: i64::from(rc), message: format!("{what}: {}", error_string(rc)) })
-    }
-}
 
 fn level_of(v: c_int) -> ThreadLevel {
     // SAFETY: reading the rsmpi shim's constants.
@@ -73,30 +59,6 @@ fn level_value(l: ThreadLevel) -> c_int {
     }
 }
 
-/// MPI, initialised; dropped (finalised) with the last communicator.
-pub(crate) struct Runtime {
-    /// The thread level MPI granted.
-    pub level: ThreadLevel,
-    serialized: bool,
-    /// The value of `MPI_IN_PLACE` of this library (`(void*)1` for Open MPI, `(void*)-1` for
-    /// MPICH and its derivatives); `None` when unknown: in-place forms then use temporaries.
-    pub in_place: Option<usize>,
-    /// The largest tag (`MPI_TAG_UB`).
-    pub tag_ub: i32,
-    /// The user operations.
-    pub ops: UserOps,
-    /// Device-pointer support.
-    pub cuda: CudaSupport,
-    /// `MPI_Get_library_version`, first line.
-    pub library: String,
-    /// The configuration MPI was initialised with.
-    pub cfg: MpiConfig,
-    /// Whether oxccl initialised MPI (and so finalises it).
-    owns: bool,
-}
-
-static SERIAL: Mutex<()> = Mutex::new(());
-
 enum Slot {
     Never,
     Live(Weak<Runtime>),
@@ -104,48 +66,6 @@ enum Slot {
 }
 
 static SLOT: Mutex<Slot> = Mutex::new(Slot::Never);
-
-impl Runtime {
-    /// Held around MPI calls: the process-wide lock when MPI is not thread-multiple.
-    pub(crate) fn lock(&self) -> Option<MutexGuard<'static, ()>> {
-        self.serialized.then(|| relock(&SERIAL))
-    }
-
-    /// `MPI_COMM_WORLD`'s handle.
-    pub(crate) fn world() -> ffi::MPI_Comm {
-        // SAFETY: reading the rsmpi shim's constant.
-        unsafe { ffi::RSMPI_COMM_WORLD }
-    }
-}
-
-/// `MPI_Get_library_version`'s first line (callable before MPI is initialised).
-pub(crate) fn library_version() -> String {
-    library_text().lines().next().unwrap_or("unknown MPI").trim().to_string()
-}
-
-/// `MPI_Get_library_version`'s whole text (MPICH names its device there); "unknown MPI"
-/// when the call fails. Callable before MPI is initialised.
-pub(crate) fn library_text() -> String {
-    let mut buf = vec![0 as c_char; 8192];
-    let mut len: c_int = 0;
-    // SAFETY: the buffer exceeds MPI_MAX_LIBRARY_VERSION_STRING of every implementation.
-    let rc = unsafe { ffi::MPI_Get_library_version(buf.as_mut_ptr(), &mut len) };
-    if rc != 0 {
-        return "unknown MPI".into();
-    }
-    // Open MPI counts the terminating NUL in `len`: the text ends at the first NUL.
-    let bytes: Vec<u8> = buf[..usize::try_from(len).unwrap_or(0).min(buf.len())]
-        .iter()
-        .map(|&c| c as u8)
-        .take_while(|&b| b != 0)
-        .collect();
-    let text = String::from_utf8_lossy(&bytes).into_owned();
-    if text.trim().is_empty() {
-        "unknown MPI".into()
-    } else {
-        text
-    }
-}
 
 /// `MPI_IN_PLACE` of the library named by `version` (it is a macro, not a symbol).
 pub(crate) fn in_place_of(version: &str) -> Option<usize> {
@@ -287,7 +207,7 @@ impl Drop for Runtime {
     fn drop(&mut self) {
         let mut slot = relock(&SLOT);
         let _serial = self.lock();
-        super::graveyard::bury_all();
+        graveyard::bury_all();
         self.ops.free();
         if self.owns {
             // SAFETY: the last communicator is gone; nothing of oxccl uses MPI any more.
@@ -295,6 +215,35 @@ impl Drop for Runtime {
         }
         *slot = Slot::Finalized;
     }
+}
+
+/// Creates this process's rank of (a duplicate of) `MPI_COMM_WORLD` with the resolved
+/// `mpi` settings (`cfg.mpi`: the builder's, else the `OXCCL_MPI_*` variables).
+///
+/// # Errors
+/// [`Error::BackendUnavailable`] when MPI does not initialise (or was finalised
+/// already); MPI's errors.
+pub fn init_process(cfg: &ResolvedConfig) -> Result<MpiBackend> {
+    init_with(cfg, &cfg.mpi)
+}
+
+/// [`init_process`] with an explicit [`MpiConfig`] (used when this call initialises MPI;
+/// later communicators share the first one's MPI).
+///
+/// # Errors
+/// As [`init_process`].
+pub fn init_with(cfg: &ResolvedConfig, mpi_cfg: &MpiConfig) -> Result<MpiBackend> {
+    let rt = acquire(mpi_cfg)?;
+    // SAFETY: a zeroed handle is overwritten by MPI_Comm_dup.
+    let mut comm: ffi::MPI_Comm = unsafe { std::mem::zeroed() };
+    {
+        let _g = rt.lock();
+        // SAFETY: MPI is initialised; duplicating the world gives oxccl its own context.
+        check(unsafe { ffi::MPI_Comm_dup(Runtime::world(), &mut comm) }, "MPI_Comm_dup")?;
+        // SAFETY: `comm` was just created.
+        check(unsafe { ffi::MPI_Comm_set_errhandler(comm, ffi::RSMPI_ERRORS_RETURN) }, "MPI_Comm_set_errhandler")?;
+    }
+    from_comm(rt, Comm(comm), cfg.clone())
 }
 
 #[cfg(test)]
