@@ -10,17 +10,17 @@ use crate::error::Result;
 use crate::sync::relock;
 
 /// The result of one operation, once it is known. The first result stays: a later
-/// [`Slot::complete`] is ignored, so a late failure cannot overwrite a success a caller saw.
+/// [`CompletionSlot::complete`] is ignored, so a late failure cannot overwrite a success a caller saw.
 #[derive(Default)]
-pub struct Slot {
+pub struct CompletionSlot {
     result: Mutex<Option<Result<Completion>>>,
     cv: Condvar,
 }
 
-impl Slot {
+impl CompletionSlot {
     /// A slot that is already complete with `r`.
-    pub fn done(r: Result<Completion>) -> Arc<Slot> {
-        Arc::new(Slot { result: Mutex::new(Some(r)), cv: Condvar::new() })
+    pub fn done(r: Result<Completion>) -> Arc<CompletionSlot> {
+        Arc::new(CompletionSlot { result: Mutex::new(Some(r)), cv: Condvar::new() })
     }
 
     /// Records `r` (unless a result is already there) and wakes every waiter.
@@ -39,7 +39,7 @@ impl Slot {
     }
 }
 
-impl Pending for Slot {
+impl Pending for CompletionSlot {
     fn wait(&self, timeout: Option<Duration>) -> Option<Result<Completion>> {
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut g = relock(&self.result);
@@ -72,7 +72,7 @@ mod tests {
 
     #[test]
     fn the_first_result_stays_and_wakes_a_waiter() {
-        let slot = Arc::new(Slot::default());
+        let slot = Arc::new(CompletionSlot::default());
         assert!(!slot.is_completed());
         assert!(slot.wait(Some(Duration::from_millis(1))).is_none());
         let s2 = Arc::clone(&slot);
@@ -81,6 +81,6 @@ mod tests {
         slot.complete(Err(Error::Aborted { reason: "late".into() }));
         assert_eq!(t.join().unwrap().unwrap().unwrap().received, vec![3]);
         assert!(slot.peek().unwrap().is_ok());
-        assert!(Slot::done(Ok(Completion::default())).is_completed());
+        assert!(CompletionSlot::done(Ok(Completion::default())).is_completed());
     }
 }

@@ -53,7 +53,7 @@ use super::graveyard;
 use super::ops::{self, Posted};
 use super::runtime::Runtime;
 use super::side::{self, Msg, WORDS};
-use super::state::{Abandoned, Active, Body, Cell, RecvSpec, Shared, Stage, State};
+use super::state::{Abandoned, Active, Body, Cell, Progress, RecvSpec, Shared, State};
 use crate::algorithm::Algorithm;
 use crate::backend::staging::{self, Staged};
 use crate::backend::CallOptions;
@@ -269,7 +269,7 @@ impl Shared {
             fp: op.fingerprint(seq, forced),
             started,
             deadline: started + timeout,
-            stage: Stage::Running,
+            stage: Progress::Running,
             exchanged: Vec::new(),
             posted: Posted::default(),
             staged,
@@ -282,13 +282,13 @@ impl Shared {
             op => {
                 a.body = Body::Coll(op);
                 if self.rt.cfg.fingerprint && self.n > 1 {
-                    a.stage = Stage::Exchange(vec![None; self.n]);
+                    a.stage = Progress::Exchange(vec![None; self.n]);
                     self.peers().try_for_each(|p| {
                         let fp = self.fp_for(&a, p, true);
                         st.outbox.send(self.comm, p, side::fp_msg(&fp, 0, 0))
                     })
                 } else {
-                    a.stage = Stage::Ready;
+                    a.stage = Progress::Ready;
                     Ok(())
                 }
             }
@@ -323,7 +323,7 @@ impl Shared {
         a.recv_from = a.posted.reqs.len();
         a.received = vec![0; recvs.len()];
         a.sources = recvs.iter().map(|r| r.peer.unwrap_or(usize::MAX)).collect();
-        a.stage = if recvs.is_empty() { Stage::Running } else { Stage::Headers };
+        a.stage = if recvs.is_empty() { Progress::Running } else { Progress::Headers };
         a.body = Body::Batch(recvs);
         Ok(())
     }
@@ -359,7 +359,7 @@ impl Shared {
                         failed = Some(e);
                         break;
                     }
-                    if !matches!(a.stage, Stage::Running) {
+                    if !matches!(a.stage, Progress::Running) {
                         may_post = false;
                     }
                     keep.push_back(a);
@@ -386,20 +386,20 @@ impl Shared {
 
     fn waiting_on(&self, a: &Active) -> Option<usize> {
         match &a.stage {
-            Stage::Exchange(got) => (0..self.n).find(|&p| p != self.rank && got[p].is_none()),
-            Stage::Headers => match &a.body {
+            Progress::Exchange(got) => (0..self.n).find(|&p| p != self.rank && got[p].is_none()),
+            Progress::Headers => match &a.body {
                 Body::Batch(r) => r.iter().find(|r| !r.got).and_then(|r| r.peer),
                 _ => None,
             },
-            Stage::Running => ops::waiting_on(&a.posted),
-            Stage::Ready => None,
+            Progress::Running => ops::waiting_on(&a.posted),
+            Progress::Ready => None,
         }
     }
 
     fn advance(&self, st: &mut State, a: &mut Active, may_post: bool) -> Result<bool> {
         loop {
             match &mut a.stage {
-                Stage::Exchange(got) => {
+                Progress::Exchange(got) => {
                     if !may_post {
                         return Ok(false);
                     }
@@ -428,9 +428,9 @@ impl Shared {
                         }
                     }
                     a.exchanged = msgs;
-                    a.stage = Stage::Ready;
+                    a.stage = Progress::Ready;
                 }
-                Stage::Ready => {
+                Progress::Ready => {
                     if !may_post {
                         return Ok(false);
                     }
@@ -445,9 +445,9 @@ impl Shared {
                         }
                         Body::Batch(_) => {}
                     }
-                    a.stage = Stage::Running;
+                    a.stage = Progress::Running;
                 }
-                Stage::Headers => {
+                Progress::Headers => {
                     if !may_post {
                         return Ok(false);
                     }
@@ -502,9 +502,9 @@ impl Shared {
                         a.sources[i] = peer;
                         r.got = true;
                     }
-                    a.stage = Stage::Running;
+                    a.stage = Progress::Running;
                 }
-                Stage::Running => {
+                Progress::Running => {
                     if !ops::test_all(&mut a.posted)? {
                         return Ok(false);
                     }
@@ -579,7 +579,7 @@ impl Shared {
                 fp,
                 started,
                 deadline: started + timeout,
-                stage: Stage::Exchange(vec![None; self.n]),
+                stage: Progress::Exchange(vec![None; self.n]),
                 exchanged: vec![[0; WORDS]; self.n],
                 posted: Posted::default(),
                 staged: Staged::default(),

@@ -59,13 +59,13 @@ fn level_value(l: ThreadLevel) -> c_int {
     }
 }
 
-enum Slot {
+enum Lifecycle {
     Never,
     Live(Weak<Runtime>),
     Finalized,
 }
 
-static SLOT: Mutex<Slot> = Mutex::new(Slot::Never);
+static SLOT: Mutex<Lifecycle> = Mutex::new(Lifecycle::Never);
 
 /// `MPI_IN_PLACE` of the library named by `version` (it is a macro, not a symbol).
 pub(crate) fn in_place_of(version: &str) -> Option<usize> {
@@ -86,14 +86,14 @@ pub(crate) fn in_place_of(version: &str) -> Option<usize> {
 pub(crate) fn acquire(cfg: &MpiConfig) -> Result<Arc<Runtime>> {
     let mut slot = relock(&SLOT);
     match &*slot {
-        Slot::Live(w) => {
+        Lifecycle::Live(w) => {
             if let Some(rt) = w.upgrade() {
                 return Ok(rt);
             }
             return Err(finalized());
         }
-        Slot::Finalized => return Err(finalized()),
-        Slot::Never => {}
+        Lifecycle::Finalized => return Err(finalized()),
+        Lifecycle::Never => {}
     }
     let (mut inited, mut fin): (c_int, c_int) = (0, 0);
     // SAFETY: MPI_Initialized and MPI_Finalized may be called at any time.
@@ -102,7 +102,7 @@ pub(crate) fn acquire(cfg: &MpiConfig) -> Result<Arc<Runtime>> {
         ffi::MPI_Finalized(&mut fin);
     }
     if fin != 0 {
-        *slot = Slot::Finalized;
+        *slot = Lifecycle::Finalized;
         return Err(finalized());
     }
     let owns = inited == 0;
@@ -190,7 +190,7 @@ pub(crate) fn acquire(cfg: &MpiConfig) -> Result<Arc<Runtime>> {
         cfg: cfg.clone(),
         owns,
     });
-    *slot = Slot::Live(Arc::downgrade(&rt));
+    *slot = Lifecycle::Live(Arc::downgrade(&rt));
     Ok(rt)
 }
 
@@ -213,7 +213,7 @@ impl Drop for Runtime {
             // SAFETY: the last communicator is gone; nothing of oxccl uses MPI any more.
             unsafe { ffi::MPI_Finalize() };
         }
-        *slot = Slot::Finalized;
+        *slot = Lifecycle::Finalized;
     }
 }
 

@@ -10,7 +10,7 @@ use super::comm::Comm;
 use super::ops::Posted;
 use super::runtime::Runtime;
 use super::side::{Msg, Outbox};
-use crate::backend::completion::Slot;
+use crate::backend::completion::CompletionSlot;
 use crate::backend::poison::Poison;
 use crate::backend::staging::Staged;
 use crate::backend::{Completion, Op, RawBufMut};
@@ -21,7 +21,7 @@ use crate::fingerprint::Fingerprint;
 /// The completion of one operation: its result, and the communicator a split creates.
 #[derive(Default)]
 pub(crate) struct Cell {
-    slot: Slot,
+    slot: CompletionSlot,
     pub(super) split: Mutex<Option<Comm>>,
 }
 
@@ -49,7 +49,8 @@ pub(super) enum Body {
     Split { color: Option<u32>, key: i64 },
 }
 
-pub(super) enum Stage {
+/// How far an active operation has gone.
+pub(super) enum Progress {
     /// Waiting for the peers' fingerprints (index = rank).
     Exchange(Vec<Option<Msg>>),
     /// Ready to post once every earlier operation has posted.
@@ -66,7 +67,7 @@ pub(super) struct Active {
     pub(super) fp: Fingerprint,
     pub(super) started: Instant,
     pub(super) deadline: Instant,
-    pub(super) stage: Stage,
+    pub(super) stage: Progress,
     pub(super) exchanged: Vec<Msg>,
     pub(super) posted: Posted,
     pub(super) staged: Staged,

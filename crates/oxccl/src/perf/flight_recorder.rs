@@ -41,7 +41,7 @@ pub(crate) fn unix_us() -> u64 {
 /// One slot of the ring: the operation of sequence number `seq`, where `version` is
 /// `2 seq + 1` while its begin writes it and `2 seq + 2` once written (0: never used).
 #[derive(Default)]
-struct Slot {
+struct RingEntry {
     version: AtomicU64,
     fp: [AtomicU64; 3],
     bytes: AtomicU64,
@@ -58,7 +58,7 @@ struct Read {
     ended: Option<Tick>,
 }
 
-impl Slot {
+impl RingEntry {
     /// The operation in this slot, if the slot was read whole (not rewritten meanwhile).
     fn read(&self) -> Option<Read> {
         let v = self.version.load(Ordering::Acquire);
@@ -108,7 +108,7 @@ pub struct FlightRecorder {
     next: AtomicU64,
     /// Operation `seq` lives in slot `seq & mask`: a power of two at least `capacity` (no
     /// division on the path of every call).
-    slots: Box<[Slot]>,
+    slots: Box<[RingEntry]>,
     mask: u64,
     rare: Mutex<Rare>,
     probe: std::sync::OnceLock<WaitingProbe>,
@@ -139,7 +139,7 @@ impl FlightRecorder {
             created: clock::now(),
             created_unix_us: unix,
             next: AtomicU64::new(0),
-            slots: (0..capacity.next_power_of_two()).map(|_| Slot::default()).collect(),
+            slots: (0..capacity.next_power_of_two()).map(|_| RingEntry::default()).collect(),
             mask: capacity.next_power_of_two() as u64 - 1,
             rare: Mutex::new(Rare::default()),
             probe: std::sync::OnceLock::new(),
@@ -215,7 +215,7 @@ impl FlightRecorder {
         }
     }
 
-    fn slot(&self, seq: u64) -> &Slot {
+    fn slot(&self, seq: u64) -> &RingEntry {
         &self.slots[(seq & self.mask) as usize]
     }
 

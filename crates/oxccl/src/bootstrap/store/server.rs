@@ -184,7 +184,7 @@ fn raise_fd_limit_once() {
 }
 
 /// A connection and what the loop keeps about it.
-struct Slot {
+struct ClientConn {
     stream: TcpStream,
     conn: Conn,
     /// What epoll watches it for.
@@ -220,7 +220,7 @@ struct Loop {
     store: Store,
     /// Live connections by token (tokens are never reused, so a stale timer or readiness
     /// report finds nothing).
-    conns: HashMap<u64, Slot>,
+    conns: HashMap<u64, ClientConn>,
     next_token: u64,
     /// Connection and listener timers; an entry that no longer applies is skipped.
     timers: BinaryHeap<Reverse<(Instant, Timer)>>,
@@ -329,7 +329,7 @@ impl Loop {
             return self.refusals.refused(&self.log, peer, &format!("cannot watch the connection: {e}"));
         }
         let now = Instant::now();
-        let slot = Slot {
+        let slot = ClientConn {
             stream,
             conn: Conn::new(peer, challenge),
             interest: READ,

@@ -29,7 +29,7 @@ use super::selector::Selector;
 use super::transport::shm::wait::WaitPolicy;
 use super::transport::{LinkKind, Stage, Transport};
 use crate::algorithm::Algorithm;
-use crate::backend::completion::Slot;
+use crate::backend::completion::CompletionSlot;
 use crate::backend::peer_waits::PeerWaits;
 use crate::backend::poison::Poison;
 use crate::backend::staging;
@@ -82,7 +82,7 @@ struct Inner {
     selector: Selector,
     /// This rank's groups by host, when the ranks span hosts alike (for `hierarchical`).
     host_groups: Option<HostGroups>,
-    /// Slot size and wait policy of the shared-memory collectives of this communicator (of
+    /// CompletionSlot size and wait policy of the shared-memory collectives of this communicator (of
     /// the whole of it, or of each host's ranks) and its splits: set where shared memory
     /// is allowed.
     native_setup: OnceLock<(usize, WaitPolicy)>,
@@ -109,7 +109,7 @@ struct CommState {
 struct Job {
     op: Op,
     opts: CallOptions,
-    slot: Arc<Slot>,
+    slot: Arc<CompletionSlot>,
 }
 
 /// The "sequence number" and "color" from which a communicator's agreement id derives
@@ -642,11 +642,11 @@ impl Inner {
             self.execute_queued(&Op::Batch(sends), opts)?;
         }
         if recvs.is_empty() {
-            return Ok(Slot::done(Ok(Completion::default())));
+            return Ok(CompletionSlot::done(Ok(Completion::default())));
         }
         let op = Op::Batch(recvs);
         if mode == Mode::Blocking {
-            return Ok(Slot::done(self.execute_blocking(&self.p2p, &op, opts)));
+            return Ok(CompletionSlot::done(self.execute_blocking(&self.p2p, &op, opts)));
         }
         self.queue(|i| &i.p2p, "p2p-", Job { op, opts: *opts, slot: Arc::default() })
     }
@@ -753,7 +753,7 @@ impl Backend for CpuBackend {
             return self.inner.submit_p2p(ops, mode, opts);
         }
         match mode {
-            Mode::Blocking => Ok(Slot::done(self.inner.execute_blocking(&self.inner.exec, &op, opts))),
+            Mode::Blocking => Ok(CompletionSlot::done(self.inner.execute_blocking(&self.inner.exec, &op, opts))),
             Mode::Async => self.inner.queue(|i| &i.exec, "", Job { op, opts: *opts, slot: Arc::default() }),
         }
     }

@@ -30,7 +30,7 @@ use super::handshake::Verdict;
 
 /// Where this rank stands with one peer.
 #[derive(Debug)]
-enum Slot<S> {
+enum PeerState<S> {
     /// No connection, none on its way.
     Idle,
     /// A caller of this rank is dialing.
@@ -78,7 +78,7 @@ pub(super) enum Dialed {
 #[derive(Debug)]
 pub(super) struct PeerTable<S> {
     me: usize,
-    slots: Vec<Slot<S>>,
+    slots: Vec<PeerState<S>>,
     /// Per peer: since when its port refused every dial, across dials that ended at their
     /// callers' deadlines (cleared by any other outcome).
     refused: Vec<Option<Instant>>,
@@ -87,17 +87,17 @@ pub(super) struct PeerTable<S> {
 impl<S> PeerTable<S> {
     /// The table of rank `me` in a world of `world`, nothing connected.
     pub(super) fn new(me: usize, world: usize) -> Self {
-        PeerTable { me, slots: (0..world).map(|_| Slot::Idle).collect(), refused: vec![None; world] }
+        PeerTable { me, slots: (0..world).map(|_| PeerState::Idle).collect(), refused: vec![None; world] }
     }
 
     /// A caller needs `peer`: whether it dials, waits or goes on.
     pub(super) fn want(&mut self, peer: usize) -> Next {
         match &self.slots[peer] {
-            Slot::Connected => Next::Ready,
-            Slot::Lost(why) => Next::Gone(why.clone()),
-            Slot::Dialing | Slot::Accepting { .. } => Next::Wait,
-            Slot::Idle => {
-                self.slots[peer] = Slot::Dialing;
+            PeerState::Connected => Next::Ready,
+            PeerState::Lost(why) => Next::Gone(why.clone()),
+            PeerState::Dialing | PeerState::Accepting { .. } => Next::Wait,
+            PeerState::Idle => {
+                self.slots[peer] = PeerState::Dialing;
                 Next::Dial
             }
         }
@@ -108,18 +108,18 @@ impl<S> PeerTable<S> {
         let slot = &mut self.slots[peer];
         // Only the dialer's own state is changed: an accepted connection (the peer was the
         // lower rank and its dial won) or a loss found meanwhile stand.
-        if !matches!(slot, Slot::Dialing) {
+        if !matches!(slot, PeerState::Dialing) {
             return;
         }
         self.refused[peer] = None;
         *slot = match how {
-            Dialed::Connected => Slot::Connected,
-            Dialed::Yielded | Dialed::GaveUp => Slot::Idle,
+            Dialed::Connected => PeerState::Connected,
+            Dialed::Yielded | Dialed::GaveUp => PeerState::Idle,
             Dialed::Refused { since } => {
                 self.refused[peer] = Some(since);
-                Slot::Idle
+                PeerState::Idle
             }
-            Dialed::Failed(why) => Slot::Lost(why),
+            Dialed::Failed(why) => PeerState::Lost(why),
         };
     }
 
@@ -136,21 +136,23 @@ impl<S> PeerTable<S> {
         let slot = &mut self.slots[peer];
         if lane > 0 {
             return match slot {
-                Slot::Accepting { lanes: got, .. } if got.get(lane).is_some_and(Option::is_none) => Verdict::Accepted,
+                PeerState::Accepting { lanes: got, .. } if got.get(lane).is_some_and(Option::is_none) => {
+                    Verdict::Accepted
+                }
                 _ => Verdict::Unexpected,
             };
         }
         match slot {
-            Slot::Connected => Verdict::Duplicate,
+            PeerState::Connected => Verdict::Duplicate,
             // Answered so, the peer stops dialing: Duplicate would make it wait for a
             // connection of ours that never comes, and dial again, until its deadline.
-            Slot::Lost(_) => Verdict::Lost,
-            Slot::Dialing if peer > me => Verdict::Crossed,
+            PeerState::Lost(_) => Verdict::Lost,
+            PeerState::Dialing if peer > me => Verdict::Crossed,
             // A peer dials one connection at a time: a new first lane means it gave up on the
             // one being accepted (its caller's deadline passed between two lanes), whose
             // lanes are dropped.
-            Slot::Dialing | Slot::Idle | Slot::Accepting { .. } => {
-                *slot = Slot::Accepting { lanes: (0..lanes).map(|_| None).collect(), since: now };
+            PeerState::Dialing | PeerState::Idle | PeerState::Accepting { .. } => {
+                *slot = PeerState::Accepting { lanes: (0..lanes).map(|_| None).collect(), since: now };
                 Verdict::Accepted
             }
         }
@@ -159,15 +161,15 @@ impl<S> PeerTable<S> {
     /// Lane `lane` of `peer`'s connection was accepted ([`PeerTable::hello`] said so): when
     /// it completes the connection, its lanes in order, and the peer counts as connected.
     pub(super) fn lane_arrived(&mut self, peer: usize, lane: usize, sock: S) -> Option<Vec<S>> {
-        let Slot::Accepting { lanes, .. } = &mut self.slots[peer] else { return None };
+        let PeerState::Accepting { lanes, .. } = &mut self.slots[peer] else { return None };
         let place = lanes.get_mut(lane)?;
         *place = Some(sock);
         if lanes.iter().any(Option::is_none) {
             return None;
         }
-        let done = std::mem::replace(&mut self.slots[peer], Slot::Connected);
+        let done = std::mem::replace(&mut self.slots[peer], PeerState::Connected);
         match done {
-            Slot::Accepting { lanes, .. } => Some(lanes.into_iter().flatten().collect()),
+            PeerState::Accepting { lanes, .. } => Some(lanes.into_iter().flatten().collect()),
             _ => None,
         }
     }
@@ -177,8 +179,8 @@ impl<S> PeerTable<S> {
     pub(super) fn expire(&mut self, now: Instant, patience: Duration) -> Vec<usize> {
         let mut gone = Vec::new();
         for (p, slot) in self.slots.iter_mut().enumerate() {
-            if matches!(slot, Slot::Accepting { since, .. } if now.duration_since(*since) >= patience) {
-                *slot = Slot::Idle;
+            if matches!(slot, PeerState::Accepting { since, .. } if now.duration_since(*since) >= patience) {
+                *slot = PeerState::Idle;
                 gone.push(p);
             }
         }
@@ -187,14 +189,14 @@ impl<S> PeerTable<S> {
 
     /// `peer` is lost (its connection ended, or this rank shut down): nothing more is made.
     pub(super) fn lose(&mut self, peer: usize, why: &str) {
-        if !matches!(self.slots[peer], Slot::Lost(_)) {
-            self.slots[peer] = Slot::Lost(why.to_string());
+        if !matches!(self.slots[peer], PeerState::Lost(_)) {
+            self.slots[peer] = PeerState::Lost(why.to_string());
         }
     }
 
     /// Whether `peer` is connected.
     pub(super) fn connected(&self, peer: usize) -> bool {
-        matches!(self.slots[peer], Slot::Connected)
+        matches!(self.slots[peer], PeerState::Connected)
     }
 
     /// The oldest connection being accepted, if any: when [`PeerTable::expire`] may next
@@ -204,7 +206,7 @@ impl<S> PeerTable<S> {
         self.slots
             .iter()
             .filter_map(|s| match s {
-                Slot::Accepting { since, .. } => Some(*since),
+                PeerState::Accepting { since, .. } => Some(*since),
                 _ => None,
             })
             .min()
