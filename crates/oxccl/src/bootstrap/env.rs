@@ -138,6 +138,12 @@ pub fn job_id(env: impl Fn(&str) -> Option<String>) -> Option<String> {
         .or_else(|| one("PMI_KVSNAME"))
 }
 
+/// [`job_id`] as the process environment gives it (read at each call: a launcher may set it
+/// after the process starts, as tests do).
+pub fn job_id_from_env() -> Option<String> {
+    job_id(|k| std::env::var(k).ok())
+}
+
 /// The variable names of one convention.
 struct Names {
     launcher: Launcher,

@@ -135,7 +135,7 @@ impl FlightRecorder {
             world_size,
             comm: COMMUNICATORS.fetch_add(1, Ordering::Relaxed),
             backend,
-            job: crate::bootstrap::env::job_id(|k| std::env::var(k).ok()),
+            job: crate::bootstrap::env::job_id_from_env(),
             created: clock::now(),
             created_unix_us: unix,
             next: AtomicU64::new(0),

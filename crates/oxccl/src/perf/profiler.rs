@@ -239,7 +239,7 @@ impl Profiler {
             rank,
             world_size,
             comm,
-            job: crate::bootstrap::env::job_id(|k| std::env::var(k).ok()),
+            job: crate::bootstrap::env::job_id_from_env(),
             created: clock::now(),
             created_unix_us: super::flight_recorder::unix_us(),
             summary: settings.summary,

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::bootstrap::auth::Secret;
-use crate::bootstrap::env::{job_id, LaunchInfo, Launcher};
+use crate::bootstrap::env::{job_id_from_env, LaunchInfo, Launcher};
 use crate::bootstrap::pmix::Pmix;
 use crate::bootstrap::store::{StoreClient, StoreServer};
 use crate::bootstrap::{MemoryRendezvous, Rendezvous};
@@ -434,7 +434,7 @@ pub fn init_process(cfg: &ResolvedConfig) -> Result<CpuBackend> {
     if n == 1 {
         return alone(cfg);
     }
-    let job_id = job_id(|k| std::env::var(k).ok());
+    let job_id = job_id_from_env();
     let secret = job_secret(cfg.cpu.secret.as_ref().map(|s| s.0.as_str()), job_id.as_deref(), rank)?;
     if let Some(pmix) = Pmix::for_mode(cfg.cpu.bootstrap, cfg.cpu.pmix_library.as_deref())? {
         return init_pmix(pmix, rank, n, &secret, &opts, cfg);
@@ -489,7 +489,7 @@ fn store_lineage(
 pub fn join_process(cfg: &ResolvedConfig) -> Result<CpuBackend> {
     let info = LaunchInfo::from_env()?;
     let opts = CpuOptions::from_config(cfg)?;
-    let job_id = job_id(|k| std::env::var(k).ok());
+    let job_id = job_id_from_env();
     let secret = job_secret(cfg.cpu.secret.as_ref().map(|s| s.0.as_str()), job_id.as_deref(), info.rank)?;
     let (addr, keep) = store_address(cfg, &info, job_id.as_deref(), &secret, false)?;
     let store = Arc::new(StoreClient::connect(&addr, &secret, opts.setup_timeout)?);

@@ -2,6 +2,7 @@
 //! read, the host table, rank claims and launcher secrets.
 
 use super::*;
+use crate::bootstrap::env::job_id;
 use crate::{Algorithm, Communicator, Config, ReduceOp};
 
 fn run_world(transport: TransportChoice, n: usize) {
