@@ -12,7 +12,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use super::memory::Gpu;
+use super::gpu::Gpu;
 use super::runtime::{CopyKind, RawStream};
 use crate::error::{Error, Result};
 

@@ -20,6 +20,7 @@ pub(crate) mod dl;
 pub(crate) mod double;
 pub(crate) mod engine;
 pub(crate) mod factory;
+pub(crate) mod gpu;
 pub(crate) mod host_side;
 pub(crate) mod library;
 pub mod memory;
