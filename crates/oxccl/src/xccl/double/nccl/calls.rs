@@ -12,7 +12,7 @@ use std::sync::{Arc, LazyLock, Mutex};
 use super::comm::{lookup, Shared};
 use super::gathering::Member;
 use super::group::{finish, submit, Deferred, P2pOp, Work};
-use super::{fail, guard};
+use super::status::{fail, guard};
 use crate::dtype::DType;
 use crate::reduce_op::ReduceOp;
 use crate::sync::relock;

@@ -9,8 +9,9 @@ use std::ffi::c_int;
 use std::sync::Arc;
 
 use super::comm::{blocking_of, lookup, new_handle, ready_parent, PendingChild, Shared};
+use super::counts::counted;
 use super::gathering::{Child, Gathering, NCCL_SPLIT_NOCOLOR};
-use super::{counted, fail, guard};
+use super::status::{fail, guard};
 use crate::xccl::library::types::{NcclComm, NcclConfig, NcclResult};
 
 /// `NCCL_SHRINK_ABORT` (nccl.h.in since 2.27.3): end the parent's operations first.

@@ -8,8 +8,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
+use super::counts::counted;
 use super::gathering::{Child, Gathering, Member, Net, Poll};
-use super::{counted, fail, guard, is_grow_id, is_our_id, set_last_error};
+use super::ids::{is_grow_id, is_our_id};
+use super::status::{fail, guard, set_last_error};
 use crate::error::Error;
 use crate::sync::relock;
 use crate::xccl::library::types::{

@@ -82,11 +82,11 @@ impl Net {
             children.remove(&child);
             drop(children);
             g.abort(&why);
-            return Err(super::fail(NcclResult::INVALID_USAGE, why));
+            return Err(super::status::fail(NcclResult::INVALID_USAGE, why));
         }
         let complete = match g.arrive(slot, color, key) {
             Ok(complete) => complete,
-            Err(why) => return Err(super::fail(NcclResult::INVALID_USAGE, format!("{who}: {why}"))),
+            Err(why) => return Err(super::status::fail(NcclResult::INVALID_USAGE, format!("{who}: {why}"))),
         };
         if complete {
             children.remove(&child);

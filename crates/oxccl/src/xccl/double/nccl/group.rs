@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::comm::{Hang, Shared};
 use super::gathering::Member;
-use super::{fail, guard};
+use super::status::{fail, guard};
 use crate::xccl::library::types::NcclResult;
 use crate::xccl::runtime::host::{enqueue_anywhere, Closure};
 use crate::xccl::runtime::RawStream;

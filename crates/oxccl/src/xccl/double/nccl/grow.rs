@@ -15,8 +15,10 @@ use std::ffi::c_int;
 use std::sync::{Arc, LazyLock, Mutex, Weak};
 
 use super::comm::{blocking_of, lookup, new_handle, ready_parent, Shared};
+use super::counts::counted;
 use super::gathering::{Child, Net};
-use super::{counted, fail, fresh_id, guard, is_grow_id};
+use super::ids::{fresh_id, is_grow_id};
+use super::status::{fail, guard};
 use crate::sync::relock;
 use crate::xccl::library::types::{NcclComm, NcclConfig, NcclResult, NcclUniqueId};
 use crate::xccl::runtime::host::CurrentDevice;

@@ -12,6 +12,9 @@
 //! - `calls.rs`: collectives, point-to-point, memory, registration, pre-mul-sum ops.
 //! - `group.rs`: groups, the kernel of a group's sends and receives, `ncclInProgress` at
 //!   first use.
+//! - `status.rs`: the last error, `ncclGetLastError` and `ncclGetErrorString`, and the guard
+//!   that keeps panics out of C; `ids.rs`: unique ids; `counts.rs`: [`Calls`]. Every other
+//!   file stands on these three.
 //!
 //! Work is queued as closures on the host runtime's streams ([`enqueue_anywhere`]): a
 //! stream handle names its runtime, so many runtimes can run in one process. The null
@@ -29,25 +32,26 @@
 mod calls;
 mod child;
 mod comm;
+mod counts;
 mod gathering;
 mod group;
 mod grow;
+mod ids;
+mod status;
 #[cfg(test)]
 mod tests;
 
-use std::collections::HashMap;
-use std::ffi::{c_char, c_int, c_void, CStr, CString};
-use std::fmt::Display;
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
-use std::sync::{LazyLock, Mutex};
+use std::ffi::{c_int, c_void, CStr};
+use std::sync::atomic::{AtomicI32, Ordering};
 
-use crate::sync::relock;
+use self::status::fail;
 use crate::xccl::library::table::{GetVersionFn, Table};
-use crate::xccl::library::types::{NcclComm, NcclResult, NcclUniqueId, NCCL_UNIQUE_ID_BYTES};
+use crate::xccl::library::types::NcclResult;
 
 #[allow(unused_imports)] // Fault injection for the engine's tests (and ours).
 pub(crate) use comm::{hang_next, hold_polls, kill, HangGuard};
+#[cfg_attr(not(test), allow(unused_imports))] // the engine's tests count the calls
+pub(crate) use counts::{calls, Calls};
 
 /// What the double's library looks like.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,6 +106,8 @@ pub(crate) fn table(opts: &DoubleOptions) -> Table {
         use comm::*;
         use group::*;
         use grow::*;
+        use ids::*;
+        use status::*;
         let on = |flag: bool, f: *mut c_void| flag.then_some(f);
         Some(match name.to_bytes() {
             b"ncclGetVersion" => get_version as *mut c_void,
@@ -143,7 +149,8 @@ pub(crate) fn table(opts: &DoubleOptions) -> Table {
     };
     // SAFETY: every address the lookup gives is the double's function of that name, declared
     // with the signature of the table's type for it (see `calls.rs`, `group.rs`, `comm.rs`,
-    // `child.rs`, `grow.rs` and `get_version`); they are plain functions, valid for the life of the process.
+    // `child.rs`, `grow.rs`, `ids.rs`, `status.rs` and `get_version`); they are plain
+    // functions, valid for the life of the process.
     match unsafe { Table::resolve(&mut lookup) } {
         Ok(table) => table,
         // Unreachable: the lookup has every required name.
@@ -198,169 +205,4 @@ fn version_fn(code: i32) -> GetVersionFn {
         }
     }
     panic!("the NCCL double simulates at most {VERSION_SLOTS} distinct versions per process")
-}
-
-/// Runs the body of an `extern "C"` function: a panic becomes `ncclInternalError` (with the
-/// last error saying so) instead of unwinding into C.
-pub(super) fn guard(call: &str, body: impl FnOnce() -> NcclResult) -> NcclResult {
-    catch_unwind(AssertUnwindSafe(body))
-        .unwrap_or_else(|_| fail(NcclResult::INTERNAL_ERROR, format!("{call}: the double panicked")))
-}
-
-/// Makes `message` the last error and returns `code` (for `return fail(...)`).
-pub(super) fn fail(code: NcclResult, message: impl Display) -> NcclResult {
-    set_last_error(&message.to_string());
-    code
-}
-
-/// The most distinct last-error messages kept (each is kept for the life of the process, so
-/// a pointer `ncclGetLastError` gave stays valid).
-const MAX_MESSAGES: usize = 4096;
-
-/// Every last-error message so far, interned for the life of the process.
-static MESSAGES: LazyLock<Mutex<HashMap<String, &'static CStr>>> = LazyLock::new(|| Mutex::new(HashMap::new()));
-
-/// The last error (one per process, as NCCL keeps it).
-static LAST_ERROR: Mutex<&'static CStr> = Mutex::new(c"");
-
-/// Makes `message` the last error.
-pub(super) fn set_last_error(message: &str) {
-    let interned = {
-        let mut messages = relock(&MESSAGES);
-        match messages.get(message) {
-            Some(&c) => c,
-            None if messages.len() >= MAX_MESSAGES => c"(the NCCL double has kept too many distinct errors)",
-            None => {
-                let c: &'static CStr =
-                    Box::leak(CString::new(message.replace('\0', " ")).unwrap_or_default().into_boxed_c_str());
-                messages.insert(message.to_string(), c);
-                c
-            }
-        }
-    };
-    *relock(&LAST_ERROR) = interned;
-    LAST_ON_THIS_THREAD.with(|l| l.set(interned));
-}
-
-thread_local! {
-    /// The last error this thread caused: what a test reads, untouched by the tests that
-    /// run beside it in the process (the process-wide one is NCCL's behaviour).
-    static LAST_ON_THIS_THREAD: std::cell::Cell<&'static CStr> = const { std::cell::Cell::new(c"") };
-}
-
-/// The text of the last error this thread caused (for tests).
-pub(super) fn last_error() -> String {
-    LAST_ON_THIS_THREAD.with(|l| l.get().to_string_lossy().into_owned())
-}
-
-/// `const char* ncclGetLastError(ncclComm_t comm)`: the last error of the process (`comm` is
-/// unused); the string stays valid for the life of the process.
-///
-/// # Safety
-/// None needed: `comm` is not used.
-pub(super) unsafe extern "C" fn nccl_get_last_error(_comm: NcclComm) -> *const c_char {
-    catch_unwind(|| relock(&LAST_ERROR).as_ptr()).unwrap_or(c"".as_ptr())
-}
-
-/// `const char* ncclGetErrorString(ncclResult_t result)`: NCCL's text for each code.
-///
-/// # Safety
-/// None needed.
-pub(super) unsafe extern "C" fn nccl_get_error_string(result: NcclResult) -> *const c_char {
-    let s: &'static CStr = match result {
-        NcclResult::SUCCESS => c"no error",
-        NcclResult::UNHANDLED_CUDA_ERROR => c"unhandled cuda error (run with NCCL_DEBUG=INFO for details)",
-        NcclResult::SYSTEM_ERROR => c"unhandled system error (run with NCCL_DEBUG=INFO for details)",
-        NcclResult::INTERNAL_ERROR => c"internal error - please report this issue to the NCCL developers",
-        NcclResult::INVALID_ARGUMENT => c"invalid argument (run with NCCL_DEBUG=WARN for details)",
-        NcclResult::INVALID_USAGE => c"invalid usage (run with NCCL_DEBUG=WARN for details)",
-        NcclResult::REMOTE_ERROR => c"remote process exited or there was a network error",
-        NcclResult::IN_PROGRESS => c"NCCL operation in progress",
-        NcclResult::TIMEOUT => c"operation timed out",
-        _ => c"unknown result code",
-    };
-    s.as_ptr()
-}
-
-/// The magic at the start of every unique id the double makes.
-pub(super) const ID_MAGIC: &[u8; 16] = b"oxccl-nccl-dbl\0\x01";
-
-/// Numbers the unique ids of the process.
-static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-
-/// Where an id says which call made it.
-const ID_KIND: usize = 28;
-/// The kind byte of `ncclCommGetUniqueId`'s ids (0 for `ncclGetUniqueId`'s).
-const GROW_KIND: u8 = b'g';
-
-/// A fresh id (the magic, a process-wide counter, the process id and its kind: `grow` for
-/// `ncclCommGetUniqueId`'s).
-pub(super) fn fresh_id(grow: bool) -> NcclUniqueId {
-    let mut id = NcclUniqueId::zeroed();
-    id.internal[..16].copy_from_slice(ID_MAGIC);
-    id.internal[16..24].copy_from_slice(&NEXT_ID.fetch_add(1, Ordering::Relaxed).to_le_bytes());
-    id.internal[24..ID_KIND].copy_from_slice(&std::process::id().to_le_bytes());
-    id.internal[ID_KIND] = if grow { GROW_KIND } else { 0 };
-    id
-}
-
-/// `ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId)`: a fresh id per call.
-///
-/// # Safety
-/// `unique_id` is null or valid for writing an id.
-pub(super) unsafe extern "C" fn nccl_get_unique_id(unique_id: *mut NcclUniqueId) -> NcclResult {
-    guard("ncclGetUniqueId", || {
-        if unique_id.is_null() {
-            return fail(NcclResult::INVALID_ARGUMENT, "ncclGetUniqueId: uniqueId is null");
-        }
-        // SAFETY: non-null and writable (the caller's contract).
-        unsafe { unique_id.write(fresh_id(false)) };
-        NcclResult::SUCCESS
-    })
-}
-
-/// Whether `id` is one the double made.
-pub(super) fn is_our_id(id: &NcclUniqueId) -> bool {
-    id.internal.len() == NCCL_UNIQUE_ID_BYTES && &id.internal[..16] == ID_MAGIC
-}
-
-/// Whether `id` is one of the double's `ncclCommGetUniqueId`.
-pub(super) fn is_grow_id(id: &NcclUniqueId) -> bool {
-    is_our_id(id) && id.internal[ID_KIND] == GROW_KIND
-}
-
-/// How many times the calling thread called each function of the double that makes
-/// communicators (every call, failed ones included).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Calls {
-    /// `ncclCommInitRankConfig`.
-    pub(crate) init: u32,
-    /// `ncclCommSplit`.
-    pub(crate) split: u32,
-    /// `ncclCommShrink`.
-    pub(crate) shrink: u32,
-    /// `ncclCommGetUniqueId`.
-    pub(crate) get_unique_id: u32,
-    /// `ncclCommGrow`.
-    pub(crate) grow: u32,
-}
-
-thread_local! {
-    /// This thread's [`Calls`].
-    static CALLS: std::cell::Cell<Calls> = const { std::cell::Cell::new(Calls { init: 0, split: 0, shrink: 0, get_unique_id: 0, grow: 0 }) };
-}
-
-/// The calling thread's [`Calls`] so far (a test takes the difference around what it runs).
-#[cfg_attr(not(test), allow(dead_code))] // the tests read it
-pub(crate) fn calls() -> Calls {
-    CALLS.with(std::cell::Cell::get)
-}
-
-/// Counts a call of the calling thread.
-pub(super) fn counted(count: impl FnOnce(&mut Calls)) {
-    CALLS.with(|c| {
-        let mut calls = c.get();
-        count(&mut calls);
-        c.set(calls);
-    });
 }

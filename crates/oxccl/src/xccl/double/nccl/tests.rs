@@ -4,9 +4,10 @@
 use std::ffi::{c_int, c_void, CStr};
 use std::time::{Duration, Instant};
 
+use super::status::last_error;
 use super::*;
 use crate::xccl::library::search::Flavor;
-use crate::xccl::library::types::{NcclConfig, NcclDataType, NcclRedOp, NcclScalarResidence};
+use crate::xccl::library::types::{NcclComm, NcclConfig, NcclDataType, NcclRedOp, NcclScalarResidence, NcclUniqueId};
 use crate::xccl::library::Library;
 use crate::xccl::runtime::host::HostRuntime;
 use crate::xccl::runtime::{DeviceRuntime, RawStream};
