@@ -11,6 +11,10 @@
 //! - `progress.rs`: buffered sends issued when a receiver pulls, while this rank's thread is
 //!   busy elsewhere;
 //! - `pool.rs`: the cache of device temporaries and pinned blocks (no free on the hot path);
+//! - `temps.rs`: temporaries lent from those caches, and issues kept until their event fires;
+//! - `state.rs`: what the engine is made of and shares with its operations (`Parts`,
+//!   [`Engine`], `Inner`, and the events, temporaries, issues and queued batches that point
+//!   back at it); the other rooms stand on it, this file orchestrates;
 //! - `pending.rs`: completion by event, with deadline, asynchronous error and lost peers;
 //! - `stage.rs`: host buffers through pinned memory and device temporaries;
 //! - `recovery.rs`: revoke, shrink and grow (NCCL's own calls or a fresh communicator).
@@ -53,6 +57,8 @@ mod recovery;
 mod recovery_tests;
 mod route;
 mod stage;
+mod state;
+mod temps;
 #[cfg(test)]
 mod tests;
 
@@ -62,11 +68,11 @@ use std::time::{Duration, Instant};
 use self::comm::{Comm, Guard, NCCL_SPLIT_NOCOLOR};
 use self::issue::{Target, Transfer};
 use self::meet::{exchange, fresh_id, host_all_gather, Make};
-use self::p2p::Queued;
-use self::pending::{DeviceTemp, GpuPending, Issued, PooledEvent, Ticket};
+use self::pending::GpuPending;
+use self::pool::Pool;
 use self::route::Route;
-use self::stage::Staged;
-use crate::algorithm::AlgorithmOverrides;
+use self::state::{DeviceTemp, Inner, Issued, Order, PooledEvent, Queued, Staged, Ticket};
+pub(crate) use self::state::{Engine, Parts};
 use crate::backend::poison::Poison;
 use crate::backend::{Backend, CallOptions, MessageInfo, Mode, Op, Pending, StreamOrder};
 use crate::config::HostBuffers;
@@ -76,92 +82,13 @@ use crate::fingerprint::OpKind;
 use crate::sync::relock;
 use crate::xccl::host_side::HostSide;
 use crate::xccl::library::types::NcclUniqueId;
-use crate::xccl::library::{Library, NcclResult};
+use crate::xccl::library::NcclResult;
 use crate::xccl::runtime::{enter, DeviceRuntime, RawEvent, RawStream, Vendor};
 
 /// Events kept for reuse at most.
 const EVENT_POOL: usize = 64;
 /// How long a failed communicator's stream is given to drain after the abort.
 const DRAIN: Duration = Duration::from_secs(2);
-
-/// What a GPU communicator is made of.
-pub(crate) struct Parts {
-    /// `nccl` or `rccl`.
-    pub(crate) name: &'static str,
-    /// The loaded NCCL or RCCL.
-    pub(crate) lib: Arc<Library>,
-    /// The device runtime.
-    pub(crate) rt: Arc<dyn DeviceRuntime>,
-    /// The device ordinal this rank uses.
-    pub(crate) device: u32,
-    /// A host communicator over the same ranks.
-    pub(crate) host: Arc<dyn Backend>,
-    /// Whether collectives are fingerprint-checked.
-    pub(crate) check: bool,
-    /// What happens to host buffers.
-    pub(crate) host_buffers: HostBuffers,
-    /// The default deadline.
-    pub(crate) timeout: Duration,
-    /// Configured algorithm overrides: NCCL picks its own algorithms (`NCCL_ALGO`), so a
-    /// forced one is only checked to apply and carried in the fingerprint, as on `mpi`.
-    pub(crate) algorithms: AlgorithmOverrides,
-}
-
-/// One rank of a GPU communicator (see the module documentation).
-pub(crate) struct Engine {
-    inner: Arc<Inner>,
-}
-
-/// What the engine and its pending operations share.
-pub(crate) struct Inner {
-    name: &'static str,
-    lib: Arc<Library>,
-    rt: Arc<dyn DeviceRuntime>,
-    device: u32,
-    kind: Device,
-    rank: usize,
-    size: usize,
-    timeout: Duration,
-    algorithms: AlgorithmOverrides,
-    host: HostSide,
-    host_buffers: HostBuffers,
-    comm: Comm,
-    /// The engine's own stream.
-    stream: RawStream,
-    /// Where buffered sends are copied: never behind a group waiting for its peers.
-    copy_stream: RawStream,
-    /// Four bytes of device memory for the barrier.
-    scratch: u64,
-    /// Recorded on a caller's stream for the engine's stream to wait on (under `order`).
-    order_event: RawEvent,
-    /// Completion events for reuse.
-    events: Mutex<Vec<RawEvent>>,
-    /// Device temporaries for reuse (`pool.rs`).
-    pool: Mutex<pool::Pool>,
-    /// Pinned host blocks for reuse (staging, `stage.rs`).
-    pinned_pool: Mutex<pool::Pool>,
-    /// Issues nobody waits for (a buffered send's group), kept until their event fires.
-    retiring: Mutex<Vec<Arc<Issued>>>,
-    /// Whether the progress thread runs (`progress.rs`).
-    progress: Mutex<bool>,
-    /// Enqueue order: every NCCL call is made under this lock.
-    order: Mutex<Order>,
-    poison: Mutex<Poison>,
-}
-
-/// Counters, the point-to-point queue and the stash of early messages.
-pub(crate) struct Order {
-    /// Collectives issued (their fingerprints' sequence numbers).
-    collectives: u64,
-    /// Point-to-point batches submitted.
-    p2p: u64,
-    /// Batches not yet issued.
-    queue: Vec<Queued>,
-    /// Messages received ahead of their receive, per peer.
-    stash: p2p::Stash,
-    /// When this rank's thread last called into the communicator (`progress.rs`).
-    touched: Instant,
-}
 
 /// The device as buffers name it.
 fn device_of(rt: &dyn DeviceRuntime, ordinal: u32) -> Device {
@@ -261,8 +188,8 @@ impl Engine {
             scratch,
             order_event,
             events: Mutex::new(Vec::new()),
-            pool: Mutex::new(pool::Pool::default()),
-            pinned_pool: Mutex::new(pool::Pool::default()),
+            pool: Mutex::new(Pool::default()),
+            pinned_pool: Mutex::new(Pool::default()),
             retiring: Mutex::new(Vec::new()),
             progress: Mutex::new(false),
             order: Mutex::new(Order {

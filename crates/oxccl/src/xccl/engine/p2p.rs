@@ -44,59 +44,17 @@
 //! Every send of a batch is issued whatever happens to its receives: its envelope is
 //! already out.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
 
 use super::issue::Transfer;
-use super::pending::{DeviceTemp, HostCopy, Issued, PooledEvent, Ticket};
-use super::stage::Staged;
-use super::{Inner, Order};
+use super::state::{DeviceTemp, HostCopy, Inner, Issued, Order, PooledEvent, Queued, Staged, Stash, Stashed, Ticket};
 use crate::backend::{MessageInfo, P2p, StreamOrder};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, OpKind};
 use crate::xccl::host_side::{Envelope, Notice};
 use crate::xccl::runtime::{enter, CopyKind, RawStream};
-
-/// A batch waiting to be issued.
-pub(crate) struct Queued {
-    /// The sends and receives.
-    pub(crate) ops: Vec<P2p>,
-    /// Where its issue lands.
-    pub(crate) ticket: Arc<Ticket>,
-    /// Its deadline (for the envelopes it waits for).
-    pub(crate) deadline: Instant,
-    /// How it is ordered with the caller's stream.
-    pub(crate) order: Option<StreamOrder>,
-    /// Its host buffers' device copies (`OXCCL_GPU_HOST_BUFFERS=stage`).
-    pub(crate) staged: Option<Staged>,
-    /// Its number among this rank's batches.
-    pub(crate) seq: u64,
-    /// Copies of its sends' payloads, when it is a buffered send (kept until its group ran).
-    pub(crate) keep: Vec<DeviceTemp>,
-    /// A buffered send: its submitter's work already completed, and its sends read only
-    /// `keep`, so the group need not follow the caller's stream.
-    pub(crate) buffered: bool,
-    /// A buffered send's copies: the group waits for this event.
-    pub(crate) ready: Option<Arc<PooledEvent>>,
-}
-
-/// A message received ahead of the receive that wants it. Its device memory is a raw
-/// address (not a [`DeviceTemp`], which would keep the engine alive from inside itself):
-/// the consuming receive turns it into one; the engine frees what is left when dropped.
-pub(crate) struct Stashed {
-    tag: u32,
-    dtype: DType,
-    count: usize,
-    /// Device memory holding the message (a block of the engine's cache).
-    pub(crate) ptr: u64,
-    /// Its block's size class.
-    class: usize,
-}
-
-/// The stash: early messages per peer, oldest first.
-pub(crate) type Stash = Vec<VecDeque<Stashed>>;
 
 /// A copy from a stashed message into a receive buffer, after the group.
 #[derive(Clone, Copy)]
@@ -498,7 +456,7 @@ impl Inner {
     /// # Errors
     /// The host side's errors; issuing a stash receive failed.
     pub(crate) fn probe_message(self: &Arc<Self>, peer: usize, tag: u32) -> Result<Option<MessageInfo>> {
-        let mut order = super::relock(&self.order);
+        let mut order = crate::sync::relock(&self.order);
         order.touched = Instant::now();
         if !order.queue.iter().all(|q| q.buffered) {
             self.flush(&mut order)?;

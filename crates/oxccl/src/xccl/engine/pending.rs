@@ -5,12 +5,11 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::Inner;
+use super::state::{HostCopy, Inner, Issued, Ticket};
 use crate::backend::{Completion, Pending};
 use crate::error::{Error, Result};
 use crate::fingerprint::OpKind;
 use crate::sync::relock;
-use crate::xccl::runtime::RawEvent;
 
 /// How often a waiting thread asks NCCL for its asynchronous error and the host side for
 /// lost peers (event queries are made on every turn).
@@ -25,135 +24,6 @@ const MAX_PAUSE: Duration = Duration::from_micros(200);
 /// that really died leaves the operation unable to finish, and after the grace the wait
 /// fails, well within the 10 s a survivor has to notice.
 const LOST_GRACE: Duration = Duration::from_secs(2);
-
-/// An event of the engine's pool, given back when the last operation using it is done.
-pub(crate) struct PooledEvent {
-    pub(super) inner: Arc<Inner>,
-    pub(super) event: RawEvent,
-}
-
-impl Drop for PooledEvent {
-    fn drop(&mut self) {
-        self.inner.give_back_event(self.event);
-    }
-}
-
-/// Device memory an operation needs until it completes (a copy of an in-place input, a
-/// landing place for a message too long for its buffer, a sent message), handed back to the
-/// engine's cache after it (see `pool.rs`).
-pub(crate) struct DeviceTemp {
-    pub(super) inner: Arc<Inner>,
-    pub(super) ptr: u64,
-    /// Its block's size class.
-    pub(super) class: usize,
-}
-
-impl Drop for DeviceTemp {
-    fn drop(&mut self) {
-        // Temporaries are dropped only after their operation's event fired or the
-        // communicator was aborted and its stream drained (see `Inner::fail`), or by the
-        // retiring list once their group's event fired.
-        self.inner.give_back_block(self.ptr, self.class);
-    }
-}
-
-/// A copy from a pinned block into the caller's host range, once the stream wrote the block.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct HostCopy {
-    pub(super) dst: *mut u8,
-    pub(super) src: *const u8,
-    pub(super) bytes: usize,
-}
-
-// SAFETY: as for `Staged` below: the caller's range is valid until completion, and the
-// pinned block is kept with the operation.
-unsafe impl Send for HostCopy {}
-// SAFETY: as above; the copy is made once, by whoever completes the operation.
-unsafe impl Sync for HostCopy {}
-
-impl HostCopy {
-    /// Makes the copies (after the operation's event fired).
-    ///
-    /// # Safety
-    /// The stream has written the pinned blocks, and the caller's ranges are valid.
-    pub(crate) unsafe fn run(copies: &[HostCopy]) {
-        for c in copies.iter().filter(|c| c.bytes > 0) {
-            // SAFETY: this function's contract; a pinned block and a caller's range are
-            // distinct allocations.
-            unsafe { std::ptr::copy_nonoverlapping(c.src, c.dst, c.bytes) };
-        }
-    }
-}
-
-/// Pinned host memory an operation needs until it completes (from the engine's cache).
-pub(crate) struct PinnedTemp {
-    pub(super) inner: Arc<Inner>,
-    pub(super) ptr: *mut u8,
-    pub(super) class: usize,
-}
-
-// SAFETY: pinned host memory is plain memory any thread may use; the block is the
-// operation's alone until it is handed back.
-unsafe impl Send for PinnedTemp {}
-// SAFETY: as above.
-unsafe impl Sync for PinnedTemp {}
-
-impl Drop for PinnedTemp {
-    fn drop(&mut self) {
-        self.inner.give_back_pinned(self.ptr, self.class);
-    }
-}
-
-/// What issuing an operation produced.
-pub(crate) struct Issued {
-    /// Fires when the operation's calls have run.
-    pub(crate) event: Arc<PooledEvent>,
-    /// Element counts received, one per receive of a batch.
-    pub(crate) received: Vec<usize>,
-    /// Kept until completion (dropping them frees the memory).
-    #[allow(dead_code)] // held, never read
-    pub(crate) temps: Vec<DeviceTemp>,
-    /// An error to report once the calls have run (a message longer than its buffer: it
-    /// was received elsewhere so that the sender's calls still match).
-    pub(crate) error: Option<Error>,
-    /// Staged outputs to copy from pinned memory into the caller's host ranges once the
-    /// calls have run (made by the first wait that sees the event fire).
-    pub(crate) back: Mutex<Vec<HostCopy>>,
-    /// The pinned blocks those copies read (kept until then).
-    #[allow(dead_code)] // held, never read
-    pub(crate) pinned: Vec<PinnedTemp>,
-}
-
-impl Issued {
-    /// An issue with no receives, staged copies or error.
-    pub(crate) fn plain(event: Arc<PooledEvent>, temps: Vec<DeviceTemp>) -> Issued {
-        Issued { event, received: Vec::new(), temps, error: None, back: Mutex::new(Vec::new()), pinned: Vec::new() }
-    }
-}
-
-/// Where an operation's issue lands: at once for collectives, when the queue is flushed for
-/// point-to-point batches.
-#[derive(Default)]
-pub(crate) struct Ticket {
-    issued: Mutex<Option<Result<Arc<Issued>>>>,
-}
-
-impl Ticket {
-    /// A ticket already issued.
-    pub(crate) fn issued(r: Result<Issued>) -> Arc<Ticket> {
-        Arc::new(Ticket { issued: Mutex::new(Some(r.map(Arc::new))) })
-    }
-
-    /// Records the issue (the first one stays).
-    pub(crate) fn set(&self, r: Result<Issued>) {
-        relock(&self.issued).get_or_insert(r.map(Arc::new));
-    }
-
-    /// The issue, when it happened.
-    pub(crate) fn get(&self) -> Option<Result<Arc<Issued>>> {
-        relock(&self.issued).clone()
-    }
-}
 
 /// A submitted GPU operation (see the module documentation).
 pub(crate) struct GpuPending {

@@ -20,7 +20,7 @@
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use super::Inner;
+use super::state::Inner;
 use crate::sync::relock;
 
 /// How often the thread looks for pulls.

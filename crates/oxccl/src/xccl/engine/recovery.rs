@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use super::comm::{rank_for_nccl, Comm, Guard};
 use super::meet::{everyone, exchange, fresh_id, Make};
-use super::{Engine, Inner, Parts};
+use super::state::{Engine, Inner, Parts};
 use crate::backend::{Backend, CallOptions};
 use crate::error::{Error, Result};
 use crate::sync::relock;

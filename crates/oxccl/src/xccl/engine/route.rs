@@ -2,7 +2,8 @@
 //! NCCL on staged copies of host buffers (see the module documentation of `engine`), and the
 //! errors for buffers on the wrong device.
 
-use super::{stage, Engine};
+use super::stage;
+use super::state::Engine;
 use crate::backend::{Op, RawBuf};
 use crate::config::HostBuffers;
 use crate::device::Device;

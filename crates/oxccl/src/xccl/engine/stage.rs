@@ -16,42 +16,11 @@
 
 use std::sync::Arc;
 
-use super::pending::{DeviceTemp, HostCopy, PinnedTemp};
-use super::Inner;
+use super::state::{Copy, HostCopy, Inner, Staged};
 use crate::backend::{Op, P2p, RawBuf, RawBufMut};
 use crate::device::Device;
 use crate::error::Result;
 use crate::xccl::runtime::{CopyKind, RawStream};
-
-/// One copy between a host range, its pinned mirror and its device image.
-#[derive(Debug, Clone, Copy)]
-struct Copy {
-    host: *mut u8,
-    pinned: *mut u8,
-    device: u64,
-    bytes: usize,
-}
-
-/// An operation moved onto device temporaries.
-pub(crate) struct Staged {
-    /// The operation on device memory.
-    pub(crate) op: Op,
-    /// The temporaries (kept until completion).
-    pub(crate) temps: Vec<DeviceTemp>,
-    /// Their pinned mirrors (kept until the copies back are made).
-    pub(crate) pinned: Vec<PinnedTemp>,
-    /// Whole temporaries to fill from the host first.
-    ins: Vec<Copy>,
-    /// Output ranges to copy back (collectives).
-    outs: Vec<Copy>,
-    /// Per receive of a batch, where its message is copied back (its count known later).
-    recvs: Vec<Copy>,
-}
-
-// SAFETY: the host pointers describe the caller's buffers, which the submit contract keeps
-// valid and untouched until completion; moving their description between threads is what
-// that contract allows (as for `RawBuf`).
-unsafe impl Send for Staged {}
 
 /// Host ranges and the temporaries they map to.
 struct Map {
