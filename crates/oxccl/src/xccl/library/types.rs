@@ -125,9 +125,9 @@ impl NcclUniqueId {
     /// # Errors
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) when `bytes` is not exactly
     /// 128 bytes long (a truncated or foreign message).
-    pub(crate) fn from_bytes(bytes: &[u8]) -> crate::Result<NcclUniqueId> {
+    pub(crate) fn from_bytes(bytes: &[u8]) -> crate::error::Result<NcclUniqueId> {
         let internal: [u8; NCCL_UNIQUE_ID_BYTES] = bytes.try_into().map_err(|_| {
-            crate::Error::invalid(format!(
+            crate::error::Error::invalid(format!(
                 "an NCCL unique id is {NCCL_UNIQUE_ID_BYTES} bytes, got {}; did every rank run the same oxccl?",
                 bytes.len()
             ))

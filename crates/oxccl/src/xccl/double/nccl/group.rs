@@ -172,12 +172,12 @@ fn check_aliasing(ops: &[P2pOp], call: &str) -> Result<(), NcclResult> {
 fn launch(ds: Vec<Deferred>, call: &str) -> Result<NcclResult, NcclResult> {
     type Kernel = (Arc<Shared>, RawStream, Member, Vec<P2pOp>, Vec<Arc<Hang>>);
     /// A job, or the index of a kernel, with its communicator, stream and algorithm keys.
-    type Slot = (Arc<Shared>, RawStream, Result<Closure, usize>, String);
+    type Queued = (Arc<Shared>, RawStream, Result<Closure, usize>, String);
     /// A communicator's jobs and algorithm keys.
     type PerComm = (Arc<Shared>, Vec<(RawStream, Closure)>, Vec<String>);
     let mut kernels: Vec<Kernel> = Vec::new();
     // (communicator, stream, job or kernel index), in order.
-    let mut order: Vec<Slot> = Vec::new();
+    let mut order: Vec<Queued> = Vec::new();
     for d in ds {
         match d.work {
             Work::Coll(job) => order.push((d.shared, d.stream, Ok(job), d.key)),
