@@ -9,8 +9,8 @@ use oxccl::{Algorithm, Buffer, BufferMut, Communicator, DType, DeviceBuffer, Ele
 
 use crate::element::TestElement;
 use crate::inputs;
+use crate::options::SuiteOptions;
 use crate::tolerance::Expected;
-use crate::SuiteOptions;
 
 /// The verdict of one case on one rank: `Err` carries the failure message.
 pub(crate) type Verdict = Result<(), String>;

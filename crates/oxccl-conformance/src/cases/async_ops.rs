@@ -6,11 +6,11 @@ use std::time::{Duration, Instant};
 use half::bf16;
 use oxccl::{Communicator, DType, ReduceOp};
 
-use super::{case, Case};
+use super::support::{case, Case};
 use crate::check::{placed, Check, Cx, Point, Verdict};
 use crate::inputs::Dist;
+use crate::options::SuiteOptions;
 use crate::reference;
-use crate::SuiteOptions;
 
 pub(crate) fn cases(v: &mut Vec<Case>, _n: usize, _opts: &SuiteOptions) {
     v.push(case("async/two_all_reduces_while_computing".into(), two_all_reduces));

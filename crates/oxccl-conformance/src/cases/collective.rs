@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use oxccl::{Algorithm, Communicator, ReduceOp};
 
-use super::{roots, Form};
+use super::support::{roots, Form};
 use crate::check::{call, placed, Check, Cx, Point, Verdict};
 use crate::element::TestElement;
 use crate::inputs::Dist;

@@ -6,11 +6,11 @@
 use oxccl::{Algorithm, Communicator, DType, OpKind, ReduceOp};
 
 use super::collective;
-use super::{algos, case, Case, Form};
+use super::support::{algos, case, Case, Form};
 use crate::check::{call, Check, Cx, Point, Verdict};
 use crate::inputs::{self, Dist};
+use crate::options::SuiteOptions;
 use crate::reference;
-use crate::SuiteOptions;
 
 pub(crate) fn cases(v: &mut Vec<Case>, _n: usize, _opts: &SuiteOptions) {
     v.push(case("groups/split/parity_reversed_keys".into(), split_parity_reversed));

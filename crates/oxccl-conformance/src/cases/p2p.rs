@@ -5,11 +5,11 @@ use std::time::{Duration, Instant};
 
 use oxccl::{Algorithm, Communicator, DType, MessageInfo, OpKind};
 
-use super::{algos, case, counts, dtypes, Case};
+use super::support::{algos, case, counts, dtypes, Case};
 use crate::check::{call, placed, with_dtype, Check, Cx, Placed, PlacedIn, Point, Verdict};
 use crate::element::TestElement;
 use crate::inputs::Dist;
-use crate::SuiteOptions;
+use crate::options::SuiteOptions;
 
 pub(crate) fn cases(v: &mut Vec<Case>, n: usize, opts: &SuiteOptions) {
     for d in dtypes(opts) {

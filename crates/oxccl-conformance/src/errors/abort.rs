@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use oxccl::{Communicator, Error};
 
-use super::{code_of_result, get_comm, next_call_is_aborted, verdict_of, ECx, Local, PROMPT};
+use super::support::{code_of_result, get_comm, next_call_is_aborted, verdict_of, ECx, Local, PROMPT};
 
 /// Waits in an operation that can never complete, without any rank calling something that
 /// disagrees with another rank's call (that would be a mismatch, which a backend may detect):

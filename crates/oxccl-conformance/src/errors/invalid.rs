@@ -4,7 +4,7 @@
 
 use oxccl::{Algorithm, Communicator, Error, OpKind, ReduceOp};
 
-use super::{code, get_comm, ECx, Local, FAIL_FAST};
+use super::support::{code, get_comm, ECx, Local, FAIL_FAST};
 use crate::check::{Cx, Verdict};
 
 /// Collects the outcome of the invalid-argument calls of one case.

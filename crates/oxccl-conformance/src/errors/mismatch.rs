@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use oxccl::{Algorithm, Communicator, Error, OpKind, ReduceOp};
 
-use super::{code, code_of, get_comm, ECx, Local, FAIL_FAST, PROMPT};
+use super::support::{code, code_of, get_comm, ECx, Local, FAIL_FAST, PROMPT};
 
 /// Runs a mismatched call (`call`, which differs by rank) and a barrier after it, and
 /// judges this rank's side; `own` is the operation this rank called.

@@ -40,24 +40,33 @@
 //!
 //! Each family lives in the file named after the middle part of its case names (`invalid.rs`,
 //! `mismatch.rs`, `timeout.rs`, `abort.rs`, `peer_lost.rs`, `recv_mismatch.rs`); this file
-//! keeps the list of cases in the order every rank runs them, the runner, the judges over all
-//! ranks and the helpers the families share.
+//! keeps the list of cases in the order every rank runs them, the runner and the judges over
+//! all ranks; `support.rs` keeps the helpers the families share.
+//!
+//! [`Error::InvalidArgument`]: oxccl::Error::InvalidArgument
+//! [`Error::Mismatch`]: oxccl::Error::Mismatch
+//! [`Error::Aborted`]: oxccl::Error::Aborted
+//! [`Error::Timeout`]: oxccl::Error::Timeout
+//! [`Error::PeerLost`]: oxccl::Error::PeerLost
 
 mod abort;
 mod invalid;
 mod mismatch;
 mod peer_lost;
 mod recv_mismatch;
+mod support;
 mod timeout;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use oxccl::{Communicator, Error};
+use oxccl::Communicator;
 
 use crate::check::{Cx, Verdict};
+use crate::inputs;
+use crate::isolation::fresh_communicator;
+use crate::options::SuiteOptions;
 use crate::report::{CaseReport, Failure, Report, Status};
-use crate::{fresh_communicator, inputs, SuiteOptions};
 
 use abort::{abort_propagates, abort_self};
 use invalid::{
@@ -68,84 +77,11 @@ use mismatch::{
     mismatch_algorithm, mismatch_count, mismatch_count_all_reduce, mismatch_dtype, mismatch_dtype_all_reduce,
     mismatch_ops, mismatch_ops_all_reduce, mismatch_reduce_op, mismatch_root,
 };
-pub use peer_lost::local_thread_exit;
 use peer_lost::peer_lost_dropped;
+pub use peer_lost::{local_thread_exit, THREAD_EXIT_CASE};
 use recv_mismatch::{recv_too_long, recv_wrong_dtype};
+use support::{code, ECx, Local};
 use timeout::{timeout_all_reduce, timeout_scatter};
-
-/// Deadline of calls that are expected to fail quickly (a wrong acceptance then shows up
-/// as a failure after this long instead of a hang).
-const FAIL_FAST: Duration = Duration::from_secs(10);
-/// The deadline used by the timeout cases.
-const SHORT: Duration = Duration::from_millis(200);
-/// The longest an error that should be prompt may take.
-const PROMPT: Duration = Duration::from_secs(10);
-
-/// Outcome codes shared across ranks after each case.
-mod code {
-    pub const OK: u8 = 0;
-    pub const MISMATCH: u8 = 1;
-    pub const ABORTED: u8 = 2;
-    pub const TIMEOUT: u8 = 3;
-    pub const PEER_LOST: u8 = 4;
-    pub const INVALID: u8 = 5;
-    pub const OTHER: u8 = 6;
-    pub const NOT_RUN: u8 = 7;
-}
-
-/// A problem unless the next call on `c` returns `Aborted`, as every call on a communicator
-/// that failed must (`after` says what failed, for the message).
-fn next_call_is_aborted(c: &Communicator, after: &str) -> Option<String> {
-    match c.barrier() {
-        Err(Error::Aborted { .. }) => None,
-        other => Some(format!("after {after}, the next call returned {other:?} instead of Error::Aborted")),
-    }
-}
-
-/// The outcome code of a call's result: OK, or its error's code.
-fn code_of_result<T>(r: &oxccl::Result<T>) -> u8 {
-    r.as_ref().err().map_or(code::OK, code_of)
-}
-
-fn code_of(e: &Error) -> u8 {
-    match e {
-        Error::Mismatch { .. } => code::MISMATCH,
-        Error::Aborted { .. } => code::ABORTED,
-        Error::Timeout { .. } => code::TIMEOUT,
-        Error::PeerLost { .. } => code::PEER_LOST,
-        Error::InvalidArgument(_) => code::INVALID,
-        _ => code::OTHER,
-    }
-}
-
-/// What one rank observed in one error case.
-struct Local {
-    verdict: Verdict,
-    code: u8,
-}
-
-impl Local {
-    fn new(verdict: Verdict, code: u8) -> Local {
-        Local { verdict, code }
-    }
-}
-
-/// What an error case gets besides its communicator.
-struct ECx<'a> {
-    cx: Cx<'a>,
-    /// The suite's communicator (healthy; only for [`ECx::sync`]).
-    parent: &'a Communicator,
-}
-
-impl ECx<'_> {
-    /// A barrier on the suite's communicator: every rank has got this far, whatever state
-    /// the case's communicator is in. Every rank must call it at the same points.
-    fn sync(&self) -> Result<(), Local> {
-        self.parent
-            .barrier()
-            .map_err(|e| Local::new(Err(format!("barrier on the suite's communicator failed: {e}")), code::OTHER))
-    }
-}
 
 type RunFn = fn(&mut Option<Communicator>, &ECx) -> Local;
 type JudgeFn = fn(&[u8]) -> Result<(), String>;
@@ -194,9 +130,6 @@ fn cases() -> Vec<ErrorCase> {
 pub fn names(opts: &SuiteOptions) -> Vec<String> {
     cases().into_iter().map(|c| c.name.to_string()).filter(|n| opts.selects(n)).collect()
 }
-
-/// The name of the local-only case run by [`local_thread_exit`].
-pub const THREAD_EXIT_CASE: &str = "errors/peer_lost/thread_exit_local";
 
 /// Runs the error cases on this rank; every rank of `comm` must call it with equal options.
 /// `comm` is only used to create a fresh communicator per case and to share outcome codes,
@@ -290,38 +223,4 @@ fn rank1_mismatch(codes: &[u8]) -> Result<(), String> {
     } else {
         Err("rank 1 (the receiver) did not report Error::Mismatch".into())
     }
-}
-
-// ---------------------------------------------------------------- helpers shared by the families
-
-fn comm_of(slot: &Option<Communicator>) -> Result<&Communicator, Local> {
-    slot.as_ref().ok_or_else(|| Local::new(Err("the case's communicator is missing".into()), code::OTHER))
-}
-
-macro_rules! get_comm {
-    ($slot:expr) => {
-        match $crate::errors::comm_of($slot) {
-            Ok(c) => c,
-            Err(l) => return l,
-        }
-    };
-}
-// The family files are declared above this definition, so they import the macro by path
-// (`use super::get_comm`) rather than through textual scope.
-use get_comm;
-
-fn verdict_of(problems: Vec<String>) -> Verdict {
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(problems.join("; "))
-    }
-}
-
-/// A warm-up barrier on the case's communicator, then a barrier on the suite's, so that
-/// every rank is past the warm-up before anything is expected to fail.
-fn warm_up(c: &Communicator, cx: &ECx) -> Result<(), Local> {
-    let r = c.barrier();
-    cx.sync()?;
-    r.map_err(|e| Local::new(Err(format!("the warm-up barrier failed: {e}")), code_of(&e)))
 }

@@ -6,13 +6,12 @@ use std::time::{Duration, Instant};
 
 use oxccl::{Communicator, Error};
 
-use super::{
+use super::support::{
     code, code_of_result, get_comm, next_call_is_aborted, verdict_of, warm_up, ECx, Local, FAIL_FAST, PROMPT,
-    THREAD_EXIT_CASE,
 };
 use crate::check::Verdict;
+use crate::options::SuiteOptions;
 use crate::report::{CaseReport, Failure, Status};
-use crate::SuiteOptions;
 
 /// Checks the error of a rank that waited on a lost rank 1.
 fn check_lost(r: &oxccl::Result<()>, elapsed: Duration) -> Vec<String> {
@@ -53,6 +52,9 @@ pub(super) fn peer_lost_dropped(slot: &mut Option<Communicator>, cx: &ECx) -> Lo
     let code = code_of_result(&r);
     Local::new(verdict_of(problems), code)
 }
+
+/// The name of the local-only case run by [`local_thread_exit`].
+pub const THREAD_EXIT_CASE: &str = "errors/peer_lost/thread_exit_local";
 
 /// Local backend only: rank 1's thread returns (dropping its communicator) while the others
 /// wait in a scatter from root 1; they must get [`Error::PeerLost`] naming rank 1 promptly.

@@ -3,7 +3,9 @@
 
 use oxccl::{Communicator, DType, Error};
 
-use super::{code, code_of, code_of_result, get_comm, next_call_is_aborted, verdict_of, ECx, Local, FAIL_FAST};
+use super::support::{
+    code, code_of, code_of_result, get_comm, next_call_is_aborted, verdict_of, ECx, Local, FAIL_FAST,
+};
 
 /// Rank 0 sends `send` to rank 1, which receives into `recv`; rank 1 must get a Mismatch
 /// (checked by `check`) and be poisoned afterwards; rank 0's send completes or fails with

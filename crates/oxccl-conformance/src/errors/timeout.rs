@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use oxccl::{Communicator, Error, OpKind, ReduceOp};
 
-use super::{
+use super::support::{
     code, code_of_result, get_comm, next_call_is_aborted, verdict_of, warm_up, ECx, Local, FAIL_FAST, PROMPT, SHORT,
 };
 
