@@ -14,9 +14,12 @@
 
 use oxccl::{Algorithm, Communicator, Error, ReduceOp};
 
-use super::check::BenchElem;
+use super::check;
+use super::elem::BenchElem;
 use super::ops::{self, BenchOp, OpArgs, Place};
-use super::{out, timed, Plan};
+use super::output::out;
+use super::plan::Plan;
+use super::timing::timed;
 
 /// Interleaved rounds per size.
 pub const ROUNDS: usize = 5;
@@ -55,7 +58,7 @@ pub fn sweep<T: BenchElem>(comm: &Communicator, plan: &Plan) -> Result<u64, Stri
         for size in plan.sizes_of(op) {
             let count = op.count_for(size, elem, n);
             let a = OpArgs { place: Place::OutOfPlace, redop: plan.redop, root: plan.root };
-            let mut b = ops::prepare::<T>(comm, op, count, &a);
+            let mut b = check::prepare::<T>(comm, op, count, &a);
             let mut times: Vec<Option<f64>> = vec![None; algos.len()];
             let mut refused = vec![false; algos.len()];
             for round in 0..ROUNDS {

@@ -4,113 +4,52 @@
 //! times a number of iterations out of place and as many in place (where the operation has
 //! an in-place form): a fixed `-n`, or with `-n auto` as many as fit in about 50 ms after a
 //! short calibration that every rank agrees on ([`Iters`]). The first measurement of a run
-//! is preceded by [`STARTUP_US`] of untimed calls. The time reported is the maximum over
+//! is preceded by [`STARTUP_US`](timing::STARTUP_US) of untimed calls. The time reported is the maximum over
 //! ranks of the average time per iteration (gathered with an all_reduce); with `-c 1` one
 //! more run on fresh inputs is checked element by element against a sequential reference
 //! ([`check`]). `--algo all` measures every algorithm side by side instead ([`algos`]).
 //!
+//! - [`plan`]: what to measure and how;
+//! - [`timing`]: the timing loop of one measurement;
 //! - [`algos`]: `--algo all`, every algorithm of each operation side by side;
 //! - [`ops`]: the operations, their buffers and one function per operation;
+//! - [`elem`]: the element types and their expected reductions;
 //! - [`sizes`]: `64K`-style sizes and the sweep;
 //! - [`join`]: joining a launched job, and the advice when that fails;
-//! - [`check`]: inputs and expected results;
+//! - [`check`]: inputs, the buffers filled with them, and expected results;
 //! - [`table`]: the nccl-tests table;
 //! - [`json`]: `--json` output;
 //! - [`plot`]: `--plot` and `oxccl plot`, bus bandwidth against size as SVG or PNG;
-//! - [`progress`]: the progress indicator.
+//! - [`progress`]: the progress indicator;
+//! - [`output`]: rank 0's printing.
 
 pub mod algos;
 pub mod check;
+pub mod elem;
 pub mod join;
 pub mod json;
 pub mod ops;
+pub mod output;
+pub mod plan;
 pub mod plot;
 pub mod progress;
 pub mod sizes;
 pub mod table;
+pub mod timing;
 
-use std::io::Write;
-use std::path::PathBuf;
 use std::time::Instant;
 
 use half::{bf16, f16};
 use oxccl::{Communicator, DType, ReduceOp};
 
-use check::{BenchElem, CheckCtx};
+use check::CheckCtx;
+use elem::BenchElem;
 use ops::{BenchOp, OpArgs, Place};
+use output::out;
+pub use plan::{AlgoMode, BenchDevice, Iters, Plan};
 use progress::{Progress, ProgressMode};
 use table::{Measurement, Memcpy, Row};
-
-/// What to measure and how.
-#[derive(Debug, Clone)]
-pub struct Plan {
-    /// Operations, in order.
-    pub ops: Vec<BenchOp>,
-    /// Sizes in bytes, in order.
-    pub sizes: Vec<usize>,
-    /// Element type.
-    pub dtype: DType,
-    /// Reduce op of the reductions.
-    pub redop: ReduceOp,
-    /// Root of the rooted operations.
-    pub root: usize,
-    /// Timed iterations per measurement.
-    pub iters: Iters,
-    /// Which algorithms to measure.
-    pub algo: AlgoMode,
-    /// Untimed iterations before them.
-    pub warmup: usize,
-    /// Whether to check results.
-    pub check: bool,
-    /// Whether to add the memcpy reference column.
-    pub memcpy: bool,
-    /// Where rank 0 writes the JSON results.
-    pub json: Option<PathBuf>,
-    /// Where rank 0 draws the bus bandwidth plot (SVG or PNG).
-    pub plot: Option<PathBuf>,
-    /// How rank 0 shows progress.
-    pub progress: ProgressMode,
-    /// Where the measured buffers live (`--device`); `None`: where the backend computes
-    /// (the communicator's GPU on `nccl`/`rccl`, host memory otherwise).
-    pub device: Option<BenchDevice>,
-}
-
-/// `--device`: the GPU whose memory holds the measured buffers, on any backend (the host
-/// backends stage device buffers through host memory).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BenchDevice {
-    /// Host memory.
-    Host,
-    /// This GPU on every rank (`cuda:N`, `rocm:N`).
-    Fixed(oxccl::Device),
-    /// A GPU per rank (a bare `cuda` or `rocm`): the rank's local rank modulo the devices
-    /// the runtime sees (the vendor's ordinal 0 names the runtime).
-    PerRank(oxccl::Device),
-}
-
-impl std::str::FromStr for BenchDevice {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<BenchDevice, String> {
-        let d: oxccl::Device = s.parse().map_err(|e: oxccl::Error| e.to_string())?;
-        Ok(match d {
-            oxccl::Device::Cpu => BenchDevice::Host,
-            d if s.contains(':') => BenchDevice::Fixed(d),
-            d => BenchDevice::PerRank(d),
-        })
-    }
-}
-
-impl std::fmt::Display for BenchDevice {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            BenchDevice::Host => f.write_str("cpu"),
-            BenchDevice::Fixed(d) => write!(f, "{d}"),
-            BenchDevice::PerRank(oxccl::Device::Rocm(_)) => f.write_str("rocm"),
-            BenchDevice::PerRank(_) => f.write_str("cuda"),
-        }
-    }
-}
+use timing::timed;
 
 /// The local rank of this process, as the launcher's environment says it
 /// (`oxccl::bootstrap::env::LaunchInfo`: oxccl run, torchrun, Open MPI, MPICH, Slurm), else
@@ -143,74 +82,6 @@ fn bench_gpu(comm: &Communicator, plan: &Plan) -> oxccl::Result<Option<oxccl::Gp
                 _ => oxccl::Device::Cuda(ordinal),
             };
             Ok(Some(oxccl::Gpu::of(d)?))
-        }
-    }
-}
-
-/// How many timed iterations a measurement takes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Iters {
-    /// Exactly this many.
-    Fixed(usize),
-    /// As many as fit in about [`AUTO_TARGET_US`] (at least [`AUTO_MIN`], at most
-    /// [`AUTO_MAX`]), from a short calibration that every rank agrees on.
-    Auto,
-}
-
-impl std::fmt::Display for Iters {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Iters::Fixed(n) => write!(f, "{n}"),
-            Iters::Auto => f.write_str("auto"),
-        }
-    }
-}
-
-/// The time an automatic measurement aims at, µs.
-pub const AUTO_TARGET_US: f64 = 50_000.0;
-/// The fewest iterations of an automatic measurement.
-pub const AUTO_MIN: usize = 10;
-/// The most iterations of an automatic measurement.
-pub const AUTO_MAX: usize = 100_000;
-/// How long the start-up warm-up lasts at least (max over ranks), µs.
-pub const STARTUP_US: f64 = 200_000.0;
-
-/// The iterations an automatic measurement takes when one call took `per_op_us`.
-pub fn auto_iters(per_op_us: f64) -> usize {
-    if per_op_us.is_nan() || per_op_us <= 0.0 {
-        return AUTO_MAX;
-    }
-    ((AUTO_TARGET_US / per_op_us).ceil() as usize).clamp(AUTO_MIN, AUTO_MAX)
-}
-
-/// Which algorithms a run measures.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AlgoMode {
-    /// The backend's own choice (the nccl-tests table).
-    Auto,
-    /// This algorithm for every operation it applies to.
-    Forced(oxccl::Algorithm),
-    /// Every algorithm of each operation, side by side, with the one auto picks marked.
-    All,
-}
-
-impl std::fmt::Display for AlgoMode {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            AlgoMode::Auto => f.write_str("auto"),
-            AlgoMode::Forced(a) => write!(f, "{a}"),
-            AlgoMode::All => f.write_str("all"),
-        }
-    }
-}
-
-impl Plan {
-    /// The sizes measured for `op` (barrier: one row).
-    fn sizes_of(&self, op: BenchOp) -> Vec<usize> {
-        if op == BenchOp::Barrier {
-            vec![0]
-        } else {
-            self.sizes.clone()
         }
     }
 }
@@ -279,18 +150,6 @@ pub fn run_rank(comm: &Communicator, plan: &Plan) -> Result<u64, String> {
         DType::F32 => run_typed::<f32>(comm, plan),
         DType::F64 => run_typed::<f64>(comm, plan),
     }
-}
-
-/// Prints to stdout and flushes, ignoring a closed stdout (`| head`).
-fn out(text: &str) {
-    if cfg!(test) {
-        // Through the test harness's capture, so unit tests stay quiet.
-        print!("{text}");
-        return;
-    }
-    let mut o = std::io::stdout().lock();
-    let _ = o.write_all(text.as_bytes());
-    let _ = o.flush();
 }
 
 fn run_typed<T: BenchElem>(comm: &Communicator, plan: &Plan) -> Result<u64, String> {
@@ -382,7 +241,7 @@ fn run_typed<T: BenchElem>(comm: &Communicator, plan: &Plan) -> Result<u64, Stri
 }
 
 /// Measures `op` at `size` bytes: one table row, agreed on by every rank. `startup`: the
-/// first measurement of the run, which first warms the job up ([`STARTUP_US`]).
+/// first measurement of the run, which first warms the job up ([`STARTUP_US`](timing::STARTUP_US)).
 fn measure<T: BenchElem>(
     comm: &Communicator,
     gpu: Option<&oxccl::Gpu>,
@@ -405,14 +264,14 @@ fn measure<T: BenchElem>(
     // the checked results, and are copied over around the timed loops.
     for (k, &place) in places.iter().enumerate() {
         let a = OpArgs { place, redop: plan.redop, root: plan.root };
-        let mut b = ops::prepare::<T>(comm, op, count, &a);
+        let mut b = check::prepare::<T>(comm, op, count, &a);
         if let Some(gpu) = gpu {
             let mut input = gpu.copy_from_host(&b.input)?;
             let mut output = gpu.copy_from_host(&b.output)?;
             (times[k], iters[k]) =
                 timed(comm, plan, startup && k == 0, || ops::run_on(comm, op, &input, &mut output, &a))?;
             if plan.check {
-                ops::refill(comm, op, count, &a, &mut b);
+                check::refill(comm, op, count, &a, &mut b);
                 input.copy_from_host(&b.input)?;
                 output.copy_from_host(&b.output)?;
                 ops::run_on(comm, op, &input, &mut output, &a)?;
@@ -421,7 +280,7 @@ fn measure<T: BenchElem>(
         } else {
             (times[k], iters[k]) = timed(comm, plan, startup && k == 0, || ops::run(comm, op, &mut b, &a))?;
             if plan.check {
-                ops::refill(comm, op, count, &a, &mut b);
+                check::refill(comm, op, count, &a, &mut b);
                 ops::run(comm, op, &mut b, &a)?;
             }
         }
@@ -470,60 +329,6 @@ fn measure<T: BenchElem>(
     })
 }
 
-/// Warms up with `run`, lines the ranks up, and returns the loop-mean time of `run` in µs
-/// and the iterations it took. With `startup`, the warm-up first goes on until
-/// [`STARTUP_US`] have passed on every rank (the first operations after start-up pay for
-/// page faults, thread starts and a scheduler that has not settled; no row should show
-/// that), unless the plan has no warm-up at all (`-w 0` times from the very first call, to
-/// see what start-up costs). With [`Iters::Auto`], a calibration of a few calls, its maximum over ranks,
-/// decides the count, so every rank runs the same number.
-pub(crate) fn timed(
-    comm: &Communicator,
-    plan: &Plan,
-    startup: bool,
-    mut run: impl FnMut() -> oxccl::Result<()>,
-) -> oxccl::Result<(f64, usize)> {
-    // The bench's own barriers and agreements run with the backend's choice, whatever
-    // algorithm the measured calls are forced to.
-    let comm = &comm.with_algorithm(oxccl::Algorithm::Auto);
-    if startup && plan.warmup > 0 {
-        let t0 = Instant::now();
-        loop {
-            for _ in 0..10 {
-                run()?;
-            }
-            let mut elapsed = [t0.elapsed().as_secs_f64() * 1e6];
-            comm.all_reduce(&mut elapsed, ReduceOp::Max)?;
-            if elapsed[0] >= STARTUP_US {
-                break;
-            }
-        }
-    }
-    for _ in 0..plan.warmup {
-        run()?;
-    }
-    let iters = match plan.iters {
-        Iters::Fixed(n) => n,
-        Iters::Auto => {
-            comm.barrier()?;
-            let calls = 3;
-            let t0 = Instant::now();
-            for _ in 0..calls {
-                run()?;
-            }
-            let mut per_op = [t0.elapsed().as_secs_f64() * 1e6 / calls as f64];
-            comm.all_reduce(&mut per_op, ReduceOp::Max)?;
-            auto_iters(per_op[0])
-        }
-    };
-    comm.barrier()?;
-    let t0 = Instant::now();
-    for _ in 0..iters {
-        run()?;
-    }
-    Ok((t0.elapsed().as_secs_f64() * 1e6 / iters.max(1) as f64, iters))
-}
-
 /// The average time in µs of a single-threaded `copy_from_slice` of `bytes` bytes.
 fn memcpy_time(bytes: usize, warmup: usize, iters: usize) -> f64 {
     let src = vec![1u8; bytes];
@@ -561,18 +366,6 @@ mod tests {
             progress: ProgressMode::Off,
             device: None,
         }
-    }
-
-    #[test]
-    fn automatic_iterations_fill_about_fifty_milliseconds_within_bounds() {
-        assert_eq!(auto_iters(1.0), 50_000);
-        assert_eq!(auto_iters(3.0), 16_667);
-        assert_eq!(auto_iters(0.01), AUTO_MAX);
-        assert_eq!(auto_iters(1e6), AUTO_MIN);
-        for odd in [0.0, -1.0, f64::NAN] {
-            assert_eq!(auto_iters(odd), AUTO_MAX, "{odd}");
-        }
-        assert_eq!(auto_iters(f64::INFINITY), AUTO_MIN);
     }
 
     #[test]

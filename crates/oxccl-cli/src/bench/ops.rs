@@ -5,7 +5,7 @@ use std::fmt;
 
 use oxccl::{BufferMut, Communicator, OpKind, ReduceOp, Result};
 
-use super::check::{self, BenchElem, Pattern};
+use super::elem::BenchElem;
 
 /// An operation `oxccl bench` can measure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -220,39 +220,7 @@ pub struct OpArgs {
     pub root: usize,
 }
 
-/// Allocates this rank's buffers for `count` elements of `op` and fills them with the
-/// check's inputs ([`check::value`]); the output starts zeroed (out of place).
-pub fn prepare<T: BenchElem>(comm: &Communicator, op: BenchOp, count: usize, a: &OpArgs) -> Buffers<T> {
-    let (in_len, out_len) = op.buffer_lens(count, comm.world_size(), a.place);
-    // In place, every operation works on `output` alone: no input buffer to allocate.
-    let in_len = if a.place == Place::InPlace { 0 } else { in_len };
-    let mut b = Buffers { input: vec![T::default(); in_len], output: vec![T::default(); out_len] };
-    refill(comm, op, count, a, &mut b);
-    b
-}
-
-/// Refills buffers made by [`prepare`] with the inputs, so the next run's result can be checked.
-pub fn refill<T: BenchElem>(comm: &Communicator, op: BenchOp, count: usize, a: &OpArgs, b: &mut Buffers<T>) {
-    let (rank, n) = (comm.rank(), comm.world_size());
-    let p = Pattern::for_op(op, a.redop);
-    match a.place {
-        Place::OutOfPlace => {
-            check::fill(&mut b.input, p, rank, n);
-            b.output.fill(T::default());
-        }
-        Place::InPlace if op == BenchOp::AllGather => {
-            // This rank's input is its own block of the one buffer.
-            let block = count / n.max(1);
-            b.output.fill(T::default());
-            if let Some(mine) = b.output.get_mut(rank * block..(rank + 1) * block) {
-                check::fill(mine, p, rank, n);
-            }
-        }
-        Place::InPlace => check::fill(&mut b.output, p, rank, n),
-    }
-}
-
-/// Runs `op` once on `comm` with buffers from [`prepare`].
+/// Runs `op` once on `comm` with buffers from [`prepare`](super::check::prepare).
 ///
 /// # Errors
 /// The operation's error.
@@ -261,7 +229,7 @@ pub fn run<T: BenchElem>(comm: &Communicator, op: BenchOp, b: &mut Buffers<T>, a
 }
 
 /// Runs `op` once on `comm` with any buffers (host slices, or device buffers for the GPU
-/// backends) laid out as [`prepare`] lays them out.
+/// backends) laid out as [`prepare`](super::check::prepare) lays them out.
 ///
 /// # Errors
 /// The operation's error.
@@ -307,6 +275,7 @@ pub fn run_on<V: BufferMut + ?Sized>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::check::{self, prepare};
 
     #[test]
     fn names_parse_back() {
