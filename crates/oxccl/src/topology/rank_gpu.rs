@@ -4,7 +4,7 @@
 //! No GPU driver is loaded to answer: no `libcuda` or `libamdhip64`, no `cuInit`. A process
 //! that uses only the `cpu` backend keeps a driver-free address space, so the workers it
 //! forks (a DataLoader's) are safe, and it pays for no driver context. This module names no
-//! other module of the crate but the topology's own (`tests/layering.rs` keeps the topology
+//! other module of the crate but the topology's own (`tests/layering/` keeps the topology
 //! below the GPU backends), and a test below checks its code loads nothing.
 //!
 //! The answer is a performance hint, never a matter of correctness: a wrong guess costs

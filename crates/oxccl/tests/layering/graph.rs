@@ -113,10 +113,9 @@ impl Crate {
                 continue;
             }
             for n in &reading.named {
-                if n.segs.len() >= 2 && n.segs[0] == "crate" && self.root_reexports(&n.segs[1]) {
-                    if !self.modules.contains(&vec![n.segs[1].clone()]) {
-                        out.push((file.clone(), n.line, n.segs.join("::")));
-                    }
+                let through_root = n.segs.len() >= 2 && n.segs[0] == "crate" && self.root_reexports(&n.segs[1]);
+                if through_root && !self.modules.contains(&vec![n.segs[1].clone()]) {
+                    out.push((file.clone(), n.line, n.segs.join("::")));
                 }
             }
         }
@@ -192,10 +191,11 @@ impl Crate {
         Some(Target::Module(cur))
     }
 
-    /// Where item `name` of module `m` is defined: through `m`'s re-exports, if any.
+    /// Where item `name` of module `m` is defined: through `m`'s imports, if any (a child
+    /// module sees its parent's private imports too).
     fn item(&self, m: &[String], name: &str, depth: usize) -> Target {
         let here = Target::Item(m.to_vec(), name.to_string());
-        if let Some(re) = self.named_in(m).find(|n| n.reexport && n.bound == name) {
+        if let Some(re) = self.named_in(m).find(|n| n.in_use && n.bound == name) {
             return self.resolve(m, &re.segs, depth + 1).unwrap_or(here);
         }
         for glob in self.named_in(m).filter(|n| n.reexport && n.bound == "*") {

@@ -1,10 +1,10 @@
 //! Reading Rust sources without a parser: enough of the token stream to find every module
 //! path a file names (`use` trees, `crate::`/`super::`/`self::` paths in code), the modules
 //! it declares and the items it defines. Comments and literals are blanked first, and every
-//! item under `#[cfg(test)]` is dropped: tests are not code of their layer.
+//! item under `#[cfg(test)]` or `#[cfg(doc)]` is dropped: neither is code of its layer.
 
 /// The code of a file: comments, string and char literals blanked (newlines kept, so line
-/// numbers still hold), and every item under `#[cfg(test)]` removed.
+/// numbers still hold), and every item under `#[cfg(test)]` or `#[cfg(doc)]` removed.
 pub fn code_of(text: &str) -> String {
     remove_test_items(&blank_comments_and_literals(text))
 }
@@ -99,16 +99,20 @@ fn blank_comments_and_literals(text: &str) -> String {
     out
 }
 
-/// `code` without the items under `#[cfg(test)]` (up to their `;` or their closing brace).
+/// Attributes whose items are not code of the layer: tests, and imports for doc links.
+const NOT_CODE: [&str; 2] = ["#[cfg(test)]", "#[cfg(doc)]"];
+
+/// `code` without the items under [`NOT_CODE`] (up to their `;` or their closing brace).
 fn remove_test_items(code: &str) -> String {
     let mut out = String::with_capacity(code.len());
     let mut rest = code;
-    while let Some(i) = rest.find("#[cfg(test)]") {
+    let next = |r: &str| NOT_CODE.iter().filter_map(|a| r.find(a).map(|i| (i, a.len()))).min();
+    while let Some((i, attr_len)) = next(rest) {
         out.push_str(&rest[..i]);
         let item = &rest[i..];
         let mut depth = 0i32;
         let mut end = item.len();
-        for (k, c) in item.char_indices().skip("#[cfg(test)]".len()) {
+        for (k, c) in item.char_indices().skip(attr_len) {
             match c {
                 '(' | '[' | '{' => depth += 1,
                 ')' | ']' => depth -= 1,
@@ -193,7 +197,8 @@ pub struct Reading {
     /// Names of the items it defines (`fn`, `struct`, `enum`, `trait`, `type`, `const`,
     /// `static`, `union`, `macro_rules!`), at any depth.
     pub defines: Vec<String>,
-    /// How many times each identifier occurs outside `use` declarations.
+    /// How many times each identifier occurs bare (not after `::` or `.`) outside `use`
+    /// declarations.
     pub idents_outside_use: std::collections::BTreeMap<String, usize>,
 }
 
@@ -219,10 +224,10 @@ pub fn read(code: &str) -> Reading {
             "mod" if text(i + 2) == ";" || text(i + 2) == "{" => {
                 r.mods.push((inline(&braces), text(i + 1).to_string(), text(i + 2) == ";"));
             }
-            "fn" | "struct" | "enum" | "trait" | "type" | "const" | "static" | "union" => {
-                if text(i + 1).chars().next().is_some_and(|c| c.is_alphabetic() || c == '_') {
-                    r.defines.push(text(i + 1).to_string());
-                }
+            "fn" | "struct" | "enum" | "trait" | "type" | "const" | "static" | "union"
+                if text(i + 1).chars().next().is_some_and(|c| c.is_alphabetic() || c == '_') =>
+            {
+                r.defines.push(text(i + 1).to_string());
             }
             "macro_rules" if text(i + 1) == "!" => r.defines.push(text(i + 2).to_string()),
             "use" if text(i + 1) != "<" => {
@@ -246,9 +251,17 @@ pub fn read(code: &str) -> Reading {
                 j += 2;
             }
             let bound = segs.last().cloned().unwrap_or_default();
-            r.named.push(Named { segs, inline: inline(&braces), in_use: false, reexport: false, bound, line: t[i].line });
+            r.named.push(Named {
+                segs,
+                inline: inline(&braces),
+                in_use: false,
+                reexport: false,
+                bound,
+                line: t[i].line,
+            });
         }
-        if w.chars().next().is_some_and(is_ident_char) {
+        // A name used bare (not a later segment of a path, a field or a method).
+        if w.chars().next().is_some_and(is_ident_char) && !(i > 0 && matches!(text(i - 1), "::" | ".")) {
             *r.idents_outside_use.entry(w.to_string()).or_default() += 1;
         }
         i += 1;
@@ -292,7 +305,14 @@ fn use_tree(t: &[Token], j: &mut usize, prefix: Vec<String>, ctx: &(Vec<String>,
         if w == "*" {
             segs.push("*".into());
             *j += 1;
-            out.push(Named { segs, inline: ctx.0.clone(), in_use: true, reexport: ctx.1, bound: "*".into(), line: ctx.2 });
+            out.push(Named {
+                segs,
+                inline: ctx.0.clone(),
+                in_use: true,
+                reexport: ctx.1,
+                bound: "*".into(),
+                line: ctx.2,
+            });
             break;
         }
         if !w.chars().next().is_some_and(is_ident_char) {
