@@ -1,7 +1,7 @@
 //! Every `OXCCL_*` variable, declared once: its name, the kind of value it takes (which
 //! decides its parser), its default and a one-line doc. [`Config`](super::Config) resolves
-//! them, [`Config::set`](super::Config::set) accepts them by name, and a test keeps the
-//! README's table and `SETTINGS.md` equal to [`markdown_table`].
+//! them, [`Config::set`](super::Config::set) accepts them by name, and a test keeps
+//! `SETTINGS.md` (which the README links) equal to [`markdown_table`].
 
 use super::parse;
 
@@ -569,7 +569,7 @@ pub fn find(name: &str) -> Option<&'static Setting> {
     ALL.iter().find(|s| s.name.eq_ignore_ascii_case(name.trim()))
 }
 
-/// The settings table of the README and `SETTINGS.md`, one row per setting.
+/// The settings table of `SETTINGS.md`, one row per setting.
 pub fn markdown_table() -> String {
     let mut out = String::from("| variable | meaning | default |\n|---|---|---|\n");
     for s in ALL {

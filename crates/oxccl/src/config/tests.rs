@@ -242,11 +242,9 @@ fn the_docs_list_every_setting_as_the_registry_declares_it() {
     let table = registry::markdown_table();
     let settings_md = include_str!("SETTINGS.md");
     assert_eq!(settings_md, table, "config/SETTINGS.md differs from the registry; write it as:\n{table}");
+    // The README names the common settings and links the full table.
     let readme = include_str!("../../../../README.md");
-    assert!(
-        readme.contains(&table),
-        "the README's settings table differs from the registry; replace it with:\n{table}"
-    );
+    assert!(readme.contains("(crates/oxccl/src/config/SETTINGS.md)"), "the README links config/SETTINGS.md");
     // Every `OXCCL_*` name the README mentions is a setting (test harness variables aside).
     let mut rest = readme;
     while let Some(i) = rest.find("OXCCL_") {
