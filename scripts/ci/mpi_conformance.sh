@@ -61,7 +61,7 @@ for np in 2 3 4; do
 done
 unset OXCCL_CONFORMANCE_QUICK
 
-# Device buffers staged through pinned host temporaries (backend/staging.rs), forced on host
+# Device buffers staged through pinned host temporaries (staging/whole.rs), forced on host
 # buffers: the quick matrix at -np 2.
 start=$(date +%s)
 out=$(OXCCL_MPI_FORCE_STAGING=1 OXCCL_CONFORMANCE_QUICK=1 timeout 300 "${MPIRUN[@]}" -x OXCCL_MPI_FORCE_STAGING -np 2 "$CONF" 2>&1) || true

@@ -38,8 +38,9 @@
 //! Layers, top to bottom (each calls only downward; `ARCHITECTURE.md` has the map):
 //! [`init`]/[`local`] (make communicators) → [`Communicator`] (typed, checked, async with
 //! [`Scope`]/[`Work`]) → the backends (`cpu`, [`mpi`]) → [`backend`] (the type-erased trait
-//! and what every engine shares) and [`bootstrap`] (launchers, rendezvous store) → the
-//! vocabulary ([`DType`], [`ReduceOp`], [`Error`], [`config`], ...).
+//! and what every engine shares), [`staging`] (device buffers through pinned host memory)
+//! and [`bootstrap`] (launchers, rendezvous store) → the vocabulary ([`DType`],
+//! [`ReduceOp`], [`Error`], [`config`], ...).
 
 #![deny(missing_docs)]
 
@@ -61,8 +62,8 @@ pub mod mpi;
 mod names;
 mod op_kind;
 pub mod perf;
-pub mod pinned;
 pub mod reduce_op;
+pub mod staging;
 mod sync;
 pub mod tensor;
 #[cfg(feature = "testing")]
@@ -86,6 +87,9 @@ pub use init::local;
 pub use init::{init, join, select};
 pub use mesh::DeviceMesh;
 pub use reduce_op::ReduceOp;
+/// The pinned (page-locked) host memory pool, at the path it has always had: the same module
+/// as [`staging::pinned`].
+pub use staging::pinned;
 pub use tensor::Tensor;
 pub use xccl::memory::{DeviceBuffer, DeviceView, DeviceViewMut, Gpu};
 

@@ -135,7 +135,7 @@ fn double_of(
 /// # Errors
 /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) when `ordinal >= devices`.
 pub fn host_gpu(devices: u32, ordinal: u32) -> Result<crate::xccl::memory::Gpu> {
-    use crate::backend::staging::{register_device_copy, DeviceKind};
+    use crate::staging::{register_device_copy, DeviceKind};
     use crate::xccl::runtime::{host::HostRuntime, DeviceRuntime};
     static SHARED: std::sync::Mutex<Option<(u32, Arc<dyn DeviceRuntime>)>> = std::sync::Mutex::new(None);
     let rt = {

@@ -6,8 +6,8 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use oxccl::backend::staging::{register_device_copy, DeviceCopy, DeviceKind};
 use oxccl::backend::{RawBuf, RawBufMut};
+use oxccl::staging::{register_device_copy, DeviceCopy, DeviceKind};
 use oxccl::{local, Buffer, BufferMut, Device, Element, Error, ReduceOp};
 
 /// Host memory that says it is on `cuda:0`.

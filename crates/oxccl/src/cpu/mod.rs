@@ -26,7 +26,6 @@ pub mod local;
 pub mod point_to_point;
 pub mod selector;
 pub mod setup;
-pub(crate) mod staged;
 pub mod transport;
 
 /// The SplitMix64 increment (2^64 / golden ratio).

@@ -84,7 +84,7 @@ fn first_available<T>(cfg: &ResolvedConfig, create: impl Fn(&dyn BackendFactory)
 pub(crate) fn install_staging_loader() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
-        crate::backend::staging::install_loader(Box::new(crate::xccl::factory::staging_copy));
+        crate::staging::install_loader(Box::new(crate::xccl::factory::staging_copy));
     });
 }
 

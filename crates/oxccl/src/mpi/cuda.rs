@@ -7,7 +7,7 @@
 //!   so the build never needs `mpi-ext.h`. [`MpiConfig::cuda_aware`](super::MpiConfig)
 //!   overrides the answer (`yes`: trust the library, e.g. MVAPICH2-GDR or a Cray MPICH with
 //!   `MPICH_GPU_SUPPORT_ENABLED=1`, which have no such query; `no`: always stage).
-//! * **Staging** ([`crate::backend::staging`], shared with the `cpu` backend): device inputs
+//! * **Staging** ([`crate::staging`], shared with the `cpu` backend): device inputs
 //!   are copied into pinned host temporaries before the operation is posted, device outputs
 //!   received into them and copied back once it has completed. Host memory "stages" with
 //!   `memcpy`, which is how the path is tested without a GPU (`OXCCL_MPI_FORCE_STAGING=1`

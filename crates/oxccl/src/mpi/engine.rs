@@ -55,7 +55,6 @@ use super::runtime::Runtime;
 use super::side::{self, Msg, WORDS};
 use super::state::{Abandoned, Active, Body, Cell, Progress, RecvSpec, Shared, State};
 use crate::algorithm::Algorithm;
-use crate::backend::staging::{self, Staged};
 use crate::backend::CallOptions;
 use crate::backend::{Completion, MessageInfo, Op, P2p, RawBuf, RawBufMut};
 use crate::config::ResolvedConfig;
@@ -63,6 +62,7 @@ use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, OpKind};
+use crate::staging::{self, Staged};
 
 /// Polls `shared` until `cell` completes or `timeout` (None: until the operation's own
 /// deadline, which the poll enforces) passes.

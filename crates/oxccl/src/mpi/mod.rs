@@ -91,8 +91,8 @@ mod state;
 #[cfg(feature = "mpi")]
 mod ulfm;
 
-pub use crate::backend::staging::{register_device_copy, DeviceCopy, DeviceKind};
 pub use crate::config::mpi::{CudaAware, HalfReduce, MpiConfig, ThreadLevel};
+pub use crate::staging::{register_device_copy, DeviceCopy, DeviceKind};
 #[cfg(feature = "mpi")]
 pub use backend::MpiBackend;
 pub use cuda::CudaSupport;

@@ -12,11 +12,11 @@ use super::runtime::Runtime;
 use super::side::{Msg, Outbox};
 use crate::backend::completion::CompletionSlot;
 use crate::backend::poison::Poison;
-use crate::backend::staging::Staged;
 use crate::backend::{Completion, Op, RawBufMut};
 use crate::config::ResolvedConfig;
 use crate::error::Result;
 use crate::fingerprint::Fingerprint;
+use crate::staging::Staged;
 
 /// The completion of one operation: its result, and the communicator a split creates.
 #[derive(Default)]

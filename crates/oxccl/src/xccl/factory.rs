@@ -13,12 +13,12 @@ use super::library::{Flavor, Library, SearchEnv};
 use super::runtime::DeviceRuntime;
 use super::staging_copy::{RuntimeCopy, RuntimePinner};
 use crate::backend::factory::BackendFactory;
-use crate::backend::staging::{self, DeviceKind};
 use crate::backend::Backend;
 use crate::bootstrap::env::LaunchInfo;
 use crate::config::{BackendChoice, HostBuffers, ResolvedConfig};
 use crate::cpu::factory::CpuFactory;
 use crate::error::{Error, Result};
+use crate::staging::{self, DeviceKind};
 
 /// The factory of one GPU backend.
 pub(crate) struct GpuFactory {
@@ -120,7 +120,7 @@ fn load_runtime(flavor: Flavor) -> std::result::Result<Arc<dyn DeviceRuntime>, E
     staging::register_device_copy(kind, Arc::new(RuntimeCopy::new(Arc::clone(&rt))));
     // The pinned pool registers its buffers with this runtime, if it has not started with
     // another pinner (then its buffers stay mlocked: still pinned, only not device-mapped).
-    if let Err(e) = crate::pinned::install_pinner(Arc::new(RuntimePinner::new(Arc::clone(&rt)))) {
+    if let Err(e) = staging::pinned::install_pinner(Arc::new(RuntimePinner::new(Arc::clone(&rt)))) {
         tracing::debug!("the pinned pool keeps its pinner: {e}");
     }
     Ok(rt)

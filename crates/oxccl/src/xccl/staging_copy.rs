@@ -1,5 +1,5 @@
 //! A vendor runtime as the copy functions of the host backends' staging
-//! ([`crate::backend::staging`]): when the `cpu` or `mpi` backend runs a collective on CUDA or
+//! ([`crate::staging`]): when the `cpu` or `mpi` backend runs a collective on CUDA or
 //! ROCm memory, it copies through these; and as the pinner of the pinned pool
 //! ([`RuntimePinner`]), so staging buffers are registered with the device.
 //!
@@ -10,10 +10,10 @@
 use std::sync::Arc;
 
 use super::runtime::{CopyKind, DeviceRuntime, RawStream, Vendor};
-use crate::backend::staging::DeviceCopy;
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::pinned::Pinner;
+use crate::staging::pinned::Pinner;
+use crate::staging::DeviceCopy;
 
 /// Copies between device and host memory through one vendor runtime.
 pub(crate) struct RuntimeCopy {
@@ -118,7 +118,7 @@ mod tests {
     fn the_pool_pins_through_the_runtime() {
         let rt: Arc<dyn DeviceRuntime> = Arc::new(HostRuntime::new(1));
         let pinner = Arc::new(RuntimePinner::new(Arc::clone(&rt)));
-        let pool = crate::pinned::PinnedPool::new(1 << 20, pinner);
+        let pool = crate::staging::pinned::PinnedPool::new(1 << 20, pinner);
         let mut a = pool.acquire(100_000).unwrap();
         a.as_mut_slice().fill(3);
         let s = pool.stats();

@@ -46,7 +46,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "config",
         ],
     ),
-    ("shared below the backends", &["backend", "bootstrap", "pinned", "topology"]),
+    ("shared below the backends", &["backend", "bootstrap", "staging", "topology"]),
     ("backends", &["cpu", "mpi", "xccl"]),
     ("observability", &["perf"]),
     ("front door", &["communicator", "tensor", "mesh", "tuning"]),
@@ -80,10 +80,12 @@ const SAME_LAYER: &[(&str, &str)] = &[
     // The GPU backends run their host side (bootstrap, fingerprint checks, point-to-point
     // envelopes, liveness) over a cpu communicator, as torch runs gloo beside nccl.
     ("xccl", "cpu"),
-    // The pinned pool's memlock error quotes the host's limit as the topology reads it.
-    ("pinned", "topology"),
-    // Staging device buffers (backend/staging.rs) leases its host temporaries from the pool.
-    ("backend", "pinned"),
+    // The pinned pool's memlock error (staging/pinned/) quotes the host's limit as the
+    // topology reads it.
+    ("staging", "topology"),
+    // Staging rewrites an operation's buffers (backend's Op, RawBuf) and runs its chunks to a
+    // backend's Completion.
+    ("staging", "backend"),
     // A backend may be made through a caller's store (`BackendFactory::create_rendezvous`
     // takes the bootstrap's `Rendezvous`).
     ("backend", "bootstrap"),

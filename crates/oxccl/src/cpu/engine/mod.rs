@@ -32,7 +32,6 @@ use crate::algorithm::Algorithm;
 use crate::backend::completion::CompletionSlot;
 use crate::backend::peer_waits::PeerWaits;
 use crate::backend::poison::Poison;
-use crate::backend::staging;
 use crate::backend::CallOptions;
 use crate::backend::{Agreement, Backend, Completion, MessageInfo, Mode, Op, P2p, Pending};
 use crate::config::ResolvedConfig;
@@ -41,6 +40,7 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
 use crate::op_kind::OpKind;
+use crate::staging;
 
 /// The id of a world's first communicator; sub-communicators derive theirs from it.
 pub const WORLD_COMM_ID: u64 = 1;
@@ -349,7 +349,7 @@ impl Inner {
     }
 
     /// Runs `op`, whose buffers are in device memory, on host temporaries: device inputs are
-    /// copied in first, outputs copied back after (`backend::staging`). A copy that fails
+    /// copied in first, outputs copied back after (`staging/`). A copy that fails
     /// poisons the communicator and tells the peers, so they fail instead of waiting.
     fn execute_staged(&self, op: &Op, opts: &CallOptions) -> Result<Completion> {
         let fail = |e: Error| {
@@ -359,7 +359,7 @@ impl Inner {
         let force = self.cfg.cpu.force_staging;
         let staged_here = |d: Device| force || d != Device::Cpu;
         // Large all_reduce and broadcast: chunks, with the copies overlapping the collectives.
-        if let Some(r) = super::staged::run(op, staged_here, self.name, |chunk| self.execute_host(&chunk, opts)) {
+        if let Some(r) = staging::pipelined::run(op, staged_here, self.name, |chunk| self.execute_host(&chunk, opts)) {
             return r.map_err(|e| match e {
                 // A collective's own failure has already poisoned the communicator (and a
                 // refused argument must not).

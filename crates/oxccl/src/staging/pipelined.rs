@@ -9,7 +9,8 @@
 //! (n + 1)` bytes each, so a host buffer holds its input and output in `CHUNK` bytes), copied
 //! with one device copy per block. Other operations (all_to_all, gather, scatter, the `v`
 //! forms, point-to-point), and buffers of one chunk or less, are staged whole
-//! (`backend::staging`).
+//! (`whole.rs`). The backend runs each chunk ([`run`]'s `run_chunk`); the `cpu` backend
+//! pipelines this way.
 //!
 //! Cost, with `k` chunks of `c` bytes: about `copy(c) + k · max(collective(c), 2 · copy(c))
 //! + copy(c)` instead of `copy(bytes) + collective(bytes) + copy(bytes)`.
@@ -21,7 +22,8 @@
 use std::sync::mpsc;
 use std::sync::Arc;
 
-use crate::backend::staging::{copier_for, DeviceCopy, Temp};
+use super::copy::{copier_for, DeviceCopy};
+use super::temp::Temp;
 use crate::backend::{Completion, Op, RawBufMut};
 use crate::device::Device;
 use crate::error::{Error, Result};

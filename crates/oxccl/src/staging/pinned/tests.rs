@@ -330,7 +330,7 @@ const CHILD: &str = "OXCCL_PINNED_TEST_RLIMIT_CHILD";
 fn the_real_rlimit_refusal_in_a_child_process() {
     let exe = std::env::current_exe().unwrap();
     let out = std::process::Command::new(exe)
-        .args(["--exact", "pinned::tests::rlimit_child", "--ignored", "--nocapture", "--test-threads=1"])
+        .args(["--exact", "staging::pinned::tests::rlimit_child", "--ignored", "--nocapture", "--test-threads=1"])
         .env(CHILD, "1")
         .output()
         .unwrap();
