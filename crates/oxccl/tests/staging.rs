@@ -265,3 +265,16 @@ fn a_failed_copy_in_the_pipeline_is_an_error_not_a_hang() {
         }
     }
 }
+
+/// The paths of before `oxccl::staging` (`oxccl::backend::staging`, `oxccl::mpi`'s copy
+/// registry, `oxccl::pinned`) still name its items.
+#[test]
+fn the_former_public_paths_name_the_same_items() {
+    let _: fn(DeviceKind, Arc<dyn oxccl::backend::staging::DeviceCopy>) = oxccl::backend::staging::register_device_copy;
+    let _: fn(oxccl::mpi::DeviceKind, Arc<dyn oxccl::mpi::DeviceCopy>) = oxccl::mpi::register_device_copy;
+    let _: fn(oxccl::backend::staging::Loader) = oxccl::staging::install_loader;
+    let _: Option<oxccl::backend::staging::Staged> = None::<oxccl::staging::Staged>;
+    let _: fn() -> oxccl::Result<Arc<oxccl::pinned::PinnedPool>> = oxccl::staging::pinned::global;
+    let (old, new) = (oxccl::pinned::global().unwrap(), oxccl::staging::pinned::global().unwrap());
+    assert!(Arc::ptr_eq(&old, &new), "one process-wide pool");
+}

@@ -19,6 +19,7 @@ pub mod options;
 pub mod peer_waits;
 pub mod poison;
 pub mod reduce;
+pub mod staging;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -22,7 +22,8 @@
 //! backends and names none of them.
 //!
 //! The public paths of before still name the same items: `oxccl::pinned` is this module's
-//! [`pinned`], `oxccl::mpi` re-exports the copy registry's.
+//! [`pinned`], `oxccl::backend::staging` re-exports the items below, `oxccl::mpi` the copy
+//! registry's.
 
 mod copy;
 pub mod pinned;
