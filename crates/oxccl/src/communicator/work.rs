@@ -193,7 +193,7 @@ impl Communicator {
     }
 
     /// Runs `f` with a [`Scope`] in which async operations borrow buffers soundly; returns
-    /// once every operation started in it has completed. See [`work`].
+    /// once every operation started in it has completed. See [`work`](crate::communicator::work).
     ///
     /// # Errors
     /// The closure's error; otherwise the first error of an operation started in the scope.
