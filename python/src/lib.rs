@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use oxccl::backend::{RawBuf, RawBufMut};
-use oxccl::{Buffer, BufferMut, Communicator, DType, Device, Element, Error, ReduceOp};
+use oxccl::{with_dtype, Buffer, BufferMut, Communicator, DType, Device, Element, Error, ReduceOp};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -97,54 +97,6 @@ fn common_dtype(ds: &[&Desc]) -> PyResult<DType> {
         }
     }
     Ok(first)
-}
-
-/// Runs `$body` with `$T` bound to the Rust type of `$dtype`.
-macro_rules! with_dtype {
-    ($dtype:expr, $T:ident => $body:expr) => {
-        match $dtype {
-            DType::I8 => {
-                type $T = i8;
-                $body
-            }
-            DType::U8 => {
-                type $T = u8;
-                $body
-            }
-            DType::I32 => {
-                type $T = i32;
-                $body
-            }
-            DType::U32 => {
-                type $T = u32;
-                $body
-            }
-            DType::I64 => {
-                type $T = i64;
-                $body
-            }
-            DType::U64 => {
-                type $T = u64;
-                $body
-            }
-            DType::F16 => {
-                type $T = oxccl::f16;
-                $body
-            }
-            DType::BF16 => {
-                type $T = oxccl::bf16;
-                $body
-            }
-            DType::F32 => {
-                type $T = f32;
-                $body
-            }
-            DType::F64 => {
-                type $T = f64;
-                $body
-            }
-        }
-    };
 }
 
 /// `oxccl::Error` as the exception class of `oxccl.errors` for its kind.

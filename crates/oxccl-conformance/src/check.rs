@@ -391,55 +391,6 @@ macro_rules! placed {
 }
 pub(crate) use placed;
 
-/// Runs `$body` with the type alias `$T` bound to the Rust type of `$dtype`.
-macro_rules! with_dtype {
-    ($dtype:expr, $T:ident => $body:expr) => {
-        match $dtype {
-            oxccl::DType::I8 => {
-                type $T = i8;
-                $body
-            }
-            oxccl::DType::U8 => {
-                type $T = u8;
-                $body
-            }
-            oxccl::DType::I32 => {
-                type $T = i32;
-                $body
-            }
-            oxccl::DType::U32 => {
-                type $T = u32;
-                $body
-            }
-            oxccl::DType::I64 => {
-                type $T = i64;
-                $body
-            }
-            oxccl::DType::U64 => {
-                type $T = u64;
-                $body
-            }
-            oxccl::DType::F16 => {
-                type $T = half::f16;
-                $body
-            }
-            oxccl::DType::BF16 => {
-                type $T = half::bf16;
-                $body
-            }
-            oxccl::DType::F32 => {
-                type $T = f32;
-                $body
-            }
-            oxccl::DType::F64 => {
-                type $T = f64;
-                $body
-            }
-        }
-    };
-}
-pub(crate) use with_dtype;
-
 #[cfg(test)]
 mod tests {
     use super::*;

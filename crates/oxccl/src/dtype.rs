@@ -97,6 +97,81 @@ pub trait Element: bytemuck::Pod + Send + Sync + PartialEq + fmt::Debug + 'stati
     const DTYPE: DType;
 }
 
+/// `with_dtype!(dtype, T => body)`: evaluates the expression `body` with the type alias `T`
+/// bound to the Rust type of the [`DType`] `dtype` (`i8`, ..., [`f16`](crate::f16), `f64`): the one
+/// bridge from a dtype known at run time to the typed API (a generic function `f::<T>`, a
+/// typed buffer). `body` is compiled once per dtype, so it must have the same type for
+/// each. It is not a closure: `?` and `return` in it act on the function that invokes the
+/// macro.
+///
+/// ```
+/// use oxccl::{DType, Element, Tensor};
+///
+/// fn zeros(dtype: DType, n: usize) -> oxccl::Result<Tensor> {
+///     oxccl::with_dtype!(dtype, T => Tensor::from_vec(vec![T::default(); n], &[n]))
+/// }
+///
+/// // `?` leaves `first`, not the arm.
+/// fn first(t: &Tensor) -> oxccl::Result<String> {
+///     Ok(oxccl::with_dtype!(t.dtype(), T => format!("{:?}", t.as_slice::<T>()?[0])))
+/// }
+///
+/// for dtype in DType::ALL {
+///     let t = zeros(dtype, 3).unwrap();
+///     assert_eq!(t.dtype(), dtype);
+///     assert_eq!(oxccl::with_dtype!(dtype, T => <T as Element>::DTYPE), dtype);
+///     assert_eq!(oxccl::with_dtype!(dtype, T => std::mem::size_of::<T>()), dtype.size());
+///     assert!(first(&t).unwrap().starts_with('0'));
+/// }
+/// ```
+#[macro_export]
+macro_rules! with_dtype {
+    ($dtype:expr, $T:ident => $body:expr) => {
+        match $dtype {
+            $crate::dtype::DType::I8 => {
+                type $T = i8;
+                $body
+            }
+            $crate::dtype::DType::U8 => {
+                type $T = u8;
+                $body
+            }
+            $crate::dtype::DType::I32 => {
+                type $T = i32;
+                $body
+            }
+            $crate::dtype::DType::U32 => {
+                type $T = u32;
+                $body
+            }
+            $crate::dtype::DType::I64 => {
+                type $T = i64;
+                $body
+            }
+            $crate::dtype::DType::U64 => {
+                type $T = u64;
+                $body
+            }
+            $crate::dtype::DType::F16 => {
+                type $T = $crate::f16;
+                $body
+            }
+            $crate::dtype::DType::BF16 => {
+                type $T = $crate::bf16;
+                $body
+            }
+            $crate::dtype::DType::F32 => {
+                type $T = f32;
+                $body
+            }
+            $crate::dtype::DType::F64 => {
+                type $T = f64;
+                $body
+            }
+        }
+    };
+}
+
 macro_rules! element {
     ($($t:ty => $d:ident),* $(,)?) => {$(
         impl Element for $t { const DTYPE: DType = DType::$d; }

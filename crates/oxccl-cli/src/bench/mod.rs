@@ -39,8 +39,7 @@ pub mod timing;
 
 use std::time::Instant;
 
-use half::{bf16, f16};
-use oxccl::{Communicator, DType, ReduceOp};
+use oxccl::{with_dtype, Communicator, ReduceOp};
 
 use check::CheckCtx;
 use elem::BenchElem;
@@ -138,18 +137,7 @@ pub fn run_process(backend: Option<&str>, plan: &Plan) -> Result<u64, String> {
 /// # Errors
 /// An operation's error, prefixed with the rank; a JSON file that cannot be written.
 pub fn run_rank(comm: &Communicator, plan: &Plan) -> Result<u64, String> {
-    match plan.dtype {
-        DType::I8 => run_typed::<i8>(comm, plan),
-        DType::U8 => run_typed::<u8>(comm, plan),
-        DType::I32 => run_typed::<i32>(comm, plan),
-        DType::U32 => run_typed::<u32>(comm, plan),
-        DType::I64 => run_typed::<i64>(comm, plan),
-        DType::U64 => run_typed::<u64>(comm, plan),
-        DType::F16 => run_typed::<f16>(comm, plan),
-        DType::BF16 => run_typed::<bf16>(comm, plan),
-        DType::F32 => run_typed::<f32>(comm, plan),
-        DType::F64 => run_typed::<f64>(comm, plan),
-    }
+    with_dtype!(plan.dtype, T => run_typed::<T>(comm, plan))
 }
 
 fn run_typed<T: BenchElem>(comm: &Communicator, plan: &Plan) -> Result<u64, String> {
@@ -348,6 +336,7 @@ fn memcpy_time(bytes: usize, warmup: usize, iters: usize) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use oxccl::DType;
 
     fn plan(ops: Vec<BenchOp>, dtype: DType, redop: ReduceOp) -> Plan {
         Plan {

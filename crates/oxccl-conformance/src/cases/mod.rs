@@ -18,9 +18,9 @@ pub(crate) mod groups;
 pub(crate) mod p2p;
 mod support;
 
-use oxccl::{Algorithm, Communicator, DType, OpKind, ReduceOp};
+use oxccl::{with_dtype, Algorithm, Communicator, DType, OpKind, ReduceOp};
 
-use crate::check::{with_dtype, Cx, Verdict};
+use crate::check::{Cx, Verdict};
 use crate::options::SuiteOptions;
 
 use support::{algos, case, case_min, counts, dtypes, Case, Form};

@@ -3,10 +3,10 @@
 
 use std::time::{Duration, Instant};
 
-use oxccl::{Algorithm, Communicator, DType, MessageInfo, OpKind};
+use oxccl::{with_dtype, Algorithm, Communicator, DType, MessageInfo, OpKind};
 
 use super::support::{algos, case, counts, dtypes, Case};
-use crate::check::{call, placed, with_dtype, Check, Cx, Placed, PlacedIn, Point, Verdict};
+use crate::check::{call, placed, Check, Cx, Placed, PlacedIn, Point, Verdict};
 use crate::element::TestElement;
 use crate::inputs::Dist;
 use crate::options::SuiteOptions;

@@ -10,6 +10,7 @@ use half::{bf16, f16};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::reduce_op::ReduceOp;
+use crate::with_dtype;
 
 mod sealed {
     pub trait Sealed {}
@@ -131,23 +132,6 @@ fn misaligned(e: bytemuck::PodCastError) -> Error {
     Error::invalid(format!("buffer is not aligned for its element type ({e:?})"))
 }
 
-macro_rules! by_dtype {
-    ($dtype:expr, $f:ident, $($args:expr),*) => {
-        match $dtype {
-            DType::I8 => $f::<i8>($($args),*),
-            DType::U8 => $f::<u8>($($args),*),
-            DType::I32 => $f::<i32>($($args),*),
-            DType::U32 => $f::<u32>($($args),*),
-            DType::I64 => $f::<i64>($($args),*),
-            DType::U64 => $f::<u64>($($args),*),
-            DType::F16 => $f::<f16>($($args),*),
-            DType::BF16 => $f::<bf16>($($args),*),
-            DType::F32 => $f::<f32>($($args),*),
-            DType::F64 => $f::<f64>($($args),*),
-        }
-    };
-}
-
 /// `acc[i] = acc[i] (op) src[i]` for every element. `Avg` combines as `Sum`
 /// (the division happens once, in [`divide`]).
 ///
@@ -160,7 +144,7 @@ pub fn combine(dtype: DType, op: ReduceOp, acc: &mut [u8], src: &[u8]) -> Result
     if acc.is_empty() {
         return Ok(());
     }
-    by_dtype!(dtype, combine_typed, op, acc, src)
+    with_dtype!(dtype, T => combine_typed::<T>(op, acc, src))
 }
 
 /// `dst = a (op) b`, element-wise (`Avg` adds: its division comes last, as in [`combine`]);
@@ -181,7 +165,7 @@ pub fn combine_into(dtype: DType, op: ReduceOp, dst: &mut [u8], a: &[u8], b: &[u
     if dst.is_empty() {
         return Ok(());
     }
-    by_dtype!(dtype, combine3_typed, op, dst, a, b)
+    with_dtype!(dtype, T => combine3_typed::<T>(op, dst, a, b))
 }
 
 fn divide_typed<T: Arith>(buf: &mut [u8], n: usize) -> Result<()> {
@@ -201,7 +185,7 @@ pub fn divide(dtype: DType, buf: &mut [u8], n: usize) -> Result<()> {
     if buf.is_empty() {
         return Ok(());
     }
-    by_dtype!(dtype, divide_typed, buf, n)
+    with_dtype!(dtype, T => divide_typed::<T>(buf, n))
 }
 
 /// Converts `f16`/`bf16` elements to `f32` (`dtype` must be one of the two).
@@ -340,10 +324,10 @@ pub fn reduce_sources(dtype: DType, op: ReduceOp, srcs: &[&[u8]], dst: &mut [u8]
     match srcs {
         [] => {}
         [one] => dst.copy_from_slice(one),
-        [a, b, ..] => by_dtype!(dtype, combine3_typed, op, dst, a, b)?,
+        [a, b, ..] => with_dtype!(dtype, T => combine3_typed::<T>(op, dst, a, b))?,
     }
     for s in srcs.iter().skip(2) {
-        by_dtype!(dtype, combine_typed, op, dst, s)?;
+        with_dtype!(dtype, T => combine_typed::<T>(op, dst, s))?;
     }
     if op == ReduceOp::Avg {
         divide(dtype, dst, srcs.len())?;

@@ -5,6 +5,7 @@ use super::{copy_blocks, shape_numel, swap_leading, Tensor};
 use crate::communicator::Communicator;
 use crate::error::{Error, Result};
 use crate::reduce_op::ReduceOp;
+use crate::with_dtype;
 
 /// Tensor collectives: each dispatches on the tensor's dtype to the typed collective, with
 /// the tensor's memory where it lives (host or device memory; a backend refuses memory it
@@ -24,7 +25,7 @@ impl Communicator {
     /// [`Error::PeerLost`], [`Error::Aborted`]).
     pub fn all_reduce_tensor(&self, tensor: &mut Tensor, op: ReduceOp) -> Result<()> {
         const WHAT: &str = "all_reduce_tensor";
-        with_dtype!(tensor.dtype, |T| self.all_reduce(&mut tensor.buf_mut::<T>(WHAT)?, op))
+        with_dtype!(tensor.dtype, T => self.all_reduce(&mut tensor.buf_mut::<T>(WHAT)?, op))
     }
 
     /// Broadcast in place: every rank's `tensor` becomes the root's.
@@ -34,7 +35,7 @@ impl Communicator {
     /// backend cannot reach; communication errors.
     pub fn broadcast_tensor(&self, tensor: &mut Tensor, root: usize) -> Result<()> {
         const WHAT: &str = "broadcast_tensor";
-        with_dtype!(tensor.dtype, |T| self.broadcast(&mut tensor.buf_mut::<T>(WHAT)?, root))
+        with_dtype!(tensor.dtype, T => self.broadcast(&mut tensor.buf_mut::<T>(WHAT)?, root))
     }
 
     /// All-gather along `dim`: the result concatenates every rank's `input` along `dim` in
@@ -58,7 +59,7 @@ impl Communicator {
         // Checked before communicating, so a result too large fails on every rank alike.
         let flat_len = shape_numel(WHAT, &shape, input.dtype.size())?;
         let mut flat = Tensor::alloc(WHAT, &[flat_len], input.dtype, input.place())?;
-        with_dtype!(input.dtype, |T| self.all_gather(&input.buf::<T>(WHAT)?, &mut flat.buf_mut::<T>(WHAT)?))?;
+        with_dtype!(input.dtype, T => self.all_gather(&input.buf::<T>(WHAT)?, &mut flat.buf_mut::<T>(WHAT)?))?;
         if outer == 1 || n == 1 {
             // [n, 1, d, inner] and [1, outer, d, inner] are already [outer, n*d, inner].
             flat.shape = shape;
@@ -104,7 +105,7 @@ impl Communicator {
             &staged
         };
         let mut out = Tensor::alloc(WHAT, &shape, input.dtype, input.place())?;
-        with_dtype!(input.dtype, |T| self.reduce_scatter(&src.buf::<T>(WHAT)?, &mut out.buf_mut::<T>(WHAT)?, op))?;
+        with_dtype!(input.dtype, T => self.reduce_scatter(&src.buf::<T>(WHAT)?, &mut out.buf_mut::<T>(WHAT)?, op))?;
         Ok(out)
     }
 }

@@ -42,56 +42,9 @@ use crate::backend::{RawBuf, RawBufMut};
 use crate::device::Device;
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
+use crate::with_dtype;
 use crate::xccl::bytes::{same_gpu, Block, DeviceBytes};
 use crate::xccl::memory::Gpu;
-
-/// Runs `$body` with the type alias `$T` bound to the Rust type of `$dtype`.
-macro_rules! with_dtype {
-    ($dtype:expr, |$T:ident| $body:expr) => {
-        match $dtype {
-            $crate::dtype::DType::I8 => {
-                type $T = i8;
-                $body
-            }
-            $crate::dtype::DType::U8 => {
-                type $T = u8;
-                $body
-            }
-            $crate::dtype::DType::I32 => {
-                type $T = i32;
-                $body
-            }
-            $crate::dtype::DType::U32 => {
-                type $T = u32;
-                $body
-            }
-            $crate::dtype::DType::I64 => {
-                type $T = i64;
-                $body
-            }
-            $crate::dtype::DType::U64 => {
-                type $T = u64;
-                $body
-            }
-            $crate::dtype::DType::F16 => {
-                type $T = ::half::f16;
-                $body
-            }
-            $crate::dtype::DType::BF16 => {
-                type $T = ::half::bf16;
-                $body
-            }
-            $crate::dtype::DType::F32 => {
-                type $T = f32;
-                $body
-            }
-            $crate::dtype::DType::F64 => {
-                type $T = f64;
-                $body
-            }
-        }
-    };
-}
 
 /// A dense, contiguous, row-major tensor of one [`DType`] on one [`Device`].
 ///
@@ -555,7 +508,7 @@ impl fmt::Debug for Tensor {
             s.field("data", &format_args!("(in device memory; copy it to the host to see it)"));
             return s.finish();
         }
-        with_dtype!(self.dtype, |T| {
+        with_dtype!(self.dtype, T => {
             match self.as_slice::<T>() {
                 Ok(v) if v.len() <= SHOWN => s.field("data", &v),
                 Ok(v) => s.field("data (first 16)", &&v[..SHOWN]),
@@ -566,7 +519,6 @@ impl fmt::Debug for Tensor {
     }
 }
 
-// After `with_dtype!`, which they use.
 mod collectives;
 #[cfg(test)]
 mod tests;

@@ -61,14 +61,14 @@ fn scatter_ref(n: usize, me: usize, shape: [usize; 3], dim: usize) -> (Vec<usize
 }
 
 fn to_dtype(v: &[i64], dtype: DType) -> Tensor {
-    with_dtype!(dtype, |T| {
+    with_dtype!(dtype, T => {
         let data: Vec<T> = v.iter().map(|&x| cast::<T>(x)).collect();
         Tensor::from_vec(data, &[v.len()]).unwrap()
     })
 }
 
 fn from_dtype(t: &Tensor) -> Vec<i64> {
-    with_dtype!(t.dtype(), |T| t.as_slice::<T>().unwrap().iter().map(|&x| uncast::<T>(x)).collect())
+    with_dtype!(t.dtype(), T => t.as_slice::<T>().unwrap().iter().map(|&x| uncast::<T>(x)).collect())
 }
 
 trait Small: Element {
@@ -329,7 +329,7 @@ fn device_round_trips_every_dtype_and_shape() {
             assert_eq!(back.device(), Device::Cpu);
             assert_eq!(back.shape(), shape);
             assert_eq!(back.as_bytes().unwrap(), h.as_bytes().unwrap(), "{d} {shape:?}");
-            with_dtype!(d, |T| assert_eq!(dev.to_vec::<T>().unwrap(), h.to_vec::<T>().unwrap()));
+            with_dtype!(d, T => assert_eq!(dev.to_vec::<T>().unwrap(), h.to_vec::<T>().unwrap()));
             // Already there: the same tensor; to another GPU of the runtime: through the host.
             let same = dev.clone().to_gpu(&g).unwrap();
             assert_eq!(host_bytes(&same), h.as_bytes().unwrap());

@@ -2,9 +2,10 @@
 //!
 //! A file depends on another when its code names an item defined there, by any path:
 //! `crate::a::B`, `super::B`, `self::a::B`, a child module's `a::B`, or through a module it
-//! imported (`use crate::a; a::B`). Re-exports are followed to the file that defines the
-//! item, so a module's facade (`pub use child::B` in `mod.rs`) is not itself a dependency,
-//! unless the file also uses the name it re-exports. `mod child;` declares, it does not
+//! imported (`use crate::a; a::B`); a `#[macro_export]` macro, named `crate::m`, is an item
+//! of the file that defines it. Re-exports are followed to the file that defines the item,
+//! so a module's facade (`pub use child::B` in `mod.rs`) is not itself a dependency, unless
+//! the file also uses the name it re-exports. `mod child;` declares, it does not
 //! depend. Code under `#[cfg(test)]` is left out (see [`super::source`]).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -204,6 +205,13 @@ impl Crate {
                 if g != m && self.readings[file].1.defines.iter().any(|d| d == name) {
                     return self.item(&g, name, depth + 1);
                 }
+            }
+        }
+        if m.is_empty() {
+            // A `#[macro_export]` macro is named at the crate root but defined in its file.
+            let exported = self.readings.values().find(|(_, r)| r.exported_macros.iter().any(|d| d == name));
+            if let Some((module, _)) = exported {
+                return Target::Item(module.clone(), name.to_string());
             }
         }
         here

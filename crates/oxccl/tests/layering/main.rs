@@ -252,7 +252,8 @@ fn the_reader_sees_paths_groups_and_scopes_and_skips_comments_and_tests() {
         "use crate::backend::Op;\nuse crate::{error::Error, dtype};\n// crate::communicator\n\
          pub use self::child::{A as B, c::*};\nmod child;\nmod inner { use super::x::Y; }\n\
          fn f() { let s = \"crate::nope\"; $crate::cpu; crate::tensor::Tensor::new(); child::go(); }\n\
-         #[cfg(test)]\nmod tests { use crate::init; }\n#[cfg(doc)]\nuse crate::mesh;",
+         #[cfg(test)]\nmod tests { use crate::init; }\n#[cfg(doc)]\nuse crate::mesh;\n\
+         macro_rules! local { () => {} }\n#[macro_export]\n#[doc(hidden)]\nmacro_rules! shared { () => {} }",
     );
     let r = source::read(&code);
     let paths: Vec<(String, bool, bool, String, Vec<String>)> =
@@ -272,7 +273,8 @@ fn the_reader_sees_paths_groups_and_scopes_and_skips_comments_and_tests() {
         ]
     );
     assert_eq!(r.mods, vec![(vec![], s("child"), true), (vec![], s("inner"), false)]);
-    assert!(r.defines.contains(&s("f")));
+    assert!(r.defines.contains(&s("f")) && r.defines.contains(&s("local")));
+    assert_eq!(r.exported_macros, vec![s("shared")]);
 }
 
 #[test]

@@ -197,6 +197,9 @@ pub struct Reading {
     /// Names of the items it defines (`fn`, `struct`, `enum`, `trait`, `type`, `const`,
     /// `static`, `union`, `macro_rules!`), at any depth.
     pub defines: Vec<String>,
+    /// The `macro_rules!` it defines under `#[macro_export]`: Rust names them at the crate
+    /// root (`crate::name`), but they are defined (and depended on) here.
+    pub exported_macros: Vec<String>,
     /// How many times each identifier occurs bare (not after `::` or `.`) outside `use`
     /// declarations.
     pub idents_outside_use: std::collections::BTreeMap<String, usize>,
@@ -229,7 +232,12 @@ pub fn read(code: &str) -> Reading {
             {
                 r.defines.push(text(i + 1).to_string());
             }
-            "macro_rules" if text(i + 1) == "!" => r.defines.push(text(i + 2).to_string()),
+            "macro_rules" if text(i + 1) == "!" => {
+                r.defines.push(text(i + 2).to_string());
+                if macro_exported(&t, i) {
+                    r.exported_macros.push(text(i + 2).to_string());
+                }
+            }
             "use" if text(i + 1) != "<" => {
                 let reexport = visibility_before(&t, i);
                 let mut j = i + 1;
@@ -267,6 +275,38 @@ pub fn read(code: &str) -> Reading {
         i += 1;
     }
     r
+}
+
+/// Whether one of the attributes right before `t[i]` is `#[macro_export]`.
+fn macro_exported(t: &[Token], i: usize) -> bool {
+    let mut end = i;
+    while end >= 1 && t[end - 1].text == "]" {
+        // The `[` that opens this attribute.
+        let mut depth = 0;
+        let mut k = end - 1;
+        loop {
+            match t[k].text.as_str() {
+                "]" => depth += 1,
+                "[" => depth -= 1,
+                _ => {}
+            }
+            if depth == 0 {
+                break;
+            }
+            if k == 0 {
+                return false;
+            }
+            k -= 1;
+        }
+        if k == 0 || t[k - 1].text != "#" {
+            return false;
+        }
+        if t[k + 1].text == "macro_export" {
+            return true;
+        }
+        end = k - 1;
+    }
+    false
 }
 
 /// Whether the `use` at `t[i]` is preceded by a visibility (`pub`, `pub(crate)`, …).
