@@ -20,11 +20,11 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+use oxccl::config::parse;
 use oxccl::{DType, ReduceOp};
 
 use bench::ops::BenchOp;
 use bench::progress::ProgressMode;
-use bench::sizes::parse_size;
 use run::spawn::Output;
 use run::LaunchSpec;
 
@@ -402,11 +402,11 @@ struct BenchArgs {
     bind_to: run::bind::BindTo,
 
     /// Smallest size in bytes (K, M, G suffixes: binary).
-    #[arg(short = 'b', long = "minbytes", default_value = "8", value_name = "MIN", value_parser = parse_size)]
+    #[arg(short = 'b', long = "minbytes", default_value = "8", value_name = "MIN", value_parser = parse::size)]
     min: usize,
 
     /// Largest size in bytes.
-    #[arg(short = 'e', long = "maxbytes", default_value = "8M", value_name = "MAX", value_parser = parse_size)]
+    #[arg(short = 'e', long = "maxbytes", default_value = "8M", value_name = "MAX", value_parser = parse::size)]
     max: usize,
 
     /// Multiply the size by this between rows.

@@ -185,16 +185,8 @@ fn l2_cache() -> Option<usize> {
     for entry in std::fs::read_dir(dir).ok()?.flatten() {
         let read = |f: &str| std::fs::read_to_string(entry.path().join(f)).unwrap_or_default();
         if read("level").trim() == "2" && read("type").trim() != "Instruction" {
-            let size = read("size");
-            let size = size.trim();
-            let (digits, unit) = size.split_at(size.find(|c: char| !c.is_ascii_digit()).unwrap_or(size.len()));
-            let scale = match unit {
-                "K" => 1 << 10,
-                "M" => 1 << 20,
-                "" => 1,
-                _ => return None,
-            };
-            return digits.parse::<usize>().ok().map(|d| d * scale);
+            // `2048K`, `1M`: the size grammar of oxccl's settings reads sysfs's too.
+            return oxccl::config::parse::size(&read("size")).ok();
         }
     }
     None

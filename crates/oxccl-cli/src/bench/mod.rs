@@ -14,7 +14,7 @@
 //! - [`algos`]: `--algo all`, every algorithm of each operation side by side;
 //! - [`ops`]: the operations, their buffers and one function per operation;
 //! - [`elem`]: the element types and their expected reductions;
-//! - [`sizes`]: `64K`-style sizes and the sweep;
+//! - [`sizes`]: the sweep of `64K`-style sizes;
 //! - [`join`]: joining a launched job, and the advice when that fails;
 //! - [`check`]: inputs, the buffers filled with them, and expected results;
 //! - [`table`]: the nccl-tests table;
@@ -183,7 +183,7 @@ fn run_typed<T: BenchElem>(comm: &Communicator, plan: &Plan) -> Result<u64, Stri
         }
         let mut rows = Vec::new();
         for size in plan.sizes_of(op) {
-            progress.step(&format!("{op} {}", sizes::format_size(size)));
+            progress.step(&format!("{op} {}", oxccl::config::parse::format_size(size)));
             let row = measure::<T>(comm, gpu.as_ref(), op, size, plan, std::mem::take(&mut first))
                 .map_err(|e| format!("rank {rank}: {op} of {size} bytes: {e}"))?;
             if printer {

@@ -14,12 +14,12 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::OnceLock;
 
+use oxccl::config::parse::format_size;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use serde::Deserialize;
 
 use super::json::Record;
-use super::sizes::format_size;
 
 /// Width and height of a plot, pixels.
 pub const SIZE: (u32, u32) = (1024, 640);
