@@ -203,7 +203,9 @@ fn tune_command(args: TuneArgs) -> ExitCode {
     let r = match args.ranks {
         Some(n) if n < 2 => Err("oxccl tune needs at least 2 ranks".to_string()),
         Some(n) => launch_tune(n, &args),
-        None if std::env::var_os("OXCCL_LAUNCHER").is_none() && std::env::var_os("RANK").is_none() => {
+        None if std::env::var_os(oxccl::bootstrap::env::LAUNCHER_ENV).is_none()
+            && std::env::var_os("RANK").is_none() =>
+        {
             launch_tune(2, &args)
         }
         None => tune_rank(&args),

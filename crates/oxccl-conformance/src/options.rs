@@ -3,6 +3,9 @@
 
 use std::time::Duration;
 
+use oxccl::config::parse;
+use oxccl::config::registry::{self, Setting};
+
 /// The seed used when none is given.
 pub const DEFAULT_SEED: u64 = 0x0C0F_FEE0_DDBA_11AD;
 
@@ -73,12 +76,14 @@ impl SuiteOptions {
         Self::default()
     }
 
-    /// Options from the environment: `OXCCL_CONFORMANCE_FILTER` and `OXCCL_CONFORMANCE_SKIP`
-    /// (comma-separated patterns), `OXCCL_CONFORMANCE_SEED` (integer),
-    /// `OXCCL_CONFORMANCE_QUICK` and `OXCCL_CONFORMANCE_PROGRESS` (`1`/`true`), `OXCCL_CONFORMANCE_TIMEOUT` (seconds, or `250ms`, `2m` ...),
-    /// `OXCCL_CONFORMANCE_DEVICE` (device placement, see [`gpu`](Self::gpu): unset, empty or
-    /// `cpu` for host buffers; `cuda`, `cuda:N`, `rocm`, `rocm:N` for that GPU, ordinal 0
-    /// when omitted).
+    /// Options from the environment, the variables that oxccl's settings registry declares for
+    /// the suite ([`registry::CONFORMANCE`], where each is documented):
+    /// `OXCCL_CONFORMANCE_FILTER` and `OXCCL_CONFORMANCE_SKIP` (comma-separated patterns),
+    /// `OXCCL_CONFORMANCE_SEED` (integer), `OXCCL_CONFORMANCE_QUICK` and
+    /// `OXCCL_CONFORMANCE_PROGRESS` (flags: `1`, `true`, `yes`, `on`, any case),
+    /// `OXCCL_CONFORMANCE_TIMEOUT` (seconds, or `250ms`, `2m` ...), `OXCCL_CONFORMANCE_DEVICE`
+    /// (device placement, see [`gpu`](Self::gpu): unset, empty or `cpu` for host buffers;
+    /// `cuda`, `cuda:N`, `rocm`, `rocm:N` for that GPU, ordinal 0 when omitted).
     ///
     /// Unset or unparsable variables keep the defaults; a bad `OXCCL_CONFORMANCE_DEVICE`,
     /// or a GPU that cannot be opened, is reported on stderr and the suite runs on host
@@ -106,26 +111,27 @@ impl SuiteOptions {
 
     /// The options of [`from_env`](Self::from_env) but the device.
     fn from_env_host() -> Self {
-        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+        // A variable's value when set, not empty, and of its kind; else the default stays.
+        let var = |s: &Setting| s.from_env().ok().flatten();
         let list = |v: String| v.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
+        let flag = |s: &Setting| var(s).map(|v| parse::flag(&v) == Ok(true));
         let mut o = SuiteOptions::default();
-        if let Some(v) = var("OXCCL_CONFORMANCE_FILTER") {
+        if let Some(v) = var(&registry::CONFORMANCE_FILTER) {
             o.filter = list(v);
         }
-        if let Some(v) = var("OXCCL_CONFORMANCE_SKIP") {
+        if let Some(v) = var(&registry::CONFORMANCE_SKIP) {
             o.skip = list(v);
         }
-        if let Some(s) = var("OXCCL_CONFORMANCE_SEED").and_then(|v| v.trim().parse().ok()) {
+        if let Some(s) = var(&registry::CONFORMANCE_SEED).and_then(|v| v.trim().parse().ok()) {
             o.seed = s;
         }
-        if let Some(v) = var("OXCCL_CONFORMANCE_QUICK") {
-            o.quick = matches!(v.trim(), "1" | "true" | "yes");
+        if let Some(q) = flag(&registry::CONFORMANCE_QUICK) {
+            o.quick = q;
         }
-        if let Some(v) = var("OXCCL_CONFORMANCE_PROGRESS") {
-            o.progress = matches!(v.trim(), "1" | "true" | "yes");
+        if let Some(p) = flag(&registry::CONFORMANCE_PROGRESS) {
+            o.progress = p;
         }
-        let timeout = var("OXCCL_CONFORMANCE_TIMEOUT").and_then(|v| oxccl::config::parse_duration(&v).ok());
-        if let Some(t) = timeout.filter(|t| !t.is_zero()) {
+        if let Some(t) = var(&registry::CONFORMANCE_TIMEOUT).and_then(|v| parse::duration(&v).ok()) {
             o.timeout = t;
         }
         o
@@ -179,7 +185,9 @@ impl SuiteOptions {
 
 /// The GPU `OXCCL_CONFORMANCE_DEVICE` names (`None` for unset, empty or `cpu`), opened.
 fn gpu_from_env() -> Result<Option<oxccl::Gpu>, String> {
-    const VAR: &str = "OXCCL_CONFORMANCE_DEVICE";
+    // Read here rather than through `Setting::from_env`, which takes a value that is not
+    // UTF-8 for unset: this one is reported.
+    const VAR: &str = registry::CONFORMANCE_DEVICE.name;
     let raw = match std::env::var(VAR) {
         Ok(v) => v,
         Err(std::env::VarError::NotPresent) => return Ok(None),
@@ -209,6 +217,16 @@ pub fn pattern_matches(pattern: &str, name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The defaults the settings registry documents are the suite's.
+    #[test]
+    fn the_registry_documents_the_defaults() {
+        let d = SuiteOptions::default();
+        assert_eq!(parse::duration(registry::CONFORMANCE_TIMEOUT.default), Ok(d.timeout));
+        assert_eq!(parse::flag(registry::CONFORMANCE_QUICK.default), Ok(d.quick));
+        assert_eq!(parse::flag(registry::CONFORMANCE_PROGRESS.default), Ok(d.progress));
+        assert_eq!(registry::CONFORMANCE.len(), 7);
+    }
 
     #[test]
     fn equality_compares_the_gpu_by_device() {

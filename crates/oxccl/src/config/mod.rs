@@ -3,7 +3,8 @@
 //! variables, which win over the defaults. Everything is resolved once, by
 //! [`Config::resolve`], into the [`ResolvedConfig`] that backends receive; no other code
 //! reads an `OXCCL_*` variable (the launcher's own variables, `RANK`, `MASTER_ADDR`, ...,
-//! are read by `bootstrap`).
+//! are read by `bootstrap`). The `OXCCL_CONFORMANCE_*` rows of the table are the
+//! conformance suite's ([`registry::CONFORMANCE`]), which `Config` leaves alone.
 //!
 //! An empty variable counts as unset. Every error names the variable (or says it was set
 //! with the builder) and the value, and says what is accepted.

@@ -1,7 +1,9 @@
 //! Every `OXCCL_*` variable, declared once: its name, the kind of value it takes (which
-//! decides its parser), its default and a one-line doc. [`Config`](super::Config) resolves
-//! them, [`Config::set`](super::Config::set) accepts them by name, and a test keeps
-//! `SETTINGS.md` (which the README links) equal to [`markdown_table`].
+//! decides its parser), its default and a one-line doc. The library's settings are [`ALL`]:
+//! [`Config`](super::Config) resolves them and [`Config::set`](super::Config::set) accepts
+//! them by name. The conformance suite's are [`CONFORMANCE`]: `oxccl-conformance` reads
+//! them itself. `oxccl info` checks both, and a test keeps `SETTINGS.md` (which the
+//! README links) equal to [`markdown_table`].
 
 use super::parse;
 
@@ -521,7 +523,71 @@ pub const PINNED_LIMIT: Setting = Setting {
     origin: Origin::User,
 };
 
-/// Every setting, in the order the docs list them.
+/// `OXCCL_CONFORMANCE_FILTER`.
+pub const CONFORMANCE_FILTER: Setting = Setting {
+    name: "OXCCL_CONFORMANCE_FILTER",
+    kind: Kind::Text,
+    default: "",
+    default_doc: "every case",
+    doc: "`oxccl-conformance`: run only the cases whose name matches one of these comma-separated patterns: `^prefix` matches names that start with it, any other pattern names that contain it (`all_reduce/f32/sum/ring/in_place`, `p2p/batch_all_pairs/i32`, `errors/mismatch/dtype`)",
+    origin: Origin::User,
+};
+/// `OXCCL_CONFORMANCE_SKIP`.
+pub const CONFORMANCE_SKIP: Setting = Setting {
+    name: "OXCCL_CONFORMANCE_SKIP",
+    kind: Kind::Text,
+    default: "",
+    default_doc: "none",
+    doc: "`oxccl-conformance`: skip the cases whose name matches one of these comma-separated patterns (as in `OXCCL_CONFORMANCE_FILTER`)",
+    origin: Origin::User,
+};
+/// `OXCCL_CONFORMANCE_SEED`.
+pub const CONFORMANCE_SEED: Setting = Setting {
+    name: "OXCCL_CONFORMANCE_SEED",
+    kind: Kind::Count { min: 0, max: u64::MAX },
+    default: "",
+    default_doc: "a fixed seed (`oxccl_conformance::DEFAULT_SEED`)",
+    doc: "`oxccl-conformance`: the seed of every input (a failure reproduces from the seed and the case's name)",
+    origin: Origin::User,
+};
+/// `OXCCL_CONFORMANCE_QUICK`.
+pub const CONFORMANCE_QUICK: Setting = Setting {
+    name: "OXCCL_CONFORMANCE_QUICK",
+    kind: Kind::Flag,
+    default: "0",
+    default_doc: "`0`",
+    doc: "`oxccl-conformance`: `1` runs a reduced matrix (fewer dtypes and element counts; every op, reduce op and algorithm)",
+    origin: Origin::User,
+};
+/// `OXCCL_CONFORMANCE_PROGRESS`.
+pub const CONFORMANCE_PROGRESS: Setting = Setting {
+    name: "OXCCL_CONFORMANCE_PROGRESS",
+    kind: Kind::Flag,
+    default: "0",
+    default_doc: "`0`",
+    doc: "`oxccl-conformance`: `1` prints each case's name to stderr as it starts and its time when it ends, so a run stopped from outside shows which case it was in",
+    origin: Origin::User,
+};
+/// `OXCCL_CONFORMANCE_TIMEOUT`.
+pub const CONFORMANCE_TIMEOUT: Setting = Setting {
+    name: "OXCCL_CONFORMANCE_TIMEOUT",
+    kind: Kind::Duration { min_ns: 1 },
+    default: "60s",
+    default_doc: "`60s`",
+    doc: "`oxccl-conformance`: deadline of every call the suite makes, except where a case sets its own: `30`, `1.5s`, `250ms`, `2m`",
+    origin: Origin::User,
+};
+/// `OXCCL_CONFORMANCE_DEVICE`.
+pub const CONFORMANCE_DEVICE: Setting = Setting {
+    name: "OXCCL_CONFORMANCE_DEVICE",
+    kind: Kind::Text,
+    default: "",
+    default_doc: "host buffers",
+    doc: "`oxccl-conformance`: copy every buffer a case passes to a call to this device, and the outputs back before they are checked: `cpu` (host buffers), `cuda`, `cuda:N`, `rocm`, `rocm:N` (ordinal 0 when omitted)",
+    origin: Origin::User,
+};
+
+/// Every setting of the library, in the order the docs list them.
 pub const ALL: &[Setting] = &[
     BACKEND,
     TIMEOUT,
@@ -564,15 +630,40 @@ pub const ALL: &[Setting] = &[
     PINNED_LIMIT,
 ];
 
-/// The setting called `name` (case-insensitive), if there is one.
+/// The settings of the conformance suite, in the order the docs list them (after [`ALL`]).
+/// `oxccl-conformance` reads them itself ([`Setting::from_env`]); the library does not:
+/// [`Config::set`](super::Config::set) refuses them and [`Config::resolve`](super::Config::resolve)
+/// leaves them alone.
+pub const CONFORMANCE: &[Setting] = &[
+    CONFORMANCE_FILTER,
+    CONFORMANCE_SKIP,
+    CONFORMANCE_SEED,
+    CONFORMANCE_QUICK,
+    CONFORMANCE_PROGRESS,
+    CONFORMANCE_TIMEOUT,
+    CONFORMANCE_DEVICE,
+];
+
+/// The setting of the library ([`ALL`]) called `name` (case-insensitive), if there is one.
 pub fn find(name: &str) -> Option<&'static Setting> {
     ALL.iter().find(|s| s.name.eq_ignore_ascii_case(name.trim()))
 }
 
-/// The settings table of `SETTINGS.md`, one row per setting.
+/// Every variable declared here: the library's settings ([`ALL`]), then the conformance
+/// suite's ([`CONFORMANCE`]).
+pub fn declared() -> impl Iterator<Item = &'static Setting> {
+    ALL.iter().chain(CONFORMANCE)
+}
+
+/// The variable called `name` (case-insensitive) among [`declared`] ones, if there is one.
+pub fn find_declared(name: &str) -> Option<&'static Setting> {
+    declared().find(|s| s.name.eq_ignore_ascii_case(name.trim()))
+}
+
+/// The settings table of `SETTINGS.md`, one row per [`declared`] variable.
 pub fn markdown_table() -> String {
     let mut out = String::from("| variable | meaning | default |\n|---|---|---|\n");
-    for s in ALL {
+    for s in declared() {
         out.push_str(&format!("| `{}` | {} | {} |\n", s.name, s.doc, s.default_doc));
     }
     out

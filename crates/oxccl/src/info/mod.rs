@@ -154,7 +154,8 @@ fn secret(name: &str) -> bool {
 }
 
 /// The `OXCCL_*`, `NCCL_*` and `RCCL_*` variables of `env`, each checked (oxccl's against
-/// the settings registry; NCCL's and RCCL's are passed to those libraries as they are).
+/// the settings registry, the conformance suite's included; NCCL's and RCCL's are passed to
+/// those libraries as they are).
 pub fn check_environment(env: impl IntoIterator<Item = (String, String)>) -> Vec<Variable> {
     let mut out: Vec<Variable> = env
         .into_iter()
@@ -162,20 +163,25 @@ pub fn check_environment(env: impl IntoIterator<Item = (String, String)>) -> Vec
         .map(|(name, value)| {
             let status = if !name.starts_with("OXCCL_") {
                 "ok (read by the NCCL/RCCL library itself)".to_string()
-            } else if registry::find(&name).is_none() {
-                let near = registry::ALL
-                    .iter()
+            } else if registry::find(&name).is_some() {
+                match Config::new().set(&name, &value) {
+                    Ok(_) => "ok".to_string(),
+                    Err(e) => e.to_string(),
+                }
+            } else if let Some(s) = registry::find_declared(&name) {
+                // The conformance suite's: checked as the suite reads it.
+                match s.check(&value) {
+                    Ok(()) => "ok (read by the conformance suite)".to_string(),
+                    Err(why) => format!("{}={value:?}: {why}; the suite ignores it", s.name),
+                }
+            } else {
+                let near = registry::declared()
                     .map(|s| s.name)
                     .min_by_key(|s| edit_distance(s, &name))
                     .filter(|s| edit_distance(s, &name) <= 3);
                 match near {
                     Some(n) => format!("not an oxccl setting (did you mean {n}?); it is ignored"),
                     None => "not an oxccl setting; it is ignored".to_string(),
-                }
-            } else {
-                match Config::new().set(&name, &value) {
-                    Ok(_) => "ok".to_string(),
-                    Err(e) => e.to_string(),
                 }
             };
             let value = if secret(&name) { format!("({} characters, hidden)", value.chars().count()) } else { value };

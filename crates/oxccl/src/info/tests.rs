@@ -37,6 +37,21 @@ fn variables_are_checked_against_the_registry_and_secrets_hidden() {
 }
 
 #[test]
+fn the_conformance_suites_variables_are_checked_too() {
+    let v = check_environment(vars(&[
+        ("OXCCL_CONFORMANCE_QUICK", "1"),
+        ("OXCCL_CONFORMANCE_SEED", "x"),
+        ("OXCCL_CONFORMANCE_FILTR", "^p2p/"),
+    ]));
+    let status = |n: &str| v.iter().find(|x| x.name == n).map(|x| x.status.clone()).unwrap();
+    assert_eq!(status("OXCCL_CONFORMANCE_QUICK"), "ok (read by the conformance suite)");
+    let seed = status("OXCCL_CONFORMANCE_SEED");
+    assert!(seed.starts_with("OXCCL_CONFORMANCE_SEED=\"x\": ") && seed.ends_with("; the suite ignores it"), "{seed}");
+    let filtr = status("OXCCL_CONFORMANCE_FILTR");
+    assert!(filtr.contains("did you mean OXCCL_CONFORMANCE_FILTER?"), "{filtr}");
+}
+
+#[test]
 fn this_machine_without_gpu_or_mpi_is_described() {
     let r = Report::gather();
     let state = |n: &str| r.backends.iter().find(|b| b.name == n).map(|b| (b.available, b.detail.clone()));
