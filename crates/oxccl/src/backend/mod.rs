@@ -30,7 +30,7 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::op_kind::OpKind;
 
-pub use op::{Op, P2p, RawBuf, RawBufMut};
+pub use op::{BufferSlot, Op, P2p, RawBuf, RawBufMut};
 pub use options::{CallOptions, Stream, StreamOrder};
 
 /// What a completed operation reports.

@@ -100,6 +100,15 @@ pub enum P2p {
     },
 }
 
+/// One buffer of an [`Op`], lent by [`Op::for_each_buffer_mut`] to be read or replaced.
+#[derive(Debug)]
+pub enum BufferSlot<'a> {
+    /// A buffer the operation reads (a collective's input, a send's data).
+    Input(&'a mut RawBuf),
+    /// A buffer the operation writes (a collective's output, a receive's destination).
+    Output(&'a mut RawBufMut),
+}
+
 /// One operation, type-erased. Arguments have been checked by the front door: lengths are
 /// consistent, roots and peers are in range, dtypes agree.
 ///
@@ -205,6 +214,51 @@ pub enum Op {
     Batch(Vec<P2p>),
 }
 
+/// Where the buffers of an operation are, written once for [`Op::for_each_buffer`] (over
+/// `&Op`) and [`Op::for_each_buffer_mut`] (over `&mut Op`): evaluates `$on_input` with `$i`
+/// bound to each read-only buffer and `$on_output` with `$o` bound to each writable one
+/// (references, shared or mutable as `$op` is), in argument order, `None`s skipped.
+macro_rules! each_buffer {
+    ($op:expr, |$i:ident| $on_input:expr, |$o:ident| $on_output:expr) => {
+        match $op {
+            Op::AllReduce { input, output, .. }
+            | Op::AllGather { input, output }
+            | Op::AllGatherV { input, output, .. }
+            | Op::ReduceScatter { input, output, .. }
+            | Op::AllToAll { input, output }
+            | Op::AllToAllV { input, output, .. } => {
+                let $i = input;
+                $on_input;
+                let $o = output;
+                $on_output;
+            }
+            Op::Reduce { input, output, .. } | Op::Gather { input, output, .. } => {
+                let $i = input;
+                $on_input;
+                if let Some($o) = output {
+                    $on_output;
+                }
+            }
+            Op::Broadcast { input, output, .. } | Op::Scatter { input, output, .. } => {
+                if let Some($i) = input {
+                    $on_input;
+                }
+                let $o = output;
+                $on_output;
+            }
+            Op::Barrier => {}
+            Op::Batch(ops) => {
+                for p in ops {
+                    match p {
+                        P2p::Send { buf: $i, .. } => $on_input,
+                        P2p::Recv { buf: $o, .. } | P2p::RecvAny { buf: $o, .. } => $on_output,
+                    }
+                }
+            }
+        }
+    };
+}
+
 impl Op {
     /// The kind of this operation.
     pub fn kind(&self) -> OpKind {
@@ -258,31 +312,15 @@ impl Op {
     /// Calls `f` with every buffer the operation passes (inputs and outputs, `None`s
     /// skipped; outputs read-only), in argument order, without allocating.
     pub fn for_each_buffer(&self, mut f: impl FnMut(RawBuf)) {
-        let o = RawBufMut::as_const;
-        match self {
-            Op::AllReduce { input, output, .. }
-            | Op::AllGather { input, output }
-            | Op::AllGatherV { input, output, .. }
-            | Op::ReduceScatter { input, output, .. }
-            | Op::AllToAll { input, output }
-            | Op::AllToAllV { input, output, .. } => {
-                f(*input);
-                f(o(output));
-            }
-            Op::Reduce { input, output, .. } | Op::Gather { input, output, .. } => {
-                f(*input);
-                output.as_ref().map(o).into_iter().for_each(f);
-            }
-            Op::Broadcast { input, output, .. } | Op::Scatter { input, output, .. } => {
-                input.iter().copied().for_each(&mut f);
-                f(o(output));
-            }
-            Op::Barrier => {}
-            Op::Batch(ops) => ops.iter().for_each(|p| match p {
-                P2p::Send { buf, .. } => f(*buf),
-                P2p::Recv { buf, .. } | P2p::RecvAny { buf, .. } => f(buf.as_const()),
-            }),
-        }
+        each_buffer!(self, |i| f(*i), |o| f(o.as_const()));
+    }
+
+    /// Calls `f` with every buffer the operation passes, in
+    /// [`for_each_buffer`](Self::for_each_buffer)'s order (`None`s skipped), each as a slot
+    /// that `f` may overwrite: how an engine puts its own memory (temporaries, device
+    /// copies) in place of the caller's. The other arguments (counts, roots, ops) stay.
+    pub fn for_each_buffer_mut(&mut self, mut f: impl FnMut(BufferSlot<'_>)) {
+        each_buffer!(self, |i| f(BufferSlot::Input(i)), |o| f(BufferSlot::Output(o)));
     }
 
     /// Every buffer the operation passes ([`for_each_buffer`](Self::for_each_buffer)'s order).
@@ -306,6 +344,67 @@ impl Op {
             Op::AllToAll { input, .. } | Op::AllToAllV { input, .. } | Op::ReduceScatter { input, .. } => input.bytes(),
             Op::Broadcast { output, .. } | Op::Scatter { output, .. } | Op::AllGatherV { output, .. } => output.bytes(),
             Op::Barrier | Op::Batch(_) => 0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One operation of every shape, its buffers at addresses 1, 2, 3, ...
+    fn every_shape() -> Vec<Op> {
+        let mut next = 0usize;
+        let mut b = || {
+            next += 1;
+            RawBufMut { ptr: next as *mut u8, count: next, dtype: DType::F32, device: Device::Cpu }
+        };
+        let (sum, root) = (ReduceOp::Sum, 0);
+        vec![
+            Op::AllReduce { input: b().as_const(), output: b(), op: sum },
+            Op::Reduce { input: b().as_const(), output: Some(b()), op: sum, root },
+            Op::Reduce { input: b().as_const(), output: None, op: sum, root },
+            Op::Broadcast { input: Some(b().as_const()), output: b(), root },
+            Op::Broadcast { input: None, output: b(), root },
+            Op::AllGather { input: b().as_const(), output: b() },
+            Op::AllGatherV { input: b().as_const(), output: b(), counts: vec![1] },
+            Op::ReduceScatter { input: b().as_const(), output: b(), op: sum },
+            Op::AllToAll { input: b().as_const(), output: b() },
+            Op::AllToAllV { input: b().as_const(), send_counts: vec![1], output: b(), recv_counts: vec![1] },
+            Op::Gather { input: b().as_const(), output: None, root },
+            Op::Scatter { input: Some(b().as_const()), output: b(), root },
+            Op::Barrier,
+            Op::Batch(vec![
+                P2p::Send { buf: b().as_const(), peer: 1, tag: 0 },
+                P2p::Recv { buf: b(), peer: 1, tag: 0 },
+                P2p::RecvAny { buf: b(), tag: 0 },
+            ]),
+        ]
+    }
+
+    #[test]
+    fn the_mutable_walk_lends_the_buffers_in_order_and_writes_back() {
+        for mut op in every_shape() {
+            let before = op.buffers();
+            let mut seen = Vec::new();
+            op.for_each_buffer_mut(|slot| match slot {
+                BufferSlot::Input(i) => {
+                    seen.push((i.ptr as usize, false));
+                    i.ptr = (i.ptr as usize + 1000) as *const u8;
+                }
+                BufferSlot::Output(o) => {
+                    seen.push((o.ptr as usize, true));
+                    o.ptr = (o.ptr as usize + 1000) as *mut u8;
+                }
+            });
+            let ptrs: Vec<usize> = before.iter().map(|b| b.ptr as usize).collect();
+            assert_eq!(seen.iter().map(|s| s.0).collect::<Vec<_>>(), ptrs, "{op:?}");
+            let moved: Vec<usize> = op.buffers().iter().map(|b| b.ptr as usize - 1000).collect();
+            assert_eq!(moved, ptrs, "every slot is written back: {op:?}");
+            // Inputs come before outputs within a collective; a batch keeps its order.
+            if !matches!(op, Op::Batch(_)) {
+                assert!(seen.windows(2).all(|w| w[0].1 <= w[1].1), "{op:?}");
+            }
         }
     }
 }

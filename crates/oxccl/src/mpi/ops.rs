@@ -19,9 +19,10 @@ use super::check::check;
 use super::dtype::{mpi_type, reduction, Reduction};
 use super::runtime::Runtime;
 use crate::backend::reduce::{divide, narrow, widen};
-use crate::backend::{Op, P2p, RawBuf, RawBufMut};
+use crate::backend::{BufferSlot, Op, RawBuf, RawBufMut};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::op_kind::OpKind;
 
 /// Work left for after the requests complete.
 enum Step {
@@ -56,45 +57,37 @@ fn int(x: usize) -> Result<c_int> {
     c_int::try_from(x).map_err(|_| Error::Internal(format!("count {x} exceeds MPI's int range")))
 }
 
-fn too_large(what: &str, x: usize) -> Error {
+fn too_large(kind: OpKind, x: usize) -> Error {
     Error::invalid(format!(
-        "the mpi backend passes counts as C ints: {what} of {x} elements exceeds 2^31-1 (MPI-4 large-count \
-         calls are not used); split the operation"
+        "the mpi backend passes counts as C ints: {kind} has a buffer of {x} elements, more than 2^31-1 (MPI-4 \
+         large-count calls are not used); split the operation"
     ))
 }
 
 /// Refuses counts that MPI's `int` arguments cannot carry (checked before any communication).
 ///
 /// # Errors
-/// [`Error::InvalidArgument`] naming the count.
+/// [`Error::InvalidArgument`] naming the operation and its largest count.
 pub(crate) fn check_limits(op: &Op) -> Result<()> {
-    let chk = |what: &str, x: usize| if x > INT_MAX { Err(too_large(what, x)) } else { Ok(()) };
-    match op {
-        Op::AllReduce { output, .. } => chk("all_reduce", output.count),
-        Op::Reduce { input, .. } => chk("reduce", input.count),
-        Op::Broadcast { output, .. } => chk("broadcast", output.count),
-        Op::AllGather { output, .. } => chk("all_gather output", output.count),
-        Op::AllGatherV { output, .. } => chk("all_gather_v output", output.count),
-        Op::ReduceScatter { input, .. } => chk("reduce_scatter input", input.count),
-        Op::AllToAll { input, .. } => chk("all_to_all", input.count),
-        Op::AllToAllV { input, output, .. } => {
-            chk("all_to_all_v input", input.count)?;
-            chk("all_to_all_v output", output.count)
-        }
-        Op::Gather { input, output, .. } => {
-            chk("gather", input.count)?;
-            output.map_or(Ok(()), |o| chk("gather output", o.count))
-        }
-        Op::Scatter { input, output, .. } => {
-            chk("scatter", output.count)?;
-            input.map_or(Ok(()), |i| chk("scatter input", i.count))
-        }
-        Op::Barrier => Ok(()),
-        Op::Batch(ops) => ops.iter().try_for_each(|p| match p {
-            P2p::Send { buf, .. } => chk("send", buf.count),
-            P2p::Recv { buf, .. } | P2p::RecvAny { buf, .. } => chk("recv", buf.count),
-        }),
+    let mut largest = 0;
+    op.for_each_buffer(|b| largest = largest.max(b.count));
+    if largest > INT_MAX {
+        Err(too_large(op.kind(), largest))
+    } else {
+        Ok(())
     }
+}
+
+/// The counts of the blocks of a `_v` operation as C ints, and their displacements (each
+/// block starts where the previous one ends).
+fn counts_and_displacements(counts: &[usize]) -> Result<(Vec<c_int>, Vec<c_int>)> {
+    let mut at = 0usize;
+    let mut displs = Vec::with_capacity(counts.len());
+    for &c in counts {
+        displs.push(int(at)?);
+        at += c;
+    }
+    Ok((counts.iter().map(|&c| int(c)).collect::<Result<_>>()?, displs))
 }
 
 fn overlaps(a: *const u8, a_len: usize, b: *const u8, b_len: usize) -> bool {
@@ -208,26 +201,10 @@ impl Posted {
     /// `op` with every empty buffer replaced by a temporary ([`Posted::nz`]).
     fn sanitize(&mut self, op: &Op) -> Op {
         let mut op = op.clone();
-        match &mut op {
-            Op::AllReduce { input, output, .. }
-            | Op::AllGather { input, output }
-            | Op::AllGatherV { input, output, .. }
-            | Op::ReduceScatter { input, output, .. }
-            | Op::AllToAll { input, output }
-            | Op::AllToAllV { input, output, .. } => {
-                *input = self.nz(*input);
-                *output = self.nz_mut(*output);
-            }
-            Op::Reduce { input, output, .. } | Op::Gather { input, output, .. } => {
-                *input = self.nz(*input);
-                *output = output.map(|o| self.nz_mut(o));
-            }
-            Op::Broadcast { input, output, .. } | Op::Scatter { input, output, .. } => {
-                *input = input.map(|i| self.nz(i));
-                *output = self.nz_mut(*output);
-            }
-            Op::Barrier | Op::Batch(_) => {}
-        }
+        op.for_each_buffer_mut(|b| match b {
+            BufferSlot::Input(i) => *i = self.nz(*i),
+            BufferSlot::Output(o) => *o = self.nz_mut(*o),
+        });
         op
     }
 
@@ -347,13 +324,7 @@ pub(crate) unsafe fn post_collective(
                 ffi::MPI_Iallgather(send, int(c)?, ty, output.ptr.cast(), int(c)?, ty, comm, &mut req)
             }
             Op::AllGatherV { input, output, counts } => {
-                let rc: Vec<c_int> = counts.iter().map(|&c| int(c)).collect::<Result<_>>()?;
-                let mut displs = Vec::with_capacity(n);
-                let mut acc = 0usize;
-                for &c in counts {
-                    displs.push(int(acc)?);
-                    acc += c;
-                }
+                let (rc, displs) = counts_and_displacements(counts)?;
                 let at = output.ptr.cast_const().add(usize::try_from(displs[rank]).unwrap_or(0) * output.dtype.size());
                 let send = p.send_buf(rt, *input, output.ptr, output.bytes(), Some(at));
                 let ty = mpi_type(output.dtype);
@@ -374,17 +345,8 @@ pub(crate) unsafe fn post_collective(
                 ffi::MPI_Ialltoall(send, int(c)?, ty, output.ptr.cast(), int(c)?, ty, comm, &mut req)
             }
             Op::AllToAllV { input, send_counts, output, recv_counts } => {
-                let prefix = |v: &[usize]| -> Result<(Vec<c_int>, Vec<c_int>)> {
-                    let mut acc = 0usize;
-                    let mut d = Vec::with_capacity(v.len());
-                    for &c in v {
-                        d.push(int(acc)?);
-                        acc += c;
-                    }
-                    Ok((v.iter().map(|&c| int(c)).collect::<Result<_>>()?, d))
-                };
-                let (sc, sd) = prefix(send_counts)?;
-                let (rc, rd) = prefix(recv_counts)?;
+                let (sc, sd) = counts_and_displacements(send_counts)?;
+                let (rc, rd) = counts_and_displacements(recv_counts)?;
                 let send = p.send_buf(rt, *input, output.ptr, output.bytes(), None);
                 let ty = mpi_type(input.dtype);
                 let (scp, sdp, rcp, rdp) = (p.ints(sc), p.ints(sd), p.ints(rc), p.ints(rd));
@@ -546,7 +508,15 @@ mod tests {
         let big =
             RawBufMut { ptr: std::ptr::null_mut(), count: INT_MAX + 1, dtype: DType::U8, device: crate::Device::Cpu };
         let op = Op::AllReduce { input: big.as_const(), output: big, op: crate::ReduceOp::Sum };
-        assert!(matches!(check_limits(&op), Err(Error::InvalidArgument(_))));
+        let e = check_limits(&op).unwrap_err();
+        assert!(matches!(&e, Error::InvalidArgument(m) if m.contains("all_reduce") && m.contains("2147483648")), "{e}");
         assert!(check_limits(&Op::Barrier).is_ok());
+        // Every buffer counts: a receive of a batch, a root's output, not a non-root's.
+        let fits = RawBufMut { count: INT_MAX, ..big };
+        let recv = Op::Batch(vec![crate::backend::P2p::Recv { buf: big, peer: 0, tag: 0 }]);
+        assert!(check_limits(&recv).unwrap_err().to_string().contains("recv has a buffer"));
+        let gather = |output| Op::Gather { input: fits.as_const(), output, root: 0 };
+        assert!(check_limits(&gather(Some(big))).is_err());
+        assert!(check_limits(&gather(None)).is_ok());
     }
 }
