@@ -78,6 +78,15 @@ pub trait Link: Send + Sync {
         Ok(false)
     }
 
+    /// Whether [`Link::poll`] can move frames (yes unless the link says otherwise). A link
+    /// whose every frame is in the mailbox once its send returns says no: a receiver waiting
+    /// on it then only watches the mailbox, for [`Link::poll_for`] and [`Link::yield_for`]
+    /// as it would poll ([`Mailbox::recv_polling`], which takes the mailbox's lock only when
+    /// something arrived, where a look for a poll's frame takes it every time).
+    fn pollable(&self) -> bool {
+        true
+    }
+
     /// How long a receiver waiting for a frame from this link keeps calling [`Link::poll`]
     /// before it yields ([`Link::yield_for`]) or sleeps until the link delivers (zero: it
     /// goes on at once).
@@ -154,8 +163,9 @@ pub struct RoutedTransport {
 }
 
 impl RoutedTransport {
-    /// `routes[p]` reaches transport rank `p` (`None` for this rank: frames to self are
-    /// delivered directly).
+    /// `routes[p]` reaches transport rank `p`. For this rank a route is optional: with
+    /// none, frames to self are delivered directly, and receives from self wait on the
+    /// mailbox alone.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] when a peer other than `rank` has no route.
@@ -261,7 +271,7 @@ impl Transport for RoutedTransport {
             return Err(TransportError::Aborted(reason));
         }
         self.check_peer(peer)?;
-        if peer == self.rank {
+        if peer == self.rank && matches!(self.routes.get(peer), Some(None)) {
             self.mailbox.deliver(peer, *header, payload.to_vec());
             return Ok(());
         }
@@ -292,6 +302,10 @@ impl Transport for RoutedTransport {
         if let Some(Some(link)) = self.routes.get(peer) {
             let budget = link.poll_for();
             let yields = link.yield_for();
+            if !link.pollable() {
+                // Nothing for the receiver to move: it watches the mailbox for as long.
+                return self.mailbox.recv_polling(peer, comm_id, channel, at, buf, deadline, budget, yields);
+            }
             if !budget.is_zero() || !yields.is_zero() {
                 let _polling = Polling::start(link.as_ref(), peer);
                 let mut started = None;
