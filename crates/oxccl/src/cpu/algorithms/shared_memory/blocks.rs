@@ -37,7 +37,7 @@ fn longest(blocks: &[Range<usize>], n: usize, len: usize) -> Result<usize> {
     Ok(blocks.iter().map(|b| b.len()).max().unwrap_or(0))
 }
 
-impl ShmCollectives {
+impl HostPhases for ShmCollectives {
     /// Combines block r of every rank's contribution into block r of rank r's `buf`
     /// (`blocks[i]`: block i's bytes, the same on every rank; elements of `dtype`, combined
     /// with `op` in rank order). A rank's contribution is its `input` when given (as long
@@ -47,7 +47,7 @@ impl ShmCollectives {
     /// # Errors
     /// [`Error::Internal`] when the blocks do not fit `buf`, `input` is not as long, or the
     /// blocks are not one per rank; mismatch, timeout, abort and lost-peer errors.
-    pub(crate) fn reduce_scatter_blocks(
+    fn reduce_scatter_blocks(
         &self,
         ctx: &Ctx,
         input: Option<&[u8]>,
@@ -103,11 +103,11 @@ impl ShmCollectives {
     }
 
     /// Copies block r of rank r's `buf` into block r of every rank's `buf` (`blocks`: as
-    /// in [`ShmCollectives::reduce_scatter_blocks`]).
+    /// in [`HostPhases::reduce_scatter_blocks`]).
     ///
     /// # Errors
-    /// As [`ShmCollectives::reduce_scatter_blocks`].
-    pub(crate) fn all_gather_blocks(&self, ctx: &Ctx, buf: &mut [u8], blocks: &[Range<usize>]) -> Result<()> {
+    /// As [`HostPhases::reduce_scatter_blocks`].
+    fn all_gather_blocks(&self, ctx: &Ctx, buf: &mut [u8], blocks: &[Range<usize>]) -> Result<()> {
         let (n, me) = (self.n, self.me);
         let per_block = longest(blocks, n, buf.len())?;
         let streaming = buf.len() >= copy::STREAM_FROM;
@@ -134,23 +134,5 @@ impl ShmCollectives {
                 Ok(())
             },
         )
-    }
-}
-
-impl HostPhases for ShmCollectives {
-    fn reduce_scatter_blocks(
-        &self,
-        ctx: &Ctx,
-        input: Option<&[u8]>,
-        buf: &mut [u8],
-        blocks: &[Range<usize>],
-        dtype: DType,
-        op: ReduceOp,
-    ) -> Result<()> {
-        ShmCollectives::reduce_scatter_blocks(self, ctx, input, buf, blocks, dtype, op)
-    }
-
-    fn all_gather_blocks(&self, ctx: &Ctx, buf: &mut [u8], blocks: &[Range<usize>]) -> Result<()> {
-        ShmCollectives::all_gather_blocks(self, ctx, buf, blocks)
     }
 }
