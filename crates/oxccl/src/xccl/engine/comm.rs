@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::lost::LostGrace;
 use crate::error::{Error, Result};
 use crate::sync::relock;
 use crate::xccl::library::types::{NcclConfig, NcclUniqueId};
@@ -191,13 +192,15 @@ impl Comm {
         Ok((status, raw))
     }
 
-    /// Polls the asynchronous error until a call that returned `ncclInProgress` has finished.
+    /// Polls the asynchronous error until a call that returned `ncclInProgress` has finished,
+    /// checking `guard`'s watch on every poll (a lost peer after a grace).
     ///
     /// # Errors
     /// The call's error; `guard`'s errors.
     pub(crate) fn wait_ready(&self, call: &str, guard: &Guard<'_>) -> Result<()> {
         let started = Instant::now();
         let mut pause = Duration::from_micros(1);
+        let mut lost = LostGrace::default();
         loop {
             let (status, raw) = self.status()?;
             match status {
@@ -205,7 +208,9 @@ impl Comm {
                 NcclResult::IN_PROGRESS => {}
                 bad => return Err(self.lib.error(call, bad, raw)),
             }
-            (guard.watch)()?;
+            // A peer that finished the call and closed its communicator is not a failure
+            // yet: the next status may well be success (see `lost.rs`).
+            lost.check(Instant::now(), (guard.watch)())?;
             if Instant::now() >= guard.deadline {
                 return Err((guard.late)(started.elapsed()));
             }

@@ -16,6 +16,7 @@
 //!   [`Engine`], `Inner`, and the events, temporaries, issues and queued batches that point
 //!   back at it); the other rooms stand on it, this file orchestrates;
 //! - `pending.rs`: completion by event, with deadline, asynchronous error and lost peers;
+//! - `lost.rs`: the grace every wait gives a peer the host side reports lost;
 //! - `stage.rs`: host buffers through pinned memory and device temporaries;
 //! - `recovery.rs`: revoke, shrink and grow (NCCL's own calls or a fresh communicator).
 //!
@@ -47,6 +48,7 @@
 
 mod comm;
 mod issue;
+mod lost;
 mod meet;
 mod p2p;
 mod pending;

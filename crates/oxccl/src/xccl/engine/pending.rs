@@ -1,10 +1,12 @@
 //! Completion of GPU operations: an event recorded after the operation's calls, polled with
-//! the communicator's asynchronous error, the host side's view of the peers and the
-//! operation's deadline, so that a wait ends with the result or a clear error, never a hang.
+//! the communicator's asynchronous error, the host side's view of the peers (with the grace
+//! of `lost.rs`) and the operation's deadline, so that a wait ends with the result or a
+//! clear error, never a hang.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use super::lost::LostGrace;
 use super::state::{HostCopy, Inner, Issued, Ticket};
 use crate::backend::{Completion, Pending};
 use crate::error::{Error, Result};
@@ -18,13 +20,6 @@ const WATCH_EVERY: Duration = Duration::from_millis(1);
 const SPINS: u32 = 4096;
 /// The longest sleep between polls.
 const MAX_PAUSE: Duration = Duration::from_micros(200);
-/// How long a wait goes on after the host side reported a peer gone, before failing with
-/// it. A peer that finished this operation and then closed its communicator looks gone
-/// while this rank's stream may still be finishing the same (complete) operation; a peer
-/// that really died leaves the operation unable to finish, and after the grace the wait
-/// fails, well within the 10 s a survivor has to notice.
-const LOST_GRACE: Duration = Duration::from_secs(2);
-
 /// A submitted GPU operation (see the module documentation).
 pub(crate) struct GpuPending {
     pub(super) inner: Arc<Inner>,
@@ -77,7 +72,7 @@ impl Pending for GpuPending {
         let mut turns = 0u32;
         let mut pause = Duration::from_micros(5);
         let mut watched = Instant::now();
-        let mut lost: Option<(Instant, Error)> = None;
+        let mut lost = LostGrace::default();
         loop {
             match self.inner.rt.event_query(issued.event.event) {
                 Ok(true) => {
@@ -98,16 +93,8 @@ impl Pending for GpuPending {
             let now = Instant::now();
             if now.duration_since(watched) >= WATCH_EVERY {
                 watched = now;
-                match self.inner.watch() {
-                    Ok(()) => {}
-                    Err(e @ Error::PeerLost { .. }) => {
-                        let (since, _) = lost.get_or_insert((now, e));
-                        if now.duration_since(*since) >= LOST_GRACE {
-                            let e = lost.take().map_or_else(|| Error::Internal("lost peer vanished".into()), |l| l.1);
-                            return Some(self.finish(Err(self.inner.fail(e))));
-                        }
-                    }
-                    Err(e) => return Some(self.finish(Err(self.inner.fail(e)))),
+                if let Err(e) = lost.check(now, self.inner.watch()) {
+                    return Some(self.finish(Err(self.inner.fail(e))));
                 }
             }
             if now >= self.deadline {
