@@ -1,10 +1,8 @@
 //! `oxccl bench`: the table, the correctness check, JSON, and the ways of starting ranks.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{oxccl, run};
+use crate::common::{oxccl, run};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
@@ -230,8 +228,8 @@ fn two_nodes_on_one_host_meet_at_node_0s_store() {
     };
     let node0 = node("0").spawn().expect("start node 0");
     let node1 = node("1").spawn().expect("start node 1");
-    let f0 = common::wait(node0, LIMIT);
-    let f1 = common::wait(node1, LIMIT);
+    let f0 = crate::common::wait(node0, LIMIT);
+    let f1 = crate::common::wait(node1, LIMIT);
     assert_eq!(f0.code(), Some(0), "node 0: {}", f0.all());
     assert_eq!(f1.code(), Some(0), "node 1: {}", f1.all());
     assert!(f0.stdout.contains("[rank 0] # oxccl bench: 4 ranks on backend cpu"), "{}", f0.all());

@@ -1,7 +1,5 @@
 //! Helpers shared by the integration tests: run the built `oxccl` with a deadline.
 
-#![allow(dead_code)]
-
 use std::io::Read;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};

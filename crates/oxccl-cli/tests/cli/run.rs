@@ -1,11 +1,9 @@
 //! `oxccl run`, the launcher: environment, output prefixes, fail-fast, signals, timeouts.
 
-mod common;
-
 use std::io::{BufRead, BufReader};
 use std::time::Duration;
 
-use common::{oxccl, run, wait};
+use crate::common::{oxccl, run, wait};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 

@@ -1,11 +1,9 @@
 //! `oxccl tune`: it measures this host with local processes and writes a profile that the
 //! cpu backend's cost model reads back whole.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{oxccl, run};
+use crate::common::{oxccl, run};
 use oxccl::tuning::Profile;
 
 #[test]

@@ -1,4 +1,4 @@
-//! `oxccl-failure-probe SCENARIO`: one rank of a failure test (`tests/failures.rs`), started
+//! `oxccl-failure-probe SCENARIO`: one rank of a failure test (`tests/suite/failures.rs`), started
 //! like any rank of a `cpu` world (`oxccl run`, or the tests' own launcher).
 //!
 //! Scenarios:

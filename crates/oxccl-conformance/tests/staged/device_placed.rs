@@ -7,17 +7,11 @@
 //! 3 ranks; a device buffer read or written wrong (or never copied back) fails a case.
 //!
 //! The tests share the process-wide pinned pool, whose counters one of them reads: they run
-//! one at a time.
-
-use std::sync::{Mutex, MutexGuard};
+//! one at a time, and one at a time with `staged`'s ([`serial`]).
 
 use oxccl_conformance::{run_local_with, Report, SuiteOptions};
 
-/// Serialises the tests (the pinned pool's counters are process-wide).
-fn serial() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
+use crate::serial;
 
 fn gpu() -> oxccl::Gpu {
     oxccl::testing::host_gpu(1, 0).unwrap()

@@ -15,15 +15,13 @@
 //!
 //! Each transport has its own test, so a failure names it.
 
-mod support;
-
 use std::collections::BTreeSet;
 use std::os::unix::process::ExitStatusExt;
 use std::time::{Duration, Instant};
 
+use crate::support::{shm_files, shm_files_left, Outcome, RankResult, World, WorldSpec};
 use oxccl::bootstrap::auth::{self, AuthError, Secret};
 use oxccl::bootstrap::store::{StoreClient, StoreServer};
-use support::{shm_files, shm_files_left, Outcome, RankResult, World, WorldSpec};
 
 const PROBE: &str = env!("CARGO_BIN_EXE_oxccl-failure-probe");
 const CONFORMANCE: &str = env!("CARGO_BIN_EXE_oxccl-conformance");

@@ -3,14 +3,12 @@
 //! in user code (and gets SIGUSR1) or is killed, the dumps appear in `OXCCL_FR_DIR` and
 //! their analysis names the rank and the collective.
 
-mod support;
-
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::support::{World, WorldSpec};
 use oxccl::perf::analyze::{analyze, Analysis, Finding};
 use oxccl::perf::OpState;
-use support::{World, WorldSpec};
 
 const PROBE: &str = env!("CARGO_BIN_EXE_oxccl-failure-probe");
 

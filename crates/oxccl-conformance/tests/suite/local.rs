@@ -88,7 +88,7 @@ fn case_list_is_the_same_for_equal_options_and_covers_the_matrix() {
 #[test]
 fn a_broken_suite_communicator_fails_instead_of_hanging() {
     // The suite's own communicator is aborted before it starts: the first case fails, the
-    // others are reported as not run (tests/mutants.rs checks that broken backends fail).
+    // others are reported as not run (tests/suite/mutants.rs checks that broken backends fail).
     let opts = SuiteOptions::new().only(["broadcast/i32/auto/in_place"]);
     let reports = oxccl::local::run(2, |comm| {
         comm.abort("test: poison the suite's communicator");

@@ -10,11 +10,9 @@
 //! The error cases also run on their own over shared memory with 2 and 4 ranks, where
 //! failure notices race with the frames of the operations before them.
 
-mod support;
-
 use std::time::Duration;
 
-use support::{Launch, World, WorldSpec};
+use crate::support::{Launch, World, WorldSpec};
 
 const BIN: &str = env!("CARGO_BIN_EXE_oxccl-conformance");
 

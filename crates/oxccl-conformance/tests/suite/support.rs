@@ -12,8 +12,6 @@
 //! Inherited `OXCCL_*` variables are removed (except `OXCCL_CONFORMANCE_*`, to narrow a run
 //! by hand), so a developer's shell settings cannot change what a test means.
 
-#![allow(dead_code)]
-
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Read};
 use std::path::PathBuf;
@@ -213,11 +211,6 @@ impl RankResult {
     pub fn code(&self) -> Option<i32> {
         self.status.code()
     }
-
-    /// stdout and stderr together.
-    pub fn output(&self) -> String {
-        format!("{}{}", self.stdout, self.stderr)
-    }
 }
 
 /// Every rank's outcome.
@@ -406,16 +399,6 @@ impl World {
     /// The world's secret.
     pub fn secret(&self) -> &Secret {
         &self.secret
-    }
-
-    /// The process ids, in rank order.
-    pub fn pids(&self) -> Vec<u32> {
-        self.procs.iter().map(|p| p.pid).collect()
-    }
-
-    /// When the world was started.
-    pub fn started(&self) -> Instant {
-        self.started
     }
 
     fn poll_all(&mut self) {

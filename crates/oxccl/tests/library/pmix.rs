@@ -79,7 +79,7 @@ fn ranks_meet_through_pmix_under_mpirun() {
         // of CPUs.
         .args(["--allow-run-as-root", "--oversubscribe", "-n", &RANKS.to_string(), "-x", CHILD])
         .arg(&exe)
-        .args(["--exact", "pmix_child", "--ignored", "--nocapture", "--test-threads=1"])
+        .args(["--exact", "pmix::pmix_child", "--ignored", "--nocapture", "--test-threads=1"])
         .env(CHILD, "1")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -1,3 +1,5 @@
+//! A first look: the main collectives, a split and a scope on local worlds of 1 to 5 ranks.
+
 use oxccl::{local, Algorithm, ReduceOp};
 
 #[test]

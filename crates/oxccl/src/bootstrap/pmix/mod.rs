@@ -39,7 +39,7 @@
 //!
 //! What Open MPI 4.1's `mpirun` (ORTE 4.1.4 with its `ext3x` component over OpenPMIx
 //! 4.2.2, Debian 12) does, measured with C programs of 2 to 4 ranks on one node
-//! (`tests/pmix.rs` goes through the first five wherever Open MPI is installed):
+//! (`tests/library/pmix.rs` goes through the first five wherever Open MPI is installed):
 //! - a `PMIx_Get` of another rank's key *without any fence* succeeds: when the owner has
 //!   committed it, at once; when the owner commits it later, the get waits for it (a get
 //!   with a 10 s `PMIX_TIMEOUT` issued 3 s before the owner's put returned after 3.00 s

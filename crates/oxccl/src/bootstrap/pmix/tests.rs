@@ -1,6 +1,6 @@
 //! Tests without a PMIx server: detection, the library search and its report, the choice
 //! under `OXCCL_BOOTSTRAP`, keys and timeouts, and the ABI against the installed library
-//! where there is one. `tests/pmix.rs` runs the real thing under `mpirun`.
+//! where there is one. `tests/library/pmix.rs` runs the real thing under `mpirun`.
 
 use super::*;
 use crate::config::Config;
