@@ -1,12 +1,17 @@
 //! The scale test of the `cpu` backend: 256 rank processes (`OXCCL_SCALE_RANKS` to change)
 //! over TCP across 32 emulated hosts of 8 (`OXCCL_HOST_ID`: shared memory inside a host,
 //! TCP between hosts), each under the default descriptor limit (`ulimit -Sn 1024`), running a
-//! slice of the conformance suite's quick matrix (one case family per collective the issue
-//! names: all_reduce, broadcast, reduce_scatter, barrier; `OXCCL_SCALE_FILTER` to change).
-//! Every rank must pass, and hold at most 8 threads and 64 descriptors once the suite ran;
-//! its sockets (its TCP lanes, 2 per connected peer, its listener, the store's connections)
-//! must stay far below one per rank: connections are made on demand, to the peers the
-//! algorithms name. Larger worlds (1,024 ranks) are `scripts/bench/scale_check.sh`'s.
+//! slice of the conformance suite's quick matrix: all_reduce (shared memory inside each host,
+//! the host leaders over TCP), broadcast (a tree across the hosts) and barrier (the
+//! dissemination, in which every rank dials peers on other hosts); `OXCCL_SCALE_FILTER` to
+//! change. Every rank must pass, and hold at most 8 threads and 64 descriptors once the suite
+//! ran; its sockets (its TCP lanes, 2 per connected peer, its listener, the store's
+//! connections) must stay far below one per rank: connections are made on demand, to the
+//! peers the algorithms name.
+//!
+//! reduce_scatter at this scale is `scripts/bench/scale_check.sh`'s (256 and 1,024 ranks,
+//! with the other three): its two quick cases took 160 of this test's 170 s on 2 CPUs
+//! (`OXCCL_SCALE_FILTER=^reduce_scatter/f32/sum/auto,...` adds them back).
 
 use std::fs::File;
 use std::path::Path;
@@ -17,7 +22,7 @@ const PER_HOST: usize = 8;
 const MAX_THREADS: usize = 8;
 const MAX_FDS: usize = 64;
 const DEFAULT_FILTER: &str =
-    "^all_reduce/i64/sum/auto/in_place,^broadcast/i64/auto/in_place,^reduce_scatter/f32/sum/auto,^barrier/waits_for_the_last_rank";
+    "^all_reduce/i64/sum/auto/in_place,^broadcast/i64/auto/in_place,^barrier/waits_for_the_last_rank";
 
 fn spawn(bin: &str, dir: &Path, r: usize, n: usize, port: u16, secret: &str, filter: &str) -> Child {
     let out = File::create(dir.join(format!("{r}.out"))).expect("an output file");
@@ -52,7 +57,7 @@ fn resources(out: &str) -> Option<(usize, usize, usize)> {
     Some((get("threads=")?, get("fds=")?, get("sockets=")?))
 }
 
-// About 3 minutes on 2 CPUs: the ranks are oversubscribed 128 to a CPU.
+// The ranks are oversubscribed 128 to a CPU.
 #[test]
 fn quick_cases_on_256_ranks_across_32_emulated_hosts() {
     let n: usize = std::env::var("OXCCL_SCALE_RANKS").ok().and_then(|v| v.parse().ok()).unwrap_or(256);
@@ -60,13 +65,21 @@ fn quick_cases_on_256_ranks_across_32_emulated_hosts() {
     let opts = oxccl_conformance::SuiteOptions::new().quick(true).only(filter.split(','));
     let names = oxccl_conformance::case_names(n, &opts);
     println!("{} cases on {n} ranks: {names:?}", names.len());
-    for family in ["all_reduce/", "broadcast/", "reduce_scatter/", "barrier/"] {
+    for family in ["all_reduce/", "broadcast/", "barrier/"] {
         assert!(names.iter().any(|c| c.starts_with(family)), "no {family} case selected by {filter}");
     }
     let bin = env!("CARGO_BIN_EXE_oxccl-conformance");
     let dir = std::env::temp_dir().join(format!("oxccl-scale-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a folder for the ranks' output");
-    let port = 20000 + (std::process::id() % 20000) as u16;
+    // Rank 0 hosts the store on MASTER_PORT + 1 (torchrun's own store has MASTER_PORT):
+    // that one must be free.
+    let port = loop {
+        let l = std::net::TcpListener::bind("0.0.0.0:0").expect("binding a free port");
+        let p = l.local_addr().expect("the bound address").port();
+        if p > 1025 {
+            break p - 1;
+        }
+    };
     let secret = format!("scale-test-{}", std::process::id());
     let started = Instant::now();
     let mut children: Vec<Child> = (0..n).map(|r| spawn(bin, &dir, r, n, port, &secret, &filter)).collect();
@@ -111,5 +124,11 @@ fn quick_cases_on_256_ranks_across_32_emulated_hosts() {
     println!(
         "{verdict}; {n} ranks in {took:?}; per rank at most {threads} threads, {fds} descriptors, {sockets} sockets"
     );
+    // Where rank 0's time went: its cases, the slowest of them, and its whole run.
+    for line in
+        summary.lines().filter(|l| l.contains(" cases: ") || l.contains("slowest: ") || l.contains("finished in"))
+    {
+        println!("{line}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
