@@ -2,20 +2,10 @@
 //! `CudaView<T>` and `CudaViewMut<T>` are [`Buffer`]s (the last two and `CudaSlice` also
 //! [`BufferMut`]s) on `cuda:N`, N being their context's ordinal.
 //!
+//! The example `examples/cudarc_all_reduce.rs`:
+//!
 //! ```no_run
-//! # fn main() -> oxccl::Result<()> {
-//! # #[cfg(feature = "cudarc")] {
-//! use cudarc::driver::CudaContext;
-//! let comm = oxccl::init()?; // OXCCL_BACKEND=nccl
-//! let ctx = CudaContext::new(0).expect("cuda:0");
-//! let stream = ctx.default_stream();
-//! let mut grads = stream.alloc_zeros::<f32>(1 << 20).expect("alloc");
-//! // Ordered after what `stream` already queued; the result is ready when this returns.
-//! // SAFETY: `stream` outlives the call.
-//! let comm = comm.with_stream(unsafe { oxccl::Stream::from_cudarc(&stream) });
-//! comm.all_reduce(&mut grads, oxccl::ReduceOp::Sum)?;
-//! # }
-//! # Ok(()) }
+#![doc = include_str!("../../examples/cudarc_all_reduce.rs")]
 //! ```
 //!
 //! # Streams and cudarc's event tracking
