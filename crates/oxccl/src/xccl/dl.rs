@@ -102,30 +102,68 @@ impl Opened {
     }
 }
 
-/// Looks `name` up and reads its address as a function pointer of type `F`; a name that is
-/// missing (`None` or null) is added to `missing` (so a table can name everything it lacks).
-///
-/// # Safety
-/// `F` is the function pointer type the library's header declares for `name`, and an
-/// address `lookup` gives for it is that function, callable while the caller keeps the
-/// library loaded.
-pub(crate) unsafe fn typed<F: Copy>(
-    lookup: &mut dyn FnMut(&CStr) -> Option<*mut c_void>,
-    missing: &mut Vec<String>,
-    name: &CStr,
-) -> Option<F> {
-    const { assert!(std::mem::size_of::<F>() == std::mem::size_of::<*mut c_void>()) };
-    match lookup(name).filter(|a| !a.is_null()) {
-        // SAFETY: a non-null address of the function `name`, whose type `F` is (the
-        // caller's contract); `F` is pointer-sized (checked above). Reading a pointer-sized
-        // value as another is what `transmute_copy` does for pointer-to-function casts.
-        Some(addr) => Some(unsafe { std::mem::transmute_copy::<*mut c_void, F>(&addr) }),
-        None => {
-            missing.push(name.to_string_lossy().into_owned());
-            None
+/// Looks names up in a library for a table of its functions, and remembers the required
+/// ones that are missing (so a table can name everything it lacks). The NCCL/RCCL, CUDA and
+/// HIP tables are built with it through [`resolve_fields!`].
+pub(crate) struct Resolver<'a> {
+    lookup: &'a mut dyn FnMut(&CStr) -> Option<*mut c_void>,
+    /// The required names the lookup had no address for, in the order asked.
+    pub(crate) missing: Vec<String>,
+}
+
+impl<'a> Resolver<'a> {
+    /// A resolver over `lookup` (a name to its address; `None` or null when absent).
+    pub(crate) fn new(lookup: &'a mut dyn FnMut(&CStr) -> Option<*mut c_void>) -> Resolver<'a> {
+        Resolver { lookup, missing: Vec::new() }
+    }
+
+    /// The function `name` as an `F`, or `None` when the lookup has no (non-null) address.
+    ///
+    /// # Safety
+    /// `F` is the function pointer type the library's header declares for `name`, and an
+    /// address the lookup gives for `name` is such a function, callable while the caller
+    /// keeps the library loaded.
+    pub(crate) unsafe fn optional<F: Copy>(&mut self, name: &CStr) -> Option<F> {
+        const { assert!(std::mem::size_of::<F>() == std::mem::size_of::<*mut c_void>()) };
+        let addr = (self.lookup)(name).filter(|a| !a.is_null())?;
+        // SAFETY: `F` is a function pointer type (the assertion above checks its size; the
+        // caller's contract its type), `addr` is non-null, and the caller guarantees that
+        // the address is a function of that type. Reading a pointer-sized value as another
+        // is what `transmute_copy` does for pointer-to-function-pointer casts.
+        Some(unsafe { std::mem::transmute_copy::<*mut c_void, F>(&addr) })
+    }
+
+    /// As [`optional`](Self::optional), remembering `name` when it is missing.
+    ///
+    /// # Safety
+    /// As for [`optional`](Self::optional).
+    pub(crate) unsafe fn required<F: Copy>(&mut self, name: &CStr) -> Option<F> {
+        // SAFETY: passed on from our caller.
+        let f = unsafe { self.optional(name) };
+        if f.is_none() {
+            self.missing.push(name.to_string_lossy().into_owned());
         }
+        f
     }
 }
+
+/// Builds a function table `$table` from a [`Resolver`], field by field: the required
+/// fields are listed once (each with its symbol), the optional ones with the expression that
+/// finds them, and `library` starts as `None`. `Err("lacks A, B")` names every required
+/// function that is missing. Its expressions call the resolver's unsafe methods: use it
+/// inside an `unsafe` block whose `SAFETY` argues that every field's type is its symbol's
+/// signature in the library's header.
+macro_rules! resolve_fields {
+    ($r:ident, $table:ident; required { $($req:ident = $rname:expr),* $(,)? } optional { $($opt:ident = $oexpr:expr),* $(,)? }) => {{
+        $( let $req = $r.required($rname); )*
+        $( let $opt = $oexpr; )*
+        match ($($req,)*) {
+            ($(Some($req),)*) => Ok($table { $($req,)* $($opt,)* library: None }),
+            _ => Err(format!("lacks {}", $r.missing.join(", "))),
+        }
+    }};
+}
+pub(crate) use resolve_fields;
 
 #[cfg(test)]
 mod tests {

@@ -16,7 +16,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use super::types::{NcclComm, NcclConfig, NcclDataType, NcclRedOp, NcclResult, NcclScalarResidence, NcclUniqueId};
-use crate::xccl::dl::Opened;
+use crate::xccl::dl::{resolve_fields, Opened, Resolver};
 
 /// `cudaStream_t` / `hipStream_t`.
 pub(crate) type Stream = *mut c_void;
@@ -288,55 +288,6 @@ pub(crate) const REQUIRED: [&CStr; 21] = [
 /// `src/nccl.h.in`, `ncclAllToAll`, same signature).
 pub(crate) const RCCL_ALL_TO_ALL: &CStr = c"ncclAllToAll";
 
-/// Looks names up and remembers the required ones that are missing.
-struct Resolver<'a> {
-    lookup: &'a mut dyn FnMut(&CStr) -> Option<*mut c_void>,
-    missing: Vec<String>,
-}
-
-impl Resolver<'_> {
-    /// The function `name` as an `F`, or `None` when the lookup has no (non-null) address.
-    ///
-    /// # Safety
-    /// `F` is the function pointer type `nccl.h` declares for `name`, and an address the
-    /// lookup gives for `name` is such a function, valid while the table lives.
-    unsafe fn optional<F: Copy>(&mut self, name: &CStr) -> Option<F> {
-        const { assert!(std::mem::size_of::<F>() == std::mem::size_of::<*mut c_void>()) };
-        let addr = (self.lookup)(name).filter(|a| !a.is_null())?;
-        // SAFETY: `F` is a function pointer type (the assertion above checks its size; the
-        // caller's contract its type), `addr` is non-null, and the caller guarantees that
-        // the address is a function of that type. Reading a pointer-sized value as another
-        // is what `transmute_copy` does for pointer-to-function-pointer casts.
-        Some(unsafe { std::mem::transmute_copy::<*mut c_void, F>(&addr) })
-    }
-
-    /// As [`optional`](Self::optional), remembering `name` when it is missing.
-    ///
-    /// # Safety
-    /// As for [`optional`](Self::optional).
-    unsafe fn required<F: Copy>(&mut self, name: &CStr) -> Option<F> {
-        // SAFETY: passed on from our caller.
-        let f = unsafe { self.optional(name) };
-        if f.is_none() {
-            self.missing.push(name.to_string_lossy().into_owned());
-        }
-        f
-    }
-}
-
-/// Builds the table from `lookup`'s results, field by field; the required fields are listed
-/// once and the error names every one that is missing.
-macro_rules! resolve_fields {
-    ($r:ident; required { $($req:ident = $rname:expr),* $(,)? } optional { $($opt:ident = $oexpr:expr),* $(,)? }) => {{
-        $( let $req = $r.required($rname); )*
-        $( let $opt = $oexpr; )*
-        match ($($req,)*) {
-            ($(Some($req),)*) => Ok(Table { $($req,)* $($opt,)* library: None }),
-            _ => Err(format!("lacks {}", $r.missing.join(", "))),
-        }
-    }};
-}
-
 impl Table {
     /// Resolves every function through `lookup` (a name to its address, `None` or null when
     /// absent).
@@ -351,11 +302,11 @@ impl Table {
     /// and its copies live. A test may give addresses of functions with other signatures
     /// for entries it never calls.
     pub(crate) unsafe fn resolve(lookup: &mut dyn FnMut(&CStr) -> Option<*mut c_void>) -> Result<Table, String> {
-        let mut r = Resolver { lookup, missing: Vec::new() };
+        let mut r = Resolver::new(lookup);
         // SAFETY: each name below is resolved into the field whose type is that name's
         // signature in nccl.h (see the type aliases); the addresses are our caller's promise.
         unsafe {
-            resolve_fields!(r;
+            resolve_fields!(r, Table;
                 required {
                     get_version = c"ncclGetVersion",
                     get_unique_id = c"ncclGetUniqueId",

@@ -16,7 +16,7 @@
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::sync::Arc;
 
-use crate::xccl::dl::{typed as get, Opened};
+use crate::xccl::dl::{resolve_fields, Opened, Resolver};
 
 /// `CUresult`.
 pub(crate) type CuResult = c_int;
@@ -172,136 +172,50 @@ impl CudaTable {
     /// Every non-null address `lookup` returns for a name is that function with the
     /// signature `cuda.h` declares for it, callable as long as the table lives.
     pub(crate) unsafe fn resolve(lookup: &mut dyn FnMut(&CStr) -> Option<*mut c_void>) -> Result<CudaTable, String> {
-        let mut missing = Vec::new();
-        let m = &mut missing;
-        // SAFETY: each name is read as the type its field has, which is that name's
-        // signature in cuda.h (see the aliases above); the addresses are our caller's promise.
-        let t = unsafe {
-            (
-                get(lookup, m, c"cuInit"),
-                get(lookup, m, c"cuDriverGetVersion"),
-                get(lookup, m, c"cuDeviceGetCount"),
-                get(lookup, m, c"cuDeviceGet"),
-                get(lookup, m, c"cuDevicePrimaryCtxRetain"),
-                get(lookup, m, c"cuDevicePrimaryCtxRelease_v2"),
-                get(lookup, m, c"cuCtxSetCurrent"),
-                get(lookup, m, c"cuCtxGetCurrent"),
-                get(lookup, m, c"cuMemAlloc_v2"),
-                get(lookup, m, c"cuMemFree_v2"),
-                get(lookup, m, c"cuMemHostAlloc"),
-                get(lookup, m, c"cuMemFreeHost"),
-                get(lookup, m, c"cuMemcpyHtoDAsync_v2"),
-                get(lookup, m, c"cuMemcpyDtoHAsync_v2"),
-                get(lookup, m, c"cuMemcpyDtoDAsync_v2"),
-                get(lookup, m, c"cuStreamCreate"),
-                get(lookup, m, c"cuStreamDestroy_v2"),
-                get(lookup, m, c"cuStreamSynchronize"),
-                get(lookup, m, c"cuStreamWaitEvent"),
-                get(lookup, m, c"cuEventCreate"),
-                get(lookup, m, c"cuEventDestroy_v2"),
-                get(lookup, m, c"cuEventRecord"),
-                get(lookup, m, c"cuEventQuery"),
-                get(lookup, m, c"cuPointerGetAttribute"),
-                get(lookup, m, c"cuGetErrorName"),
-                get(lookup, m, c"cuGetErrorString"),
+        let mut r = Resolver::new(lookup);
+        // SAFETY: each name is resolved into the field whose type is that name's signature
+        // in cuda.h (see the aliases above); the addresses are our caller's promise.
+        unsafe {
+            resolve_fields!(r, CudaTable;
+                required {
+                    init = c"cuInit",
+                    driver_get_version = c"cuDriverGetVersion",
+                    device_get_count = c"cuDeviceGetCount",
+                    device_get = c"cuDeviceGet",
+                    primary_ctx_retain = c"cuDevicePrimaryCtxRetain",
+                    primary_ctx_release = c"cuDevicePrimaryCtxRelease_v2",
+                    ctx_set_current = c"cuCtxSetCurrent",
+                    ctx_get_current = c"cuCtxGetCurrent",
+                    mem_alloc = c"cuMemAlloc_v2",
+                    mem_free = c"cuMemFree_v2",
+                    mem_host_alloc = c"cuMemHostAlloc",
+                    mem_free_host = c"cuMemFreeHost",
+                    memcpy_htod_async = c"cuMemcpyHtoDAsync_v2",
+                    memcpy_dtoh_async = c"cuMemcpyDtoHAsync_v2",
+                    memcpy_dtod_async = c"cuMemcpyDtoDAsync_v2",
+                    stream_create = c"cuStreamCreate",
+                    stream_destroy = c"cuStreamDestroy_v2",
+                    stream_synchronize = c"cuStreamSynchronize",
+                    stream_wait_event = c"cuStreamWaitEvent",
+                    event_create = c"cuEventCreate",
+                    event_destroy = c"cuEventDestroy_v2",
+                    event_record = c"cuEventRecord",
+                    event_query = c"cuEventQuery",
+                    pointer_get_attribute = c"cuPointerGetAttribute",
+                    get_error_name = c"cuGetErrorName",
+                    get_error_string = c"cuGetErrorString",
+                }
+                optional {
+                    mem_host_register =
+                        r.optional(c"cuMemHostRegister_v2").zip(r.optional(c"cuMemHostUnregister")),
+                    device_name = r.optional(c"cuDeviceGetName"),
+                    device_total_mem = r.optional(c"cuDeviceTotalMem_v2"),
+                    device_pci_bus_id = r.optional(c"cuDeviceGetPCIBusId"),
+                    device_get_attribute = r.optional(c"cuDeviceGetAttribute"),
+                    device_can_access_peer = r.optional(c"cuDeviceCanAccessPeer"),
+                }
             )
-        };
-        // SAFETY: as above, for two optional names.
-        let register = unsafe {
-            let mut optional = Vec::new();
-            let o = &mut optional;
-            (get(lookup, o, c"cuMemHostRegister_v2"), get(lookup, o, c"cuMemHostUnregister"))
-        };
-        // SAFETY: as above, for the optional device queries.
-        let queries = unsafe {
-            let mut optional = Vec::new();
-            let o = &mut optional;
-            (
-                get(lookup, o, c"cuDeviceGetName"),
-                get(lookup, o, c"cuDeviceTotalMem_v2"),
-                get(lookup, o, c"cuDeviceGetPCIBusId"),
-                get(lookup, o, c"cuDeviceGetAttribute"),
-                get(lookup, o, c"cuDeviceCanAccessPeer"),
-            )
-        };
-        let t = match t {
-            (
-                Some(init),
-                Some(driver_get_version),
-                Some(device_get_count),
-                Some(device_get),
-                Some(primary_ctx_retain),
-                Some(primary_ctx_release),
-                Some(ctx_set_current),
-                Some(ctx_get_current),
-                Some(mem_alloc),
-                Some(mem_free),
-                Some(mem_host_alloc),
-                Some(mem_free_host),
-                Some(memcpy_htod_async),
-                Some(memcpy_dtoh_async),
-                Some(memcpy_dtod_async),
-                Some(stream_create),
-                Some(stream_destroy),
-                Some(stream_synchronize),
-                Some(stream_wait_event),
-                Some(event_create),
-                Some(event_destroy),
-                Some(event_record),
-                Some(event_query),
-                Some(pointer_get_attribute),
-                Some(get_error_name),
-                Some(get_error_string),
-            ) => Ok(CudaTable {
-                init,
-                driver_get_version,
-                device_get_count,
-                device_get,
-                primary_ctx_retain,
-                primary_ctx_release,
-                ctx_set_current,
-                ctx_get_current,
-                mem_alloc,
-                mem_free,
-                mem_host_alloc,
-                mem_free_host,
-                memcpy_htod_async,
-                memcpy_dtoh_async,
-                memcpy_dtod_async,
-                stream_create,
-                stream_destroy,
-                stream_synchronize,
-                stream_wait_event,
-                event_create,
-                event_destroy,
-                event_record,
-                event_query,
-                pointer_get_attribute,
-                get_error_name,
-                get_error_string,
-                mem_host_register: None,
-                device_name: None,
-                device_total_mem: None,
-                device_pci_bus_id: None,
-                device_get_attribute: None,
-                device_can_access_peer: None,
-                library: None,
-            }),
-            _ => Err(format!("lacks {}", missing.join(", "))),
-        };
-        t.map(|mut t| {
-            if let (Some(r), Some(u)) = register {
-                t.mem_host_register = Some((r, u));
-            }
-            (
-                t.device_name,
-                t.device_total_mem,
-                t.device_pci_bus_id,
-                t.device_get_attribute,
-                t.device_can_access_peer,
-            ) = queries;
-            t
-        })
+        }
     }
 
     /// The table of an opened library.

@@ -13,7 +13,7 @@
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::sync::Arc;
 
-use crate::xccl::dl::{typed as get, Opened};
+use crate::xccl::dl::{resolve_fields, Opened, Resolver};
 
 /// `hipError_t`.
 pub(crate) type HipError = c_int;
@@ -165,114 +165,43 @@ impl HipTable {
     /// Every non-null address `lookup` returns for a name is that function with the
     /// signature `hip_runtime_api.h` declares for it, callable as long as the table lives.
     pub(crate) unsafe fn resolve(lookup: &mut dyn FnMut(&CStr) -> Option<*mut c_void>) -> Result<HipTable, String> {
-        let mut missing = Vec::new();
-        let m = &mut missing;
-        // SAFETY: each name is read as the type its field has (its signature in the header,
-        // see the aliases above); the addresses are our caller's promise.
-        let t = unsafe {
-            (
-                get(lookup, m, c"hipInit"),
-                get(lookup, m, c"hipRuntimeGetVersion"),
-                get(lookup, m, c"hipGetDeviceCount"),
-                get(lookup, m, c"hipSetDevice"),
-                get(lookup, m, c"hipMalloc"),
-                get(lookup, m, c"hipFree"),
-                get(lookup, m, c"hipHostMalloc"),
-                get(lookup, m, c"hipHostFree"),
-                get(lookup, m, c"hipMemcpyAsync"),
-                get(lookup, m, c"hipStreamCreateWithFlags"),
-                get(lookup, m, c"hipStreamDestroy"),
-                get(lookup, m, c"hipStreamSynchronize"),
-                get(lookup, m, c"hipStreamWaitEvent"),
-                get(lookup, m, c"hipEventCreateWithFlags"),
-                get(lookup, m, c"hipEventDestroy"),
-                get(lookup, m, c"hipEventRecord"),
-                get(lookup, m, c"hipEventQuery"),
-                get(lookup, m, c"hipPointerGetAttributes"),
-                get(lookup, m, c"hipGetErrorName"),
-                get(lookup, m, c"hipGetErrorString"),
+        let mut r = Resolver::new(lookup);
+        // SAFETY: each name is resolved into the field whose type is that name's signature
+        // in the header (see the aliases above); the addresses are our caller's promise.
+        unsafe {
+            resolve_fields!(r, HipTable;
+                required {
+                    init = c"hipInit",
+                    runtime_get_version = c"hipRuntimeGetVersion",
+                    get_device_count = c"hipGetDeviceCount",
+                    set_device = c"hipSetDevice",
+                    malloc = c"hipMalloc",
+                    free = c"hipFree",
+                    host_malloc = c"hipHostMalloc",
+                    host_free = c"hipHostFree",
+                    memcpy_async = c"hipMemcpyAsync",
+                    stream_create = c"hipStreamCreateWithFlags",
+                    stream_destroy = c"hipStreamDestroy",
+                    stream_synchronize = c"hipStreamSynchronize",
+                    stream_wait_event = c"hipStreamWaitEvent",
+                    event_create = c"hipEventCreateWithFlags",
+                    event_destroy = c"hipEventDestroy",
+                    event_record = c"hipEventRecord",
+                    event_query = c"hipEventQuery",
+                    pointer_get_attributes = c"hipPointerGetAttributes",
+                    get_error_name = c"hipGetErrorName",
+                    get_error_string = c"hipGetErrorString",
+                }
+                optional {
+                    host_register = r.optional(c"hipHostRegister").zip(r.optional(c"hipHostUnregister")),
+                    get_device = r.optional(c"hipGetDevice"),
+                    device_name = r.optional(c"hipDeviceGetName"),
+                    device_total_mem = r.optional(c"hipDeviceTotalMem"),
+                    device_pci_bus_id = r.optional(c"hipDeviceGetPCIBusId"),
+                    device_can_access_peer = r.optional(c"hipDeviceCanAccessPeer"),
+                }
             )
-        };
-        // SAFETY: as above, for two optional names.
-        let register = unsafe {
-            let mut optional = Vec::new();
-            let o = &mut optional;
-            (get(lookup, o, c"hipHostRegister"), get(lookup, o, c"hipHostUnregister"))
-        };
-        // SAFETY: as above, for one optional name.
-        let get_device = unsafe { get(lookup, &mut Vec::new(), c"hipGetDevice") };
-        // SAFETY: as above, for the optional device queries.
-        let queries = unsafe {
-            let mut optional = Vec::new();
-            let o = &mut optional;
-            (
-                get(lookup, o, c"hipDeviceGetName"),
-                get(lookup, o, c"hipDeviceTotalMem"),
-                get(lookup, o, c"hipDeviceGetPCIBusId"),
-                get(lookup, o, c"hipDeviceCanAccessPeer"),
-            )
-        };
-        let t = match t {
-            (
-                Some(init),
-                Some(runtime_get_version),
-                Some(get_device_count),
-                Some(set_device),
-                Some(malloc),
-                Some(free),
-                Some(host_malloc),
-                Some(host_free),
-                Some(memcpy_async),
-                Some(stream_create),
-                Some(stream_destroy),
-                Some(stream_synchronize),
-                Some(stream_wait_event),
-                Some(event_create),
-                Some(event_destroy),
-                Some(event_record),
-                Some(event_query),
-                Some(pointer_get_attributes),
-                Some(get_error_name),
-                Some(get_error_string),
-            ) => Ok(HipTable {
-                init,
-                runtime_get_version,
-                get_device_count,
-                set_device,
-                malloc,
-                free,
-                host_malloc,
-                host_free,
-                memcpy_async,
-                stream_create,
-                stream_destroy,
-                stream_synchronize,
-                stream_wait_event,
-                event_create,
-                event_destroy,
-                event_record,
-                event_query,
-                pointer_get_attributes,
-                get_error_name,
-                get_error_string,
-                host_register: None,
-                get_device: None,
-                device_name: None,
-                device_total_mem: None,
-                device_pci_bus_id: None,
-                device_can_access_peer: None,
-                library: None,
-            }),
-            _ => Err(format!("lacks {}", missing.join(", "))),
-        };
-        t.map(|mut t| {
-            if let (Some(r), Some(u)) = register {
-                t.host_register = Some((r, u));
-            }
-            t.get_device = get_device;
-            (t.device_name, t.device_total_mem, t.device_pci_bus_id, t.device_can_access_peer) = queries;
-            t
-        })
+        }
     }
 
     /// The table of an opened library.
