@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The Python package's tests: a venv (${PY_VENV:-target/py-venv}) with maturin, numpy,
-# pytest and torch, `pip install ./python` into it (builds the pyo3 extension), then pytest on
-# python/tests (1-4 processes per test). Run from anywhere; installs what is missing. CI runs it.
+# The Python package's tests: a venv (${PY_VENV:-target/py-venv}; scripts/ci/py_venv.sh --all
+# makes it: maturin, numpy, pytest, torch, torchft), `pip install ./python` into it (builds the
+# pyo3 extension), then pytest on python/tests (1-4 processes per test). Run from anywhere;
+# installs what is missing. CI runs it.
 #
 # Usage: scripts/ci/python_tests.sh [PYTEST ARGS]
 #        PY_WHEEL=$(echo target/wheelhouse/oxccl-*.whl) scripts/ci/python_tests.sh   (that wheel)
@@ -9,28 +10,9 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd)
 VENV=${PY_VENV:-${CARGO_TARGET_DIR:-$ROOT/target}/py-venv}
-if [ ! -x "$VENV/bin/python" ]; then
-  if ! python3 -m venv "$VENV" 2>/dev/null; then
-    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-      apt-get update -qq >/dev/null 2>&1 || true
-      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null 2>&1 || true
-    fi
-    rm -rf "$VENV"
-    python3 -m venv "$VENV"
-  fi
-fi
-"$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
-"$VENV/bin/python" -m pip install -q maturin numpy pytest
-# torch for the torch.distributed backend's tests (PyPI's Linux wheel: the CUDA build, a few
-# GB, about a minute; it runs without a GPU). Without it those tests are skipped, said below.
-if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
-  "$VENV/bin/python" -m pip install -q torch || echo "note: could not install torch; the torch backend tests will be skipped"
-fi
-# torchft (PyPI), for oxccl.torchft's tests: its process group contract and its DDP example
-# with a replica killed and restarted. Without it those tests are skipped, said below.
-if "$VENV/bin/python" -c "import torch" 2>/dev/null && ! "$VENV/bin/python" -c "import torchft" 2>/dev/null; then
-  "$VENV/bin/python" -m pip install -q "torchft>=0.2,<0.3" || echo "note: could not install torchft; the torchft tests will be skipped"
-fi
+# The venv, with torch for the torch.distributed backend's tests and torchft for
+# oxccl.torchft's (py_venv.sh --all; without them those tests are skipped, said below).
+PY_VENV="$VENV" scripts/ci/py_venv.sh --all >/dev/null
 # The extension builds in its own target directory (python/target, or $CARGO_TARGET_DIR); or,
 # with PY_WHEEL=FILE, that wheel is installed instead (scripts/ci/wheel_check.sh builds and
 # checks one; CI passes it, so the extension is built once).

@@ -48,20 +48,10 @@ fail() { echo "wheel_check: FAILED: $*" >&2; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# The build tools' venv: python_tests.sh's (created as there when missing).
-if [ ! -x "$VENV/bin/python" ]; then
-  if ! python3 -m venv "$VENV" 2>/dev/null; then
-    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-      apt-get update -qq >/dev/null 2>&1 || true
-      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null 2>&1 || true
-    fi
-    rm -rf "$VENV"
-    python3 -m venv "$VENV" || fail "python3 -m venv does not work: install python3-venv (apt-get install python3-venv)"
-  fi
-fi
+# The build tools' venv, python_tests.sh's too (py_venv.sh makes it and fills what is missing).
 step "maturin, ziglang and auditwheel in $VENV"
-"$VENV/bin/python" -m pip install -q maturin ziglang auditwheel \
-  || fail "could not pip install maturin ziglang auditwheel into $VENV: is PyPI reachable?"
+PY_VENV="$VENV" "$ROOT/scripts/ci/py_venv.sh" >/dev/null \
+  || fail "could not make $VENV with maturin, ziglang and auditwheel (above): is PyPI reachable?"
 
 step "1. maturin build --release --zig --compatibility manylinux_2_28"
 mkdir -p "$OUT"
