@@ -19,6 +19,46 @@ fn lazy_world_in(rdv: &MemRdv, n: usize, opts: &TcpOptions) -> Vec<(RoutedTransp
         .collect()
 }
 
+/// Shuts rank `r`'s links down as its death would, and keeps its port bound by a socket
+/// that does not listen, so that dials to it are refused as they are to a dead process.
+/// Without that, another test of this process (they run side by side) could be handed the
+/// port for a listener of its own, which then answered the dials, and the peer was never
+/// lost (seen twice in full runs of the crate's tests).
+fn kill(world: &[(RoutedTransport, Arc<TcpLinks>)], r: usize) -> std::os::fd::OwnedFd {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let SocketAddr::V4(addr) = world[r].1.local_addr() else { panic!("the test world listens on IPv4") };
+    world[r].1.shutdown();
+    let sin = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: addr.port().to_be(),
+        sin_addr: libc::in_addr { s_addr: u32::from(*addr.ip()).to_be() },
+        sin_zero: [0; 8],
+    };
+    // SAFETY: a new socket this function owns (wrapped in an OwnedFd at once, which closes
+    // it once).
+    let held = unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+        std::os::fd::OwnedFd::from_raw_fd(fd)
+    };
+    // The listener closes once its progress thread has seen the shutdown.
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        // SAFETY: `held` is an open socket; bind reads `sin`, a whole sockaddr_in of `len`.
+        let rc = unsafe { libc::bind(held.as_raw_fd(), (&raw const sin).cast::<libc::sockaddr>(), len) };
+        if rc == 0 {
+            return held;
+        }
+        let e = std::io::Error::last_os_error();
+        assert!(
+            e.kind() == io::ErrorKind::AddrInUse && Instant::now() < until,
+            "binding rank {r}'s port {addr} after its shutdown: {e}"
+        );
+        thread::sleep(Duration::from_millis(1));
+    }
+}
+
 #[test]
 fn a_peer_that_is_never_used_never_gets_a_connection() {
     let world = lazy_world(4, &opts());
@@ -84,7 +124,7 @@ fn simultaneous_dials_end_with_one_connection() {
 fn a_dead_peer_is_found_while_it_holds_no_connection_to_the_waiter() {
     let world = lazy_world(3, &opts());
     // Rank 1 goes away before anyone ever talked to it.
-    world[1].1.shutdown();
+    let _port = kill(&world, 1);
     let started = Instant::now();
     let mut buf = [0u8; 4];
     let r = world[0].0.recv(1, 4, header(4).channel, None, &mut buf, started + Duration::from_secs(20));
@@ -109,7 +149,7 @@ fn a_dead_peer_is_found_while_it_holds_no_connection_to_the_waiter() {
 #[test]
 fn a_dead_peer_waited_for_in_short_slices_is_lost() {
     let world = lazy_world(2, &opts());
-    world[1].1.shutdown();
+    let _port = kill(&world, 1);
     let started = Instant::now();
     let mut buf = [0u8; 4];
     let detail = loop {
