@@ -6,12 +6,12 @@
 //! `local` backend stages every device buffer through host temporaries. Worlds of 1, 2 and
 //! 3 ranks; a device buffer read or written wrong (or never copied back) fails a case.
 //!
-//! The tests share the process-wide pinned pool, whose counters one of them reads: they run
-//! one at a time, and one at a time with `staged`'s ([`serial`]).
+//! The tests share the process-wide pinned pool, whose counters one of them reads: that one
+//! runs alone ([`alone`]), the others beside each other and beside `staged`'s.
 
 use oxccl_conformance::{run_local_with, Report, SuiteOptions};
 
-use crate::serial;
+use crate::{alone, beside_others};
 
 fn gpu() -> oxccl::Gpu {
     oxccl::testing::host_gpu(1, 0).unwrap()
@@ -30,7 +30,7 @@ fn assert_passed(report: &Report) {
 }
 
 fn device_placed(n: usize) {
-    let _serial = serial();
+    let _pool = beside_others();
     let opts = SuiteOptions::from_env().skipping(["errors/"]).on_gpu(gpu());
     let report = run_local_with(&oxccl::Config::new(), n, &opts).unwrap();
     assert_passed(&report);
@@ -62,7 +62,7 @@ fn pool_requests() -> u64 {
 /// (every device buffer is staged), and pass.
 #[test]
 fn placement_hands_the_calls_device_buffers() {
-    let _serial = serial();
+    let _pool = alone();
     let cfg = oxccl::Config::new().set("OXCCL_CPU_FORCE_STAGING", "0").unwrap();
     let host = SuiteOptions::new().only(["^all_reduce/i32/sum/", "^broadcast/u8/", "^p2p/ring/i64"]).quick(true);
     let placed = host.clone().on_gpu(gpu());

@@ -1,15 +1,21 @@
 //! The conformance suite on buffers staged through host memory: every buffer staged
 //! (`staged`), and device buffers of the host double (`device_placed`). One binary of their
-//! own: they read the process-wide pinned pool's counters, which no other test may move
-//! meanwhile, and take [`serial`] for it.
+//! own: one test reads the process-wide pinned pool's counters, which no other test may move
+//! meanwhile; it takes [`alone`], the others [`beside_others`].
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 mod device_placed;
 mod staged;
 
-/// Serialises the tests (the pinned pool's counters are process-wide).
-fn serial() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+static POOL: RwLock<()> = RwLock::new(());
+
+/// For a test that uses the pinned pool: runs beside the others like it.
+fn beside_others() -> RwLockReadGuard<'static, ()> {
+    POOL.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// For the test that reads the pinned pool's counters: runs while no other test does.
+fn alone() -> RwLockWriteGuard<'static, ()> {
+    POOL.write().unwrap_or_else(|poisoned| poisoned.into_inner())
 }

@@ -7,10 +7,10 @@
 
 use oxccl_conformance::{run_local_with, SuiteOptions};
 
-use crate::serial;
+use crate::beside_others;
 
 fn staged(n: usize) {
-    let _serial = serial();
+    let _pool = beside_others();
     let cfg = oxccl::Config::new().set("OXCCL_CPU_FORCE_STAGING", "1").unwrap();
     let opts = SuiteOptions::from_env().skipping(["errors/"]);
     let report = run_local_with(&cfg, n, &opts).unwrap();
