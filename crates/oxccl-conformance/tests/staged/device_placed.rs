@@ -9,24 +9,12 @@
 //! The tests share the process-wide pinned pool, whose counters one of them reads: that one
 //! runs alone ([`alone`]), the others beside each other and beside `staged`'s.
 
-use oxccl_conformance::{run_local_with, Report, SuiteOptions};
+use oxccl_conformance::{run_local_with, SuiteOptions};
 
-use crate::{alone, beside_others};
+use crate::{alone, assert_passed, beside_others};
 
 fn gpu() -> oxccl::Gpu {
     oxccl::testing::host_gpu(1, 0).unwrap()
-}
-
-fn assert_passed(report: &Report) {
-    println!("{}", report.to_string().lines().next().unwrap_or_default());
-    assert!(report.total() > 0, "no case ran");
-    assert!(
-        report.is_success(),
-        "{} of {} cases failed:\n{}",
-        report.failed(),
-        report.total(),
-        report.failure_details(40, 3)
-    );
 }
 
 fn device_placed(n: usize) {

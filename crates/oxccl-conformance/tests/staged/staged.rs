@@ -7,22 +7,14 @@
 
 use oxccl_conformance::{run_local_with, SuiteOptions};
 
-use crate::beside_others;
+use crate::{assert_passed, beside_others};
 
 fn staged(n: usize) {
     let _pool = beside_others();
     let cfg = oxccl::Config::new().set("OXCCL_CPU_FORCE_STAGING", "1").unwrap();
     let opts = SuiteOptions::from_env().skipping(["errors/"]);
     let report = run_local_with(&cfg, n, &opts).unwrap();
-    println!("{}", report.to_string().lines().next().unwrap_or_default());
-    assert!(report.total() > 0, "no case ran");
-    assert!(
-        report.is_success(),
-        "{} of {} cases failed:\n{}",
-        report.failed(),
-        report.total(),
-        report.failure_details(40, 3)
-    );
+    assert_passed(&report);
     // The temporaries came from the pinned pool and were reused.
     let pool = oxccl::pinned::global().unwrap().stats();
     assert!(pool.hits > 0, "{pool:?}");
