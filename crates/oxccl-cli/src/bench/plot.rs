@@ -222,9 +222,24 @@ pub fn draw(curves: &[Curve], title: &str, path: &Path) -> Result<(), String> {
     register_font()?;
     let written = match format {
         Format::Svg => render(SVGBackend::new(path, SIZE).into_drawing_area(), curves, title),
-        Format::Png => render(BitMapBackend::new(path, SIZE).into_drawing_area(), curves, title),
+        Format::Png => draw_png(curves, title, path),
     };
     written.map_err(|e| format!("could not draw the plot into {}: {e}", path.display()))
+}
+
+/// Draws into an RGB buffer and encodes it with the `png` crate (plotters' own encoder
+/// would bring the whole `image` crate, JPEG decoder included, for this one file format).
+fn draw_png(curves: &[Curve], title: &str, path: &Path) -> Result<(), String> {
+    let (w, h) = SIZE;
+    let mut rgb = vec![0u8; w as usize * h as usize * 3];
+    render(BitMapBackend::with_buffer(&mut rgb, SIZE).into_drawing_area(), curves, title)?;
+    let file = std::fs::File::create(path).map_err(|e| e.to_string())?;
+    let mut encoder = png::Encoder::new(std::io::BufWriter::new(file), w, h);
+    encoder.set_color(png::ColorType::Rgb);
+    encoder.set_depth(png::BitDepth::Eight);
+    let mut writer = encoder.write_header().map_err(|e| e.to_string())?;
+    writer.write_image_data(&rgb).map_err(|e| e.to_string())?;
+    writer.finish().map_err(|e| e.to_string())
 }
 
 /// Makes DejaVu Sans the font plotters' `sans-serif` means, once per process.
