@@ -16,8 +16,11 @@ use crate::sync::relock;
 /// How often a waiting thread asks NCCL for its asynchronous error and the host side for
 /// lost peers (event queries are made on every turn).
 const WATCH_EVERY: Duration = Duration::from_millis(1);
-/// Turns of spinning before a waiting thread starts to sleep between polls.
-const SPINS: u32 = 4096;
+/// How long a waiting thread polls without pause before it starts to sleep between polls:
+/// about a small collective's time on a GPU. Bounded in time, not turns: a turn's cost
+/// depends on the runtime, and a thread that spins for long takes a core from the ranks and
+/// the progress threads beside it.
+const SPIN_FOR: Duration = Duration::from_micros(50);
 /// The longest sleep between polls.
 const MAX_PAUSE: Duration = Duration::from_micros(200);
 /// A submitted GPU operation (see the module documentation).
@@ -69,8 +72,8 @@ impl Pending for GpuPending {
             Ok(i) => i,
             Err(e) => return Some(self.finish(Err(e))),
         };
-        let mut turns = 0u32;
         let mut pause = Duration::from_micros(5);
+        let spin_until = Instant::now() + SPIN_FOR;
         let mut watched = Instant::now();
         let mut lost = LostGrace::default();
         loop {
@@ -104,8 +107,7 @@ impl Pending for GpuPending {
             if until.is_some_and(|u| now >= u) {
                 return None;
             }
-            turns = turns.saturating_add(1);
-            if turns < SPINS {
+            if now < spin_until {
                 std::hint::spin_loop();
             } else {
                 std::thread::sleep(pause);
