@@ -477,14 +477,14 @@ fn store_refuses_a_client_with_the_wrong_secret() {
 }
 
 /// Rank 1 of 2 has another OXCCL_SECRET than the job: it cannot join the store (exit 2,
-/// naming OXCCL_SECRET), and rank 0 gives up within its setup timeout (5 s) instead of hanging.
+/// naming OXCCL_SECRET), and rank 0 gives up within its setup timeout (2 s) instead of hanging.
 #[test]
 fn rank_with_the_wrong_secret_cannot_join() {
     let spec = WorldSpec::new(CONFORMANCE, 2)
         .label("rank 1 with the wrong OXCCL_SECRET")
         .rank_env(1, "OXCCL_SECRET", "not-the-job-secret")
         .env("OXCCL_CONFORMANCE_FILTER", "^barrier/")
-        .oxccl_timeout("5s")
+        .oxccl_timeout("2s")
         .deadline(Duration::from_secs(30));
     let out = World::run(&spec);
     let d = out.describe();
@@ -499,7 +499,7 @@ fn rank_with_the_wrong_secret_cannot_join() {
     assert_eq!(r0.code(), Some(2), "rank 0 should fail to set up (status 2)\n{d}");
     assert!(r0.stderr.contains("could not join the world"), "rank 0 should say why it failed\n{d}");
     let took = r0.exited_at.saturating_duration_since(out.started);
-    assert!(took < Duration::from_secs(20), "rank 0 took {took:?} to give up with OXCCL_TIMEOUT=5s\n{d}");
+    assert!(took < Duration::from_secs(20), "rank 0 took {took:?} to give up with OXCCL_TIMEOUT=2s\n{d}");
 }
 
 /// An impostor that does not know the secret connects to a rank's TCP transport endpoint
