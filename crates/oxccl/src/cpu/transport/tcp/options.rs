@@ -26,12 +26,9 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// The longest a receiver reads its peer's socket itself ([`TcpOptions::poll_for`]) where
 /// the machine's waits spin: about a round trip of a fast link. Longer polls cost more than
-/// they save: measured over a veth pair between two namespaces on 2 cores, 2 ranks, in-place
-/// all_reduce, medians of 4-5 runs each: 8 B 8.4 µs polling 50 µs, 8.2 µs polling 10 ms,
-/// 38 µs not polling; 64 KiB 130, 183 (200 µs), 376 (10 ms) and 256 µs; 16 MiB 13.8, 16.6
-/// (10 ms) and 13.9 ms. A spinning receiver holds the core the kernel's network work needs.
-/// Sleeping on the socket itself instead of the mailbox after the poll was measured too, and
-/// was worse (8 B: 231 µs), so the progress thread takes over after the poll.
+/// they save, since a spinning receiver holds the core the kernel's network work needs; after
+/// the poll the progress thread delivers (sleeping on the socket itself was slower).
+/// Measurements: `docs/performance.md`, "The TCP transport".
 pub const MAX_POLL: Duration = Duration::from_micros(50);
 
 /// How [`TcpLinks::establish`](super::TcpLinks::establish) listens, connects and frames.
@@ -65,9 +62,7 @@ pub struct TcpOptions {
     /// nonzero where the ranks outnumber the CPUs: there a sleeping receiver pays two
     /// wake-ups per frame (the progress thread, then itself), and a CPU that went idle
     /// meanwhile must be woken too (a VM exit on a virtual machine), while a yield hands the
-    /// CPU straight to a rank that has work. 4 ranks on 2 CPUs over loopback, 8-byte
-    /// all_reduce: binomial tree 152 -> 20 µs, recursive doubling 95 -> 53; 8 ranks, tree
-    /// 248 -> 47.
+    /// CPU straight to a rank that has work (`docs/performance.md`).
     pub yield_for: Duration,
     /// Connections per peer (`OXCCL_SOCKETS_PER_PEER`, 1 to [`MAX_LANES`]); every rank must
     /// use the same number (the handshake refuses a peer that does not). Frames of
@@ -77,10 +72,8 @@ pub struct TcpOptions {
 
 /// The most connections per peer.
 pub const MAX_LANES: usize = 8;
-/// The default connections per peer. Two streams carried more than one over a veth pair
-/// between two namespaces on 2 cores, 2 ranks, in-place all_reduce, side by side: 16 MiB
-/// 8.8-11.4 ms against 10.7-12.9 unshaped, 17.6-18.1 against 20.3-20.5 at 10 Gbit/s
-/// (`tbf`); 64 MiB 44.9-45.6 against 49.4-51.2. Four were no better than one.
+/// The default connections per peer: two streams carried large frames faster than one,
+/// and four no faster than two (`docs/performance.md`).
 pub const DEFAULT_LANES: usize = 2;
 /// The setting that chooses the connections per peer, for messages.
 pub const LANES_ENV: &str = registry::SOCKETS_PER_PEER.name;

@@ -226,11 +226,9 @@ pub(super) fn spawn(shared: Arc<Shared>, listener: TcpListener, in_background: b
 /// Makes the calling thread `SCHED_BATCH`: woken by bytes, it does not preempt the rank's
 /// running thread, and runs once that thread sleeps (in a wait that outlasted its poll) or
 /// at its next time slice. Ranks bound to one CPU each otherwise paid two context switches
-/// whenever a peer's frame came between two operations: 2 ranks over loopback TCP, 8-byte
-/// recursive-doubling all_reduce 10-12 µs, against 4.1-4.3 as batch. On a crowded host the
-/// frames of the next round come while the rank still finishes this one: 4 ranks on 2 CPUs,
-/// 8-byte recursive doubling 58 µs with a normal-class reader, 28 as batch; 8 ranks,
-/// all_gather 161 -> 105. Where the kernel refuses, the thread stays as it was.
+/// whenever a peer's frame came between two operations, and on a crowded host the frames
+/// of the next round come while the rank still finishes this one (`docs/performance.md`).
+/// Where the kernel refuses, the thread stays as it was.
 pub(super) fn run_in_background() {
     let param = libc::sched_param { sched_priority: 0 };
     // SAFETY: pid 0 is the calling thread; `param` is a valid sched_param for the call (a
