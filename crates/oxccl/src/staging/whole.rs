@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::copy::{copier_for, Copier, DeviceCopy};
 use super::temp::Temp;
-use crate::backend::{Op, P2p, RawBuf, RawBufMut};
+use crate::backend::{BufferSlot, Op, RawBuf, RawBufMut};
 use crate::device::Device;
 use crate::error::Result;
 
@@ -114,78 +114,37 @@ pub fn stage(op: Op, stage: impl Fn(Device) -> bool, backend: &str) -> Result<(O
 ///
 /// # Errors
 /// As [`stage`].
-pub fn stage_with(op: Op, stage: impl Fn(Device) -> bool, copier: Copier) -> Result<(Op, Staged)> {
+pub fn stage_with(mut op: Op, stage: impl Fn(Device) -> bool, copier: Copier) -> Result<(Op, Staged)> {
     let mut s = Staged::default();
-    let st = &stage;
-    let op = match op {
-        Op::AllReduce { input, output, op } => {
-            Op::AllReduce { input: s.input(input, st, copier)?, output: s.output(output, None, st, copier)?, op }
+    // A batch's outputs are its receives, numbered as `finish`'s `received` counts them.
+    let batch = matches!(op, Op::Batch(_));
+    let (mut receives, mut failed) = (0, None);
+    op.for_each_buffer_mut(|slot| {
+        if failed.is_some() {
+            return;
         }
-        Op::Reduce { input, output, op, root } => Op::Reduce {
-            input: s.input(input, st, copier)?,
-            output: output.map(|o| s.output(o, None, st, copier)).transpose()?,
-            op,
-            root,
-        },
-        Op::Broadcast { input, output, root } => Op::Broadcast {
-            input: input.map(|i| s.input(i, st, copier)).transpose()?,
-            output: s.output(output, None, st, copier)?,
-            root,
-        },
-        Op::AllGather { input, output } => {
-            Op::AllGather { input: s.input(input, st, copier)?, output: s.output(output, None, st, copier)? }
-        }
-        Op::AllGatherV { input, output, counts } => {
-            Op::AllGatherV { input: s.input(input, st, copier)?, output: s.output(output, None, st, copier)?, counts }
-        }
-        Op::ReduceScatter { input, output, op } => {
-            Op::ReduceScatter { input: s.input(input, st, copier)?, output: s.output(output, None, st, copier)?, op }
-        }
-        Op::AllToAll { input, output } => {
-            Op::AllToAll { input: s.input(input, st, copier)?, output: s.output(output, None, st, copier)? }
-        }
-        Op::AllToAllV { input, send_counts, output, recv_counts } => Op::AllToAllV {
-            input: s.input(input, st, copier)?,
-            send_counts,
-            output: s.output(output, None, st, copier)?,
-            recv_counts,
-        },
-        Op::Gather { input, output, root } => Op::Gather {
-            input: s.input(input, st, copier)?,
-            output: output.map(|o| s.output(o, None, st, copier)).transpose()?,
-            root,
-        },
-        Op::Scatter { input, output, root } => Op::Scatter {
-            input: input.map(|i| s.input(i, st, copier)).transpose()?,
-            output: s.output(output, None, st, copier)?,
-            root,
-        },
-        Op::Barrier => Op::Barrier,
-        Op::Batch(ops) => {
-            let mut recv = 0;
-            let mut out = Vec::with_capacity(ops.len());
-            for p in ops {
-                out.push(match p {
-                    P2p::Send { buf, peer, tag } => P2p::Send { buf: s.input(buf, st, copier)?, peer, tag },
-                    P2p::Recv { buf, peer, tag } => {
-                        recv += 1;
-                        P2p::Recv { buf: s.output(buf, Some(recv - 1), st, copier)?, peer, tag }
-                    }
-                    P2p::RecvAny { buf, tag } => {
-                        recv += 1;
-                        P2p::RecvAny { buf: s.output(buf, Some(recv - 1), st, copier)?, tag }
-                    }
+        let staged = match slot {
+            BufferSlot::Input(i) => s.input(*i, &stage, copier).map(|b| *i = b),
+            BufferSlot::Output(o) => {
+                let index = batch.then(|| {
+                    receives += 1;
+                    receives - 1
                 });
+                s.output(*o, index, &stage, copier).map(|b| *o = b)
             }
-            Op::Batch(out)
-        }
-    };
-    Ok((op, s))
+        };
+        failed = staged.err();
+    });
+    match failed {
+        Some(e) => Err(e),
+        None => Ok((op, s)),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::P2p;
     use crate::dtype::DType;
     use crate::error::Error;
 
@@ -227,6 +186,44 @@ mod tests {
         unsafe { *t.ptr.cast::<u32>() = 42 };
         staged.finish(&[1]).unwrap();
         assert_eq!(buf, [42, 7, 7, 7]);
+    }
+
+    /// Receives are numbered among receives only: a send between two receives does not
+    /// shift which count of `received` each copies back.
+    #[test]
+    fn each_staged_receive_copies_back_its_own_count() {
+        let (mut a, data, mut b) = ([7u32; 3], [5u32; 2], [8u32; 3]);
+        let recv = |buf: &mut [u32; 3]| RawBufMut {
+            ptr: buf.as_mut_ptr().cast(),
+            count: 3,
+            dtype: DType::U32,
+            device: Device::Cpu,
+        };
+        let op = Op::Batch(vec![
+            P2p::Recv { buf: recv(&mut a), peer: 0, tag: 1 },
+            P2p::Send {
+                buf: RawBuf { ptr: data.as_ptr().cast(), count: 2, dtype: DType::U32, device: Device::Cpu },
+                peer: 1,
+                tag: 1,
+            },
+            P2p::RecvAny { buf: recv(&mut b), tag: 2 },
+        ]);
+        let (op, staged) = stage(op, |_| true, "test").unwrap();
+        let Op::Batch(v) = op else { panic!() };
+        let (P2p::Recv { buf: ta, .. }, P2p::Send { buf: ts, .. }, P2p::RecvAny { buf: tb, .. }) = (v[0], v[1], v[2])
+        else {
+            panic!("the batch changed shape: {v:?}")
+        };
+        // SAFETY: the send's temporary holds the 2 values copied in; the receives' hold 3.
+        unsafe {
+            assert_eq!(std::slice::from_raw_parts(ts.ptr.cast::<u32>(), 2), [5, 5]);
+            for k in 0..3 {
+                *ta.ptr.cast::<u32>().add(k) = 1;
+                *tb.ptr.cast::<u32>().add(k) = 2;
+            }
+        }
+        staged.finish(&[1, 2]).unwrap();
+        assert_eq!((a, b), ([1, 7, 7], [2, 2, 8]));
     }
 
     #[test]

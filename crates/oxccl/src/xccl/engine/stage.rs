@@ -17,7 +17,7 @@
 use std::sync::Arc;
 
 use super::state::{Copy, HostCopy, Inner, Staged};
-use crate::backend::{Op, P2p, RawBuf, RawBufMut};
+use crate::backend::{BufferSlot, Op, RawBuf, RawBufMut};
 use crate::device::Device;
 use crate::error::Result;
 use crate::xccl::runtime::{CopyKind, RawStream};
@@ -77,54 +77,20 @@ impl Inner {
             pinned.push(h);
         }
         let dev = self.kind;
-        let mut outs = Vec::new();
-        let mut recvs = Vec::new();
-        let i = |b: &RawBuf| RawBuf { ptr: map.find(b.ptr, b.bytes()).unwrap_or(0) as *const u8, device: dev, ..*b };
-        let mut o = |b: &RawBufMut| {
-            let c = map.copy_of(b.ptr, b.bytes());
-            outs.push(c);
-            RawBufMut { ptr: c.device as *mut u8, device: dev, ..*b }
-        };
-        let op = match op {
-            Op::AllReduce { input, output, op } => Op::AllReduce { input: i(&input), output: o(&output), op },
-            Op::Reduce { input, output, op, root } => {
-                Op::Reduce { input: i(&input), output: output.as_ref().map(&mut o), op, root }
+        let (mut outs, mut recvs) = (Vec::new(), Vec::new());
+        // A batch's outputs are its receives (copied back as much as arrived).
+        let batch = matches!(op, Op::Batch(_));
+        let mut op = op;
+        op.for_each_buffer_mut(|slot| match slot {
+            BufferSlot::Input(i) => {
+                *i = RawBuf { ptr: map.find(i.ptr, i.bytes()).unwrap_or(0) as *const u8, device: dev, ..*i };
             }
-            Op::Broadcast { input, output, root } => {
-                Op::Broadcast { input: input.as_ref().map(i), output: o(&output), root }
+            BufferSlot::Output(o) => {
+                let c = map.copy_of(o.ptr, o.bytes());
+                if batch { &mut recvs } else { &mut outs }.push(c);
+                *o = RawBufMut { ptr: c.device as *mut u8, device: dev, ..*o };
             }
-            Op::AllGather { input, output } => Op::AllGather { input: i(&input), output: o(&output) },
-            Op::AllGatherV { input, output, counts } => Op::AllGatherV { input: i(&input), output: o(&output), counts },
-            Op::ReduceScatter { input, output, op } => Op::ReduceScatter { input: i(&input), output: o(&output), op },
-            Op::AllToAll { input, output } => Op::AllToAll { input: i(&input), output: o(&output) },
-            Op::AllToAllV { input, send_counts, output, recv_counts } => {
-                Op::AllToAllV { input: i(&input), send_counts, output: o(&output), recv_counts }
-            }
-            Op::Gather { input, output, root } => {
-                Op::Gather { input: i(&input), output: output.as_ref().map(&mut o), root }
-            }
-            Op::Scatter { input, output, root } => {
-                Op::Scatter { input: input.as_ref().map(i), output: o(&output), root }
-            }
-            Op::Barrier => Op::Barrier,
-            Op::Batch(ops) => Op::Batch(
-                ops.iter()
-                    .map(|p| match *p {
-                        P2p::Send { buf, peer, tag } => P2p::Send { buf: i(&buf), peer, tag },
-                        P2p::Recv { buf, peer, tag } => {
-                            let c = map.copy_of(buf.ptr, buf.bytes());
-                            recvs.push(c);
-                            P2p::Recv { buf: RawBufMut { ptr: c.device as *mut u8, device: dev, ..buf }, peer, tag }
-                        }
-                        P2p::RecvAny { buf, tag } => {
-                            let c = map.copy_of(buf.ptr, buf.bytes());
-                            recvs.push(c);
-                            P2p::RecvAny { buf: RawBufMut { ptr: c.device as *mut u8, device: dev, ..buf }, tag }
-                        }
-                    })
-                    .collect(),
-            ),
-        };
+        });
         Ok(Staged { op, temps, pinned, ins, outs, recvs })
     }
 }
