@@ -36,6 +36,19 @@ impl Cx<'_> {
         inputs::rank_input(self.seed, key, rank, count, dist)
     }
 
+    /// Of every rank `r`'s buffer in sub-case `key`, the values at `range(r)`: what this rank
+    /// needs of the others' buffers where they are large (an all-to-all's or a
+    /// reduce-scatter's `n` blocks), without making them whole.
+    pub fn slices<T: TestElement>(
+        &self,
+        key: u64,
+        n: usize,
+        range: impl Fn(usize) -> std::ops::Range<usize>,
+        dist: inputs::Dist,
+    ) -> Vec<Vec<T>> {
+        (0..n).map(|r| inputs::rank_slice(self.seed, key, r, range(r), dist)).collect()
+    }
+
     /// Every rank's buffer in sub-case `key`: rank r has `count(r)` values.
     pub fn inputs<T: TestElement>(
         &self,

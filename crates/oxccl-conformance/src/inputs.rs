@@ -9,6 +9,8 @@
 //! How the 64 random bits become a value depends on the element type and on what the value
 //! is for ([`Dist`]); see [`TestElement::reduce_input`] for the reduction distributions.
 
+use std::ops::Range;
+
 use oxccl::ReduceOp;
 
 use crate::element::TestElement;
@@ -77,10 +79,16 @@ const SENTINEL_SALT: u64 = 0x5E47_1E1C_0FFE_E000;
 
 /// `count` values of `rank`'s buffer in the (sub-)case with key `key`.
 pub fn rank_input<T: TestElement>(seed: u64, key: u64, rank: usize, count: usize, dist: Dist) -> Vec<T> {
+    rank_slice(seed, key, rank, 0..count, dist)
+}
+
+/// The values at `range` of `rank`'s buffer in the (sub-)case with key `key`, made without
+/// the rest (the streams are indexed): what one rank needs of another's buffer.
+pub fn rank_slice<T: TestElement>(seed: u64, key: u64, rank: usize, range: Range<usize>, dist: Dist) -> Vec<T> {
     let s = Stream::new(seed, key, rank);
     match dist {
-        Dist::Bits => (0..count).map(|i| T::from_bits(s.bits(i))).collect(),
-        Dist::Reduce(op) => (0..count).map(|i| T::reduce_input(op, s.bits(i))).collect(),
+        Dist::Bits => range.map(|i| T::from_bits(s.bits(i))).collect(),
+        Dist::Reduce(op) => range.map(|i| T::reduce_input(op, s.bits(i))).collect(),
     }
 }
 

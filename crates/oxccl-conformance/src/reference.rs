@@ -71,14 +71,13 @@ pub fn all_to_all<T: TestElement>(inputs: &[Vec<T>], rank: usize) -> Vec<T> {
 /// all_to_all_v: rank i's input is its blocks for ranks 0..n in order, block j having
 /// `send_counts[i][j]` elements; rank `rank` receives block `rank` of every input.
 pub fn all_to_all_v<T: TestElement>(inputs: &[Vec<T>], send_counts: &[Vec<usize>], rank: usize) -> Vec<T> {
-    inputs
-        .iter()
-        .zip(send_counts)
-        .flat_map(|(v, sc)| {
-            let start: usize = sc[..rank].iter().sum();
-            v[start..start + sc[rank]].iter().copied()
-        })
-        .collect()
+    inputs.iter().enumerate().flat_map(|(i, v)| v[sent(send_counts, i, rank)].iter().copied()).collect()
+}
+
+/// all_to_all_v: the range of rank `from`'s input that goes to rank `to` (its block `to`).
+pub fn sent(send_counts: &[Vec<usize>], from: usize, to: usize) -> Range<usize> {
+    let start: usize = send_counts[from][..to].iter().sum();
+    start..start + send_counts[from][to]
 }
 
 #[cfg(test)]

@@ -165,21 +165,25 @@ pub(crate) fn reduce_scatter<T: TestElement>(
     let mut chk = Check::new(comm);
     for &count in counts {
         let key = cx.sub(count as u64);
-        let inputs = cx.inputs::<T>(key, n, |_| n * count, Dist::Reduce(op));
+        let mine = cx.input::<T>(key, me, n * count, Dist::Reduce(op));
+        // The reduction of block `me` of every rank's input; not every rank's whole input,
+        // which is n² × count values per rank (n³ × count on one machine's CPUs at scale).
+        let blocks = cx.slices::<T>(key, n, |_| me * count..(me + 1) * count, Dist::Reduce(op));
+        let want = reference::all_reduce(&blocks, op);
         let p = Point::new("reduce_scatter", comm).dtype(T::DTYPE).reduce(op).algo(algo).form(form.name()).count(count);
         match form {
             Form::OutOfPlace => {
-                let mut input = inputs[me].clone();
+                let mut input = mine.clone();
                 let mut out = cx.sentinel::<T>(key, me, count);
                 placed!(chk, p, cx; [] [input, out] => c.reduce_scatter(&input, &mut out, op));
-                chk.expect(&p, "output", &out, &reference::reduce_scatter(&inputs, op, me));
-                chk.bits(&p, "input (must be unchanged)", &input, &inputs[me]);
+                chk.expect(&p, "output", &out, &want);
+                chk.bits(&p, "input (must be unchanged)", &input, &mine);
             }
             Form::InPlace => {
-                let mut buf = inputs[me].clone();
+                let mut buf = mine;
                 placed!(chk, p, cx; [] [buf] => c.reduce_scatter_in_place(&mut buf, op));
-                let mine = &buf[me * count..(me + 1) * count];
-                chk.expect(&p, "this rank's block", mine, &reference::reduce_scatter(&inputs, op, me));
+                let block = &buf[me * count..(me + 1) * count];
+                chk.expect(&p, "this rank's block", block, &want);
             }
         }
     }
@@ -313,19 +317,20 @@ pub(crate) fn all_to_all<T: TestElement>(
     let mut chk = Check::new(comm);
     for &count in counts {
         let key = cx.sub(count as u64);
-        let inputs = cx.inputs::<T>(key, n, |_| n * count, Dist::Bits);
-        let want = reference::all_to_all(&inputs, me);
+        let mine = cx.input::<T>(key, me, n * count, Dist::Bits);
+        // Block `me` of every rank's input, in rank order (not every whole input).
+        let want = cx.slices::<T>(key, n, |_| me * count..(me + 1) * count, Dist::Bits).concat();
         let p = Point::new("all_to_all", comm).dtype(T::DTYPE).algo(algo).form(form.name()).count(count);
         match form {
             Form::OutOfPlace => {
-                let mut input = inputs[me].clone();
+                let mut input = mine.clone();
                 let mut out = cx.sentinel::<T>(key, me, n * count);
                 placed!(chk, p, cx; [] [input, out] => c.all_to_all(&input, &mut out));
                 chk.bits(&p, "output", &out, &want);
-                chk.bits(&p, "input (must be unchanged)", &input, &inputs[me]);
+                chk.bits(&p, "input (must be unchanged)", &input, &mine);
             }
             Form::InPlace => {
-                let mut buf = inputs[me].clone();
+                let mut buf = mine;
                 placed!(chk, p, cx; [] [buf] => c.all_to_all_in_place(&mut buf));
                 chk.bits(&p, "buffer", &buf, &want);
             }
@@ -353,19 +358,21 @@ pub(crate) fn all_to_all_v<T: TestElement>(comm: &Communicator, cx: &Cx, algo: A
     let mut chk = Check::new(comm);
     for (i, (pattern, m)) in to_all_v_patterns(n).into_iter().enumerate() {
         let key = cx.sub(i as u64);
-        let inputs = cx.inputs::<T>(key, n, |r| m[r].iter().sum(), Dist::Bits);
+        let mine = cx.input::<T>(key, me, m[me].iter().sum(), Dist::Bits);
+        // What every rank sends this one, in rank order (not every whole input).
+        let want = cx.slices::<T>(key, n, |r| reference::sent(&m, r, me), Dist::Bits).concat();
         let send_counts = m[me].clone();
         let recv_counts: Vec<usize> = (0..n).map(|j| m[j][me]).collect();
         let p = Point::new("all_to_all_v", comm)
             .dtype(T::DTYPE)
             .algo(algo)
-            .count(inputs[me].len())
+            .count(mine.len())
             .note(format!("pattern={pattern} send_counts={send_counts:?} recv_counts={recv_counts:?}"));
-        let mut input = inputs[me].clone();
+        let mut input = mine.clone();
         let mut out = cx.sentinel::<T>(key, me, recv_counts.iter().sum());
         placed!(chk, p, cx; [] [input, out] => c.all_to_all_v(&input, &send_counts, &mut out, &recv_counts));
-        chk.bits(&p, "output", &out, &reference::all_to_all_v(&inputs, &m, me));
-        chk.bits(&p, "input (must be unchanged)", &input, &inputs[me]);
+        chk.bits(&p, "output", &out, &want);
+        chk.bits(&p, "input (must be unchanged)", &input, &mine);
     }
     chk.finish()
 }
