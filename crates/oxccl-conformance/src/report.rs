@@ -89,6 +89,24 @@ impl Report {
         self.failed() == 0
     }
 
+    /// How a test checks a world: prints the report's first line, and panics with the first
+    /// failures unless some case ran and every case passed.
+    ///
+    /// # Panics
+    /// When no case ran or a case failed.
+    pub fn assert_passed(&self) {
+        println!("{}", self.to_string().lines().next().unwrap_or_default());
+        assert!(self.total() > 0, "no case ran on a world of {}", self.world_size);
+        assert!(
+            self.is_success(),
+            "{} of {} cases failed on a world of {}:\n{}",
+            self.failed(),
+            self.total(),
+            self.world_size,
+            self.failure_details(40, 3)
+        );
+    }
+
     /// The failed cases.
     pub fn failures(&self) -> impl Iterator<Item = &CaseReport> {
         self.cases.iter().filter(|c| c.is_failed())

@@ -11,7 +11,7 @@
 
 use oxccl_conformance::{run_local_with, SuiteOptions};
 
-use crate::{alone, assert_passed, beside_others};
+use crate::{alone, beside_others};
 
 fn gpu() -> oxccl::Gpu {
     oxccl::testing::host_gpu(1, 0).unwrap()
@@ -21,7 +21,7 @@ fn device_placed(n: usize) {
     let _pool = beside_others();
     let opts = SuiteOptions::from_env().skipping(["errors/"]).on_gpu(gpu());
     let report = run_local_with(&oxccl::Config::new(), n, &opts).unwrap();
-    assert_passed(&report);
+    report.assert_passed();
 }
 
 #[test]
@@ -58,11 +58,11 @@ fn placement_hands_the_calls_device_buffers() {
 
     let before = pool_requests();
     let report = run_local_with(&cfg, 2, &host).unwrap();
-    assert_passed(&report);
+    report.assert_passed();
     assert_eq!(pool_requests(), before, "host buffers were staged: the comparison below proves nothing");
 
     let report = run_local_with(&cfg, 2, &placed).unwrap();
-    assert_passed(&report);
+    report.assert_passed();
     let staged = pool_requests() - before;
     assert!(staged > 0, "no device buffer was staged: the calls did not get device buffers");
     println!("{staged} staging temporaries leased for {} cases", report.total());

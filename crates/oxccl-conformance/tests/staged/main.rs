@@ -5,8 +5,6 @@
 
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use oxccl_conformance::Report;
-
 mod device_placed;
 mod staged;
 
@@ -20,17 +18,4 @@ fn beside_others() -> RwLockReadGuard<'static, ()> {
 /// For the test that reads the pinned pool's counters: runs while no other test does.
 fn alone() -> RwLockWriteGuard<'static, ()> {
     POOL.write().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// Prints the report's first line; fails unless some case ran and every case passed.
-fn assert_passed(report: &Report) {
-    println!("{}", report.to_string().lines().next().unwrap_or_default());
-    assert!(report.total() > 0, "no case ran");
-    assert!(
-        report.is_success(),
-        "{} of {} cases failed:\n{}",
-        report.failed(),
-        report.total(),
-        report.failure_details(40, 3)
-    );
 }

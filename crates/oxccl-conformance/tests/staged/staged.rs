@@ -7,14 +7,14 @@
 
 use oxccl_conformance::{run_local_with, SuiteOptions};
 
-use crate::{assert_passed, beside_others};
+use crate::beside_others;
 
 fn staged(n: usize) {
     let _pool = beside_others();
     let cfg = oxccl::Config::new().set("OXCCL_CPU_FORCE_STAGING", "1").unwrap();
     let opts = SuiteOptions::from_env().skipping(["errors/"]);
     let report = run_local_with(&cfg, n, &opts).unwrap();
-    assert_passed(&report);
+    report.assert_passed();
     // The temporaries came from the pinned pool and were reused.
     let pool = oxccl::pinned::global().unwrap().stats();
     assert!(pool.hits > 0, "{pool:?}");

@@ -18,16 +18,8 @@ fn suite_on_hosts(hosts: &[&str], cfg: Config, opts: SuiteOptions) {
             .collect();
         hs.into_iter().map(|h| h.join().expect("rank thread")).collect()
     });
-    let report = Report::merge(reports);
-    println!("{}", report.to_string().lines().next().unwrap_or_default());
-    assert!(report.total() > 0, "no case ran");
-    assert!(
-        report.is_success(),
-        "{} of {} cases failed on hosts {hosts:?}:\n{}",
-        report.failed(),
-        report.total(),
-        report.failure_details(40, 3)
-    );
+    println!("hosts {hosts:?}");
+    Report::merge(reports).assert_passed();
 }
 
 fn hierarchical() -> Config {

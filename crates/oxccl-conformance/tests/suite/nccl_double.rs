@@ -15,19 +15,6 @@ use std::sync::Arc;
 use oxccl::{Communicator, Config};
 use oxccl_conformance::{run_suite, Report, SuiteOptions};
 
-fn check(report: &Report) {
-    println!("{}", report.to_string().lines().next().unwrap_or_default());
-    assert!(report.total() > 0, "no case ran");
-    assert!(
-        report.is_success(),
-        "{} of {} cases failed on a world of {}:\n{}",
-        report.failed(),
-        report.total(),
-        report.world_size,
-        report.failure_details(40, 3)
-    );
-}
-
 fn suite(n: usize, old_library: bool, opts: SuiteOptions) {
     suite_on("nccl", n, old_library, opts)
 }
@@ -59,7 +46,7 @@ fn suite_on(backend: &'static str, n: usize, old_library: bool, opts: SuiteOptio
             .collect();
         hs.into_iter().map(|h| h.join().expect("rank thread")).collect()
     });
-    check(&Report::merge(reports));
+    Report::merge(reports).assert_passed();
 }
 
 /// The per-case deadline: long enough for a 2-core CI machine, short for the timeout cases.
@@ -138,5 +125,5 @@ fn collectives_world_3_through_a_callers_store() {
             .collect();
         hs.into_iter().map(|h| h.join().expect("rank thread")).collect()
     });
-    check(&Report::merge(reports));
+    Report::merge(reports).assert_passed();
 }
