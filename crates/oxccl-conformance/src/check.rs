@@ -46,7 +46,7 @@ impl Cx<'_> {
         range: impl Fn(usize) -> std::ops::Range<usize>,
         dist: inputs::Dist,
     ) -> Vec<Vec<T>> {
-        (0..n).map(|r| inputs::rank_slice(self.seed, key, r, range(r), dist)).collect()
+        inputs::all_slices(self.seed, key, n, range, dist)
     }
 
     /// Every rank's buffer in sub-case `key`: rank r has `count(r)` values.

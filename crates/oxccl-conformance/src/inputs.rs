@@ -100,7 +100,18 @@ pub fn all_inputs<T: TestElement>(
     count: impl Fn(usize) -> usize,
     dist: Dist,
 ) -> Vec<Vec<T>> {
-    (0..n).map(|r| rank_input(seed, key, r, count(r), dist)).collect()
+    all_slices(seed, key, n, |r| 0..count(r), dist)
+}
+
+/// Of every rank `r`'s input, the values at `range(r)` ([`rank_slice`] for each).
+pub fn all_slices<T: TestElement>(
+    seed: u64,
+    key: u64,
+    n: usize,
+    range: impl Fn(usize) -> Range<usize>,
+    dist: Dist,
+) -> Vec<Vec<T>> {
+    (0..n).map(|r| rank_slice(seed, key, r, range(r), dist)).collect()
 }
 
 /// Initial contents for an output buffer of `rank`: arbitrary bits from a stream that no
@@ -123,6 +134,21 @@ mod tests {
         assert_ne!(a.bits(7), a.bits(8));
         assert_ne!(case_key("all_reduce/f32"), case_key("all_reduce/f64"));
         assert_ne!(sub_key(5, 0), sub_key(5, 1));
+    }
+
+    /// A slice is the same values as that range of the whole input, for both kinds of values
+    /// (integers: a float input may hold NaNs, which compare unequal).
+    #[test]
+    fn slices_are_ranges_of_the_whole_input() {
+        for dist in [Dist::Bits, Dist::Reduce(ReduceOp::Sum)] {
+            let whole: Vec<i64> = rank_input(9, 9, 2, 16, dist);
+            assert_eq!(rank_slice::<i64>(9, 9, 2, 5..11, dist), whole[5..11]);
+            let all: Vec<Vec<i64>> = all_slices(9, 9, 3, |r| r..r + 4, dist);
+            let wholes: Vec<Vec<i64>> = all_inputs(9, 9, 3, |_| 8, dist);
+            for r in 0..3 {
+                assert_eq!(all[r], wholes[r][r..r + 4], "rank {r}");
+            }
+        }
     }
 
     #[test]
