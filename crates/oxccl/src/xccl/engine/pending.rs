@@ -73,8 +73,8 @@ impl Pending for GpuPending {
             Err(e) => return Some(self.finish(Err(e))),
         };
         let mut pause = Duration::from_micros(5);
-        let spin_until = Instant::now() + SPIN_FOR;
         let mut watched = Instant::now();
+        let spin_until = watched + SPIN_FOR;
         let mut lost = LostGrace::default();
         loop {
             match self.inner.rt.event_query(issued.event.event) {
