@@ -210,8 +210,9 @@ impl Comm {
             }
             // A peer that finished the call and closed its communicator is not a failure
             // yet: the next status may well be success (see `lost.rs`).
-            lost.check(Instant::now(), (guard.watch)())?;
-            if Instant::now() >= guard.deadline {
+            let now = Instant::now();
+            lost.check(now, (guard.watch)())?;
+            if now >= guard.deadline {
                 return Err((guard.late)(started.elapsed()));
             }
             std::thread::sleep(pause);
