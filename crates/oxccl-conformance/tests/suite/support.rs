@@ -561,6 +561,17 @@ pub fn shm_files() -> BTreeSet<String> {
         .unwrap_or_default()
 }
 
+/// Removes the `oxccl-*` files of /dev/shm created by `pids`, processes of a test that it
+/// killed and reaped. A creator killed while its peers were still to map a segment leaves the
+/// name behind (`cpu/transport/shm/segment.rs`), and the library removes such orphans only
+/// after 10 minutes (from its side, a creator may live in another PID namespace); a test
+/// whose kills may land in a set-up removes them itself, so that nothing outlives the test.
+pub fn remove_shm_files_of(pids: &[u32]) {
+    for name in shm_files_left(&BTreeSet::new(), pids) {
+        let _ = std::fs::remove_file(std::path::Path::new("/dev/shm").join(name));
+    }
+}
+
 /// The `oxccl-*` files of /dev/shm that are not in `before` and were created by one of
 /// `pids` (segment names are `oxccl-<kind>-<creator pid>-<random>`).
 pub fn shm_files_left(before: &BTreeSet<String>, pids: &[u32]) -> Vec<String> {
